@@ -14,7 +14,7 @@ CPU_DEFAULT_MAX_TOTAL_TOKENS = 16384
 
 
 def detect_device() -> str:
-    """"cuda" when a CUDA GPU is usable, else "cpu". PREFILLONLY_DEVICE overrides."""
+    """ "cuda" when a CUDA GPU is usable, else "cpu". PREFILLONLY_DEVICE overrides."""
     forced = os.environ.get("PREFILLONLY_DEVICE")
     if forced:
         return forced

@@ -24,8 +24,9 @@ from prefillonly_sgl.validation import ModelLimits, TextOrIds, validate_score_re
 
 @dataclass(frozen=True)
 class ScoreResult:
-    """scores[i][j]: probability (or logprob, with apply_softmax=False) of label j after
-    item i; prompt_tokens: tokens of all prompts together, as SGLang reports them."""
+    """scores[i][j]: probability of label j after item i (normalised over the labels with
+    apply_softmax=True, over the whole vocabulary with False); prompt_tokens: tokens of all
+    prompts together, as SGLang reports them."""
 
     scores: list[list[float]]
     prompt_tokens: int
@@ -92,7 +93,7 @@ class Engine:
     ) -> ScoreResult:
         """Probabilities of ``label_token_ids`` at the last position of each query+item
         prompt (item+query with item_first). apply_softmax=True normalises over the labels;
-        False returns their log-probabilities over the whole vocabulary."""
+        False gives each label's probability over the whole vocabulary (SGLang's meaning)."""
         sgl = self._require_running()
         query, items, labels = self._validate(query, items, label_token_ids)
         result = sgl.score(

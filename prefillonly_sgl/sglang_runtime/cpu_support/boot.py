@@ -33,7 +33,9 @@ class _CpuImportHook(importlib.abc.MetaPathFinder):
         try:
             real = importlib.util.find_spec(fullname)
             if fullname == "torchvision":
-                from prefillonly_sgl.sglang_runtime.cpu_support.torchvision_compat import define_missing_ops
+                from prefillonly_sgl.sglang_runtime.cpu_support.torchvision_compat import (
+                    define_missing_ops,
+                )
 
                 define_missing_ops()
                 return None  # let the normal finders import the real torchvision

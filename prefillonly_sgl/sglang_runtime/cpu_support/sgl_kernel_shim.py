@@ -54,7 +54,6 @@ def copy_all_layer_kv_cache_cpu(
             ctypes.memmove(base + tgt * stride, base + src * stride, stride)
 
 
-
 def _unavailable_kernel(name: str):
     def kernel(*args, **kwargs):
         raise NotImplementedError(

@@ -1,0 +1,55 @@
+"""Independent reference for label probabilities: a plain transformers forward.
+
+Used by the parity tests and the benchmarks. Nothing here touches SGLang: the prompt is
+tokenized with the model folder's own tokenizer the way SGLang documents it (query and
+item concatenated as text, special tokens added), the model runs one full forward, and
+the label logits at the last position are softmaxed over the labels (apply_softmax=True)
+or over the whole vocabulary (apply_softmax=False), as SGLang defines the two modes.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+
+class TransformersReference:
+    def __init__(self, model_path: str, dtype: str = "float32") -> None:
+        self.model_path = str(model_path)
+        self.dtype = dtype
+
+    @cached_property
+    def tokenizer(self):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(self.model_path)
+
+    @cached_property
+    def model(self):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(
+            self.model_path, dtype=getattr(torch, self.dtype)
+        )
+        return model.eval()
+
+    def prompt_ids(self, query, item, item_first: bool = False) -> list[int]:
+        if isinstance(query, str):
+            text = f"{item}{query}" if item_first else f"{query}{item}"
+            return self.tokenizer.encode(text)
+        return list(item) + list(query) if item_first else list(query) + list(item)
+
+    def score(self, query, items, label_token_ids, apply_softmax: bool = True, item_first=False):
+        """One list per item, like Engine.score."""
+        import torch
+
+        rows = []
+        for item in items:
+            ids = torch.tensor([self.prompt_ids(query, item, item_first)])
+            with torch.no_grad():
+                logits = self.model(input_ids=ids).logits[0, -1].double()
+            if apply_softmax:
+                rows.append(torch.softmax(logits[label_token_ids], dim=-1).tolist())
+            else:
+                rows.append(torch.softmax(logits, dim=-1)[label_token_ids].tolist())
+        return rows

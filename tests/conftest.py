@@ -1,0 +1,22 @@
+"""Shared fixtures. Engines are started once per test module (start-up ~15 s on CPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from prefillonly_sgl.models.tiny import build_tiny_model
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_path(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"), arch="llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_path(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen2"), arch="qwen2")
+
+
+def max_abs_diff(a: list[list[float]], b: list[list[float]]) -> float:
+    assert len(a) == len(b), f"{len(a)} rows vs {len(b)}"
+    return max(abs(x - y) for row_a, row_b in zip(a, b) for x, y in zip(row_a, row_b, strict=True))

@@ -1,0 +1,99 @@
+"""Engine.score on tiny random-weight Llama and Qwen2 models: parity with a transformers
+forward (float32, 1e-4), bad requests rejected with clear errors, engine still usable."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import max_abs_diff
+
+from prefillonly_sgl import Engine, InvalidRequestError
+from prefillonly_sgl.reference import TransformersReference
+
+TOLERANCE = 1e-4  # float32 engine vs float32 transformers; observed differences ~1e-7
+
+QUERY = "User profile: likes science fiction, history books and long walks.\n"
+ITEMS = [  # different lengths in one call
+    "Item: a documentary about the history of the moon landing. Relevant? Answer Yes or No:",
+    "Item: socks. Relevant?",
+    "Item: " + "a long book about the history of science fiction and walks, " * 20 + "Relevant?",
+]
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def model_and_engine(request, tiny_llama_path, tiny_qwen2_path):
+    path = tiny_llama_path if request.param == "llama" else tiny_qwen2_path
+    with Engine(path, device="cpu", dtype="float32", max_total_tokens=4096) as engine:
+        yield path, engine
+
+
+@pytest.fixture(scope="module")
+def labels(model_and_engine):
+    _, engine = model_and_engine
+    tok = engine.tokenizer
+    return [tok.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No", " good")]
+
+
+def test_text_prompts_match_transformers(model_and_engine, labels):
+    path, engine = model_and_engine
+    got = engine.score(QUERY, ITEMS, labels).scores
+    want = TransformersReference(path).score(QUERY, ITEMS, labels)
+    assert len(got) == len(ITEMS) and all(len(row) == len(labels) for row in got)
+    assert max_abs_diff(got, want) < TOLERANCE
+    assert all(abs(sum(row) - 1.0) < 1e-6 for row in got)
+    # Random weights still give clearly different rows: a mixed-up item order would fail.
+    assert max_abs_diff([got[0]], [got[1]]) > 1e-3
+
+
+def test_token_id_prompts_and_vocabulary_probs_match(model_and_engine, labels):
+    path, engine = model_and_engine
+    ref = TransformersReference(path)
+    query_ids = ref.tokenizer.encode(QUERY)
+    item_ids = [ref.tokenizer.encode(item, add_special_tokens=False) for item in ITEMS]
+    got = engine.score(query_ids, item_ids, labels, apply_softmax=False).scores
+    want = ref.score(query_ids, item_ids, labels, apply_softmax=False)
+    assert max_abs_diff(got, want) < TOLERANCE
+    assert all(sum(row) < 1 - 1e-3 for row in got)  # a share of the whole vocabulary
+
+
+def test_repeated_prefix_gives_same_answer(model_and_engine, labels):
+    """The second call hits SGLang's prefix cache; the result must not change."""
+    _, engine = model_and_engine
+    first = engine.score(QUERY, ITEMS[:1], labels).scores
+    again = engine.score(QUERY, ITEMS[:1], labels).scores
+    assert max_abs_diff(first, again) < TOLERANCE
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(items=[]), "items is empty"),
+        (dict(items="not a list of items but a str is fine", label_token_ids=[]), "is empty"),
+        (dict(label_token_ids="Yes"), "must be a list"),
+        (dict(label_token_ids=[10**6]), "outside the vocabulary"),
+        (dict(label_token_ids=[-1]), "outside the vocabulary"),
+        (dict(label_token_ids=[5, 7, 5]), "duplicates: [5]"),
+        (dict(label_token_ids=[5.0]), "must be integers"),
+        (dict(query="", items=[""]), "prompt (query + item) is empty"),
+        (dict(query=[], items=[[1, 2, 10**6]]), "items[0] has token ids outside"),
+        (dict(query="x", items=[[1, 2]]), "both be text or both be token ids"),
+        (dict(items=[None]), "items[0] must be a string"),
+        (dict(query="word " * 5000), "longer than the"),
+    ],
+)
+def test_bad_requests_raise_clear_errors(model_and_engine, labels, change, message):
+    _, engine = model_and_engine
+    request = dict(query=QUERY, items=ITEMS[:1], label_token_ids=labels)
+    request.update(change)
+    with pytest.raises(InvalidRequestError) as error:
+        engine.score(**request)
+    assert message in str(error.value)
+
+
+def test_engine_still_scores_after_bad_requests(model_and_engine, labels):
+    path, engine = model_and_engine
+    for bad in (dict(items=[]), dict(query="", items=[""]), dict(query="word " * 5000)):
+        with pytest.raises(InvalidRequestError):
+            engine.score(**{"query": QUERY, "items": ITEMS[:1], "label_token_ids": labels, **bad})
+    got = engine.score(QUERY, ITEMS[1:2], labels).scores
+    want = TransformersReference(path).score(QUERY, ITEMS[1:2], labels)
+    assert max_abs_diff(got, want) < TOLERANCE
