@@ -1,0 +1,48 @@
+"""Every SGLang symbol the project relies on still exists in the pinned SGLang."""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points, version
+
+import pytest
+
+from prefillonly_sgl.sglang_runtime import SGLANG_VERSION
+from prefillonly_sgl.sglang_runtime.hook_targets import HOOK_TARGETS
+
+
+def test_sglang_version_is_the_pinned_one():
+    assert version("sglang") == SGLANG_VERSION
+
+
+def _resolve(dotted: str):
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for attr in parts[split:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(dotted)
+
+
+@pytest.mark.parametrize("target", sorted(HOOK_TARGETS))
+def test_hook_target_exists(target):
+    assert _resolve(target) is not None
+
+
+def test_plugin_entry_point_is_installed():
+    names = {ep.name: ep.value for ep in entry_points(group="sglang.srt.plugins")}
+    assert names.get("prefillonly") == "prefillonly_sgl.sglang_runtime.plugin:load_plugin"
+
+
+def test_plugin_is_inert_without_the_environment_variable(monkeypatch):
+    from prefillonly_sgl.sglang_runtime import plugin
+
+    monkeypatch.delenv(plugin.PATCHES_ENV, raising=False)
+    assert plugin.requested_features() == []
+    monkeypatch.setenv(plugin.PATCHES_ENV, "no-such-feature")
+    with pytest.raises(ValueError, match="no-such-feature"):
+        plugin.requested_features()
