@@ -56,7 +56,11 @@ class Engine:
         context_length: int | None = None,
         **sglang_args,
     ) -> None:
-        from prefillonly_sgl.sglang_runtime.offline_engine import read_limits, start_sglang_engine
+        from prefillonly_sgl.sglang_runtime.offline_engine import (
+            read_limits,
+            shutdown_sglang_engine,
+            start_sglang_engine,
+        )
 
         if model is None:
             from prefillonly_sgl.models.default_model import default_model_path
@@ -76,10 +80,12 @@ class Engine:
             context_length=context_length,
             **sglang_args,
         )
-        self._sgl = start_sglang_engine(args)
-        self.limits: ModelLimits = read_limits(self._sgl)
+        self._sgl, owned_processes = start_sglang_engine(args)
         # An Engine the user forgets to shut down must not leave SGLang processes behind.
-        self._finalizer = weakref.finalize(self, _shutdown_quietly, self._sgl)
+        self._finalizer = weakref.finalize(
+            self, _shutdown_quietly, shutdown_sglang_engine, self._sgl, owned_processes
+        )
+        self.limits: ModelLimits = read_limits(self._sgl)
         atexit.register(self._finalizer)
 
     # -- scoring -------------------------------------------------------------------------
@@ -168,8 +174,8 @@ class Engine:
         return f"Engine(model={self.model_path!r}, device={self.device!r}, {state})"
 
 
-def _shutdown_quietly(sgl_engine) -> None:
+def _shutdown_quietly(shutdown, sgl_engine, owned_processes) -> None:
     try:
-        sgl_engine.shutdown()
+        shutdown(sgl_engine, owned_processes)
     except Exception:  # interpreter teardown: the processes are being killed anyway
         pass

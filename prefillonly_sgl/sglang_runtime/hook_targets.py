@@ -15,6 +15,9 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.entrypoints.engine.Engine.async_score": "asyncio variant of score",
     "sglang.srt.entrypoints.engine.Engine.get_server_info": "max_req_input_len for validation",
     "sglang.srt.entrypoints.engine.Engine.shutdown": "stops the worker processes",
+    "sglang.srt.entrypoints.engine.kill_process_tree": (
+        "patched during shutdown so it kills only this engine's processes (offline_engine.py)"
+    ),
     # -- CPU support: names SGLang imports from sgl_kernel on the CPU path --
     "sglang.srt.mem_cache.allocation.assign_req_to_token_pool_func": (
         "calls sgl_kernel.assign_req_to_token_pool_cpu, provided by cpu_support"

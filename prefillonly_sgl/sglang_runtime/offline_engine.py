@@ -7,12 +7,22 @@ another Engine inside the child and die ("An attempt has been made to start a ne
 before the current process has finished its bootstrapping phase"). The children only run
 SGLang's own functions, so while they start we hide the main script from multiprocessing
 and they skip re-importing it.
+
+SGLang's Engine.shutdown() kills *every* child process of the caller
+(``kill_process_tree(os.getpid(), include_parent=False)``): a second Engine in the same
+process, the user's own workers, and multiprocessing's resource tracker (whose death makes
+Python print a KeyError traceback at exit). ``shutdown_sglang_engine`` narrows that to the
+processes this engine started.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+from unittest import mock
+
+import psutil
 
 from prefillonly_sgl.errors import EngineStartError
 from prefillonly_sgl.validation import ModelLimits
@@ -37,7 +47,9 @@ def _children_skip_main_module():
 
 
 def start_sglang_engine(engine_args: dict):
-    """sglang.srt.entrypoints.engine.Engine(**engine_args), with clear start-up errors."""
+    """sglang.srt.entrypoints.engine.Engine(**engine_args), with clear start-up errors.
+
+    Returns (engine, owned): owned are the processes this engine started."""
     try:
         from sglang.srt.entrypoints.engine import Engine as SGLangEngine
     except ImportError as e:
@@ -47,13 +59,56 @@ def start_sglang_engine(engine_args: dict):
         ) from e
     if engine_args.get("device") == "cpu":
         _check_cpu_support()
+    children_before = _child_pids()
     try:
         with _children_skip_main_module():
-            return SGLangEngine(**engine_args)
+            engine = SGLangEngine(**engine_args)
     except Exception as e:
         raise EngineStartError(
             f"SGLang failed to start on {engine_args.get('model_path')}: {e}"
         ) from e
+    owned = [psutil.Process(pid) for pid in _child_pids() - children_before - _tracker_pids()]
+    return engine, owned
+
+
+def shutdown_sglang_engine(engine, owned: list[psutil.Process]) -> None:
+    """engine.shutdown(), killing only the processes in ``owned`` (and their children)."""
+    import sglang.srt.entrypoints.engine as engine_module
+
+    stock_kill = engine_module.kill_process_tree
+
+    def kill_only_owned(parent_pid, include_parent=True, *args, **kwargs):
+        if parent_pid == os.getpid() and not include_parent:
+            _kill_trees(owned)
+        else:
+            stock_kill(parent_pid, include_parent, *args, **kwargs)
+
+    with mock.patch.object(engine_module, "kill_process_tree", kill_only_owned):
+        engine.shutdown()
+
+
+def _kill_trees(roots: list[psutil.Process], timeout: float = 60) -> None:
+    victims = []
+    for root in roots:
+        try:
+            victims += root.children(recursive=True) + [root]
+        except psutil.NoSuchProcess:
+            continue
+    for process in victims:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(victims, timeout=timeout)
+
+
+def _child_pids() -> set[int]:
+    return {p.pid for p in psutil.Process().children()}
+
+
+def _tracker_pids() -> set[int]:
+    from multiprocessing import resource_tracker
+
+    pid = getattr(resource_tracker._resource_tracker, "_pid", None)
+    return {pid} if pid else set()
 
 
 def _check_cpu_support() -> None:

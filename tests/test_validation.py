@@ -1,0 +1,55 @@
+"""Request validation, without SGLang: every bad input names the problem."""
+
+from __future__ import annotations
+
+import pytest
+
+from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.validation import ModelLimits, validate_score_request
+
+LIMITS = ModelLimits(vocab_size=100, max_prompt_tokens=10)
+
+
+def count_chars(query, item):  # a stand-in tokenizer: one token per character / id
+    return len(query) + len(item)
+
+
+def check(query, items, labels):
+    return validate_score_request(query, items, labels, LIMITS, count_chars)
+
+
+def test_valid_request_is_normalised():
+    assert check("ab", "c", (1, 2)) == ("ab", ["c"], [1, 2])
+    assert check(None, ["x", "yz"], [3]) == ("", ["x", "yz"], [3])
+    assert check([1, 2], [[3], [4, 5]], [9]) == ([1, 2], [[3], [4, 5]], [9])
+
+
+@pytest.mark.parametrize(
+    "query, items, labels, message",
+    [
+        ("q", [], [1], "items is empty"),
+        ("q", None, [1], "items must be a list"),
+        ("q", ["a"], [], "label_token_ids is empty"),
+        ("q", ["a"], None, "label_token_ids must be a list"),
+        ("q", ["a"], [1, True], "must be integers"),
+        ("q", ["a"], [100], "label token id 100 is outside the vocabulary (valid ids: 0..99)"),
+        ("q", ["a"], [2, 3, 2, 3], "duplicates: [2, 3]"),
+        ("", [""], [1], "items[0]: the prompt (query + item) is empty"),
+        ("q", ["a", "b" * 10], [1], "items[1]: the prompt (query + item) is 11 tokens"),
+        ([], [[1, 200]], [1], "items[0] has token ids outside the vocabulary"),
+        ([-1], [[1]], [1], "query has token ids outside the vocabulary"),
+        ("q", [[1]], [1], "both be text or both be token ids"),
+        ("q", [3.5], [1], "items[0] must be a string or a list of token ids"),
+        (7, ["a"], [1], "query must be a string or a list of token ids"),
+    ],
+)
+def test_bad_requests(query, items, labels, message):
+    with pytest.raises(InvalidRequestError) as error:
+        check(query, items, labels)
+    assert message in str(error.value)
+
+
+def test_invalid_request_error_is_a_value_error():
+    """Callers catching SGLang's ValueError keep working."""
+    with pytest.raises(ValueError):
+        check("q", [], [1])
