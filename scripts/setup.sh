@@ -23,10 +23,16 @@ if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$SIGNATURE" ]]; then
 fi
 
 quiet_pip() {
-    # pip's find-links/extra-index warnings on this machine are noise; keep real errors.
-    "$VENV/bin/python" -m pip install --disable-pip-version-check -q "$@" 2>&1 \
-        | grep -v "is ignored: it is neither a file nor a directory" || true
-    test "${PIPESTATUS[0]}" -eq 0
+    # pip's warnings about this machine's local find-links/index folders are noise; print
+    # everything else, and fail when pip fails.
+    local log status=0
+    log=$(mktemp)
+    "$VENV/bin/python" -m pip install --disable-pip-version-check -q "$@" >"$log" 2>&1 || status=$?
+    grep -v -e "is ignored: it is neither a file nor a directory" \
+        -e "dependency resolver does not currently take into account" \
+        -e "^sglang 0.5.23 requires" "$log" || true
+    rm -f "$log"
+    return $status
 }
 
 echo "[setup] preparing $VENV for $DEVICE (first time takes a few minutes)..."
