@@ -1,6 +1,5 @@
 """The smallest use of prefillonly_sgl.Engine: score two items against a shared query.
-
-    .venv/bin/python examples/score_with_engine.py
+Run: .venv/bin/python examples/score_with_engine.py
 """
 
 import prefillonly_sgl
