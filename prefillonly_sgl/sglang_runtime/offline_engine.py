@@ -17,6 +17,7 @@ processes this engine started.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sys
@@ -85,6 +86,9 @@ def shutdown_sglang_engine(engine, owned: list[psutil.Process]) -> None:
 
     with mock.patch.object(engine_module, "kill_process_tree", kill_only_owned):
         engine.shutdown()
+    # SGLang also registered engine.shutdown with atexit, which would run the stock
+    # (kill every child) version at interpreter exit.
+    atexit.unregister(engine.shutdown)
 
 
 def _kill_trees(roots: list[psutil.Process], timeout: float = 60) -> None:
