@@ -69,7 +69,7 @@ def _json_type(value: object) -> str:
     }.get(type(value), type(value).__name__)
 
 
-def _check_prompt_count(n: int, what: str, max_prompts: int) -> None:
+def check_prompt_count(n: int, what: str, max_prompts: int) -> None:
     if n > max_prompts:
         raise RequestTooLargeError(
             f"{what} has {n} prompts; this server accepts at most {max_prompts} per request "
@@ -91,7 +91,7 @@ def check_score_body(
     if items is None:
         raise InvalidRequestError("items is missing: give the list of items to score")
     if isinstance(items, list):
-        _check_prompt_count(len(items), "items", max_prompts)
+        check_prompt_count(len(items), "items", max_prompts)
     if query is None and isinstance(items, list) and items and isinstance(items[0], list):
         query = []  # SGLang's default query for token-id items
     item_first = body.get("item_first", False)
@@ -192,7 +192,7 @@ def check_generate_body(body: object, limits: ModelLimits, max_prompts: int) -> 
     sampling = body.get("sampling_params")
     if sampling is not None and not isinstance(sampling, dict | list):
         raise InvalidRequestError(f"sampling_params must be an object, got {_json_type(sampling)}")
-    _check_prompt_count(n, "text" if text is not None else "input_ids", max_prompts)
+    check_prompt_count(n, "text" if text is not None else "input_ids", max_prompts)
     return n
 
 
@@ -203,7 +203,7 @@ def check_completions_body(body: object, limits: ModelLimits, max_prompts: int) 
     if prompt is None:
         raise InvalidRequestError("prompt is missing")
     n = _check_text_or_ids_prompts(prompt, "prompt", limits)
-    _check_prompt_count(n, "prompt", max_prompts)
+    check_prompt_count(n, "prompt", max_prompts)
     return n
 
 

@@ -39,6 +39,7 @@ from prefillonly_sgl.server.request_checks import (
     check_completions_body,
     check_generate_body,
     check_object_body,
+    check_prompt_count,
     check_score_body,
 )
 from prefillonly_sgl.validation import ModelLimits, validate_score_request
@@ -126,7 +127,12 @@ class SGLangRuntime:
         spec = self._app_specs.get(path)
         if spec is not None and spec.count_prompts is not None:
             check_object_body(body)
-            return max(1, int(spec.count_prompts(body)))
+            try:
+                n = max(1, int(spec.count_prompts(body)))
+            except Exception:  # a malformed body: the request model's validation says why
+                return 1
+            check_prompt_count(n, "request", max_prompts)
+            return n
         return check_object_body(body)
 
     def abort(self, record: RequestRecord) -> None:
@@ -186,10 +192,15 @@ class ServerContext:
         return ScoreResult(scores=result.scores, prompt_tokens=result.prompt_tokens)
 
 
-def _error_response(status: int, message: str):
-    from fastapi.responses import ORJSONResponse
+def _json_response(content, status: int = 200):
+    from fastapi.responses import Response
 
-    return ORJSONResponse(
+    return Response(orjson.dumps(content), status_code=status, media_type="application/json")
+
+
+def _error_response(status: int, message: str):
+    """SGLang's error shape (protocol.ErrorResponse), as the guard sends it too."""
+    return _json_response(
         {
             "object": "error",
             "message": message,
@@ -197,7 +208,7 @@ def _error_response(status: int, message: str):
             "param": None,
             "code": status,
         },
-        status_code=status,
+        status,
     )
 
 
@@ -227,7 +238,6 @@ def _install_validation_handler(app) -> None:
 def _replace_score_route(app) -> None:
     """/v1/score: SGLang's handler, then this request's usage merged into `usage`."""
     from fastapi import Depends, Request
-    from fastapi.responses import ORJSONResponse
     from fastapi.routing import APIRoute
     from sglang.srt.entrypoints.http_server import validate_json_request
     from sglang.srt.entrypoints.openai.protocol import ScoringRequest
@@ -245,7 +255,7 @@ def _replace_score_route(app) -> None:
             return response
         content = orjson.loads(response.body)
         content["usage"] = {**(content.get("usage") or {}), **record.usage.as_dict()}
-        return ORJSONResponse(content)
+        return _json_response(content)
 
     v1_score_request.__doc__ = stock[0].endpoint.__doc__
     app.router.routes.remove(stock[0])
@@ -372,7 +382,10 @@ def install(app, options: ServeOptions, specs: list[EndpointSpec], enable_metric
     """Adds everything `serve` adds to SGLang's FastAPI app (before it starts)."""
     from fastapi.routing import APIRoute
 
+    from prefillonly_sgl.server.builtin_endpoints import BUILTIN_ENDPOINTS
+
     taken = {r.path for r in app.router.routes if isinstance(r, APIRoute)}
+    specs = [*BUILTIN_ENDPOINTS, *specs]
     check_unique_paths(specs, taken)
     runtime = SGLangRuntime(options, specs)
     _install_validation_handler(app)
