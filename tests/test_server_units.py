@@ -267,7 +267,8 @@ def test_guard_aborts_the_work_of_a_client_that_disconnects():
     assert (admission.requests, admission.prompts) == (0, 0)
 
 
-def test_drain_timeout_aborts_what_is_still_running():
+def test_drain_timeout_stops_guarded_requests_then_aborts_the_rest():
+    from prefillonly_sgl.server.guard import InFlightRequests
     from prefillonly_sgl.sglang_runtime.http_server import _abort_when_drain_times_out
 
     calls = []
@@ -276,5 +277,44 @@ def test_drain_timeout_aborts_what_is_still_running():
         rid_to_state={"r1": object()},
         abort_request=lambda rid="", abort_all=False: calls.append(abort_all),
     )
-    asyncio.run(_abort_when_drain_times_out(tm, timeout=0.3))
+
+    async def main():
+        in_flight = InFlightRequests()
+        waiter = asyncio.create_task(in_flight.wait_for_stop())
+        await _abort_when_drain_times_out(tm, 0.3, in_flight)
+        return await waiter
+
+    assert "--shutdown-timeout" in asyncio.run(main())
     assert calls == [True]
+
+
+def test_guard_answers_503_to_requests_stopped_at_shutdown():
+    runtime, admission = FakeRuntime(), AdmissionControl(4, 10)
+    policy = GuardPolicy({"/work"}, 1000, admission)
+
+    async def slow_app(scope, receive, send):
+        await asyncio.sleep(30)
+
+    sent = []
+
+    async def main():
+        guard = RequestGuard(slow_app, policy, runtime)
+        body = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+        async def receive():
+            if body:
+                return body.pop()
+            await asyncio.Event().wait()
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/work", "headers": []}
+        task = asyncio.create_task(guard(scope, receive, send))
+        await asyncio.sleep(0.05)
+        policy.in_flight.stop_all("shut down")
+        await task
+
+    asyncio.run(main())
+    assert sent[0]["status"] == 503 and b"shut down" in sent[1]["body"]
+    assert len(runtime.aborted) == 1 and admission.requests == 0

@@ -10,7 +10,9 @@ For each POST to a guarded path (the endpoints that run the model) it, in order:
    response headers;
 5. watches the connection: if the client goes away before the response is complete, the
    request's work is aborted in SGLang (runtime.abort) and the endpoint task cancelled,
-   instead of SGLang noticing only every few seconds, and only for one prompt of a batch.
+   instead of SGLang noticing only every few seconds, and only for one prompt of a batch;
+6. on policy.in_flight.stop_all() (shutdown timeout), aborts the work the same way and
+   answers 503 with the reason.
 Other paths (health, metrics, admin endpoints) pass through untouched.
 """
 
@@ -77,11 +79,32 @@ class GuardMetrics:
         pass
 
 
+class InFlightRequests:
+    """Lets the shutdown path stop every guarded request still running: each gets a 503
+    naming the reason, and its work is aborted in SGLang."""
+
+    def __init__(self) -> None:
+        self._stopped: asyncio.Future | None = None
+
+    def _future(self) -> asyncio.Future:
+        if self._stopped is None:
+            self._stopped = asyncio.get_running_loop().create_future()
+        return self._stopped
+
+    async def wait_for_stop(self) -> str:
+        return await asyncio.shield(self._future())
+
+    def stop_all(self, message: str) -> None:
+        if not self._future().done():
+            self._stopped.set_result(message)
+
+
 @dataclass
 class GuardPolicy:
     guarded_paths: set[str]
     max_request_bytes: int
     admission: AdmissionControl
+    in_flight: InFlightRequests = field(default_factory=InFlightRequests)
 
 
 _ERROR_TYPES = {
@@ -240,22 +263,32 @@ class RequestGuard:
             watcher = asyncio.create_task(receive())
         finally:
             CURRENT_REQUEST.reset(token)
+        stop = asyncio.create_task(self.policy.in_flight.wait_for_stop())
         try:
-            await asyncio.wait({endpoint, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({endpoint, watcher, stop}, return_when=asyncio.FIRST_COMPLETED)
             if not endpoint.done() and not response["complete"]:
-                message = watcher.result()
-                if message["type"] == "http.disconnect":
+                if watcher.done() and watcher.result()["type"] == "http.disconnect":
                     disconnected.set()
                     self.metrics.disconnected()
                     logger.info("client disconnected from %s: aborting its work", path)
                     self.runtime.abort(record)
                     endpoint.cancel()
+                elif stop.done():
+                    logger.warning("shutdown: aborting a request to %s still running", path)
+                    self.runtime.abort(record)
+                    endpoint.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await endpoint
+                    if not response["started"]:
+                        response["status"] = 503
+                        await send_json_error(send, 503, stop.result())
             with contextlib.suppress(asyncio.CancelledError):
                 await endpoint
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watcher
+            for task in (watcher, stop):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
             if not endpoint.done():  # we were cancelled ourselves
                 self.runtime.abort(record)
                 endpoint.cancel()

@@ -31,6 +31,7 @@ from prefillonly_sgl.server.guard import (
     CURRENT_REQUEST,
     GuardMetrics,
     GuardPolicy,
+    InFlightRequests,
     RequestGuard,
     RequestRecord,
 )
@@ -323,14 +324,14 @@ def _record_generate_requests(tm) -> None:
     tm.generate_request = generate_request
 
 
-async def _abort_when_drain_times_out(tm, timeout: float) -> None:
+async def _abort_when_drain_times_out(tm, timeout: float, in_flight: InFlightRequests) -> None:
     """SGLang drains in-flight requests on SIGTERM and waits for them without limit; after
-    `timeout` seconds we abort the rest so their clients get an error and the server
-    exits."""
+    `timeout` seconds we stop the rest: guarded requests get a 503 naming the reason, and
+    anything else left in SGLang is aborted, so the server exits."""
     while not tm.gracefully_exit:
         await asyncio.sleep(0.5)
     logger.warning(
-        "SIGTERM: refusing new requests, %d in flight get %.0f s to finish",
+        "SIGTERM: refusing new requests, %d prompts in flight get %.0f s to finish",
         len(tm.rid_to_state),
         timeout,
     )
@@ -339,11 +340,19 @@ async def _abort_when_drain_times_out(tm, timeout: float) -> None:
     while tm.rid_to_state and loop.time() < deadline:
         await asyncio.sleep(0.2)
     if tm.rid_to_state:
-        logger.warning("SIGTERM: aborting %d requests still running", len(tm.rid_to_state))
-        tm.abort_request(abort_all=True)
+        logger.warning("SIGTERM: aborting %d prompts still running", len(tm.rid_to_state))
+        in_flight.stop_all(
+            f"server shut down before this request finished (it had {timeout:g} s after "
+            "SIGTERM, --shutdown-timeout); retry on another replica"
+        )
+        await asyncio.sleep(1)
+        if tm.rid_to_state:  # work that did not come through the guard
+            tm.abort_request(abort_all=True)
 
 
-def _wrap_lifespan(app, runtime: SGLangRuntime, specs: list[EndpointSpec]) -> None:
+def _wrap_lifespan(
+    app, runtime: SGLangRuntime, specs: list[EndpointSpec], in_flight: InFlightRequests
+) -> None:
     sglang_lifespan = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
@@ -355,7 +364,7 @@ def _wrap_lifespan(app, runtime: SGLangRuntime, specs: list[EndpointSpec]) -> No
             # request; arm it now so a SIGTERM before any request drains the same way.
             tm.auto_create_handle_loop()
             watchdog = asyncio.create_task(
-                _abort_when_drain_times_out(tm, runtime.options.shutdown_timeout)
+                _abort_when_drain_times_out(tm, runtime.options.shutdown_timeout, in_flight)
             )
             for spec in specs:
                 if spec.on_startup is not None:
@@ -400,7 +409,7 @@ def install(app, options: ServeOptions, specs: list[EndpointSpec], enable_metric
     app.add_middleware(
         RequestGuard, policy=policy, runtime=runtime, metrics=_guard_metrics(enable_metrics)
     )
-    _wrap_lifespan(app, runtime, specs)
+    _wrap_lifespan(app, runtime, specs, policy.in_flight)
     return runtime
 
 
