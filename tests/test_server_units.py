@@ -318,3 +318,13 @@ def test_guard_answers_503_to_requests_stopped_at_shutdown():
     asyncio.run(main())
     assert sent[0]["status"] == 503 and b"shut down" in sent[1]["body"]
     assert len(runtime.aborted) == 1 and admission.requests == 0
+
+
+def test_app_modules_load_by_name_and_cli_rejects_bad_options_before_starting(capsys):
+    from prefillonly_sgl.cli import main
+
+    specs = load_app_endpoints(["server_app_example"])  # tests/ is on sys.path
+    assert [s.path for s in specs] == ["/classify/sentiment", "/rank/relevance"]
+    assert main(["serve", "--patches", "no-such-patch"]) == 2
+    assert "no-such-patch" in capsys.readouterr().err
+    assert main(["serve", "--app", "no_such_module_anywhere"]) == 2

@@ -200,11 +200,21 @@ class RequestGuard:
             await send_json_error(send, 503, refusal, headers=[(b"retry-after", b"1")])
             return
         self.metrics.pending(admission.requests, admission.prompts)
+        released = False
+
+        def release() -> None:
+            # At the last response byte, not when the task ends: a keep-alive client's
+            # next request may arrive before this task's clean-up has run.
+            nonlocal released
+            if not released:
+                released = True
+                admission.release(prompts)
+                self.metrics.pending(admission.requests, admission.prompts)
+
         try:
-            await self._run(scope, receive, send, body, path)
+            await self._run(scope, receive, send, body, path, release)
         finally:
-            admission.release(prompts)
-            self.metrics.pending(admission.requests, admission.prompts)
+            release()
 
     async def _read_body(self, scope, receive) -> bytes:
         limit = self.policy.max_request_bytes
@@ -230,7 +240,7 @@ class RequestGuard:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _run(self, scope, receive, send, body: bytes, path: str) -> None:
+    async def _run(self, scope, receive, send, body: bytes, path: str, release) -> None:
         record = RequestRecord(path=path)
         started = time.perf_counter()
         disconnected = asyncio.Event()
@@ -255,6 +265,8 @@ class RequestGuard:
             elif message["type"] == "http.response.body" and not message.get("more_body"):
                 response["complete"] = True
             await send(message)
+            if response["complete"]:
+                release()
 
         token = CURRENT_REQUEST.set(record)
         try:
