@@ -211,6 +211,8 @@ BAD_REQUESTS = [
     ("generate-negative-tokens", "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": -1}}, 400, "max_new_tokens"),  # noqa: E501
     ("generate-wrong-type", "/generate", {"text": 5}, 400, "text must be"),
     ("completions-empty-prompt", "/v1/completions", {"model": "default", "prompt": ""}, 400, "prompt is empty"),  # noqa: E501
+    ("chat-absurd-n", "/v1/chat/completions", {"model": "default", "messages": [], "n": 10**6}, 413, "at most"),  # noqa: E501
+    ("generate-absurd-n", "/generate", {"text": "hi", "sampling_params": {"n": 10**6}}, 413, "at most"),  # noqa: E501
     ("chat-wrong-type", "/v1/chat/completions", {"model": "default", "messages": "hi"}, 400, "messages"),  # noqa: E501
     ("label-not-one-token", "/v1/score_labels", {"items": ["a"], "labels": [" Yes", "history books"]}, 400, "not one"),  # noqa: E501
     ("label-words-duplicate", "/v1/score_labels", {"items": ["a"], "labels": [" Yes", " Yes"]}, 400, "same token"),  # noqa: E501

@@ -90,6 +90,8 @@ def test_generate_body_checks():
         ({"text": "a", "input_ids": [1]}, "not both"),
         ({}, "text is missing"),
         ({"text": "a", "sampling_params": 3}, "sampling_params must be an object"),
+        ({"text": "a", "sampling_params": {"n": 0}}, "must be a positive integer"),
+        ({"text": "a", "sampling_params": {"n": 11}}, "at most 10"),
     ]:
         with pytest.raises(InvalidRequestError, match=message):
             check_generate_body(bad, LIMITS, 10)

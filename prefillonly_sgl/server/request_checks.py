@@ -192,8 +192,19 @@ def check_generate_body(body: object, limits: ModelLimits, max_prompts: int) -> 
     sampling = body.get("sampling_params")
     if sampling is not None and not isinstance(sampling, dict | list):
         raise InvalidRequestError(f"sampling_params must be an object, got {_json_type(sampling)}")
+    if isinstance(sampling, dict):
+        n *= _copies(sampling.get("n"), "sampling_params.n")
     check_prompt_count(n, "text" if text is not None else "input_ids", max_prompts)
     return n
+
+
+def _copies(value: object, name: str) -> int:
+    """Parallel samples per prompt (`n`): each is a sequence the server runs."""
+    if value is None:
+        return 1
+    if type(value) is not int or value < 1:
+        raise InvalidRequestError(f"{name} must be a positive integer, got {value!r}")
+    return value
 
 
 def check_completions_body(body: object, limits: ModelLimits, max_prompts: int) -> int:
@@ -202,12 +213,15 @@ def check_completions_body(body: object, limits: ModelLimits, max_prompts: int) 
     prompt = body.get("prompt")
     if prompt is None:
         raise InvalidRequestError("prompt is missing")
-    n = _check_text_or_ids_prompts(prompt, "prompt", limits)
+    n = _check_text_or_ids_prompts(prompt, "prompt", limits) * _copies(body.get("n"), "n")
     check_prompt_count(n, "prompt", max_prompts)
     return n
 
 
-def check_object_body(body: object) -> int:
-    """Any other JSON work endpoint: a JSON object, one prompt for admission."""
-    _require_object(body)
-    return 1
+def check_object_body(body: object, max_prompts: int | None = None) -> int:
+    """Any other JSON work endpoint: a JSON object, one prompt (times OpenAI's `n`)."""
+    body = _require_object(body)
+    n = _copies(body.get("n"), "n")
+    if max_prompts is not None:
+        check_prompt_count(n, "request", max_prompts)
+    return n

@@ -134,7 +134,7 @@ class SGLangRuntime:
                 return 1
             check_prompt_count(n, "request", max_prompts)
             return n
-        return check_object_body(body)
+        return check_object_body(body, max_prompts)
 
     def abort(self, record: RequestRecord) -> None:
         tm = self.tokenizer_manager
