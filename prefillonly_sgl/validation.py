@@ -99,3 +99,25 @@ def validate_score_request(
                 f"context_length when starting the engine, or shorten the prompt)"
             )
     return query, items, labels
+
+
+def single_token_label_ids(tokenizer, labels: object) -> list[int]:
+    """Token ids of label words (e.g. [" Yes", " No"]); each must be exactly one token of
+    `tokenizer` (encoded without special tokens, as it would follow the prompt)."""
+    if not isinstance(labels, list | tuple) or not labels:
+        raise InvalidRequestError("labels must be a non-empty list of label strings")
+    ids = []
+    for label in labels:
+        if not isinstance(label, str) or not label:
+            raise InvalidRequestError(f"labels must be non-empty strings, got {label!r}")
+        tokens = tokenizer.encode(label, add_special_tokens=False)
+        if len(tokens) != 1:
+            raise InvalidRequestError(
+                f"label {label!r} is {len(tokens)} tokens {tokens}, not one: a label must be "
+                "a single token (try a shorter word, or with/without a leading space)"
+            )
+        ids.append(tokens[0])
+    duplicates = sorted({label for label, i in zip(labels, ids) if ids.count(i) > 1})
+    if duplicates:
+        raise InvalidRequestError(f"labels {duplicates} are the same token")
+    return ids

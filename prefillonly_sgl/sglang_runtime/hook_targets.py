@@ -26,6 +26,40 @@ HOOK_TARGETS: dict[str, str] = {
         "calls sgl_kernel.copy_all_layer_kv_cache_cpu, provided by cpu_support"
     ),
     "sglang.srt.utils.common.is_cpu": "reads SGLANG_USE_CPU_ENGINE, set by cpu_support.boot",
+    # -- server (sglang_runtime/http_server.py) --
+    "sglang.srt.entrypoints.http_server.app": (
+        "SGLang's FastAPI app: we add a middleware, routes, an exception handler and wrap "
+        "its router.lifespan_context before it starts"
+    ),
+    "sglang.srt.entrypoints.http_server.get_global_state": (
+        "the running TokenizerManager (limits, tokenizer, score_request, abort_request)"
+    ),
+    "sglang.srt.entrypoints.http_server.validate_json_request": (
+        "content-type check kept on our replacement /v1/score route"
+    ),
+    "sglang.srt.entrypoints.openai.protocol.ScoringRequest": "body model of /v1/score",
+    "sglang.srt.entrypoints.openai.serving_score.OpenAIServingScore.handle_request": (
+        "SGLang's /v1/score handler, called by our route (app.state.openai_serving_score)"
+    ),
+    "sglang.launch_server.run_server": "runs the server exactly as `sglang serve` does",
+    "sglang.srt.server_args.prepare_server_args": "parses every SGLang flag given to serve",
+    "sglang.srt.server_args.ServerArgs.add_cli_args": "lists SGLang's flags in serve --help",
+    "sglang.srt.utils.kill_process_tree": "no worker process outlives `serve`",
+    "sglang.srt.managers.tokenizer_manager.TokenizerManager.generate_request": (
+        "wrapped per instance: records each HTTP request's rids and meta_info (usage)"
+    ),
+    "sglang.srt.managers.tokenizer_manager.TokenizerManager.score_request": (
+        "scoring for typed endpoints (ServerContext.score)"
+    ),
+    "sglang.srt.managers.tokenizer_manager.TokenizerManager.abort_request": (
+        "aborts a disconnected client's prompts; abort_all after --shutdown-timeout"
+    ),
+    "sglang.srt.managers.tokenizer_manager.TokenizerManager.auto_create_handle_loop": (
+        "arms SGLang's SIGTERM drain at start-up instead of at the first request"
+    ),
+    "sglang.srt.managers.tokenizer_manager.TokenizerManager.gracefully_exit": (
+        "set by SGLang's SIGTERM handler: we refuse new work (503) while it drains"
+    ),
     # -- plugin mechanism --
     "sglang.srt.plugins.load_plugins": "runs our entry point in every SGLang process",
     "sglang.srt.plugins.hook_registry.HookRegistry.register": "how runtime patches attach",

@@ -1,0 +1,309 @@
+"""RequestGuard: the ASGI middleware in front of every work endpoint (plain Python).
+
+For each POST to a guarded path (the endpoints that run the model) it, in order:
+1. answers 503 while the server drains for shutdown (SIGTERM);
+2. reads the body, at most max_request_bytes (413 beyond), checks that it is UTF-8 JSON
+   and runs the path's check (400 / 413 with a message naming the problem);
+3. admits it under AdmissionControl or answers 503 with Retry-After;
+4. runs the endpoint with a RequestRecord in CURRENT_REQUEST, through which the SGLang
+   side records the request's rids and usage; the usage goes out as x-prefillonly-*
+   response headers;
+5. watches the connection: if the client goes away before the response is complete, the
+   request's work is aborted in SGLang (runtime.abort) and the endpoint task cancelled,
+   instead of SGLang noticing only every few seconds, and only for one prompt of a batch;
+6. on policy.in_flight.stop_all() (shutdown timeout), aborts the work the same way and
+   answers 503 with the reason.
+Other paths (health, metrics, admin endpoints) pass through untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.server.admission import AdmissionControl
+from prefillonly_sgl.server.request_checks import RequestTooLargeError, parse_json_body
+from prefillonly_sgl.server.usage import RequestUsage
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RequestRecord:
+    """What the SGLang side learns about one HTTP request while it runs."""
+
+    path: str
+    usage: RequestUsage = field(default_factory=RequestUsage)
+    sglang_requests: list[Any] = field(default_factory=list)  # GenerateReqInput objects
+
+
+CURRENT_REQUEST: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
+    "prefillonly_current_request", default=None
+)
+
+
+class GuardRuntime(Protocol):
+    """The server the guard protects (SGLang's, in sglang_runtime/http_server.py)."""
+
+    def shutting_down(self) -> bool: ...
+
+    def check(self, path: str, body: object) -> int:
+        """Raises InvalidRequestError; returns the number of prompts."""
+        ...
+
+    def abort(self, record: RequestRecord) -> None: ...
+
+
+class GuardMetrics:
+    """No-op metrics; metrics.PrometheusGuardMetrics records them."""
+
+    def pending(self, requests: int, prompts: int) -> None:
+        pass
+
+    def rejected(self, reason: str) -> None:
+        pass
+
+    def finished(self, path: str, status: int, seconds: float, usage: RequestUsage) -> None:
+        pass
+
+    def disconnected(self) -> None:
+        pass
+
+
+class InFlightRequests:
+    """Lets the shutdown path stop every guarded request still running: each gets a 503
+    naming the reason, and its work is aborted in SGLang."""
+
+    def __init__(self) -> None:
+        self._stopped: asyncio.Future | None = None
+
+    def _future(self) -> asyncio.Future:
+        if self._stopped is None:
+            self._stopped = asyncio.get_running_loop().create_future()
+        return self._stopped
+
+    async def wait_for_stop(self) -> str:
+        return await asyncio.shield(self._future())
+
+    def stop_all(self, message: str) -> None:
+        if not self._future().done():
+            self._stopped.set_result(message)
+
+
+@dataclass
+class GuardPolicy:
+    guarded_paths: set[str]
+    max_request_bytes: int
+    admission: AdmissionControl
+    in_flight: InFlightRequests = field(default_factory=InFlightRequests)
+
+
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    413: "RequestTooLargeError",
+    503: "ServiceUnavailableError",
+}
+
+
+async def send_json_error(send, status: int, message: str, headers=()) -> None:
+    """SGLang's own error shape (protocol.ErrorResponse), so stock clients parse it."""
+    body = orjson.dumps(
+        {
+            "object": "error",
+            "message": message,
+            "type": _ERROR_TYPES.get(status, "Error"),
+            "param": None,
+            "code": status,
+        }
+    )
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class RequestGuard:
+    def __init__(
+        self,
+        app,
+        policy: GuardPolicy,
+        runtime: GuardRuntime,
+        metrics: Callable[[], GuardMetrics] = GuardMetrics,
+    ) -> None:
+        self.app = app
+        self.policy = policy
+        self.runtime = runtime
+        self._metrics_factory = metrics
+        self._metrics: GuardMetrics | None = None
+
+    @property
+    def metrics(self) -> GuardMetrics:
+        # Created on first use: Prometheus' multiprocess mode must be set up first.
+        if self._metrics is None:
+            self._metrics = self._metrics_factory()
+        return self._metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["method"] not in ("POST", "PUT")
+            or scope["path"] not in self.policy.guarded_paths
+        ):
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        if self.runtime.shutting_down():
+            self.metrics.rejected("shutting_down")
+            await send_json_error(
+                send, 503, "server is shutting down; send the request to another replica"
+            )
+            return
+        try:
+            body = await self._read_body(scope, receive)
+            prompts = self.runtime.check(path, parse_json_body(body))
+        except _ClientGone:
+            return
+        except RequestTooLargeError as e:
+            self.metrics.rejected("too_large")
+            await send_json_error(send, 413, str(e))
+            return
+        except InvalidRequestError as e:
+            self.metrics.rejected("invalid")
+            await send_json_error(send, 400, str(e))
+            return
+
+        admission = self.policy.admission
+        refusal = admission.admit(prompts)
+        if refusal is not None:
+            self.metrics.rejected("overloaded")
+            await send_json_error(send, 503, refusal, headers=[(b"retry-after", b"1")])
+            return
+        self.metrics.pending(admission.requests, admission.prompts)
+        released = False
+
+        def release() -> None:
+            # At the last response byte, not when the task ends: a keep-alive client's
+            # next request may arrive before this task's clean-up has run.
+            nonlocal released
+            if not released:
+                released = True
+                admission.release(prompts)
+                self.metrics.pending(admission.requests, admission.prompts)
+
+        try:
+            await self._run(scope, receive, send, body, path, release)
+        finally:
+            release()
+
+    async def _read_body(self, scope, receive) -> bytes:
+        limit = self.policy.max_request_bytes
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                raise RequestTooLargeError(
+                    f"request body is {int(value)} bytes, larger than the {limit} this server "
+                    "accepts (--max-request-bytes)"
+                )
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise RequestTooLargeError(
+                    f"request body is larger than the {limit} bytes this server accepts "
+                    "(--max-request-bytes)"
+                )
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _run(self, scope, receive, send, body: bytes, path: str, release) -> None:
+        record = RequestRecord(path=path)
+        started = time.perf_counter()
+        disconnected = asyncio.Event()
+        body_given = False
+        response = {"status": 500, "started": False, "complete": False}
+
+        async def replay_receive():
+            nonlocal body_given
+            if not body_given:
+                body_given = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await disconnected.wait()  # returns at once when set (is_disconnected() polls)
+            return {"type": "http.disconnect"}
+
+        async def send_with_usage(message):
+            if message["type"] == "http.response.start":
+                response["status"], response["started"] = message["status"], True
+                message = {
+                    **message,
+                    "headers": [*message.get("headers", []), *record.usage.headers()],
+                }
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                response["complete"] = True
+            await send(message)
+            if response["complete"]:
+                release()
+
+        token = CURRENT_REQUEST.set(record)
+        try:
+            # Both tasks copy the context, so the endpoint sees `record`.
+            endpoint = asyncio.create_task(self.app(scope, replay_receive, send_with_usage))
+            watcher = asyncio.create_task(receive())
+        finally:
+            CURRENT_REQUEST.reset(token)
+        stop = asyncio.create_task(self.policy.in_flight.wait_for_stop())
+        try:
+            await asyncio.wait({endpoint, watcher, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not endpoint.done() and not response["complete"]:
+                if watcher.done() and watcher.result()["type"] == "http.disconnect":
+                    disconnected.set()
+                    self.metrics.disconnected()
+                    logger.info("client disconnected from %s: aborting its work", path)
+                    self.runtime.abort(record)
+                    endpoint.cancel()
+                elif stop.done():
+                    logger.warning("shutdown: aborting a request to %s still running", path)
+                    self.runtime.abort(record)
+                    endpoint.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await endpoint
+                    if not response["started"]:
+                        response["status"] = 503
+                        await send_json_error(send, 503, stop.result())
+            with contextlib.suppress(asyncio.CancelledError):
+                await endpoint
+        finally:
+            for task in (watcher, stop):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            if not endpoint.done():  # we were cancelled ourselves
+                self.runtime.abort(record)
+                endpoint.cancel()
+            self.metrics.finished(
+                path, response["status"], time.perf_counter() - started, record.usage
+            )

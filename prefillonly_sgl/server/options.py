@@ -1,0 +1,184 @@
+"""Command-line options of `prefillonly serve` (plain Python, no SGLang at import).
+
+`serve` accepts its own few options plus every SGLang server flag. Ours are parsed here;
+the rest goes unchanged to SGLang's own parser (sglang.srt.server_args.prepare_server_args),
+with per-device defaults added only for the flags the user did not give.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefillonly_sgl.device_defaults import CPU_DEFAULT_MAX_TOTAL_TOKENS
+
+DEFAULT_MAX_PENDING_REQUESTS = 256
+DEFAULT_MAX_PENDING_PROMPTS = 4096
+DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
+DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """What `serve` adds on top of SGLang's server (see add_serve_options for meanings)."""
+
+    apps: tuple[str, ...] = ()
+    max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
+    max_pending_prompts: int = DEFAULT_MAX_PENDING_PROMPTS
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S
+    patches: str | None = None  # None: every runtime patch this version has
+    metrics: bool = True
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def add_serve_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "prefillonly options",
+        "Everything else on the command line is an SGLang server flag (listed below) and "
+        "is passed to SGLang unchanged. Defaults filled in when not given: --model-path "
+        "(the embedded SmolLM2-135M-Instruct), --device (cuda if available, else cpu), "
+        "--attention-backend (cpu: torch_native, cuda: flashinfer), --max-total-tokens "
+        f"(cpu: {CPU_DEFAULT_MAX_TOTAL_TOKENS}), --enable-metrics, --enable-cache-report.",
+    )
+    group.add_argument(
+        "--app",
+        dest="apps",
+        action="append",
+        default=[],
+        metavar="MODULE_OR_FILE",
+        help="a Python module name or .py file whose classifiers/rankers become typed JSON "
+        "endpoints (see docs/server.md); repeatable",
+    )
+    group.add_argument(
+        "--max-pending-requests",
+        type=_positive_int,
+        default=DEFAULT_MAX_PENDING_REQUESTS,
+        help="work requests admitted at once (tokenizing, queued or running); more are "
+        f"answered 503 with Retry-After (default {DEFAULT_MAX_PENDING_REQUESTS})",
+    )
+    group.add_argument(
+        "--max-pending-prompts",
+        type=_positive_int,
+        default=DEFAULT_MAX_PENDING_PROMPTS,
+        help="prompts (score items, generate batch entries) admitted at once; more are "
+        "answered 503, and a single request with more is answered 413 "
+        f"(default {DEFAULT_MAX_PENDING_PROMPTS})",
+    )
+    group.add_argument(
+        "--max-request-bytes",
+        type=_positive_int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        help=f"largest request body; larger ones get 413 (default {DEFAULT_MAX_REQUEST_BYTES})",
+    )
+    group.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=DEFAULT_SHUTDOWN_TIMEOUT_S,
+        help="on SIGTERM, seconds in-flight requests get to finish before they are aborted "
+        "(new requests get 503 meanwhile; default %(default)s)",
+    )
+    group.add_argument(
+        "--patches",
+        default=None,
+        metavar="NAMES",
+        help="comma-separated prefill-only runtime patches to apply (default: all; '' for "
+        "none, i.e. stock SGLang behaviour)",
+    )
+    group.add_argument(
+        "--no-metrics",
+        dest="metrics",
+        action="store_false",
+        help="do not turn on SGLang's Prometheus metrics (/metrics) by default",
+    )
+
+
+def parse_serve_argv(argv: list[str]) -> tuple[ServeOptions, list[str]]:
+    """Split argv into our options and the SGLang flags (returned unchanged, in order)."""
+    parser = argparse.ArgumentParser(prog="prefillonly serve", add_help=False, allow_abbrev=False)
+    add_serve_options(parser)
+    ours, rest = parser.parse_known_args(argv)
+    return (
+        ServeOptions(
+            apps=tuple(ours.apps),
+            max_pending_requests=ours.max_pending_requests,
+            max_pending_prompts=ours.max_pending_prompts,
+            max_request_bytes=ours.max_request_bytes,
+            shutdown_timeout=ours.shutdown_timeout,
+            patches=ours.patches,
+            metrics=ours.metrics,
+        ),
+        rest,
+    )
+
+
+def given_flags(argv: list[str]) -> set[str]:
+    """The long flags present in argv (`--x v` and `--x=v` forms), plus keys of a --config
+    file, so defaults never override what the user chose anywhere."""
+    flags = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            flags |= _config_file_flags(argv[i + 1])
+        elif arg.startswith("--config="):
+            flags |= _config_file_flags(arg.split("=", 1)[1])
+    if "--model" in flags:  # SGLang's alias of --model-path
+        flags.add("--model-path")
+    return flags
+
+
+def _config_file_flags(path: str) -> set[str]:
+    try:
+        import yaml
+
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except Exception:  # SGLang's own parser reports a bad config file
+        return set()
+    return {"--" + str(key).replace("_", "-") for key in data} if isinstance(data, dict) else set()
+
+
+def device_of(argv: list[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == "--device" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--device="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def server_defaults(device: str, metrics: bool = True) -> list[tuple[str, str | None]]:
+    """(flag, value) pairs `serve` adds when absent; value None is a switch."""
+    defaults: list[tuple[str, str | None]] = [("--device", device)]
+    if device == "cpu":
+        defaults += [
+            ("--attention-backend", "torch_native"),
+            ("--max-total-tokens", str(CPU_DEFAULT_MAX_TOTAL_TOKENS)),
+        ]
+    elif device == "cuda":
+        defaults += [("--attention-backend", "flashinfer")]
+    if metrics:
+        # Queue length, latency histograms and prefix-cache hit rate on /metrics, and
+        # per-request queue time in meta_info (read by the usage report).
+        defaults += [("--enable-metrics", None)]
+    defaults += [("--enable-cache-report", None)]  # cached_tokens in OpenAI-style usage
+    return defaults
+
+
+def with_defaults(
+    sglang_argv: list[str], device: str, metrics: bool, default_model: str | None
+) -> list[str]:
+    """sglang_argv plus the defaults for every flag not given (user values always win)."""
+    given = given_flags(sglang_argv)
+    added: list[str] = []
+    if "--model-path" not in given and default_model is not None:
+        added += ["--model-path", default_model]
+    for flag, value in server_defaults(device, metrics):
+        if flag not in given:
+            added += [flag] if value is None else [flag, value]
+    return list(sglang_argv) + added

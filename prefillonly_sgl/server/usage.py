@@ -1,0 +1,76 @@
+"""Per-request usage, aggregated from SGLang's per-prompt meta_info (plain Python).
+
+SGLang reports, for each prompt it finishes, a meta_info dict with prompt_tokens,
+cached_tokens (prefix-cache hits) and, with --enable-metrics, queue_time (seconds waited
+in the scheduler queue), forward_entry_time and prefill_finished_time (wall-clock
+timestamps). A request with several prompts (a /v1/score batch) sums the token counts;
+its queue time is the longest wait of its prompts, and its running time spans from the
+first prompt entering a forward batch to the last one finishing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RequestUsage:
+    by_prompt: dict[str, dict] = field(default_factory=dict)  # rid -> latest meta_info
+
+    def add_output(self, out: object) -> None:
+        """Records one output of SGLang's generate_request (a dict or a list of dicts).
+        Streaming outputs repeat a prompt's meta_info; the latest one wins."""
+        for one in out if isinstance(out, list) else [out]:
+            meta = one.get("meta_info") if isinstance(one, dict) else None
+            if isinstance(meta, dict) and "prompt_tokens" in meta:
+                self.by_prompt[str(meta.get("id", len(self.by_prompt)))] = meta
+
+    @property
+    def prompts(self) -> int:
+        return len(self.by_prompt)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(int(m.get("prompt_tokens") or 0) for m in self.by_prompt.values())
+
+    @property
+    def cached_tokens(self) -> int:
+        return sum(int(m.get("cached_tokens") or 0) for m in self.by_prompt.values())
+
+    @property
+    def queue_time(self) -> float | None:
+        times = [m["queue_time"] for m in self.by_prompt.values() if m.get("queue_time")]
+        return max(times) if times else None
+
+    @property
+    def running_time(self) -> float | None:
+        metas = self.by_prompt.values()
+        starts = [m["forward_entry_time"] for m in metas if m.get("forward_entry_time")]
+        ends = [m["prefill_finished_time"] for m in metas if m.get("prefill_finished_time")]
+        if starts and ends:
+            return max(0.0, max(ends) - min(starts))
+        return None
+
+    def as_dict(self) -> dict:
+        """The fields added to a response's usage (OpenAI-style names where they exist)."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+            "queue_time": self.queue_time,
+            "running_time": self.running_time,
+        }
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        if not self.by_prompt:
+            return []
+        values = {
+            b"x-prefillonly-prompt-tokens": self.prompt_tokens,
+            b"x-prefillonly-cached-tokens": self.cached_tokens,
+            b"x-prefillonly-queue-time": self.queue_time,
+            b"x-prefillonly-running-time": self.running_time,
+        }
+        return [
+            (name, (f"{v:.6f}" if isinstance(v, float) else str(v)).encode())
+            for name, v in values.items()
+            if v is not None
+        ]

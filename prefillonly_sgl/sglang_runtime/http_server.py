@@ -1,0 +1,442 @@
+"""`prefillonly serve` on SGLang's own HTTP server.
+
+SGLang's server is a module-level FastAPI `app` (sglang.srt.entrypoints.http_server) run
+by uvicorn in the main process, with the scheduler and detokenizer in spawned processes.
+Before it starts we add to that same app, so every SGLang endpoint and client keeps
+working:
+- the RequestGuard middleware (prefillonly_sgl/server/guard.py) on the work endpoints;
+- a /v1/score route that calls SGLang's handler and adds cached tokens and queue/running
+  time to the response's `usage`;
+- a RequestValidationError handler with short messages (SGLang's own embeds a traceback
+  line), except on the paths whose error format SGLang documents;
+- the typed endpoints of EndpointSpecs (`--app`);
+- a lifespan wrapper that, once SGLang is up, records usage and rids from the tokenizer
+  manager's generate_request, arms SGLang's SIGTERM drain at once, aborts what is still
+  running --shutdown-timeout seconds after SIGTERM, and runs the endpoints' on_startup.
+Then sglang.launch_server.run_server runs the server exactly as `sglang serve` would.
+"""
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+
+import orjson
+
+from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.server.admission import AdmissionControl
+from prefillonly_sgl.server.endpoints import EndpointSpec, check_unique_paths
+from prefillonly_sgl.server.guard import (
+    CURRENT_REQUEST,
+    GuardMetrics,
+    GuardPolicy,
+    InFlightRequests,
+    RequestGuard,
+    RequestRecord,
+)
+from prefillonly_sgl.server.options import ServeOptions
+from prefillonly_sgl.server.request_checks import (
+    check_completions_body,
+    check_generate_body,
+    check_object_body,
+    check_prompt_count,
+    check_score_body,
+)
+from prefillonly_sgl.validation import ModelLimits, validate_score_request
+
+logger = logging.getLogger(__name__)
+
+# SGLang endpoints that run the model: guarded (checked, admitted, drained on shutdown).
+WORK_PATHS = {
+    "/generate",
+    "/v1/score",
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/v1/embeddings",
+    "/encode",
+    "/classify",
+    "/v1/classify",
+    "/v1/rerank",
+    "/v1/decisions",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/systemone",
+    "/invocations",
+    "/api/generate",
+    "/api/chat",
+}
+# Paths whose validation-error format SGLang documents per API: left to SGLang's handler.
+_OWN_ERROR_FORMAT_PREFIXES = ("/v1/messages", "/v1/responses", "/v1/systemone")
+
+
+def _tokenizer_manager():
+    from sglang.srt.entrypoints.http_server import get_global_state
+
+    state = get_global_state()
+    if state is None:
+        raise RuntimeError("SGLang's server is not initialised yet")
+    return state.tokenizer_manager
+
+
+class SGLangRuntime:
+    """The GuardRuntime of SGLang's server, and what endpoint contexts are built on."""
+
+    def __init__(self, options: ServeOptions, app_specs: list[EndpointSpec]) -> None:
+        self.options = options
+        self._app_specs = {spec.path: spec for spec in app_specs}
+        self._limits: ModelLimits | None = None
+
+    @property
+    def tokenizer_manager(self):
+        return _tokenizer_manager()
+
+    @property
+    def limits(self) -> ModelLimits:
+        if self._limits is None:
+            tm = self.tokenizer_manager
+            self._limits = ModelLimits(
+                vocab_size=int(tm.model_config.vocab_size),
+                max_prompt_tokens=int(tm.max_req_input_len),
+            )
+        return self._limits
+
+    def count_prompt_tokens(self, first, second) -> int:
+        if isinstance(first, str):
+            # SGLang tokenizes the concatenated text (special tokens included).
+            return len(self.tokenizer_manager.tokenizer.encode(f"{first}{second}"))
+        return len(first) + len(second)
+
+    # -- GuardRuntime --
+    def shutting_down(self) -> bool:
+        return bool(self.tokenizer_manager.gracefully_exit)
+
+    def check(self, path: str, body: object) -> int:
+        max_prompts = self.options.max_pending_prompts
+        if path == "/v1/score":
+            return check_score_body(
+                body,
+                self.limits,
+                self.count_prompt_tokens,
+                max_prompts,
+                labels_required=self.tokenizer_manager.is_generation,
+            )
+        if path == "/generate":
+            return check_generate_body(body, self.limits, max_prompts)
+        if path == "/v1/completions":
+            return check_completions_body(body, self.limits, max_prompts)
+        spec = self._app_specs.get(path)
+        if spec is not None and spec.count_prompts is not None:
+            check_object_body(body)
+            try:
+                n = max(1, int(spec.count_prompts(body)))
+            except Exception:  # a malformed body: the request model's validation says why
+                return 1
+            check_prompt_count(n, "request", max_prompts)
+            return n
+        return check_object_body(body, max_prompts)
+
+    def abort(self, record: RequestRecord) -> None:
+        tm = self.tokenizer_manager
+        for obj in record.sglang_requests:
+            rids = obj.rid if isinstance(obj.rid, list) else [obj.rid]
+            for rid in rids:
+                if rid:
+                    tm.abort_request(rid)
+
+
+class ServerContext:
+    """What an EndpointSpec handler gets (protocol: server/endpoints.ServerContext)."""
+
+    def __init__(self, runtime: SGLangRuntime, raw_request=None) -> None:
+        self._runtime = runtime
+        self._raw_request = raw_request
+
+    @property
+    def tokenizer_manager(self):
+        return self._runtime.tokenizer_manager
+
+    @property
+    def tokenizer(self):
+        return self._runtime.tokenizer_manager.tokenizer
+
+    @property
+    def limits(self) -> ModelLimits:
+        return self._runtime.limits
+
+    @property
+    def usage(self):
+        record = CURRENT_REQUEST.get()
+        return record.usage if record is not None else None
+
+    async def score(self, query, items, label_token_ids, apply_softmax=True, item_first=False):
+        """prefillonly_sgl.Engine.score semantics, on the server's engine."""
+        from prefillonly_sgl.engine import ScoreResult
+
+        count = self._runtime.count_prompt_tokens
+        if item_first:
+            count = lambda q, item: self._runtime.count_prompt_tokens(item, q)  # noqa: E731
+        query, items, labels = validate_score_request(
+            query, items, label_token_ids, self.limits, count
+        )
+        try:
+            result = await self.tokenizer_manager.score_request(
+                query=query,
+                items=items,
+                label_token_ids=labels,
+                apply_softmax=apply_softmax,
+                item_first=item_first,
+                request=self._raw_request,
+            )
+        except ValueError as e:  # SGLang's way of refusing a request
+            raise InvalidRequestError(str(e)) from e
+        return ScoreResult(scores=result.scores, prompt_tokens=result.prompt_tokens)
+
+
+def _json_response(content, status: int = 200):
+    from fastapi.responses import Response
+
+    return Response(orjson.dumps(content), status_code=status, media_type="application/json")
+
+
+def _error_response(status: int, message: str):
+    """SGLang's error shape (protocol.ErrorResponse), as the guard sends it too."""
+    return _json_response(
+        {
+            "object": "error",
+            "message": message,
+            "type": "BadRequestError" if status == 400 else "Error",
+            "param": None,
+            "code": status,
+        },
+        status,
+    )
+
+
+def _validation_message(errors) -> str:
+    parts = []
+    for error in errors:
+        loc = [str(p) for p in error.get("loc", ()) if p != "body"]
+        where = ".".join(loc)
+        parts.append(f"{where}: {error.get('msg', 'invalid')}" if where else error.get("msg"))
+    text = "; ".join(p for p in parts if p) or "invalid request"
+    return text if len(text) <= 1000 else text[:1000] + "..."
+
+
+def _install_validation_handler(app) -> None:
+    from fastapi.exceptions import RequestValidationError
+
+    sglang_handler = app.exception_handlers.get(RequestValidationError)
+
+    async def handler(request, exc):
+        if sglang_handler is not None and request.url.path.startswith(_OWN_ERROR_FORMAT_PREFIXES):
+            return await sglang_handler(request, exc)
+        return _error_response(400, f"invalid request: {_validation_message(exc.errors())}")
+
+    app.exception_handlers[RequestValidationError] = handler
+
+
+def _replace_score_route(app) -> None:
+    """/v1/score: SGLang's handler, then this request's usage merged into `usage`."""
+    from fastapi import Depends, Request
+    from fastapi.routing import APIRoute
+    from sglang.srt.entrypoints.http_server import validate_json_request
+    from sglang.srt.entrypoints.openai.protocol import ScoringRequest
+
+    stock = [r for r in app.router.routes if isinstance(r, APIRoute) and r.path == "/v1/score"]
+    if len(stock) != 1:
+        raise RuntimeError(f"expected one SGLang /v1/score route, found {len(stock)}")
+
+    async def v1_score_request(request: ScoringRequest, raw_request: Request):
+        response = await raw_request.app.state.openai_serving_score.handle_request(
+            request, raw_request
+        )
+        record = CURRENT_REQUEST.get()
+        if record is None or not record.usage.prompts or response.status_code != 200:
+            return response
+        content = orjson.loads(response.body)
+        content["usage"] = {**(content.get("usage") or {}), **record.usage.as_dict()}
+        return _json_response(content)
+
+    v1_score_request.__doc__ = stock[0].endpoint.__doc__
+    app.router.routes.remove(stock[0])
+    app.add_api_route(
+        "/v1/score",
+        v1_score_request,
+        methods=["POST"],
+        dependencies=[Depends(validate_json_request)],
+    )
+
+
+def _add_endpoint(app, spec: EndpointSpec, runtime: SGLangRuntime) -> None:
+    from fastapi import Request
+
+    async def endpoint(body, raw_request):
+        try:
+            result = spec.handler(body, ServerContext(runtime, raw_request))
+            return await result if inspect.isawaitable(result) else result
+        except InvalidRequestError as e:
+            return _error_response(400, str(e))
+
+    # FastAPI reads the body model from the signature: give it the spec's types.
+    endpoint.__signature__ = inspect.Signature(
+        [
+            inspect.Parameter(
+                "body", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=spec.request_model
+            ),
+            inspect.Parameter(
+                "raw_request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request
+            ),
+        ]
+    )
+    app.add_api_route(
+        spec.path,
+        endpoint,
+        methods=["POST"],
+        response_model=spec.response_model,
+        summary=spec.summary,
+        description=spec.description or inspect.getdoc(spec.handler),
+        tags=list(spec.tags),
+        name=spec.path.strip("/").replace("/", "_") or "root",
+    )
+
+
+def _record_generate_requests(tm) -> None:
+    """Wraps this tokenizer manager's generate_request (every endpoint's way into SGLang)
+    so that the current HTTP request's RequestRecord gets its rids and meta_info."""
+    original = tm.generate_request
+
+    async def recorded(stream, record: RequestRecord):
+        try:
+            async for out in stream:
+                record.usage.add_output(out)
+                yield out
+        finally:
+            await stream.aclose()
+
+    def generate_request(obj, request=None):
+        record = CURRENT_REQUEST.get()
+        if record is None:
+            return original(obj, request)
+        record.sglang_requests.append(obj)
+        return recorded(original(obj, request), record)
+
+    tm.generate_request = generate_request
+
+
+async def _abort_when_drain_times_out(tm, timeout: float, in_flight: InFlightRequests) -> None:
+    """SGLang drains in-flight requests on SIGTERM and waits for them without limit; after
+    `timeout` seconds we stop the rest: guarded requests get a 503 naming the reason, and
+    anything else left in SGLang is aborted, so the server exits."""
+    while not tm.gracefully_exit:
+        await asyncio.sleep(0.5)
+    logger.warning(
+        "SIGTERM: refusing new requests, %d prompts in flight get %.0f s to finish",
+        len(tm.rid_to_state),
+        timeout,
+    )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while tm.rid_to_state and loop.time() < deadline:
+        await asyncio.sleep(0.2)
+    if tm.rid_to_state:
+        logger.warning("SIGTERM: aborting %d prompts still running", len(tm.rid_to_state))
+        in_flight.stop_all(
+            f"server shut down before this request finished (it had {timeout:g} s after "
+            "SIGTERM, --shutdown-timeout); retry on another replica"
+        )
+        await asyncio.sleep(1)
+        if tm.rid_to_state:  # work that did not come through the guard
+            tm.abort_request(abort_all=True)
+
+
+def _wrap_lifespan(
+    app, runtime: SGLangRuntime, specs: list[EndpointSpec], in_flight: InFlightRequests
+) -> None:
+    sglang_lifespan = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(fast_api_app):
+        async with sglang_lifespan(fast_api_app) as state:
+            tm = runtime.tokenizer_manager
+            _record_generate_requests(tm)
+            # SGLang arms its SIGTERM drain (tokenizer_manager.SignalHandler) on the first
+            # request; arm it now so a SIGTERM before any request drains the same way.
+            tm.auto_create_handle_loop()
+            watchdog = asyncio.create_task(
+                _abort_when_drain_times_out(tm, runtime.options.shutdown_timeout, in_flight)
+            )
+            for spec in specs:
+                if spec.on_startup is not None:
+                    result = spec.on_startup(ServerContext(runtime))
+                    if inspect.isawaitable(result):
+                        await result
+            try:
+                yield state
+            finally:
+                watchdog.cancel()
+
+    app.router.lifespan_context = lifespan
+
+
+def _guard_metrics(enabled: bool):
+    if not enabled:
+        return GuardMetrics
+    from prefillonly_sgl.server.metrics import PrometheusGuardMetrics
+
+    return PrometheusGuardMetrics
+
+
+def install(app, options: ServeOptions, specs: list[EndpointSpec], enable_metrics: bool):
+    """Adds everything `serve` adds to SGLang's FastAPI app (before it starts)."""
+    from fastapi.routing import APIRoute
+
+    from prefillonly_sgl.server.builtin_endpoints import BUILTIN_ENDPOINTS
+
+    taken = {r.path for r in app.router.routes if isinstance(r, APIRoute)}
+    specs = [*BUILTIN_ENDPOINTS, *specs]
+    check_unique_paths(specs, taken)
+    runtime = SGLangRuntime(options, specs)
+    _install_validation_handler(app)
+    _replace_score_route(app)
+    for spec in specs:
+        _add_endpoint(app, spec, runtime)
+    policy = GuardPolicy(
+        guarded_paths=WORK_PATHS | {spec.path for spec in specs},
+        max_request_bytes=options.max_request_bytes,
+        admission=AdmissionControl(options.max_pending_requests, options.max_pending_prompts),
+    )
+    app.add_middleware(
+        RequestGuard, policy=policy, runtime=runtime, metrics=_guard_metrics(enable_metrics)
+    )
+    _wrap_lifespan(app, runtime, specs, policy.in_flight)
+    return runtime
+
+
+def serve(sglang_argv: list[str], options: ServeOptions, specs: list[EndpointSpec]) -> int:
+    """Parses sglang_argv with SGLang's own parser and runs SGLang's server with our
+    additions. Blocks until the server exits."""
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.utils import kill_process_tree
+
+    load_plugins()  # as `sglang serve` does; PREFILLONLY_PATCHES is already set
+    server_args = prepare_server_args(sglang_argv)
+    if server_args.tokenizer_worker_num != 1:
+        raise SystemExit(
+            "prefillonly serve: --tokenizer-worker-num > 1 is not supported (the request "
+            "checks run in the main process's HTTP server)"
+        )
+    from sglang.launch_server import run_server
+    from sglang.srt.entrypoints.http_server import app
+
+    install(app, options, specs, enable_metrics=bool(server_args.enable_metrics))
+    if server_args.device == "cpu":
+        from prefillonly_sgl.sglang_runtime.offline_engine import _check_cpu_support
+
+        _check_cpu_support()
+    try:
+        run_server(server_args)
+    finally:
+        kill_process_tree(os.getpid(), include_parent=False)
+    return 0

@@ -1,0 +1,116 @@
+"""Start `prefillonly serve` as a real subprocess on localhost for the server tests.
+
+The server runs in its own process group (SGLang adds a scheduler, a detokenizer and a
+resource tracker), so a test can stop all of it and check that nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+START_TIMEOUT_S = 300  # SGLang's workers import for ~15-40 s on a busy 2-core machine
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "prefillonly_sgl", "serve", *args]
+
+
+def serve_env() -> dict:
+    # This checkout's package first (the environment may have another one installed).
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+class ServerProcess:
+    def __init__(self, model_path: Path, log_path: Path, *extra_args: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        args = [
+            "--model-path", str(model_path),
+            "--device", "cpu",
+            "--dtype", "float32",
+            "--max-total-tokens", "4096",
+            "--skip-server-warmup",
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            *extra_args,
+        ]  # fmt: skip
+        self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            serve_command(*args),
+            cwd=REPO,
+            env=serve_env(),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: pgid == pid
+        )
+
+    def log_tail(self, n: int = 60) -> str:
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-n:])
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(f"{self.url}/health", timeout=5).status_code == 200:
+                    return
+            time.sleep(1)
+        raise TimeoutError(f"server not healthy after {START_TIMEOUT_S} s:\n{self.log_tail()}")
+
+    def group_alive(self) -> bool:
+        try:
+            os.killpg(self.proc.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def wait_group_gone(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.proc.poll()
+            if not self.group_alive():
+                return True
+            time.sleep(0.2)
+        return False
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        if not self.wait_group_gone(60):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.wait_group_gone(10)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        self._log.close()
+
+
+@contextlib.contextmanager
+def running_server(model_path: Path, log_path: Path, *extra_args: str):
+    server = ServerProcess(model_path, log_path, *extra_args)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,332 @@
+"""The server's plain-Python parts, without starting SGLang: option defaults, request
+checks, admission, usage, the endpoint extension point and the ASGI guard."""
+
+from __future__ import annotations
+
+import asyncio
+import types
+
+import pytest
+from pydantic import BaseModel
+
+from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.server.admission import AdmissionControl
+from prefillonly_sgl.server.endpoints import (
+    ENDPOINT_PROTOCOL,
+    EndpointSpec,
+    collect_endpoints,
+    load_app_endpoints,
+)
+from prefillonly_sgl.server.guard import CURRENT_REQUEST, GuardPolicy, RequestGuard
+from prefillonly_sgl.server.options import parse_serve_argv, with_defaults
+from prefillonly_sgl.server.request_checks import (
+    RequestTooLargeError,
+    check_generate_body,
+    check_score_body,
+    parse_json_body,
+)
+from prefillonly_sgl.server.usage import RequestUsage
+from prefillonly_sgl.validation import ModelLimits
+
+LIMITS = ModelLimits(vocab_size=100, max_prompt_tokens=50)
+
+
+def count_chars(first, second) -> int:  # a stand-in tokenizer: one token per character
+    return len(first) + len(second)
+
+
+# -- options ---------------------------------------------------------------------------------
+
+
+def test_serve_argv_is_split_into_ours_and_sglangs():
+    options, rest = parse_serve_argv(
+        ["--app", "a.py", "--port", "8000", "--max-pending-requests", "7", "--app", "b"]
+    )
+    assert options.apps == ("a.py", "b") and options.max_pending_requests == 7
+    assert rest == ["--port", "8000"]
+
+
+def test_device_defaults_never_override_the_users_flags(tmp_path):
+    argv = with_defaults(["--attention-backend", "sdpa", "--model", "m"], "cpu", True, "default")
+    assert argv.count("--attention-backend") == 1 and "sdpa" in argv
+    assert "--model-path" not in argv  # --model is SGLang's alias
+    assert argv[argv.index("--max-total-tokens") + 1] == "16384"
+    assert "--enable-metrics" in argv and argv[argv.index("--device") + 1] == "cpu"
+    config = tmp_path / "c.yaml"
+    config.write_text("max-total-tokens: 1000\nenable_metrics: true\n")
+    argv = with_defaults(["--config", str(config)], "cpu", True, "m")
+    assert "--max-total-tokens" not in argv and "--enable-metrics" not in argv
+    assert "--enable-metrics" not in with_defaults([], "cuda", False, "m")
+
+
+# -- request checks --------------------------------------------------------------------------
+
+
+def test_score_body_checks():
+    good = {"query": "q", "items": ["a", "b"], "label_token_ids": [1, 2]}
+    assert check_score_body(good, LIMITS, count_chars, max_prompts=10) == 2
+    assert check_score_body({**good, "query": None, "items": [[1], [2]]}, LIMITS, count_chars, 10)
+    for bad, message in [
+        ({**good, "items": ["a"] * 11}, "at most 10"),
+        ({**good, "label_token_ids": [[1], [2], [3]]}, "3 lists for 2 items"),
+        ({**good, "label_token_ids": [[1], [2, 2]]}, "label_token_ids[1]"),
+        ({**good, "item_first": "yes"}, "item_first must be"),
+        ({**good, "query": "x" * 50}, "longer than the 50"),
+    ]:
+        with pytest.raises(InvalidRequestError, match=message.replace("[", r"\[")):
+            check_score_body(bad, LIMITS, count_chars, max_prompts=10)
+    with pytest.raises(RequestTooLargeError):
+        check_score_body({**good, "items": ["a"] * 11}, LIMITS, count_chars, max_prompts=10)
+
+
+def test_generate_body_checks():
+    assert check_generate_body({"text": ["a", "b"]}, LIMITS, 10) == 2
+    assert check_generate_body({"input_ids": [[1], [2, 3]]}, LIMITS, 10) == 2
+    for bad, message in [
+        ({"text": ""}, "text is empty"),
+        ({"text": ["a", ""]}, r"text\[1\] is empty"),
+        ({"input_ids": [1, 100]}, "outside the vocabulary"),
+        ({"input_ids": [1] * 51}, "longer than the 50"),
+        ({"text": "a", "input_ids": [1]}, "not both"),
+        ({}, "text is missing"),
+        ({"text": "a", "sampling_params": 3}, "sampling_params must be an object"),
+        ({"text": "a", "sampling_params": {"n": 0}}, "must be a positive integer"),
+        ({"text": "a", "sampling_params": {"n": 11}}, "at most 10"),
+    ]:
+        with pytest.raises(InvalidRequestError, match=message):
+            check_generate_body(bad, LIMITS, 10)
+
+
+def test_json_body_errors_name_the_problem():
+    with pytest.raises(InvalidRequestError, match="byte 0xff at offset 1"):
+        parse_json_body(b'"\xff"')
+    with pytest.raises(InvalidRequestError, match="not valid JSON"):
+        parse_json_body(b"{")
+    with pytest.raises(InvalidRequestError, match="empty"):
+        parse_json_body(b"  ")
+
+
+# -- admission and usage ---------------------------------------------------------------------
+
+
+def test_admission_bounds_requests_and_prompts():
+    admission = AdmissionControl(max_requests=2, max_prompts=10)
+    assert admission.admit(8) is None
+    assert "prompts in progress" in admission.admit(3)
+    assert admission.admit(2) is None
+    assert "requests in progress" in admission.admit(1)
+    admission.release(8)
+    admission.release(2)
+    assert (admission.requests, admission.prompts) == (0, 0)
+    assert admission.admit(50) is None  # an idle server takes even an oversized request
+
+
+def test_usage_aggregates_prompts_of_a_request():
+    usage = RequestUsage()
+    meta = dict(prompt_tokens=10, cached_tokens=4, queue_time=0.5)
+    a = {"meta_info": {"id": "a", **meta, "forward_entry_time": 100.0}}
+    b = {"meta_info": {"id": "b", **meta, "queue_time": 0.7, "prefill_finished_time": 102.5}}
+    usage.add_output([a, b])
+    usage.add_output(a)  # a streamed repeat replaces, does not add
+    assert (usage.prompts, usage.prompt_tokens, usage.cached_tokens) == (2, 20, 8)
+    assert usage.queue_time == 0.7 and usage.running_time == 2.5
+    assert dict(usage.headers())[b"x-prefillonly-cached-tokens"] == b"8"
+
+
+# -- endpoint extension point ----------------------------------------------------------------
+
+
+class Ask(BaseModel):
+    text: str
+
+
+class Answer(BaseModel):
+    yes: float
+
+
+async def handler(request, context):
+    return Answer(yes=1.0)
+
+
+def test_endpoints_are_collected_by_protocol_and_spec():
+    class Classifier:
+        def __prefillonly_endpoint__(self):
+            return EndpointSpec("/a", Ask, Answer, handler)
+
+    module = types.ModuleType("app")
+    module.classifier = Classifier()
+    module.Classifier = Classifier  # a class is not an endpoint
+    module.spec = EndpointSpec("/b", Ask, Answer, handler)
+    module.same_spec = module.spec
+    module.PREFILLONLY_ENDPOINTS = [EndpointSpec("/c", Ask, Answer, handler)]
+    assert [s.path for s in collect_endpoints(module)] == ["/a", "/b", "/c"]
+    assert hasattr(Classifier, ENDPOINT_PROTOCOL)
+
+
+def test_app_files_are_loaded_and_checked(tmp_path):
+    app = tmp_path / "my_app.py"
+    app.write_text(
+        "from pydantic import BaseModel\n"
+        "from prefillonly_sgl.server.endpoints import EndpointSpec\n"
+        "class In(BaseModel):\n    x: int\n"
+        "async def h(r, c):\n    return {}\n"
+        "A = EndpointSpec('/x', In, In, h)\nB = EndpointSpec('/x', In, In, h)\n"
+    )
+    with pytest.raises(ValueError, match="two endpoints on /x"):
+        load_app_endpoints([str(app)])
+    with pytest.raises(FileNotFoundError):
+        load_app_endpoints([str(tmp_path / "missing.py")])
+    with pytest.raises(TypeError, match="pydantic"):
+        EndpointSpec("/y", dict, Answer, handler)
+    with pytest.raises(ValueError, match="must start with"):
+        EndpointSpec("y", Ask, Answer, handler)
+
+
+# -- the ASGI guard with a fake app and runtime ----------------------------------------------
+
+
+class FakeRuntime:
+    def __init__(self):
+        self.stopping = False
+        self.aborted = []
+
+    def shutting_down(self):
+        return self.stopping
+
+    def check(self, path, body):
+        if "bad" in body:
+            raise InvalidRequestError("bad field")
+        return body.get("prompts", 1)
+
+    def abort(self, record):
+        self.aborted.append(record)
+
+
+def run_guard(runtime, app, body: bytes, admission=None, disconnect_after: float | None = None):
+    """Sends one POST through the guard; returns (status, headers, body, app_cancelled)."""
+    sent, state = [], {"cancelled": False}
+    policy = GuardPolicy({"/work"}, 1000, admission or AdmissionControl(4, 10))
+    guard = RequestGuard(app, policy, runtime)
+    incoming = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive():
+        if incoming:
+            return incoming.pop(0)
+        if disconnect_after is None:
+            await asyncio.Event().wait()  # never: the client stays
+        await asyncio.sleep(disconnect_after)
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/work", "headers": []}
+    asyncio.run(guard(scope, receive, send))
+    start = next((m for m in sent if m["type"] == "http.response.start"), None)
+    data = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return (start and start["status"]), dict(start["headers"]) if start else {}, data, state
+
+
+async def ok_app(scope, receive, send):
+    record = CURRENT_REQUEST.get()
+    record.usage.add_output({"meta_info": {"id": "r", "prompt_tokens": 3, "cached_tokens": 1}})
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"{}"})
+
+
+def test_guard_passes_good_requests_with_usage_headers():
+    status, headers, _, _ = run_guard(FakeRuntime(), ok_app, b"{}")
+    assert status == 200 and headers[b"x-prefillonly-prompt-tokens"] == b"3"
+
+
+def test_guard_refuses_bad_large_overloaded_and_shutting_down():
+    runtime = FakeRuntime()
+    assert run_guard(runtime, ok_app, b'{"bad": 1}')[:1] == (400,)
+    assert b"bad field" in run_guard(runtime, ok_app, b'{"bad": 1}')[2]
+    assert run_guard(runtime, ok_app, b"x" * 2000)[0] == 413
+    busy = AdmissionControl(1, 10)
+    busy.admit(1)
+    status, headers, body, _ = run_guard(runtime, ok_app, b"{}", admission=busy)
+    assert status == 503 and headers[b"retry-after"] == b"1" and b"overloaded" in body
+    runtime.stopping = True
+    assert b"shutting down" in run_guard(runtime, ok_app, b"{}")[2]
+
+
+def test_guard_aborts_the_work_of_a_client_that_disconnects():
+    runtime, admission = FakeRuntime(), AdmissionControl(4, 10)
+    cancelled = []
+
+    async def slow_app(scope, receive, send):
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    status, *_ = run_guard(runtime, slow_app, b"{}", admission=admission, disconnect_after=0.05)
+    assert status is None  # nothing sent: the client is gone
+    assert len(runtime.aborted) == 1 and cancelled == [True]
+    assert (admission.requests, admission.prompts) == (0, 0)
+
+
+def test_drain_timeout_stops_guarded_requests_then_aborts_the_rest():
+    from prefillonly_sgl.server.guard import InFlightRequests
+    from prefillonly_sgl.sglang_runtime.http_server import _abort_when_drain_times_out
+
+    calls = []
+    tm = types.SimpleNamespace(
+        gracefully_exit=True,
+        rid_to_state={"r1": object()},
+        abort_request=lambda rid="", abort_all=False: calls.append(abort_all),
+    )
+
+    async def main():
+        in_flight = InFlightRequests()
+        waiter = asyncio.create_task(in_flight.wait_for_stop())
+        await _abort_when_drain_times_out(tm, 0.3, in_flight)
+        return await waiter
+
+    assert "--shutdown-timeout" in asyncio.run(main())
+    assert calls == [True]
+
+
+def test_guard_answers_503_to_requests_stopped_at_shutdown():
+    runtime, admission = FakeRuntime(), AdmissionControl(4, 10)
+    policy = GuardPolicy({"/work"}, 1000, admission)
+
+    async def slow_app(scope, receive, send):
+        await asyncio.sleep(30)
+
+    sent = []
+
+    async def main():
+        guard = RequestGuard(slow_app, policy, runtime)
+        body = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+        async def receive():
+            if body:
+                return body.pop()
+            await asyncio.Event().wait()
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/work", "headers": []}
+        task = asyncio.create_task(guard(scope, receive, send))
+        await asyncio.sleep(0.05)
+        policy.in_flight.stop_all("shut down")
+        await task
+
+    asyncio.run(main())
+    assert sent[0]["status"] == 503 and b"shut down" in sent[1]["body"]
+    assert len(runtime.aborted) == 1 and admission.requests == 0
+
+
+def test_app_modules_load_by_name_and_cli_rejects_bad_options_before_starting(capsys):
+    from prefillonly_sgl.cli import main
+
+    specs = load_app_endpoints(["server_app_example"])  # tests/ is on sys.path
+    assert [s.path for s in specs] == ["/classify/sentiment", "/rank/relevance"]
+    assert main(["serve", "--patches", "no-such-patch"]) == 2
+    assert "no-such-patch" in capsys.readouterr().err
+    assert main(["serve", "--app", "no_such_module_anywhere"]) == 2
