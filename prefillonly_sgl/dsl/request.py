@@ -1,0 +1,61 @@
+"""Compiled score requests: what a DSL call sends to a backend (plain Python).
+
+A call (or a batch of calls) compiles to a list of ``ScoreRequest`` — SGLang's score
+request fields exactly (query, items, label_token_ids, apply_softmax) — plus, for each
+input, where its answer will be: (request index, item index).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prefillonly_sgl.dsl.prompt import Prompt
+from prefillonly_sgl.errors import InvalidRequestError
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """One SGLang score request: the label probabilities after ``query + item`` per item."""
+
+    query: str
+    items: tuple[str, ...]
+    label_token_ids: tuple[int, ...]
+    apply_softmax: bool = True
+
+
+@dataclass(frozen=True)
+class CompiledCall:
+    """The requests for a call or batch; ``where[i]`` = (request, item) of input i."""
+
+    requests: tuple[ScoreRequest, ...]
+    where: tuple[tuple[int, int], ...]
+
+    def gather(self, answers: list[list[list[float]]]) -> list[list[float]]:
+        """Per-input probability rows, in input order, from per-request answers."""
+        return [answers[r][i] for r, i in self.where]
+
+
+def group_requests(
+    prompts: list[Prompt],
+    label_ids: list[list[int]],
+    apply_softmax: bool,
+    max_items: int | None,
+) -> CompiledCall:
+    """Inputs sharing a prefix (and label ids) become the items of one request, at most
+    ``max_items`` each (None: no limit), requests in order of first appearance."""
+    groups: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+    for i, (prompt, ids) in enumerate(zip(prompts, label_ids)):
+        if not prompt.text:
+            raise InvalidRequestError(f"input {i}: the prompt is empty")
+        groups.setdefault((prompt.prefix, tuple(ids)), []).append(i)
+    requests: list[ScoreRequest] = []
+    where: list[tuple[int, int] | None] = [None] * len(prompts)
+    for (prefix, ids), members in groups.items():
+        step = max_items or len(members)
+        for start in range(0, len(members), step):
+            chunk = members[start : start + step]
+            for position, i in enumerate(chunk):
+                where[i] = (len(requests), position)
+            items = tuple(prompts[i].item for i in chunk)
+            requests.append(ScoreRequest(prefix, items, ids, apply_softmax))
+    return CompiledCall(requests=tuple(requests), where=tuple(where))
