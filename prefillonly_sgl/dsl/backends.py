@@ -172,12 +172,17 @@ def as_backend(target) -> Backend:
         if target not in _local_backends:
             _local_backends[target] = LocalEngineBackend(target)
         return _local_backends[target]
-    # Checked on the class: reading a RemoteBackend's tokenizer would load it.
-    if all(hasattr(type(target), name) for name in ("tokenizer", "score", "ascore")):
+    if _is_backend(target):
         return target
     raise InvalidRequestError(
         f"engine= must be a prefillonly_sgl.Engine, a server URL or a Backend, got {target!r}"
     )
+
+
+def _is_backend(target) -> bool:
+    # Not hasattr(target, "tokenizer"): reading a RemoteBackend's tokenizer would load it.
+    has_tokenizer = hasattr(type(target), "tokenizer") or "tokenizer" in vars(target)
+    return has_tokenizer and all(callable(getattr(target, m, None)) for m in ("score", "ascore"))
 
 
 def resolve_backend(target=None) -> Backend:
