@@ -89,14 +89,17 @@ def test_classifier_equals_engine_score(engine):
 def test_prefix_and_items_reach_sglang_as_query_and_items(engine):
     backend = RecordingBackend(engine)
     results = sentiment.batch(REVIEWS, engine=backend, progress=False)
-    (sent,) = backend.sent  # one request for the whole batch: one shared prefix
-    assert sent.query == FEW_SHOT
-    assert sent.items == tuple(f"Review: {r}\nSentiment:" for r in REVIEWS)
-    want = direct(engine, sent)
+    # One shared prefix: the first review alone (the prefix warm-up), then the rest.
+    assert [len(r.items) for r in backend.sent] == [1, len(REVIEWS) - 1]
+    assert all(r.query == FEW_SHOT for r in backend.sent)
+    items = [f"Review: {r}\nSentiment:" for r in REVIEWS]
+    assert [item for r in backend.sent for item in r.items] == items
+    labels = list(backend.sent[0].label_token_ids)
+    want = engine.score(FEW_SHOT, items, labels).scores  # everything in one request
     got = [[r.probs[s.value] for s in Sentiment] for r in results]
     assert max_abs_diff(got, want) < TOLERANCE
     # The split never changes a probability: the whole prompt as one item gives the same.
-    whole = engine.score("", [FEW_SHOT + item for item in sent.items], list(sent.label_token_ids))
+    whole = engine.score("", [FEW_SHOT + item for item in items], labels)
     assert max_abs_diff(got, whole.scores) < TOLERANCE
 
 
@@ -105,7 +108,13 @@ def test_batch_keeps_input_order_across_prefixes_and_chunks(engine):
     inputs = [(p, f) for p, f in zip(profiles, FILMS)] + [(PROFILE, "tea")]
     backend = RecordingBackend(engine)
     results = chat_relevant.batch(inputs, engine=backend, batch_size=2, progress=False)
-    assert [len(r.items) for r in backend.sent] == [2, 1, 2]  # grouped by profile, chunked
+    # Grouped by profile (each: a warm-up item, then chunks of at most 2).
+    assert [(r.query[-9:], len(r.items)) for r in backend.sent] == [
+        ("g walks.\n", 1),
+        ("g walks.\n", 2),
+        ("cooking.\n", 1),
+        ("cooking.\n", 1),
+    ]
     singles = [chat_relevant(*x, engine=engine) for x in inputs]
     got = [[r.probs["Yes"], r.probs["No"]] for r in results]
     assert max_abs_diff(got, [[r.probs["Yes"], r.probs["No"]] for r in singles]) < TOLERANCE
@@ -128,9 +137,14 @@ def test_chat_classifier_equals_engine_score_on_the_rendered_prompt(engine):
 def test_ranker_equals_engine_score_and_sorts(engine):
     backend = RecordingBackend(engine)
     ranking = recommend(PROFILE, items=FILMS, top_k=3, engine=backend)
-    (sent,) = backend.sent
-    assert sent.query == PROFILE + "\n" and len(sent.items) == len(FILMS)
-    want = direct(engine, sent)
+    assert [(r.query, len(r.items)) for r in backend.sent] == [
+        (PROFILE + "\n", 1),
+        (PROFILE + "\n", 3),
+    ]
+    sent = backend.sent[0]
+    want = engine.score(
+        sent.query, [i for r in backend.sent for i in r.items], list(sent.label_token_ids)
+    ).scores
     got = [[r.probs["Yes"], r.probs["No"]] for r in ranking.by_input]
     assert max_abs_diff(got, want) < TOLERANCE
     order = sorted(range(len(FILMS)), key=lambda i: -want[i][0])[:3]

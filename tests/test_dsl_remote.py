@@ -73,6 +73,7 @@ def server(tiny_llama_path, tmp_path_factory):
         "--max-total-tokens", "4096",
         "--skip-server-warmup",
         "--dtype", "float32",
+        "--enable-metrics",
         "--host", "127.0.0.1",
         "--port", str(port),
     ]  # fmt: skip
@@ -97,8 +98,12 @@ def reference(tiny_llama_path):
     return TransformersReference(tiny_llama_path)
 
 
-def reference_scores(reference, request: ScoreRequest) -> list[list[float]]:
-    return reference.score(request.query, list(request.items), list(request.label_token_ids))
+def reference_rows(reference, compiled) -> list[list[float]]:
+    """Per-input rows of a plain transformers forward over every compiled request."""
+    answers = [
+        reference.score(r.query, list(r.items), list(r.label_token_ids)) for r in compiled.requests
+    ]
+    return compiled.gather(answers)
 
 
 def test_tokenizer_comes_from_the_server(server, tiny_llama_path):
@@ -111,10 +116,10 @@ def test_tokenizer_comes_from_the_server(server, tiny_llama_path):
 def test_classifier_batch_on_the_server_equals_a_transformers_forward(server, reference):
     inputs = [(PROFILE, film) for film in FILMS]
     results = relevant.batch(inputs, engine=server, progress=False)
-    (request,) = relevant.compile_batch(reference.tokenizer, inputs).requests
-    assert request.query == PROFILE and len(request.items) == len(FILMS)
+    compiled = relevant.compile_batch(reference.tokenizer, inputs)
+    assert [(r.query, len(r.items)) for r in compiled.requests] == [(PROFILE, 1), (PROFILE, 3)]
     got = [[r.probs["Yes"], r.probs["No"]] for r in results]
-    assert max_abs_diff(got, reference_scores(reference, request)) < TOLERANCE
+    assert max_abs_diff(got, reference_rows(reference, compiled)) < TOLERANCE
     one = relevant(PROFILE, FILMS[1], engine=server)
     assert max_abs_diff([[one.probs["Yes"], one.probs["No"]]], [got[1]]) < TOLERANCE
 
@@ -122,11 +127,34 @@ def test_classifier_batch_on_the_server_equals_a_transformers_forward(server, re
 def test_ranker_on_the_server_and_default_backend(server, reference):
     with prefillonly.use(server):
         ranking = recommend(PROFILE, items=FILMS, top_k=2)
-    (request,) = recommend.compile(reference.tokenizer, PROFILE, items=FILMS).requests
-    want = reference_scores(reference, request)
+    want = reference_rows(reference, recommend.compile(reference.tokenizer, PROFILE, items=FILMS))
     got = [[r.probs["Yes"], r.probs["No"]] for r in ranking.by_input]
     assert max_abs_diff(got, want) < TOLERANCE
     assert [r.index for r in ranking.items] == sorted(range(4), key=lambda i: -want[i][0])[:2]
+
+
+def cached_tokens(url: str) -> float:
+    """SGLang's counter of prompt tokens served from its prefix cache (/metrics)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+        lines = response.read().decode().splitlines()
+    return sum(
+        float(line.split()[-1]) for line in lines if line.startswith("sglang:cached_tokens_total{")
+    )
+
+
+def test_the_shared_prefix_is_reused_from_the_cache(server, reference):
+    """The prefix warm-up: after the first item, the other items' prefix comes from the
+    radix cache; sent as one request (warm_prefix=False) every item computes it again."""
+    cold = prefillonly.ranker(labels=["Yes", "No"], warm_prefix=False)(recommend.fn)
+    for ranker, profile in ((recommend, "Alice likes " * 20), (cold, "Bob hates " * 20)):
+        n_prefix = len(reference.tokenizer.encode(profile))
+        before = cached_tokens(server)
+        ranker(profile, items=FILMS, engine=server)
+        reused = cached_tokens(server) - before
+        if ranker is recommend:
+            assert reused >= (len(FILMS) - 1) * n_prefix
+        else:
+            assert reused < n_prefix
 
 
 def test_async_variants_from_any_loop(server):

@@ -11,19 +11,16 @@ rs = credit_risk.batch(histories)          # input order; one request per shared
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-
-from tqdm.auto import tqdm
 
 from prefillonly_sgl.dsl.backends import Backend, resolve_backend
 from prefillonly_sgl.dsl.function import RESERVED, ScoringFunction
 from prefillonly_sgl.dsl.request import CompiledCall, group_requests
 from prefillonly_sgl.dsl.results import Classification, classification_model, classify_row
+from prefillonly_sgl.dsl.runner import DEFAULT_IN_FLIGHT, asend, progress_bar, send
 from prefillonly_sgl.errors import InvalidRequestError
 
 DEFAULT_BATCH_SIZE = 64  # inputs per score request in .batch(): a smooth progress bar
-DEFAULT_IN_FLIGHT = 4  # score requests abatch() keeps running at once
 
 
 class Classifier(ScoringFunction):
@@ -48,7 +45,7 @@ class Classifier(ScoringFunction):
     def _compile(self, tokenizer, arguments: list[dict], max_items) -> CompiledCall:
         prompts = [self.prompt(tokenizer, **a) for a in arguments]
         label_ids = [self.label_ids(tokenizer, p) for p in prompts]
-        return group_requests(prompts, label_ids, self.normalize, max_items)
+        return group_requests(prompts, label_ids, self.normalize, max_items, self.warm_prefix)
 
     def _validate_input(self, index: int, value) -> dict:
         """One batch input: the argument itself for a one-parameter function, else a dict
@@ -77,13 +74,12 @@ class Classifier(ScoringFunction):
     def __call__(self, *args, engine=None, **kwargs) -> Classification:
         backend = resolve_backend(engine)
         compiled = self.compile(backend.tokenizer, *args, **kwargs)
-        return self._results(compiled, [backend.score(r) for r in compiled.requests])[0]
+        return self._results(compiled, send(backend, compiled))[0]
 
     async def acall(self, *args, engine=None, **kwargs) -> Classification:
         backend = resolve_backend(engine)
         compiled = self.compile(backend.tokenizer, *args, **kwargs)
-        answers = [await backend.ascore(r) for r in compiled.requests]
-        return self._results(compiled, answers)[0]
+        return self._results(compiled, await asend(backend, compiled))[0]
 
     def batch(
         self, inputs, *, engine=None, progress: bool = True, batch_size: int | None = None
@@ -92,11 +88,8 @@ class Classifier(ScoringFunction):
         inputs = list(inputs)
         backend: Backend = resolve_backend(engine)
         compiled = self.compile_batch(backend.tokenizer, inputs, batch_size)
-        answers = []
-        with _progress(len(inputs), progress, self.fn.__name__) as bar:
-            for request in compiled.requests:
-                answers.append(backend.score(request))
-                bar.update(len(request.items))
+        with progress_bar(len(inputs), progress, self.fn.__name__) as bar:
+            answers = send(backend, compiled, bar)
         return self._results(compiled, answers)
 
     async def abatch(
@@ -112,24 +105,12 @@ class Classifier(ScoringFunction):
         inputs = list(inputs)
         backend: Backend = resolve_backend(engine)
         compiled = self.compile_batch(backend.tokenizer, inputs, batch_size)
-        gate = asyncio.Semaphore(max_in_flight)
-        with _progress(len(inputs), progress, self.fn.__name__) as bar:
-
-            async def run(request):
-                async with gate:
-                    answer = await backend.ascore(request)
-                bar.update(len(request.items))
-                return answer
-
-            answers = await asyncio.gather(*(run(r) for r in compiled.requests))
-        return self._results(compiled, list(answers))
+        with progress_bar(len(inputs), progress, self.fn.__name__) as bar:
+            answers = await asend(backend, compiled, bar, max_in_flight)
+        return self._results(compiled, answers)
 
     def __repr__(self) -> str:
         return f"<classifier {self.fn.__qualname__} labels={list(self.labels.texts)}>"
-
-
-def _progress(total: int, enabled: bool, name: str):
-    return tqdm(total=total, disable=not enabled, desc=name, unit="input")
 
 
 def classifier(
@@ -140,6 +121,7 @@ def classifier(
     leading_space: bool | None = None,
     normalize: bool = True,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    warm_prefix: bool = True,
 ):
     """Declare a classifier: the decorated function builds the prompt (a str, or a
     ``Prompt(prefix=..., item=...)`` to mark a prefix shared across calls).
@@ -152,6 +134,8 @@ def classifier(
         a space unless the prompt ends with whitespace.
     normalize: probabilities over the labels (True) or over the whole vocabulary.
     batch_size: inputs per score request in ``batch`` / ``abatch``.
+    warm_prefix: send the first input of each shared prefix alone first, so that the
+        prefix is cached before the others are prefilled (see request.group_requests).
 
     Usable bare (``@classifier``) when the return annotation gives the labels.
     """
@@ -161,6 +145,7 @@ def classifier(
         leading_space=leading_space,
         normalize=normalize,
         batch_size=batch_size,
+        warm_prefix=warm_prefix,
     )
     if inspect.isfunction(labels):  # @classifier without parentheses
         return Classifier(labels, None, **options)

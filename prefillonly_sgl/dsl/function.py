@@ -41,6 +41,7 @@ class ScoringFunction:
         system: str | None,
         leading_space: bool | None,
         normalize: bool,
+        warm_prefix: bool,
         reserved: tuple[str, ...],
         exclude: tuple[str, ...] = (),
     ) -> None:
@@ -51,6 +52,7 @@ class ScoringFunction:
         self.chat = ChatFormat(system) if chat else None
         self.leading_space = leading_space
         self.normalize = normalize
+        self.warm_prefix = warm_prefix
         self.inputs = Signature(fn, reserved=reserved, exclude=exclude)
         self._label_ids: dict[tuple[int, str], tuple[object, list[int]]] = {}
         functools.update_wrapper(self, fn)

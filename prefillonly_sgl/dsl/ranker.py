@@ -11,7 +11,8 @@
     ranking.items[0].item, ranking.items[0].score, ranking.by_input[3].probs
 
 The function is called once per item; the prefix it returns (the same for every item)
-is the score request's query and the item texts its items: one request per call.
+is the score request's query and the item texts its items: one request per call (two
+with the default warm_prefix: the first item alone, so the prefix is cached, then the rest).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from prefillonly_sgl.dsl.function import RESERVED, ScoringFunction
 from prefillonly_sgl.dsl.labels import LabelSet
 from prefillonly_sgl.dsl.request import CompiledCall, group_requests
 from prefillonly_sgl.dsl.results import Ranking, label_probs, ranking_model
+from prefillonly_sgl.dsl.runner import asend, send
 from prefillonly_sgl.dsl.signature import DeclarationError, validate_list
 from prefillonly_sgl.errors import InvalidRequestError
 
@@ -68,7 +70,7 @@ class Ranker(ScoringFunction):
     def _compile(self, tokenizer, shared: dict, items: list) -> CompiledCall:
         prompts = [self.prompt(tokenizer, **shared, **{self.item_param: x}) for x in items]
         label_ids = [self.label_ids(tokenizer, p) for p in prompts]
-        return group_requests(prompts, label_ids, self.normalize, max_items=None)
+        return group_requests(prompts, label_ids, self.normalize, None, self.warm_prefix)
 
     def _ranking(self, items, compiled: CompiledCall, answers, top_k) -> Ranking:
         by_input = []
@@ -87,7 +89,7 @@ class Ranker(ScoringFunction):
         shared, items = self._validate(args, kwargs, items)
         backend = resolve_backend(engine)
         compiled = self._compile(backend.tokenizer, shared, items)
-        answers = [backend.score(r) for r in compiled.requests]
+        answers = send(backend, compiled)
         return self._ranking(items, compiled, answers, top_k)
 
     async def acall(self, *args, items, top_k: int | None = None, engine=None, **kwargs):
@@ -95,7 +97,7 @@ class Ranker(ScoringFunction):
         shared, items = self._validate(args, kwargs, items)
         backend = resolve_backend(engine)
         compiled = self._compile(backend.tokenizer, shared, items)
-        answers = [await backend.ascore(r) for r in compiled.requests]
+        answers = await asend(backend, compiled)
         return self._ranking(items, compiled, answers, top_k)
 
     def __repr__(self) -> str:
@@ -137,6 +139,7 @@ def ranker(
     system: str | None = None,
     leading_space: bool | None = None,
     normalize: bool = True,
+    warm_prefix: bool = True,
 ):
     """Declare a ranker. The decorated function takes the shared arguments and one item
     (the parameter named ``item``, else the last one, or the one named by ``item=``) and
@@ -144,6 +147,9 @@ def ranker(
 
     labels: as for ``classifier``. score: what to sort by (see ``score_function``):
     a label, a {label: weight} mapping or a function of the label probabilities.
+    Other options: as for ``classifier``. With warm_prefix (default) a call sends two
+    requests, the first item alone and then the rest, so that the rest reuse the cached
+    prefix; warm_prefix=False sends one request with every item.
     """
     options = dict(
         score=score,
@@ -152,6 +158,7 @@ def ranker(
         system=system,
         leading_space=leading_space,
         normalize=normalize,
+        warm_prefix=warm_prefix,
     )
     if inspect.isfunction(labels):
         return Ranker(labels, None, **options)
