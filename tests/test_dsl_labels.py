@@ -357,6 +357,13 @@ def test_ranker_expected_rating_and_item_parameter(tok):
     rows = {"Film: x\nRating:\n": [0.5, 0.0, 0.5], "Film: y\nRating:\n": [0.0, 0.0, 1.0]}
     ranking = rate("me", items=["x", "y"], engine=TableBackend(tok, rows))
     assert [(r.item, r.score) for r in ranking.items] == [("y", 3.0), ("x", 2.0)]
+    # score= per call: a label, or a function of the probabilities.
+    by_one = rate("me", items=["x", "y"], score="1", engine=TableBackend(tok, rows))
+    assert [(r.item, r.score) for r in by_one.items] == [("x", 0.5), ("y", 0.0)]
+    by_fn = rate("me", items=["x", "y"], score=lambda p: -p["3"], engine=TableBackend(tok, rows))
+    assert [r.item for r in by_fn.items] == ["x", "y"]
+    with pytest.raises(LabelError, match="'4' is not one of the labels"):
+        rate("me", items=["x"], score="4", engine=TableBackend(tok, rows))
 
 
 def test_results_are_typed_by_the_labels(tok):

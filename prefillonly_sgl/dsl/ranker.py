@@ -29,12 +29,12 @@ from prefillonly_sgl.dsl.runner import asend, send
 from prefillonly_sgl.dsl.signature import DeclarationError, validate_list
 from prefillonly_sgl.errors import InvalidRequestError
 
-RANKER_RESERVED = RESERVED + ("items", "top_k")
+RANKER_RESERVED = RESERVED + ("items", "top_k", "score")
 
 
 class Ranker(ScoringFunction):
     """Call it with the shared arguments and ``items=[...]`` (values of the item
-    parameter), optionally ``top_k=``; returns a Ranking."""
+    parameter), optionally ``top_k=`` and ``score=``; returns a Ranking."""
 
     def __init__(self, fn, labels=None, *, score=None, item: str | None = None, **options):
         names = list(inspect.signature(fn).parameters)
@@ -72,41 +72,45 @@ class Ranker(ScoringFunction):
         label_ids = [self.label_ids(tokenizer, p) for p in prompts]
         return group_requests(prompts, label_ids, self.normalize, None, self.warm_prefix)
 
-    def _ranking(self, items, compiled: CompiledCall, answers, top_k) -> Ranking:
+    def _ranking(self, items, compiled: CompiledCall, answers, top_k, score_of) -> Ranking:
         by_input = []
         for index, (item, row) in enumerate(zip(items, compiled.gather(answers))):
             probs, logprobs = label_probs(self.labels, row)
-            score = self.score_of(probs)
+            score = score_of(probs)
             by_input.append(
                 dict(item=item, index=index, score=score, probs=probs, logprobs=logprobs)
             )
         ranked = sorted(by_input, key=lambda r: -r["score"])  # stable: ties keep input order
         return self.result_model(items=ranked[:top_k], by_input=by_input)
 
-    # -- run -----------------------------------------------------------------------------
-    def __call__(self, *args, items, top_k: int | None = None, engine=None, **kwargs) -> Ranking:
-        _check_top_k(top_k)
+    def _prepare(self, args, kwargs, items, top_k, score):
+        """Everything a call needs checked before anything is sent."""
+        if top_k is not None and (type(top_k) is not int or top_k < 1):
+            raise InvalidRequestError(f"top_k must be a positive integer or None, got {top_k!r}")
+        score_of = self.score_of if score is None else score_function(self.labels, score)
         shared, items = self._validate(args, kwargs, items)
-        backend = resolve_backend(engine)
-        compiled = self._compile(backend.tokenizer, shared, items)
-        answers = send(backend, compiled)
-        return self._ranking(items, compiled, answers, top_k)
+        return shared, items, score_of
 
-    async def acall(self, *args, items, top_k: int | None = None, engine=None, **kwargs):
-        _check_top_k(top_k)
-        shared, items = self._validate(args, kwargs, items)
+    # -- run -----------------------------------------------------------------------------
+    def __call__(
+        self, *args, items, top_k: int | None = None, score=None, engine=None, **kwargs
+    ) -> Ranking:
+        """Rank ``items``; ``score`` overrides the declared score for this call."""
+        shared, items, score_of = self._prepare(args, kwargs, items, top_k, score)
         backend = resolve_backend(engine)
         compiled = self._compile(backend.tokenizer, shared, items)
-        answers = await asend(backend, compiled)
-        return self._ranking(items, compiled, answers, top_k)
+        return self._ranking(items, compiled, send(backend, compiled), top_k, score_of)
+
+    async def acall(
+        self, *args, items, top_k: int | None = None, score=None, engine=None, **kwargs
+    ) -> Ranking:
+        shared, items, score_of = self._prepare(args, kwargs, items, top_k, score)
+        backend = resolve_backend(engine)
+        compiled = self._compile(backend.tokenizer, shared, items)
+        return self._ranking(items, compiled, await asend(backend, compiled), top_k, score_of)
 
     def __repr__(self) -> str:
         return f"<ranker {self.fn.__qualname__} labels={list(self.labels.texts)}>"
-
-
-def _check_top_k(top_k) -> None:
-    if top_k is not None and (type(top_k) is not int or top_k < 1):
-        raise InvalidRequestError(f"top_k must be a positive integer or None, got {top_k!r}")
 
 
 def score_function(labels: LabelSet, score) -> Callable[[dict], float]:
@@ -123,7 +127,7 @@ def score_function(labels: LabelSet, score) -> Callable[[dict], float]:
         return lambda probs: float(score(probs))
     if isinstance(score, Mapping):
         if not score:
-            raise DeclarationError("score={}: give a weight for at least one label")
+            raise InvalidRequestError("score={}: give a weight for at least one label")
         weights = {labels.text_of(k): float(w) for k, w in score.items()}
         return lambda probs: sum(w * probs[t] for t, w in weights.items())
     text = labels.text_of(score)
