@@ -9,7 +9,7 @@ import typing
 
 from prefillonly_sgl.dsl.labels import TAIL_CHARS, LabelSet, compile_labels, label_set
 from prefillonly_sgl.dsl.prompt import ChatFormat, Prompt
-from prefillonly_sgl.dsl.signature import DeclarationError, Signature
+from prefillonly_sgl.dsl.signature import DeclarationError, Signature, type_hints
 from prefillonly_sgl.errors import InvalidRequestError
 
 RESERVED = ("engine",)  # call keywords every decorated function takes
@@ -19,7 +19,7 @@ _LABEL_CACHE_SIZE = 1024
 def labels_from(fn, labels) -> LabelSet:
     """The label set given to the decorator, else the function's return annotation."""
     if labels is None:
-        labels = typing.get_type_hints(fn).get("return")
+        labels = type_hints(fn).get("return")
         is_enum = isinstance(labels, type) and issubclass(labels, enum.Enum)
         if not (is_enum or typing.get_origin(labels) is typing.Literal):
             raise DeclarationError(

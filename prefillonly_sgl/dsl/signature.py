@@ -29,7 +29,7 @@ class Signature:
     def __init__(self, fn, reserved: tuple[str, ...], exclude: tuple[str, ...] = ()) -> None:
         self.name = getattr(fn, "__qualname__", repr(fn))
         self.signature = inspect.signature(fn)
-        self.hints = typing.get_type_hints(fn)  # resolves `from __future__ import annotations`
+        self.hints = type_hints(fn)
         fields: dict[str, Any] = {}
         for p in self.signature.parameters.values():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
@@ -66,6 +66,18 @@ class Signature:
         except ValidationError as e:
             raise InvalidRequestError(f"{self.name}(): {describe(e)}") from None
         return {name: getattr(model, name) for name in self.params}
+
+
+def type_hints(fn) -> dict[str, Any]:
+    """The function's annotations as types (also under `from __future__ import
+    annotations`, where they are strings until resolved in the function's module)."""
+    try:
+        return typing.get_type_hints(fn)
+    except NameError as e:
+        raise DeclarationError(
+            f"{getattr(fn, '__qualname__', fn)}: cannot resolve an annotation ({e}); "
+            f"define the types it names at module level"
+        ) from None
 
 
 def validate_list(name: str, annotation: Any, values: Any) -> list:
