@@ -236,6 +236,20 @@ def test_batches_group_by_prefix_and_chunk_in_input_order(tok):
     assert [row[0] for row in call.gather(answers)] == [0.1, 0.2, 0.3, 0.4, 0.6, 0.5]
 
 
+def test_prefixes_of_a_single_input_are_batched_whole(tok):
+    @prefillonly.classifier(labels=["Yes", "No"])
+    def relevant(profile: str, item: str) -> Prompt:
+        return Prompt(prefix=f"Profile: {profile}\n", item=f"Item: {item}\nRelevant?")
+
+    call = relevant.compile_batch(tok, [("a", "1"), ("b", "2"), ("c", "3"), ("b", "4")])
+    assert [(r.query, r.items) for r in call.requests] == [
+        ("", ("Profile: a\nItem: 1\nRelevant?", "Profile: c\nItem: 3\nRelevant?")),
+        ("Profile: b\n", ("Item: 2\nRelevant?",)),
+        ("Profile: b\n", ("Item: 4\nRelevant?",)),
+    ]
+    assert call.where == ((0, 0), (1, 0), (0, 1), (2, 0))
+
+
 def test_plain_string_prompt_is_all_item(tok):
     call = credit_risk.compile(tok, Applicant(name="a", loans=0))
     assert call.requests[0].query == ""

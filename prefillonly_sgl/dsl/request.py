@@ -7,6 +7,7 @@ input, where its answer will be: (request index, item index).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from prefillonly_sgl.dsl.prompt import Prompt
@@ -45,7 +46,11 @@ def group_requests(
     warm_prefix: bool = True,
 ) -> CompiledCall:
     """Inputs sharing a prefix (and label ids) become the items of one request, at most
-    ``max_items`` each (None: no limit), requests in order of first appearance.
+    ``max_items`` each (None: no limit), requests in order of first appearance. Inputs
+    whose prefix no other input shares go together in one request instead of one each,
+    their whole prompts as items of an empty query (SGLang scores query + item as one
+    text, so the probabilities are the same, and its prefix cache matches tokens, not
+    the split).
 
     warm_prefix: a group with a non-empty prefix and several items first sends its first
     item alone. SGLang prefills the items of one request together and, under its default
@@ -53,11 +58,19 @@ def group_requests(
     a 256-token prefix, 2046 tokens prefilled); once one request has finished, the prefix
     is in the radix cache and the rest reuse it (267 + 154 tokens).
     """
-    groups: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+    by_prefix: dict[tuple[str, tuple[int, ...]], list[int]] = {}
     for i, (prompt, ids) in enumerate(zip(prompts, label_ids)):
         if not prompt.text:
             raise InvalidRequestError(f"input {i}: the prompt is empty")
-        groups.setdefault((prompt.prefix, tuple(ids)), []).append(i)
+        by_prefix.setdefault((prompt.prefix, tuple(ids)), []).append(i)
+    lone = Counter(ids for (prefix, ids), m in by_prefix.items() if prefix and len(m) == 1)
+    groups: dict[tuple[str, tuple[int, ...]], list[tuple[int, str]]] = {}
+    for (prefix, ids), members in by_prefix.items():
+        if prefix and len(members) == 1 and lone[ids] > 1:
+            groups.setdefault(("", ids), []).append((members[0], prompts[members[0]].text))
+        else:
+            groups.setdefault((prefix, ids), []).extend((i, prompts[i].item) for i in members)
+
     requests: list[ScoreRequest] = []
     warmups: list[int] = []
     where: list[tuple[int, int] | None] = [None] * len(prompts)
@@ -70,8 +83,8 @@ def group_requests(
         step = max_items or len(members)
         chunks += [members[start : start + step] for start in range(0, len(members), step)]
         for chunk in chunks:
-            for position, i in enumerate(chunk):
+            for position, (i, _) in enumerate(chunk):
                 where[i] = (len(requests), position)
-            items = tuple(prompts[i].item for i in chunk)
+            items = tuple(item for _, item in chunk)
             requests.append(ScoreRequest(prefix, items, ids, apply_softmax))
     return CompiledCall(requests=tuple(requests), where=tuple(where), warmups=tuple(warmups))
