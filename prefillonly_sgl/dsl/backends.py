@@ -181,7 +181,9 @@ def as_backend(target) -> Backend:
 
 def _is_backend(target) -> bool:
     # Not hasattr(target, "tokenizer"): reading a RemoteBackend's tokenizer would load it.
-    has_tokenizer = hasattr(type(target), "tokenizer") or "tokenizer" in vars(target)
+    has_tokenizer = hasattr(type(target), "tokenizer") or "tokenizer" in getattr(
+        target, "__dict__", {}
+    )
     return has_tokenizer and all(callable(getattr(target, m, None)) for m in ("score", "ascore"))
 
 
