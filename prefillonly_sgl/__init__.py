@@ -17,6 +17,18 @@ _LAZY = {
     "InvalidRequestError": "prefillonly_sgl.errors",
     "EngineClosedError": "prefillonly_sgl.errors",
     "EngineStartError": "prefillonly_sgl.errors",
+    # the scoring DSL (prefillonly_sgl/dsl)
+    "classifier": "prefillonly_sgl.dsl",
+    "ranker": "prefillonly_sgl.dsl",
+    "Prompt": "prefillonly_sgl.dsl",
+    "use": "prefillonly_sgl.dsl",
+    "set_default_backend": "prefillonly_sgl.dsl",
+    "RemoteBackend": "prefillonly_sgl.dsl",
+    "LocalEngineBackend": "prefillonly_sgl.dsl",
+    "LabelError": "prefillonly_sgl.dsl",
+    "Classification": "prefillonly_sgl.dsl",
+    "Ranking": "prefillonly_sgl.dsl",
+    "RankedItem": "prefillonly_sgl.dsl",
 }
 __all__ = sorted(_LAZY)
 

@@ -63,4 +63,11 @@ HOOK_TARGETS: dict[str, str] = {
     # -- plugin mechanism --
     "sglang.srt.plugins.load_plugins": "runs our entry point in every SGLang process",
     "sglang.srt.plugins.hook_registry.HookRegistry.register": "how runtime patches attach",
+    # -- scoring DSL (prefillonly_sgl/dsl) --
+    "sglang.srt.managers.tokenizer_manager.TokenizerManager.auto_create_handle_loop": (
+        "binds the tokenizer manager to one event loop (event_loop.py checks it)"
+    ),
+    "sglang.srt.entrypoints.openai.protocol.ScoringRequest": (
+        "the /v1/score request schema the DSL's RemoteBackend sends"
+    ),
 }

@@ -1,0 +1,88 @@
+"""What classifiers and rankers share: turning validated arguments into a prompt and the
+label token ids for it (plain Python: the tokenizer comes from the backend)."""
+
+from __future__ import annotations
+
+import enum
+import functools
+import typing
+
+from prefillonly_sgl.dsl.labels import TAIL_CHARS, LabelSet, compile_labels, label_set
+from prefillonly_sgl.dsl.prompt import ChatFormat, Prompt
+from prefillonly_sgl.dsl.signature import DeclarationError, Signature, type_hints
+from prefillonly_sgl.errors import InvalidRequestError
+
+RESERVED = ("engine",)  # call keywords every decorated function takes
+_LABEL_CACHE_SIZE = 1024
+
+
+def labels_from(fn, labels) -> LabelSet:
+    """The label set given to the decorator, else the function's return annotation."""
+    if labels is None:
+        labels = type_hints(fn).get("return")
+        is_enum = isinstance(labels, type) and issubclass(labels, enum.Enum)
+        if not (is_enum or typing.get_origin(labels) is typing.Literal):
+            raise DeclarationError(
+                f"{fn.__qualname__}: no labels: pass labels=[...] to the decorator, or "
+                f"annotate the return type as Literal[...] or an Enum"
+            )
+    return label_set(labels)
+
+
+class ScoringFunction:
+    """A decorated prompt function with its labels, chat option and input validation."""
+
+    def __init__(
+        self,
+        fn,
+        labels,
+        *,
+        chat: bool,
+        system: str | None,
+        leading_space: bool | None,
+        normalize: bool,
+        warm_prefix: bool,
+        reserved: tuple[str, ...],
+        exclude: tuple[str, ...] = (),
+    ) -> None:
+        if system is not None and not chat:
+            raise DeclarationError(f"{fn.__qualname__}: system= needs chat=True")
+        self.fn = fn
+        self.labels = labels_from(fn, labels)
+        self.chat = ChatFormat(system) if chat else None
+        self.leading_space = leading_space
+        self.normalize = normalize
+        self.warm_prefix = warm_prefix
+        self.inputs = Signature(fn, reserved=reserved, exclude=exclude)
+        self._label_ids: dict[tuple[int, str], tuple[object, list[int]]] = {}
+        functools.update_wrapper(self, fn)
+
+    def prompt(self, tokenizer=None, /, **arguments) -> Prompt:
+        """The function's prompt for validated ``arguments``, chat-formatted when declared
+        with chat=True (which needs the tokenizer)."""
+        value = self.fn(**arguments)
+        if isinstance(value, str):
+            value = Prompt(item=value)
+        elif not isinstance(value, Prompt):
+            raise InvalidRequestError(
+                f"{self.fn.__qualname__} must return a str or a prefillonly Prompt, "
+                f"got {type(value).__name__}"
+            )
+        if self.chat is not None:
+            if tokenizer is None:
+                raise InvalidRequestError("chat=True: a tokenizer is needed to render the prompt")
+            value = self.chat.render(value, tokenizer)
+        return value
+
+    def label_ids(self, tokenizer, prompt: Prompt) -> list[int]:
+        """Label token ids after this prompt (cached per tokenizer and prompt ending)."""
+        tail = prompt.text[-TAIL_CHARS:]
+        key = (id(tokenizer), tail)
+        cached = self._label_ids.get(key)
+        if cached is not None and cached[0] is tokenizer:
+            return cached[1]
+        ids = compile_labels(self.labels, tokenizer, tail, self.leading_space)
+        if len(self._label_ids) >= _LABEL_CACHE_SIZE:
+            self._label_ids.clear()
+        self._label_ids[key] = (tokenizer, ids)  # keeps the tokenizer alive: ids stay unique
+        return ids

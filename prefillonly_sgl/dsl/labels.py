@@ -1,0 +1,160 @@
+"""Label sets and their compilation to label token ids (plain Python; a tokenizer is passed in).
+
+A label set comes from a list, an ``Enum`` class or a ``Literal[...]`` annotation. Each label
+has a *value* (what the user gets back: the list entry, the Enum member, the Literal value)
+and a *text* (what the model should write: ``str(value)``, or an Enum member's value).
+
+Compilation happens per tokenizer and per prompt ending, because SGLang scores
+``query + item`` tokenized as one text, so the label token must be the token that would
+follow *that* text:
+
+- the prompt ends with whitespace (e.g. a chat template's "<|im_start|>assistant\\n"):
+  the label is written as is ("good");
+- otherwise ("Credit risk:") it is written with a leading space (" good");
+- a label that starts with whitespace is taken verbatim; ``leading_space`` forces either.
+
+Each label must then be exactly one token in context (the prompt's tail followed by the
+label tokenizes as the tail's tokens plus one), and no two labels may share a token.
+Errors name the label and show how it tokenizes.
+"""
+
+from __future__ import annotations
+
+import enum
+import typing
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from prefillonly_sgl.errors import InvalidRequestError
+
+TAIL_CHARS = 32  # how much of the prompt's end is re-tokenized to check a label in context
+
+
+class LabelError(InvalidRequestError):
+    """A label set that cannot be scored: empty, duplicated, not one token, or colliding."""
+
+
+@dataclass(frozen=True)
+class LabelSet:
+    values: tuple  # what results report: list entries, Enum members or Literal values
+    texts: tuple[str, ...]  # what the model writes, before any leading space is added
+    label_type: object  # the type of a result's label: a Literal[...] or the Enum class
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def text_of(self, value) -> str:
+        """The text of a label given as a value, an Enum member or a text."""
+        for v, t in zip(self.values, self.texts):
+            if value is v or value == v or value == t:
+                return t
+        raise LabelError(f"{value!r} is not one of the labels {list(self.texts)}")
+
+
+def label_set(labels) -> LabelSet:
+    """A LabelSet from a list/tuple of str or int, an Enum class or a Literal[...] type.
+    Raises LabelError for an empty set, a blank label or two labels with the same text."""
+    if isinstance(labels, type) and issubclass(labels, enum.Enum):
+        values = tuple(labels)
+        texts = tuple(_enum_text(m) for m in values)
+        label_type = labels
+    elif typing.get_origin(labels) is typing.Literal:
+        values = typing.get_args(labels)
+        texts = tuple(_plain_text(v) for v in values)
+        label_type = labels
+    elif isinstance(labels, Iterable) and not isinstance(labels, str | bytes | dict):
+        values = tuple(labels)
+        texts = tuple(_plain_text(v) for v in values)
+        label_type = typing.Literal[values] if values else None
+    else:
+        raise LabelError(
+            f"labels must be a list of strings, an Enum class or a Literal[...] type, "
+            f"got {labels!r}"
+        )
+    if not values:
+        raise LabelError("the label set is empty: declare at least one label")
+    for text in texts:
+        if not text.strip():
+            raise LabelError(f"label {text!r} is blank")
+    duplicates = sorted({t for t in texts if texts.count(t) > 1})
+    if duplicates:
+        raise LabelError(f"labels must be distinct; repeated: {duplicates}")
+    return LabelSet(values=values, texts=texts, label_type=label_type)
+
+
+def _plain_text(value) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise LabelError(f"a label must be a string or an integer, got {value!r}")
+    return str(value)
+
+
+def _enum_text(member: enum.Enum) -> str:
+    value = member.value
+    plain = isinstance(value, str | int) and not isinstance(value, bool)
+    return str(value) if plain else member.name
+
+
+def label_form(text: str, prompt: str, leading_space: bool | None = None) -> str:
+    """The text the label is tokenized as after ``prompt`` (see the module docstring)."""
+    if leading_space is None:
+        leading_space = not (text[:1].isspace() or prompt[-1:].isspace())
+    return " " + text if leading_space and not text[:1].isspace() else text
+
+
+def compile_labels(
+    labels: LabelSet, tokenizer, prompt: str, leading_space: bool | None = None
+) -> list[int]:
+    """One token id per label, in label order, for a prompt ending like ``prompt``.
+
+    Only the prompt's last TAIL_CHARS characters matter. Raises LabelError when a label is
+    not one token in context or two labels compile to the same token.
+    """
+    tail = prompt[-TAIL_CHARS:]
+    base = _encode(tokenizer, tail)
+    ids = []
+    for text in labels.texts:
+        form = label_form(text, tail, leading_space)
+        full = _encode(tokenizer, tail + form)
+        if len(full) == len(base) + 1 and full[: len(base)] == base:
+            ids.append(full[-1])
+            continue
+        alone = _encode(tokenizer, form)
+        raise LabelError(
+            f"label {text!r} is not one token of this tokenizer after the prompt's end "
+            f"{tail[-12:]!r}: it is written {form!r}, which tokenizes as "
+            f"{_show(tokenizer, alone)}"
+            + (
+                ""
+                if len(alone) != 1
+                else f", and in context the prompt end and label tokenize as "
+                f"{_show(tokenizer, full[-len(alone) - 2 :])} (the label merges with the "
+                f"prompt's last characters; end the prompt differently, e.g. without a "
+                f"trailing space)"
+            )
+            + ". Choose a label that is a single token, e.g. a shorter word or a letter."
+        )
+    _check_collisions(labels, ids, tokenizer, tail, leading_space)
+    return ids
+
+
+def _check_collisions(labels, ids, tokenizer, tail, leading_space) -> None:
+    seen: dict[int, str] = {}
+    for text, token in zip(labels.texts, ids):
+        if token in seen:
+            form = label_form(text, tail, leading_space)
+            raise LabelError(
+                f"labels {seen[token]!r} and {text!r} collide: both compile to the token "
+                f"{_show(tokenizer, [token])} (written {form!r}); give labels that "
+                f"tokenize differently"
+            )
+        seen[token] = text
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def _show(tokenizer, ids: list[int]) -> str:
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    decoded = [tokenizer.decode([i]) for i in ids]
+    return f"{len(ids)} token(s) {decoded} (tokens {pieces}, ids {ids})"

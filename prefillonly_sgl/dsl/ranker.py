@@ -1,0 +1,169 @@
+"""``@ranker``: score many items against one shared context and sort them.
+
+    @prefillonly.ranker(labels=["Yes", "No"], score="Yes")
+    def recommend(profile: str, item: str) -> prefillonly.Prompt:
+        return prefillonly.Prompt(
+            prefix=f"User profile: {profile}\\n",
+            item=f"Film: {item}\\nWould the user enjoy it? Answer Yes or No:",
+        )
+
+    ranking = recommend(profile, items=films, top_k=5, engine=engine)
+    ranking.items[0].item, ranking.items[0].score, ranking.by_input[3].probs
+
+The function is called once per item; the prefix it returns (the same for every item)
+is the score request's query and the item texts its items: one request per call (two
+with the default warm_prefix: the first item alone, so the prefix is cached, then the rest).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+
+from prefillonly_sgl.dsl.backends import resolve_backend
+from prefillonly_sgl.dsl.function import RESERVED, ScoringFunction
+from prefillonly_sgl.dsl.labels import LabelSet
+from prefillonly_sgl.dsl.request import CompiledCall, group_requests
+from prefillonly_sgl.dsl.results import Ranking, label_probs, ranking_model
+from prefillonly_sgl.dsl.runner import asend, send
+from prefillonly_sgl.dsl.signature import DeclarationError, validate_list
+from prefillonly_sgl.errors import InvalidRequestError
+
+RANKER_RESERVED = RESERVED + ("items", "top_k", "score")
+
+
+class Ranker(ScoringFunction):
+    """Call it with the shared arguments and ``items=[...]`` (values of the item
+    parameter), optionally ``top_k=`` and ``score=``; returns a Ranking."""
+
+    def __init__(self, fn, labels=None, *, score=None, item: str | None = None, **options):
+        names = list(inspect.signature(fn).parameters)
+        if not names:
+            raise DeclarationError(f"{fn.__qualname__}: a ranker needs an item parameter")
+        self.item_param = item or ("item" if "item" in names else names[-1])
+        if self.item_param not in names:
+            raise DeclarationError(
+                f"{fn.__qualname__}: item={self.item_param!r} is not one of its parameters {names}"
+            )
+        super().__init__(
+            fn, labels, reserved=RANKER_RESERVED, exclude=(self.item_param,), **options
+        )
+        self.item_type = self.inputs.hints.get(self.item_param, object)
+        self.score_of = score_function(self.labels, score)
+        self.result_model = ranking_model(fn.__name__, self.item_type)
+
+    # -- compile -------------------------------------------------------------------------
+    def compile(self, tokenizer, /, *args, items, **kwargs) -> CompiledCall:
+        """The score request(s) for a call: one per distinct prefix (normally one)."""
+        shared, items = self._validate(args, kwargs, items)
+        return self._compile(tokenizer, shared, items)
+
+    def _validate(self, args, kwargs, items) -> tuple[dict, list]:
+        shared = self.inputs.validate(args, kwargs)
+        if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
+            raise InvalidRequestError(f"items must be a list, got {type(items).__name__}")
+        items = validate_list("items", self.item_type, list(items))
+        if not items:
+            raise InvalidRequestError("items is empty: give at least one item to rank")
+        return shared, items
+
+    def _compile(self, tokenizer, shared: dict, items: list) -> CompiledCall:
+        prompts = [self.prompt(tokenizer, **shared, **{self.item_param: x}) for x in items]
+        label_ids = [self.label_ids(tokenizer, p) for p in prompts]
+        return group_requests(prompts, label_ids, self.normalize, None, self.warm_prefix)
+
+    def _ranking(self, items, compiled: CompiledCall, answers, top_k, score_of) -> Ranking:
+        by_input = []
+        for index, (item, row) in enumerate(zip(items, compiled.gather(answers))):
+            probs, logprobs = label_probs(self.labels, row)
+            score = score_of(probs)
+            by_input.append(
+                dict(item=item, index=index, score=score, probs=probs, logprobs=logprobs)
+            )
+        ranked = sorted(by_input, key=lambda r: -r["score"])  # stable: ties keep input order
+        return self.result_model(items=ranked[:top_k], by_input=by_input)
+
+    def _prepare(self, args, kwargs, items, top_k, score):
+        """Everything a call needs checked before anything is sent."""
+        if top_k is not None and (type(top_k) is not int or top_k < 1):
+            raise InvalidRequestError(f"top_k must be a positive integer or None, got {top_k!r}")
+        score_of = self.score_of if score is None else score_function(self.labels, score)
+        shared, items = self._validate(args, kwargs, items)
+        return shared, items, score_of
+
+    # -- run -----------------------------------------------------------------------------
+    def __call__(
+        self, *args, items, top_k: int | None = None, score=None, engine=None, **kwargs
+    ) -> Ranking:
+        """Rank ``items``; ``score`` overrides the declared score for this call."""
+        shared, items, score_of = self._prepare(args, kwargs, items, top_k, score)
+        backend = resolve_backend(engine)
+        compiled = self._compile(backend.tokenizer, shared, items)
+        return self._ranking(items, compiled, send(backend, compiled), top_k, score_of)
+
+    async def acall(
+        self, *args, items, top_k: int | None = None, score=None, engine=None, **kwargs
+    ) -> Ranking:
+        shared, items, score_of = self._prepare(args, kwargs, items, top_k, score)
+        backend = resolve_backend(engine)
+        compiled = self._compile(backend.tokenizer, shared, items)
+        return self._ranking(items, compiled, await asend(backend, compiled), top_k, score_of)
+
+    def __repr__(self) -> str:
+        return f"<ranker {self.fn.__qualname__} labels={list(self.labels.texts)}>"
+
+
+def score_function(labels: LabelSet, score) -> Callable[[dict], float]:
+    """An item's score from its label probabilities (keyed by label text).
+
+    score: None (the first label's probability), a label (its probability), a mapping
+    label -> weight (the weighted sum, e.g. {"1": 1, ..., "5": 5}: the expected rating),
+    or a function of the probabilities dict.
+    """
+    if score is None:
+        first = labels.texts[0]
+        return lambda probs: probs[first]
+    if callable(score) and not isinstance(score, type):
+        return lambda probs: float(score(probs))
+    if isinstance(score, Mapping):
+        if not score:
+            raise InvalidRequestError("score={}: give a weight for at least one label")
+        weights = {labels.text_of(k): float(w) for k, w in score.items()}
+        return lambda probs: sum(w * probs[t] for t, w in weights.items())
+    text = labels.text_of(score)
+    return lambda probs: probs[text]
+
+
+def ranker(
+    labels=None,
+    *,
+    score=None,
+    item: str | None = None,
+    chat: bool = False,
+    system: str | None = None,
+    leading_space: bool | None = None,
+    normalize: bool = True,
+    warm_prefix: bool = True,
+):
+    """Declare a ranker. The decorated function takes the shared arguments and one item
+    (the parameter named ``item``, else the last one, or the one named by ``item=``) and
+    returns the prompt, normally a ``Prompt(prefix=<shared part>, item=<item part>)``.
+
+    labels: as for ``classifier``. score: what to sort by (see ``score_function``):
+    a label, a {label: weight} mapping or a function of the label probabilities.
+    Other options: as for ``classifier``. With warm_prefix (default) a call sends two
+    requests, the first item alone and then the rest, so that the rest reuse the cached
+    prefix; warm_prefix=False sends one request with every item.
+    """
+    options = dict(
+        score=score,
+        item=item,
+        chat=chat,
+        system=system,
+        leading_space=leading_space,
+        normalize=normalize,
+        warm_prefix=warm_prefix,
+    )
+    if inspect.isfunction(labels):
+        return Ranker(labels, None, **options)
+    return lambda fn: Ranker(fn, labels, **options)

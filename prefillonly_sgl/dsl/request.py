@@ -1,0 +1,90 @@
+"""Compiled score requests: what a DSL call sends to a backend (plain Python).
+
+A call (or a batch of calls) compiles to a list of ``ScoreRequest`` — SGLang's score
+request fields exactly (query, items, label_token_ids, apply_softmax) — plus, for each
+input, where its answer will be: (request index, item index).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from prefillonly_sgl.dsl.prompt import Prompt
+from prefillonly_sgl.errors import InvalidRequestError
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """One SGLang score request: the label probabilities after ``query + item`` per item."""
+
+    query: str
+    items: tuple[str, ...]
+    label_token_ids: tuple[int, ...]
+    apply_softmax: bool = True
+
+
+@dataclass(frozen=True)
+class CompiledCall:
+    """The requests for a call or batch; ``where[i]`` = (request, item) of input i;
+    ``warmups``: requests to finish before the others start (see ``group_requests``)."""
+
+    requests: tuple[ScoreRequest, ...]
+    where: tuple[tuple[int, int], ...]
+    warmups: tuple[int, ...] = ()
+
+    def gather(self, answers: list[list[list[float]]]) -> list[list[float]]:
+        """Per-input probability rows, in input order, from per-request answers."""
+        return [answers[r][i] for r, i in self.where]
+
+
+def group_requests(
+    prompts: list[Prompt],
+    label_ids: list[list[int]],
+    apply_softmax: bool,
+    max_items: int | None,
+    warm_prefix: bool = True,
+) -> CompiledCall:
+    """Inputs sharing a prefix (and label ids) become the items of one request, at most
+    ``max_items`` each (None: no limit), requests in order of first appearance. Inputs
+    whose prefix no other input shares go together in one request instead of one each,
+    their whole prompts as items of an empty query (SGLang scores query + item as one
+    text, so the probabilities are the same, and its prefix cache matches tokens, not
+    the split).
+
+    warm_prefix: a group with a non-empty prefix and several items first sends its first
+    item alone. SGLang prefills the items of one request together and, under its default
+    FCFS schedule, each of them computes the shared prefix again (measured: 8 items after
+    a 256-token prefix, 2046 tokens prefilled); once one request has finished, the prefix
+    is in the radix cache and the rest reuse it (267 + 154 tokens).
+    """
+    by_prefix: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+    for i, (prompt, ids) in enumerate(zip(prompts, label_ids)):
+        if not prompt.text:
+            raise InvalidRequestError(f"input {i}: the prompt is empty")
+        by_prefix.setdefault((prompt.prefix, tuple(ids)), []).append(i)
+    lone = Counter(ids for (prefix, ids), m in by_prefix.items() if prefix and len(m) == 1)
+    groups: dict[tuple[str, tuple[int, ...]], list[tuple[int, str]]] = {}
+    for (prefix, ids), members in by_prefix.items():
+        if prefix and len(members) == 1 and lone[ids] > 1:
+            groups.setdefault(("", ids), []).append((members[0], prompts[members[0]].text))
+        else:
+            groups.setdefault((prefix, ids), []).extend((i, prompts[i].item) for i in members)
+
+    requests: list[ScoreRequest] = []
+    warmups: list[int] = []
+    where: list[tuple[int, int] | None] = [None] * len(prompts)
+    for (prefix, ids), members in groups.items():
+        chunks = []
+        if warm_prefix and prefix and len(members) > 1:
+            warmups.append(len(requests))
+            chunks.append(members[:1])
+            members = members[1:]
+        step = max_items or len(members)
+        chunks += [members[start : start + step] for start in range(0, len(members), step)]
+        for chunk in chunks:
+            for position, (i, _) in enumerate(chunk):
+                where[i] = (len(requests), position)
+            items = tuple(item for _, item in chunk)
+            requests.append(ScoreRequest(prefix, items, ids, apply_softmax))
+    return CompiledCall(requests=tuple(requests), where=tuple(where), warmups=tuple(warmups))

@@ -1,0 +1,197 @@
+"""The scoring DSL on a real Engine (tiny random Llama, float32): classifier and ranker
+results equal a direct Engine.score of the compiled request, the prefix/item split is what
+reaches SGLang, batch order is kept, label and input errors come before anything is sent,
+and the async variants work on the engine's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+
+import pytest
+from conftest import max_abs_diff
+
+import prefillonly_sgl as prefillonly
+from prefillonly_sgl import Engine, InvalidRequestError, LabelError, Prompt
+from prefillonly_sgl.dsl import LocalEngineBackend
+
+TOLERANCE = 1e-6
+
+PROFILE = "User profile: likes science fiction, history books and long walks."
+FILMS = ["a documentary about the moon landing", "socks", "history of walks", "a space opera"]
+FEW_SHOT = (
+    "Review: this medicine worked well\nSentiment: positive\n\n"
+    "Review: terrible side effects\nSentiment: negative\n\n"
+)
+REVIEWS = ["I feel much better now", "would not take it again", "ok", "it worked, no side effects"]
+
+
+class Sentiment(enum.Enum):
+    POSITIVE = "positive"
+    NEGATIVE = "negative"
+    NEUTRAL = "neutral"
+
+
+@prefillonly.classifier(labels=Sentiment)
+def sentiment(review: str) -> Prompt:
+    return Prompt(prefix=FEW_SHOT, item=f"Review: {review}\nSentiment:")
+
+
+@prefillonly.classifier(labels=["Yes", "No"], chat=True, system="Answer Yes or No.")
+def chat_relevant(profile: str, item: str) -> Prompt:
+    return Prompt(prefix=f"{profile}\n", item=f"Item: {item}\nRelevant?")
+
+
+@prefillonly.ranker(labels=["Yes", "No"], score="Yes")
+def recommend(profile: str, item: str) -> Prompt:
+    return Prompt(prefix=f"{profile}\n", item=f"Item: {item}\nRelevant? Answer Yes or No:")
+
+
+class RecordingBackend(LocalEngineBackend):
+    """The real local backend, keeping each request it sends to SGLang."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.sent = []
+
+    def score(self, request):
+        self.sent.append(request)
+        return super().score(request)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_llama_path):
+    with Engine(tiny_llama_path, device="cpu", dtype="float32", max_total_tokens=4096) as engine:
+        yield engine
+
+
+def direct(engine, request) -> list[list[float]]:
+    """What Engine.score gives for a compiled request."""
+    return engine.score(
+        request.query, list(request.items), list(request.label_token_ids), apply_softmax=True
+    ).scores
+
+
+def test_classifier_equals_engine_score(engine):
+    result = sentiment("I feel much better now", engine=engine)
+    (request,) = sentiment.compile(engine.tokenizer, "I feel much better now").requests
+    (want,) = direct(engine, request)
+    got = [result.probs[s.value] for s in Sentiment]
+    assert max_abs_diff([got], [want]) < TOLERANCE
+    assert isinstance(result.label, Sentiment)
+    assert result.label == list(Sentiment)[max(range(3), key=want.__getitem__)]
+    tok = engine.tokenizer
+    assert list(request.label_token_ids) == [
+        tok.encode(" " + s.value, add_special_tokens=False)[0] for s in Sentiment
+    ]
+
+
+def test_prefix_and_items_reach_sglang_as_query_and_items(engine):
+    backend = RecordingBackend(engine)
+    results = sentiment.batch(REVIEWS, engine=backend, progress=False)
+    # One shared prefix: the first review alone (the prefix warm-up), then the rest.
+    assert [len(r.items) for r in backend.sent] == [1, len(REVIEWS) - 1]
+    assert all(r.query == FEW_SHOT for r in backend.sent)
+    items = [f"Review: {r}\nSentiment:" for r in REVIEWS]
+    assert [item for r in backend.sent for item in r.items] == items
+    labels = list(backend.sent[0].label_token_ids)
+    want = engine.score(FEW_SHOT, items, labels).scores  # everything in one request
+    got = [[r.probs[s.value] for s in Sentiment] for r in results]
+    assert max_abs_diff(got, want) < TOLERANCE
+    # The split never changes a probability: the whole prompt as one item gives the same.
+    whole = engine.score("", [FEW_SHOT + item for item in items], labels)
+    assert max_abs_diff(got, whole.scores) < TOLERANCE
+
+
+def test_batch_keeps_input_order_across_prefixes_and_chunks(engine):
+    profiles = [PROFILE, "User profile: likes cooking.", PROFILE, "User profile: likes cooking."]
+    inputs = [(p, f) for p, f in zip(profiles, FILMS)] + [(PROFILE, "tea")]
+    backend = RecordingBackend(engine)
+    results = chat_relevant.batch(inputs, engine=backend, batch_size=2, progress=False)
+    # Grouped by profile (each: a warm-up item, then chunks of at most 2).
+    assert [(r.query[-9:], len(r.items)) for r in backend.sent] == [
+        ("g walks.\n", 1),
+        ("g walks.\n", 2),
+        ("cooking.\n", 1),
+        ("cooking.\n", 1),
+    ]
+    singles = [chat_relevant(*x, engine=engine) for x in inputs]
+    got = [[r.probs["Yes"], r.probs["No"]] for r in results]
+    assert max_abs_diff(got, [[r.probs["Yes"], r.probs["No"]] for r in singles]) < TOLERANCE
+    assert max_abs_diff([got[0]], [got[2]]) > 1e-4  # different inputs: visibly different rows
+
+
+def test_chat_classifier_equals_engine_score_on_the_rendered_prompt(engine):
+    result = chat_relevant(PROFILE, FILMS[0], engine=engine)
+    (request,) = chat_relevant.compile(engine.tokenizer, PROFILE, FILMS[0]).requests
+    assert request.query.startswith("<|im_start|>system\nAnswer Yes or No.<|im_end|>\n")
+    assert request.items[0].endswith("<|im_start|>assistant\n")
+    tok = engine.tokenizer
+    assert list(request.label_token_ids) == [
+        tok.encode(w, add_special_tokens=False)[0] for w in ("Yes", "No")
+    ]
+    want = direct(engine, request)
+    assert max_abs_diff([[result.probs["Yes"], result.probs["No"]]], want) < TOLERANCE
+
+
+def test_ranker_equals_engine_score_and_sorts(engine):
+    backend = RecordingBackend(engine)
+    ranking = recommend(PROFILE, items=FILMS, top_k=3, engine=backend)
+    assert [(r.query, len(r.items)) for r in backend.sent] == [
+        (PROFILE + "\n", 1),
+        (PROFILE + "\n", 3),
+    ]
+    sent = backend.sent[0]
+    want = engine.score(
+        sent.query, [i for r in backend.sent for i in r.items], list(sent.label_token_ids)
+    ).scores
+    got = [[r.probs["Yes"], r.probs["No"]] for r in ranking.by_input]
+    assert max_abs_diff(got, want) < TOLERANCE
+    order = sorted(range(len(FILMS)), key=lambda i: -want[i][0])[:3]
+    assert [r.index for r in ranking.items] == order
+    assert [r.item for r in ranking.items] == [FILMS[i] for i in order]
+    assert all(r.score == r.probs["Yes"] for r in ranking.items)
+
+
+def test_default_backend(engine):
+    with prefillonly.use(engine):
+        assert sentiment("ok").probs == sentiment("ok", engine=engine).probs
+
+
+def test_label_and_input_errors_before_sending(engine):
+    @prefillonly.classifier(labels=["positive", "wonderful"])
+    def bad_labels(review: str) -> str:
+        return f"Review: {review}\nSentiment:"
+
+    backend = RecordingBackend(engine)
+    with pytest.raises(LabelError, match="label 'wonderful' is not one token"):
+        bad_labels("fine", engine=backend)
+    with pytest.raises(InvalidRequestError, match="review: Input should be a valid string"):
+        sentiment(42, engine=backend)
+    with pytest.raises(InvalidRequestError, match=r"inputs\[1\]"):
+        sentiment.batch(["fine", None], engine=backend, progress=False)
+    assert backend.sent == []
+    assert sentiment("fine", engine=engine).label in Sentiment  # the engine is fine
+
+
+def test_async_variants_on_the_engines_loop(engine):
+    loop = asyncio.get_event_loop_policy().get_event_loop()  # the engine's loop
+    one = loop.run_until_complete(sentiment.acall("ok", engine=engine))
+    many = loop.run_until_complete(
+        sentiment.abatch(REVIEWS, engine=engine, batch_size=1, progress=False)
+    )
+    ranking = loop.run_until_complete(recommend.acall(PROFILE, items=FILMS, engine=engine))
+    assert max_abs_diff([list(one.probs.values())], [list(many[2].probs.values())]) < TOLERANCE
+    sync = sentiment.batch(REVIEWS, engine=engine, progress=False)
+    got = [list(r.probs.values()) for r in many]
+    assert max_abs_diff(got, [list(r.probs.values()) for r in sync]) < TOLERANCE
+    sync_ranking = recommend(PROFILE, items=FILMS, engine=engine)
+    assert [r.index for r in ranking.items] == [r.index for r in sync_ranking.items]
+
+
+def test_async_on_another_loop_is_an_error_not_a_hang(engine):
+    async def call():
+        return await asyncio.wait_for(sentiment.acall("ok", engine=engine), timeout=30)
+
+    with pytest.raises(RuntimeError, match="another asyncio event loop"):
+        asyncio.run(call())

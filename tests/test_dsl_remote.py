@@ -1,0 +1,188 @@
+"""The scoring DSL against a stock SGLang server (``python -m sglang.launch_server`` on the
+tiny Llama, CPU, float32) over /v1/score: results equal a plain transformers forward of the
+compiled prompts, the tokenizer comes from the server's /model_info, async works from any
+event loop, and server-side rejections surface as InvalidRequestError."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from conftest import max_abs_diff
+
+import prefillonly_sgl as prefillonly
+from prefillonly_sgl import InvalidRequestError, LabelError, Prompt
+from prefillonly_sgl.dsl import RemoteBackend, RemoteBackendError, ScoreRequest
+from prefillonly_sgl.reference import TransformersReference
+
+TOLERANCE = 1e-4  # server (float32) vs transformers (float32); observed ~1e-7
+START_TIMEOUT_S = 180
+
+PROFILE = "User profile: likes science fiction, history books and long walks.\n"
+FILMS = ["a documentary about the moon landing", "socks", "history of walks", "a space opera"]
+
+
+@prefillonly.classifier(labels=["Yes", "No"])
+def relevant(profile: str, item: str) -> Prompt:
+    return Prompt(prefix=profile, item=f"Item: {item}\nRelevant? Answer Yes or No:")
+
+
+@prefillonly.ranker(labels=["Yes", "No"])
+def recommend(profile: str, item: str) -> Prompt:
+    return Prompt(prefix=profile, item=f"Item: {item}\nRelevant? Answer Yes or No:")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, process: subprocess.Popen, log_path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited ({process.returncode}):\n{log_path.read_text()}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"the server did not become healthy:\n{log_path.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def server(tiny_llama_path, tmp_path_factory):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    command = [
+        sys.executable, "-m", "sglang.launch_server",
+        "--model-path", str(tiny_llama_path),
+        "--device", "cpu",
+        "--attention-backend", "torch_native",
+        "--max-total-tokens", "4096",
+        "--skip-server-warmup",
+        "--dtype", "float32",
+        "--enable-metrics",
+        "--host", "127.0.0.1",
+        "--port", str(port),
+    ]  # fmt: skip
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        wait_healthy(url, process, log_path)
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_llama_path):
+    return TransformersReference(tiny_llama_path)
+
+
+def reference_rows(reference, compiled) -> list[list[float]]:
+    """Per-input rows of a plain transformers forward over every compiled request."""
+    answers = [
+        reference.score(r.query, list(r.items), list(r.label_token_ids)) for r in compiled.requests
+    ]
+    return compiled.gather(answers)
+
+
+def test_tokenizer_comes_from_the_server(server, tiny_llama_path):
+    backend = RemoteBackend(server)
+    assert backend.tokenizer.encode(" Yes", add_special_tokens=False) == (
+        TransformersReference(tiny_llama_path).tokenizer.encode(" Yes", add_special_tokens=False)
+    )
+
+
+def test_classifier_batch_on_the_server_equals_a_transformers_forward(server, reference):
+    inputs = [(PROFILE, film) for film in FILMS]
+    results = relevant.batch(inputs, engine=server, progress=False)
+    compiled = relevant.compile_batch(reference.tokenizer, inputs)
+    assert [(r.query, len(r.items)) for r in compiled.requests] == [(PROFILE, 1), (PROFILE, 3)]
+    got = [[r.probs["Yes"], r.probs["No"]] for r in results]
+    assert max_abs_diff(got, reference_rows(reference, compiled)) < TOLERANCE
+    one = relevant(PROFILE, FILMS[1], engine=server)
+    assert max_abs_diff([[one.probs["Yes"], one.probs["No"]]], [got[1]]) < TOLERANCE
+
+
+def test_ranker_on_the_server_and_default_backend(server, reference):
+    with prefillonly.use(server):
+        ranking = recommend(PROFILE, items=FILMS, top_k=2)
+    want = reference_rows(reference, recommend.compile(reference.tokenizer, PROFILE, items=FILMS))
+    got = [[r.probs["Yes"], r.probs["No"]] for r in ranking.by_input]
+    assert max_abs_diff(got, want) < TOLERANCE
+    assert [r.index for r in ranking.items] == sorted(range(4), key=lambda i: -want[i][0])[:2]
+
+
+def cached_tokens(url: str) -> float:
+    """SGLang's counter of prompt tokens served from its prefix cache (/metrics)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+        lines = response.read().decode().splitlines()
+    return sum(
+        float(line.split()[-1]) for line in lines if line.startswith("sglang:cached_tokens_total{")
+    )
+
+
+def test_the_shared_prefix_is_reused_from_the_cache(server, reference):
+    """The prefix warm-up: after the first item, the other items' prefix comes from the
+    radix cache; sent as one request (warm_prefix=False) every item computes it again."""
+    cold = prefillonly.ranker(labels=["Yes", "No"], warm_prefix=False)(recommend.fn)
+    for ranker, profile in ((recommend, "Alice likes " * 20), (cold, "Bob hates " * 20)):
+        n_prefix = len(reference.tokenizer.encode(profile))
+        before = cached_tokens(server)
+        ranker(profile, items=FILMS, engine=server)
+        reused = cached_tokens(server) - before
+        if ranker is recommend:
+            assert reused >= (len(FILMS) - 1) * n_prefix
+        else:
+            assert reused < n_prefix
+
+
+def test_async_variants_from_any_loop(server):
+    async def main():
+        one = await relevant.acall(PROFILE, FILMS[0], engine=server)
+        many = await relevant.abatch(
+            [(PROFILE, f) for f in FILMS], engine=server, batch_size=1, progress=False
+        )
+        ranking = await recommend.acall(PROFILE, items=FILMS, engine=server)
+        return one, many, ranking
+
+    one, many, ranking = asyncio.run(main())
+    assert max_abs_diff([list(one.probs.values())], [list(many[0].probs.values())]) < TOLERANCE
+    assert [r.index for r in ranking.by_input] == [0, 1, 2, 3]
+
+
+def test_errors(server):
+    @prefillonly.classifier(labels=["Yes", "Maybe"])
+    def unsure(x: str) -> str:
+        return f"{x}\nAnswer:"
+
+    with pytest.raises(LabelError, match="'Maybe' is not one token"):
+        unsure("x", engine=server)
+    backend = RemoteBackend(server)
+    with pytest.raises(InvalidRequestError, match="/v1/score"):  # the server rejects it
+        backend.score(ScoreRequest(query="x", items=("y",), label_token_ids=(10**7,)))
+    with pytest.raises(RemoteBackendError, match="cannot reach"):
+        RemoteBackend(f"http://127.0.0.1:{free_port()}", tokenizer=backend.tokenizer).score(
+            ScoreRequest(query="x", items=("y",), label_token_ids=(1,))
+        )
+    assert relevant(PROFILE, "tea", engine=server).label in ("Yes", "No")  # server still up
