@@ -37,7 +37,9 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.entrypoints.http_server.validate_json_request": (
         "content-type check kept on our replacement /v1/score route"
     ),
-    "sglang.srt.entrypoints.openai.protocol.ScoringRequest": "body model of /v1/score",
+    "sglang.srt.entrypoints.openai.protocol.ScoringRequest": (
+        "body model of /v1/score; also what the DSL's RemoteBackend sends"
+    ),
     "sglang.srt.entrypoints.openai.serving_score.OpenAIServingScore.handle_request": (
         "SGLang's /v1/score handler, called by our route (app.state.openai_serving_score)"
     ),
@@ -55,7 +57,8 @@ HOOK_TARGETS: dict[str, str] = {
         "aborts a disconnected client's prompts; abort_all after --shutdown-timeout"
     ),
     "sglang.srt.managers.tokenizer_manager.TokenizerManager.auto_create_handle_loop": (
-        "arms SGLang's SIGTERM drain at start-up instead of at the first request"
+        "arms SGLang's SIGTERM drain at start-up instead of at the first request; the DSL's "
+        "event_loop.py checks which loop it bound (SGLang answers only on that loop)"
     ),
     "sglang.srt.managers.tokenizer_manager.TokenizerManager.gracefully_exit": (
         "set by SGLang's SIGTERM handler: we refuse new work (503) while it drains"
@@ -63,11 +66,4 @@ HOOK_TARGETS: dict[str, str] = {
     # -- plugin mechanism --
     "sglang.srt.plugins.load_plugins": "runs our entry point in every SGLang process",
     "sglang.srt.plugins.hook_registry.HookRegistry.register": "how runtime patches attach",
-    # -- scoring DSL (prefillonly_sgl/dsl) --
-    "sglang.srt.managers.tokenizer_manager.TokenizerManager.auto_create_handle_loop": (
-        "binds the tokenizer manager to one event loop (event_loop.py checks it)"
-    ),
-    "sglang.srt.entrypoints.openai.protocol.ScoringRequest": (
-        "the /v1/score request schema the DSL's RemoteBackend sends"
-    ),
 }
