@@ -101,14 +101,8 @@ class Engine:
         prompt (item+query with item_first). apply_softmax=True normalises over the labels;
         False gives each label's probability over the whole vocabulary (SGLang's meaning)."""
         sgl = self._require_running()
-        query, items, labels = self._validate(query, items, label_token_ids)
-        result = sgl.score(
-            query=query,
-            items=items,
-            label_token_ids=labels,
-            apply_softmax=apply_softmax,
-            item_first=item_first,
-        )
+        request = self._sglang_request(query, items, label_token_ids, apply_softmax, item_first)
+        result = sgl.score(**request)
         return ScoreResult(scores=result.scores, prompt_tokens=result.prompt_tokens)
 
     async def async_score(
@@ -122,14 +116,8 @@ class Engine:
         """``score`` for asyncio code; must run on the event loop of the thread that
         created the engine (SGLang's tokenizer manager lives there)."""
         sgl = self._require_running()
-        query, items, labels = self._validate(query, items, label_token_ids)
-        result = await sgl.async_score(
-            query=query,
-            items=items,
-            label_token_ids=labels,
-            apply_softmax=apply_softmax,
-            item_first=item_first,
-        )
+        request = self._sglang_request(query, items, label_token_ids, apply_softmax, item_first)
+        result = await sgl.async_score(**request)
         return ScoreResult(scores=result.scores, prompt_tokens=result.prompt_tokens)
 
     @property
@@ -137,9 +125,17 @@ class Engine:
         """The Hugging Face tokenizer SGLang uses for text prompts."""
         return self._require_running().tokenizer_manager.tokenizer
 
-    def _validate(self, query, items, label_token_ids):
-        return validate_score_request(
+    def _sglang_request(self, query, items, label_token_ids, apply_softmax, item_first) -> dict:
+        """Validated keyword arguments for SGLang's score/async_score."""
+        query, items, labels = validate_score_request(
             query, items, label_token_ids, self.limits, self._count_prompt_tokens
+        )
+        return dict(
+            query=query,
+            items=items,
+            label_token_ids=labels,
+            apply_softmax=apply_softmax,
+            item_first=item_first,
         )
 
     def _count_prompt_tokens(self, query: TextOrIds, item: TextOrIds) -> int:

@@ -17,6 +17,20 @@ def tiny_qwen2_path(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen2"), arch="qwen2")
 
 
+@pytest.fixture(scope="session")
+def tiny_llama_reference(tiny_llama_path):
+    from prefillonly_sgl.reference import TransformersReference
+
+    return TransformersReference(tiny_llama_path)
+
+
+@pytest.fixture(scope="session")
+def yes_no_labels(tiny_llama_reference):
+    """Token ids of " Yes" and " No" in the tiny models' tokenizer."""
+    tok = tiny_llama_reference.tokenizer
+    return [tok.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
+
+
 def max_abs_diff(a: list[list[float]], b: list[list[float]]) -> float:
     assert len(a) == len(b), f"{len(a)} rows vs {len(b)}"
     return max(abs(x - y) for row_a, row_b in zip(a, b) for x, y in zip(row_a, row_b, strict=True))

@@ -13,8 +13,6 @@ import requests
 from conftest import max_abs_diff
 from server_process import REPO, running_server, serve_command, serve_env
 
-from prefillonly_sgl.reference import TransformersReference
-
 APP = Path(__file__).with_name("server_app_example.py")
 MAX_REQUEST_BYTES = 200_000
 TOLERANCE = 1e-4  # float32 server vs float32 transformers
@@ -36,13 +34,13 @@ def server(tiny_llama_path, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_llama_path):
-    return TransformersReference(tiny_llama_path)
+def reference(tiny_llama_reference):
+    return tiny_llama_reference
 
 
 @pytest.fixture(scope="module")
-def labels(reference):
-    return [reference.tokenizer.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
+def labels(yes_no_labels):
+    return yes_no_labels
 
 
 def post(server, path, body, **kwargs):

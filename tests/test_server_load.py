@@ -22,8 +22,6 @@ import requests
 from conftest import max_abs_diff
 from server_process import running_server
 
-from prefillonly_sgl.reference import TransformersReference
-
 MAX_PROMPTS = 64
 CLIENTS = 32
 REQUESTS_PER_CLIENT = 32  # 1,024 requests in all
@@ -45,13 +43,13 @@ def server(tiny_llama_path, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_llama_path):
-    return TransformersReference(tiny_llama_path)
+def reference(tiny_llama_reference):
+    return tiny_llama_reference
 
 
 @pytest.fixture(scope="module")
-def labels(reference):
-    return [reference.tokenizer.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
+def labels(yes_no_labels):
+    return yes_no_labels
 
 
 def metric(server, name: str) -> float:
