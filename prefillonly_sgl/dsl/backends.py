@@ -7,6 +7,10 @@ hub name the client can read) or, by default, from the tokenizer path the server
 at ``/model_info`` — which works when client and server share a file system (the same
 machine, a shared volume); otherwise pass ``tokenizer=``.
 
+When the server is ``prefillonly serve --app`` serving the called function itself, the
+remote backend posts the call's arguments to that function's typed endpoint instead, and
+needs no tokenizer (app_client.py).
+
 Each call picks its backend with ``engine=`` (an Engine, a URL or a Backend); without it
 the default set by ``use()`` / ``set_default_backend()`` applies.
 """
