@@ -12,6 +12,7 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Literal
 
 import dsl_app_example as app
@@ -27,10 +28,11 @@ from server_process import (
 )
 
 import prefillonly_sgl as prefillonly
-from prefillonly_sgl.dsl import RemoteBackend
+from prefillonly_sgl.dsl import LabelError, RemoteBackend
 from prefillonly_sgl.dsl.app_client import served_by
-from prefillonly_sgl.dsl.endpoint import MARKER, app_models, sample_value
+from prefillonly_sgl.dsl.endpoint import MARKER, app_models, sample_prompt, sample_value
 from prefillonly_sgl.dsl.signature import DeclarationError
+from prefillonly_sgl.models.tiny import build_tokenizer
 
 APP = Path(__file__).with_name("dsl_app_example.py")
 TOLERANCE = 1e-6  # the same server computes both sides
@@ -285,7 +287,8 @@ class Opaque:  # no JSON schema
 
 
 def test_sample_values_and_unservable_types():
-    assert sample_value(str) == "example" and sample_value(int | None) == 0
+    assert sample_value(str) == sample_value(object) == "example"
+    assert sample_value(int | None) == 0
     assert sample_value(Literal["x", "y"]) == "x" and sample_value(list[int]) == []
 
     @prefillonly.classifier(labels=["A", "B"])
@@ -295,6 +298,27 @@ def test_sample_values_and_unservable_types():
     with pytest.raises(DeclarationError, match="cannot be served over HTTP"):
         opaque.__prefillonly_endpoint__()
     assert set(app_models(app.sentiment).request.model_fields) == {"review", "drug"}
+
+
+def test_start_up_label_check_on_a_sample_prompt():
+    context = SimpleNamespace(tokenizer=build_tokenizer())
+    prompt = sample_prompt(app.sentiment, context.tokenizer)
+    assert prompt.item == "Review of the medicine: example\nSentiment:"
+    app.sentiment.__prefillonly_endpoint__()[0].on_startup(context)  # one-token labels: fine
+
+    @prefillonly.ranker(labels=["Yes", "Maybe"])
+    def unsure(profile, item):  # unannotated: sample strings
+        return f"{profile} {item}?"
+
+    with pytest.raises(LabelError, match=r"/apps/unsure \(.*unsure\) cannot be served.*'Maybe'"):
+        unsure.__prefillonly_endpoint__().on_startup(context)
+
+    @prefillonly.classifier(labels=["Yes", "Maybe"])
+    def picky(x: str) -> str:
+        raise ValueError("refuses sample arguments")
+
+    assert sample_prompt(picky, context.tokenizer) is None  # no check: a 400 per request
+    picky.__prefillonly_endpoint__()[0].on_startup(context)
 
 
 def test_the_dsl_endpoints_import_without_sglang():

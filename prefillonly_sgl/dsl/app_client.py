@@ -30,6 +30,13 @@ def served_by(function, backend) -> bool:
     return schema.get(MARKER) == models.marker and fields == set(models.request.model_fields)
 
 
+async def aserved_by(function, backend) -> bool:
+    """``served_by`` for async calls (the first one reads /openapi.json in a thread)."""
+    if getattr(backend, "endpoint_schema", None) is None:
+        return False
+    return await asyncio.to_thread(served_by, function, backend)
+
+
 def _rows(function, results: list[dict]) -> list[list[float]]:
     """Probability rows (label order) from result objects' ``probs``."""
     return [[result["probs"][t] for t in function.labels.texts] for result in results]

@@ -89,7 +89,7 @@ class Classifier(ScoringFunction):
 
     async def acall(self, *args, engine=None, **kwargs) -> Classification:
         backend = resolve_backend(engine)
-        if await asyncio.to_thread(app_client.served_by, self, backend):
+        if await app_client.aserved_by(self, backend):
             arguments = self.inputs.validate(args, kwargs)
             row = await asyncio.to_thread(app_client.classify_one, self, backend, arguments)
             return self._classify_rows([row])[0]
@@ -126,7 +126,7 @@ class Classifier(ScoringFunction):
         """``batch`` for asyncio code, with up to ``max_in_flight`` requests at once."""
         inputs = list(inputs)
         backend: Backend = resolve_backend(engine)
-        if await asyncio.to_thread(app_client.served_by, self, backend):
+        if await app_client.aserved_by(self, backend):
             arguments = [self._validate_input(i, x) for i, x in enumerate(inputs)]
             with progress_bar(len(inputs), progress, self.fn.__name__) as bar:
                 rows = await app_client.aclassify_many(

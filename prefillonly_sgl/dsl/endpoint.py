@@ -254,7 +254,7 @@ def sample_value(annotation):
     """A plausible value of a type, for building a sample prompt."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
-    if annotation in (str, Any):
+    if annotation in (str, Any, object):
         return "example"
     if annotation in (bool, int, float):
         return annotation(0)

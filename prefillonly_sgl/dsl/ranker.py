@@ -117,7 +117,7 @@ class Ranker(ScoringFunction):
     ) -> Ranking:
         shared, items, score_of = self._prepare(args, kwargs, items, top_k, score)
         backend = resolve_backend(engine)
-        if await asyncio.to_thread(app_client.served_by, self, backend):
+        if await app_client.aserved_by(self, backend):
             rows = await asyncio.to_thread(app_client.rank, self, backend, shared, items)
         else:
             compiled = self._compile(backend.tokenizer, shared, items)
