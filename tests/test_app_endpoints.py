@@ -18,6 +18,7 @@ from typing import Literal
 import dsl_app_example as app
 import pytest
 import requests
+from conftest import max_abs_diff
 from server_process import (
     REPO,
     START_TIMEOUT_S,
@@ -78,11 +79,6 @@ def rows(results) -> list[list[float]]:
     return [list(r.probs.values()) for r in results]
 
 
-def max_diff(a, b) -> float:
-    assert len(a) == len(b)
-    return max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb, strict=True))
-
-
 # -- the endpoints, called with a plain HTTP client ------------------------------------------
 
 
@@ -124,14 +120,14 @@ def test_classifier_endpoint_equals_the_local_compilation(server, via_score):
     one = post(server, "/apps/sentiment", REVIEWS[1])
     assert one.status_code == 200, one.text
     assert one.json()["label"] == want[1].label
-    assert max_diff([list(one.json()["probs"].values())], rows(want[1:2])) < TOLERANCE
+    assert max_abs_diff([list(one.json()["probs"].values())], rows(want[1:2])) < TOLERANCE
     assert int(one.headers["x-prefillonly-prompt-tokens"]) > 0
 
     many = post(server, "/apps/sentiment/batch", {"inputs": REVIEWS})
     assert many.status_code == 200, many.text
     results = many.json()["results"]
     assert [r["label"] for r in results] == [r.label for r in want]
-    assert max_diff([list(r["probs"].values()) for r in results], rows(want)) < TOLERANCE
+    assert max_abs_diff([list(r["probs"].values()) for r in results], rows(want)) < TOLERANCE
 
 
 def test_ranker_endpoint_equals_the_local_compilation(server, via_score):
@@ -142,7 +138,7 @@ def test_ranker_endpoint_equals_the_local_compilation(server, via_score):
     assert [r["index"] for r in body["items"]] == [r.index for r in want.items]
     assert [r["item"] for r in body["by_input"]] == FILMS
     scores = [[r["score"]] for r in body["by_input"]]
-    assert max_diff(scores, [[r.score] for r in want.by_input]) < TOLERANCE
+    assert max_abs_diff(scores, [[r.score] for r in want.by_input]) < TOLERANCE
     # score= per request: sort by P(No) instead
     by_no = post(server, "/apps/recommend", {"profile": PROFILE, "items": FILMS, "score": "No"})
     order = sorted(range(len(FILMS)), key=lambda i: -want.by_input[i].probs["No"])
@@ -191,11 +187,11 @@ def test_remote_backend_calls_the_typed_endpoints(server, via_score):
 
     want = app.sentiment.batch(REVIEWS, engine=via_score, progress=False)
     assert type(one) is type(want[1]) and one.label == want[1].label
-    assert max_diff(rows([one]), rows(want[1:2])) < TOLERANCE
-    assert max_diff(rows(many), rows(want)) < TOLERANCE
+    assert max_abs_diff(rows([one]), rows(want[1:2])) < TOLERANCE
+    assert max_abs_diff(rows(many), rows(want)) < TOLERANCE
     want_ranking = app.recommend(PROFILE, items=FILMS, top_k=3, engine=via_score)
     assert [r.index for r in ranking.items] == [r.index for r in want_ranking.items]
-    assert max_diff(rows(ranking.by_input), rows(want_ranking.by_input)) < TOLERANCE
+    assert max_abs_diff(rows(ranking.by_input), rows(want_ranking.by_input)) < TOLERANCE
 
 
 def test_remote_backend_async_calls(server, via_score):
@@ -210,7 +206,7 @@ def test_remote_backend_async_calls(server, via_score):
     one, many, ranking = asyncio.run(main())
     assert backend.paths.count("/apps/sentiment/batch") == 3 and "/v1/score" not in backend.paths
     want = app.sentiment.batch(REVIEWS, engine=via_score, progress=False)
-    assert max_diff(rows(many), rows(want)) < TOLERANCE
+    assert max_abs_diff(rows(many), rows(want)) < TOLERANCE
     assert one.label in ("positive", "negative") and len(ranking.by_input) == len(FILMS)
 
 
