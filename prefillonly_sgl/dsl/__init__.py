@@ -12,8 +12,9 @@ Files: labels.py (label sets -> single label tokens), prompt.py (Prompt: shared 
 item; chat templates), signature.py (pydantic input validation), request.py (compiled
 score requests), results.py (result models), backends.py (local Engine, remote
 /v1/score, the default backend), function.py (what both decorators share),
-classifier.py and ranker.py (the decorators). Compilation is plain Python; only the
-backends run anything.
+classifier.py and ranker.py (the decorators), endpoint.py (each function as a typed
+endpoint of `prefillonly serve --app`), app_client.py (a remote call through that endpoint).
+Compilation is plain Python; only the backends run anything.
 """
 
 from prefillonly_sgl.dsl.backends import (

@@ -7,6 +7,10 @@ hub name the client can read) or, by default, from the tokenizer path the server
 at ``/model_info`` — which works when client and server share a file system (the same
 machine, a shared volume); otherwise pass ``tokenizer=``.
 
+When the server is ``prefillonly serve --app`` serving the called function itself, the
+remote backend posts the call's arguments to that function's typed endpoint instead, and
+needs no tokenizer (app_client.py).
+
 Each call picks its backend with ``engine=`` (an Engine, a URL or a Backend); without it
 the default set by ``use()`` / ``set_default_backend()`` applies.
 """
@@ -79,12 +83,22 @@ class RemoteBackend:
     tokenizer: a tokenizer object, or a folder / name for AutoTokenizer; None: the
         server's tokenizer path from ``/model_info``, loaded on first use.
     timeout: seconds per HTTP request.
+    typed_endpoints: call a DSL function's own endpoint when the server has it
+        (``prefillonly serve --app``, see app_client.py); False: always /v1/score.
     """
 
-    def __init__(self, base_url: str, tokenizer: Any = None, timeout: float = 600.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        tokenizer: Any = None,
+        timeout: float = 600.0,
+        typed_endpoints: bool = True,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.typed_endpoints = typed_endpoints
         self._tokenizer_source = tokenizer
+        self._openapi: dict | None = None
 
     @functools.cached_property
     def tokenizer(self):
@@ -114,6 +128,31 @@ class RemoteBackend:
 
     async def ascore(self, request: ScoreRequest) -> list[list[float]]:
         return await asyncio.to_thread(self.score, request)
+
+    def endpoint_schema(self, path: str) -> dict | None:
+        """The JSON schema of ``POST path``'s request body as the server's /openapi.json
+        lists it (read once), or None: no such endpoint, no OpenAPI document there, or
+        typed_endpoints=False."""
+        if not self.typed_endpoints:
+            return None
+        if self._openapi is None:
+            try:
+                doc = self._request("GET", "/openapi.json")
+            except InvalidRequestError:  # 404 and the like: a server without one
+                doc = {}
+            self._openapi = doc if isinstance(doc, dict) else {}
+        operation = (self._openapi.get("paths") or {}).get(path, {}).get("post") or {}
+        content = (operation.get("requestBody") or {}).get("content") or {}
+        schema = (content.get("application/json") or {}).get("schema") or {}
+        prefix = "#/components/schemas/"
+        if schema.get("$ref", "").startswith(prefix):
+            schemas = (self._openapi.get("components") or {}).get("schemas") or {}
+            schema = schemas.get(schema["$ref"][len(prefix) :]) or {}
+        return schema or None
+
+    def post(self, path: str, body: dict) -> Any:
+        """``POST path`` with a JSON body; the decoded JSON answer."""
+        return self._request("POST", path, body)
 
     def _request(self, method: str, path: str, body: dict | None = None) -> dict:
         data = None if body is None else json.dumps(body).encode()

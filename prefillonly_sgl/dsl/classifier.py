@@ -7,13 +7,19 @@ def credit_risk(history: str) -> str:
 r = credit_risk("...", engine=engine)     # r.label, r.probs, r.logprobs
 rs = credit_risk.batch(histories)          # input order; one request per shared prefix
                                            # and batch_size inputs
+
+Under `prefillonly serve --app FILE` it is also POST /apps/credit_risk (and .../batch),
+see endpoint.py; a remote backend calls that endpoint when the server has it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 
+from prefillonly_sgl.dsl import app_client
 from prefillonly_sgl.dsl.backends import Backend, resolve_backend
+from prefillonly_sgl.dsl.endpoint import classifier_endpoints
 from prefillonly_sgl.dsl.function import RESERVED, ScoringFunction
 from prefillonly_sgl.dsl.request import CompiledCall, group_requests
 from prefillonly_sgl.dsl.results import Classification, classification_model, classify_row
@@ -67,17 +73,26 @@ class Classifier(ScoringFunction):
             raise InvalidRequestError(f"inputs[{index}]: {e}") from None
 
     def _results(self, compiled: CompiledCall, answers) -> list[Classification]:
-        rows = compiled.gather(answers)
+        return self._classify_rows(compiled.gather(answers))
+
+    def _classify_rows(self, rows: list[list[float]]) -> list[Classification]:
         return [classify_row(self.result_model, self.labels, row) for row in rows]
 
     # -- run -----------------------------------------------------------------------------
     def __call__(self, *args, engine=None, **kwargs) -> Classification:
         backend = resolve_backend(engine)
+        if app_client.served_by(self, backend):
+            arguments = self.inputs.validate(args, kwargs)
+            return self._classify_rows([app_client.classify_one(self, backend, arguments)])[0]
         compiled = self.compile(backend.tokenizer, *args, **kwargs)
         return self._results(compiled, send(backend, compiled))[0]
 
     async def acall(self, *args, engine=None, **kwargs) -> Classification:
         backend = resolve_backend(engine)
+        if await app_client.aserved_by(self, backend):
+            arguments = self.inputs.validate(args, kwargs)
+            row = await asyncio.to_thread(app_client.classify_one, self, backend, arguments)
+            return self._classify_rows([row])[0]
         compiled = self.compile(backend.tokenizer, *args, **kwargs)
         return self._results(compiled, await asend(backend, compiled))[0]
 
@@ -87,6 +102,13 @@ class Classifier(ScoringFunction):
         """Classify every input; results in input order."""
         inputs = list(inputs)
         backend: Backend = resolve_backend(engine)
+        if app_client.served_by(self, backend):
+            arguments = [self._validate_input(i, x) for i, x in enumerate(inputs)]
+            with progress_bar(len(inputs), progress, self.fn.__name__) as bar:
+                rows = app_client.classify_many(
+                    self, backend, arguments, batch_size or self.batch_size, bar
+                )
+            return self._classify_rows(rows)
         compiled = self.compile_batch(backend.tokenizer, inputs, batch_size)
         with progress_bar(len(inputs), progress, self.fn.__name__) as bar:
             answers = send(backend, compiled, bar)
@@ -104,10 +126,21 @@ class Classifier(ScoringFunction):
         """``batch`` for asyncio code, with up to ``max_in_flight`` requests at once."""
         inputs = list(inputs)
         backend: Backend = resolve_backend(engine)
+        if await app_client.aserved_by(self, backend):
+            arguments = [self._validate_input(i, x) for i, x in enumerate(inputs)]
+            with progress_bar(len(inputs), progress, self.fn.__name__) as bar:
+                rows = await app_client.aclassify_many(
+                    self, backend, arguments, batch_size or self.batch_size, bar, max_in_flight
+                )
+            return self._classify_rows(rows)
         compiled = self.compile_batch(backend.tokenizer, inputs, batch_size)
         with progress_bar(len(inputs), progress, self.fn.__name__) as bar:
             answers = await asend(backend, compiled, bar, max_in_flight)
         return self._results(compiled, answers)
+
+    def __prefillonly_endpoint__(self):
+        """Its typed endpoints under `prefillonly serve --app` (see endpoint.py)."""
+        return classifier_endpoints(self)
 
     def __repr__(self) -> str:
         return f"<classifier {self.fn.__qualname__} labels={list(self.labels.texts)}>"
@@ -122,6 +155,7 @@ def classifier(
     normalize: bool = True,
     batch_size: int = DEFAULT_BATCH_SIZE,
     warm_prefix: bool = True,
+    path: str | None = None,
 ):
     """Declare a classifier: the decorated function builds the prompt (a str, or a
     ``Prompt(prefix=..., item=...)`` to mark a prefix shared across calls).
@@ -136,6 +170,8 @@ def classifier(
     batch_size: inputs per score request in ``batch`` / ``abatch``.
     warm_prefix: send the first input of each shared prefix alone first, so that the
         prefix is cached before the others are prefilled (see request.group_requests).
+    path: its endpoint under ``prefillonly serve --app`` (default ``/apps/<name>``;
+        batches at ``<path>/batch``).
 
     Usable bare (``@classifier``) when the return annotation gives the labels.
     """
@@ -146,6 +182,7 @@ def classifier(
         normalize=normalize,
         batch_size=batch_size,
         warm_prefix=warm_prefix,
+        path=path,
     )
     if inspect.isfunction(labels):  # @classifier without parentheses
         return Classifier(labels, None, **options)

@@ -44,9 +44,16 @@ class ScoringFunction:
         warm_prefix: bool,
         reserved: tuple[str, ...],
         exclude: tuple[str, ...] = (),
+        path: str | None = None,
     ) -> None:
         if system is not None and not chat:
             raise DeclarationError(f"{fn.__qualname__}: system= needs chat=True")
+        path = f"/apps/{fn.__name__}" if path is None else path
+        if not path.startswith("/") or path.endswith("/") or " " in path:
+            raise DeclarationError(
+                f"{fn.__qualname__}: path={path!r} must start with '/' and not end with one"
+            )
+        self.path = path  # its typed endpoint under `prefillonly serve --app` (endpoint.py)
         self.fn = fn
         self.labels = labels_from(fn, labels)
         self.chat = ChatFormat(system) if chat else None
@@ -60,7 +67,10 @@ class ScoringFunction:
     def prompt(self, tokenizer=None, /, **arguments) -> Prompt:
         """The function's prompt for validated ``arguments``, chat-formatted when declared
         with chat=True (which needs the tokenizer)."""
-        value = self.fn(**arguments)
+        return self.as_prompt(self.fn(**arguments), tokenizer)
+
+    def as_prompt(self, value, tokenizer=None) -> Prompt:
+        """What the function returned as a Prompt (chat-formatted when declared so)."""
         if isinstance(value, str):
             value = Prompt(item=value)
         elif not isinstance(value, Prompt):

@@ -13,14 +13,20 @@
 The function is called once per item; the prefix it returns (the same for every item)
 is the score request's query and the item texts its items: one request per call (two
 with the default warm_prefix: the first item alone, so the prefix is cached, then the rest).
+
+Under `prefillonly serve --app FILE` it is also POST /apps/recommend (endpoint.py); a
+remote backend calls that endpoint when the server has it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Callable, Mapping
 
+from prefillonly_sgl.dsl import app_client
 from prefillonly_sgl.dsl.backends import resolve_backend
+from prefillonly_sgl.dsl.endpoint import ranker_endpoint
 from prefillonly_sgl.dsl.function import RESERVED, ScoringFunction
 from prefillonly_sgl.dsl.labels import LabelSet
 from prefillonly_sgl.dsl.request import CompiledCall, group_requests
@@ -72,9 +78,10 @@ class Ranker(ScoringFunction):
         label_ids = [self.label_ids(tokenizer, p) for p in prompts]
         return group_requests(prompts, label_ids, self.normalize, None, self.warm_prefix)
 
-    def _ranking(self, items, compiled: CompiledCall, answers, top_k, score_of) -> Ranking:
+    def _ranking(self, items, rows: list[list[float]], top_k, score_of) -> Ranking:
+        """The Ranking of ``items`` from their probability rows (label order)."""
         by_input = []
-        for index, (item, row) in enumerate(zip(items, compiled.gather(answers))):
+        for index, (item, row) in enumerate(zip(items, rows, strict=True)):
             probs, logprobs = label_probs(self.labels, row)
             score = score_of(probs)
             by_input.append(
@@ -98,16 +105,28 @@ class Ranker(ScoringFunction):
         """Rank ``items``; ``score`` overrides the declared score for this call."""
         shared, items, score_of = self._prepare(args, kwargs, items, top_k, score)
         backend = resolve_backend(engine)
-        compiled = self._compile(backend.tokenizer, shared, items)
-        return self._ranking(items, compiled, send(backend, compiled), top_k, score_of)
+        if app_client.served_by(self, backend):
+            rows = app_client.rank(self, backend, shared, items)
+        else:
+            compiled = self._compile(backend.tokenizer, shared, items)
+            rows = compiled.gather(send(backend, compiled))
+        return self._ranking(items, rows, top_k, score_of)
 
     async def acall(
         self, *args, items, top_k: int | None = None, score=None, engine=None, **kwargs
     ) -> Ranking:
         shared, items, score_of = self._prepare(args, kwargs, items, top_k, score)
         backend = resolve_backend(engine)
-        compiled = self._compile(backend.tokenizer, shared, items)
-        return self._ranking(items, compiled, await asend(backend, compiled), top_k, score_of)
+        if await app_client.aserved_by(self, backend):
+            rows = await asyncio.to_thread(app_client.rank, self, backend, shared, items)
+        else:
+            compiled = self._compile(backend.tokenizer, shared, items)
+            rows = compiled.gather(await asend(backend, compiled))
+        return self._ranking(items, rows, top_k, score_of)
+
+    def __prefillonly_endpoint__(self):
+        """Its typed endpoint under `prefillonly serve --app` (see endpoint.py)."""
+        return ranker_endpoint(self)
 
     def __repr__(self) -> str:
         return f"<ranker {self.fn.__qualname__} labels={list(self.labels.texts)}>"
@@ -144,6 +163,7 @@ def ranker(
     leading_space: bool | None = None,
     normalize: bool = True,
     warm_prefix: bool = True,
+    path: str | None = None,
 ):
     """Declare a ranker. The decorated function takes the shared arguments and one item
     (the parameter named ``item``, else the last one, or the one named by ``item=``) and
@@ -153,7 +173,8 @@ def ranker(
     a label, a {label: weight} mapping or a function of the label probabilities.
     Other options: as for ``classifier``. With warm_prefix (default) a call sends two
     requests, the first item alone and then the rest, so that the rest reuse the cached
-    prefix; warm_prefix=False sends one request with every item.
+    prefix; warm_prefix=False sends one request with every item. path: its endpoint
+    under ``prefillonly serve --app`` (default ``/apps/<name>``).
     """
     options = dict(
         score=score,
@@ -163,6 +184,7 @@ def ranker(
         leading_space=leading_space,
         normalize=normalize,
         warm_prefix=warm_prefix,
+        path=path,
     )
     if inspect.isfunction(labels):
         return Ranker(labels, None, **options)

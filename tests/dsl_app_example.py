@@ -1,0 +1,33 @@
+"""A `serve --app` module made of DSL functions (tests/test_app_endpoints.py):
+
+    prefillonly serve --model-path MODEL --app tests/dsl_app_example.py
+
+exposes POST /apps/sentiment, /apps/sentiment/batch and /apps/recommend.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import prefillonly_sgl as prefillonly
+from prefillonly_sgl import Prompt
+
+FEW_SHOT = (
+    "Review: this medicine worked well\nSentiment: positive\n\n"
+    "Review: terrible side effects\nSentiment: negative\n\n"
+)
+
+
+@prefillonly.classifier
+def sentiment(review: str, drug: str = "the medicine") -> Literal["positive", "negative"]:
+    """Sentiment of a drug review (few-shot)."""
+    return Prompt(prefix=FEW_SHOT, item=f"Review of {drug}: {review}\nSentiment:")
+
+
+@prefillonly.ranker(labels=["Yes", "No"], score="Yes")
+def recommend(profile: str, item: str) -> Prompt:
+    """Films the user would enjoy, best first."""
+    return Prompt(
+        prefix=f"User profile: {profile}\n",
+        item=f"Item: {item}\nRelevant? Answer Yes or No:",
+    )
