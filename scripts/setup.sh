@@ -54,12 +54,15 @@ quiet_pip -e ".[dev]"
 SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 PTH="$SITE/prefillonly_sgl_cpu.pth"
 if [[ "$DEVICE" == "cpu" ]]; then
-    echo "import prefillonly_sgl.sglang_runtime.cpu_support.boot" > "$PTH"
+    # Runs boot.py by path: importing the package here would pin prefillonly_sgl to this
+    # checkout for every process, even one started from another checkout.
+    BOOT="$PWD/prefillonly_sgl/sglang_runtime/cpu_support/boot.py"
+    echo "import runpy; runpy.run_path('$BOOT')" > "$PTH"
 else
     rm -f "$PTH"
 fi
 
-"$VENV/bin/python" -c "import prefillonly_sgl.sglang_runtime.cpu_support.boot, sglang.srt.entrypoints.engine" \
+"$VENV/bin/python" -c "import sglang.srt.entrypoints.engine" \
     || { echo "[setup] sglang does not import; see the error above" >&2; exit 1; }
 echo "$SIGNATURE" > "$STAMP"
 echo "[setup] done: $VENV ($DEVICE)"

@@ -2,7 +2,9 @@
 
 Kept cheap on purpose: it imports neither torch nor sglang, it only sets an environment
 default and installs an import hook that acts when ``sgl_kernel`` or ``torchvision`` is
-first imported.
+first imported. The .pth file runs this file by path (runpy) rather than importing the
+package, so ``prefillonly_sgl`` itself is imported later through the normal sys.path: a
+second checkout sharing the environment (cwd first on sys.path) gets its own code.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ SHIM_MODULE = "prefillonly_sgl.sglang_runtime.cpu_support.sgl_kernel_shim"
 class _CpuImportHook(importlib.abc.MetaPathFinder):
     """Serves ``sgl_kernel`` from our pure-torch shim (unless a real build is installed)
     and prepares torch's op registry before torchvision imports."""
+
+    # Marker instead of isinstance: runpy and a normal import create two distinct classes.
+    prefillonly_cpu_hook = True
 
     def __init__(self) -> None:
         self._busy = False
@@ -48,7 +53,7 @@ class _CpuImportHook(importlib.abc.MetaPathFinder):
 
 
 def is_active() -> bool:
-    return any(isinstance(f, _CpuImportHook) for f in sys.meta_path)
+    return any(getattr(f, "prefillonly_cpu_hook", False) for f in sys.meta_path)
 
 
 # SGLang warns about GPU-only features at import in every process; on a CPU install they
