@@ -1,0 +1,228 @@
+"""Prefill-only attention vs stock SGLang attention, side by side in one run (issue 6).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/prefill_attention.py            # 1k, 4k, 16k
+    PYTHONPATH=. .venv/bin/python benchmarks/prefill_attention.py --lengths 1024 4096
+
+For each prefix length L (random token ids, a fresh prefix per measurement):
+- cold: score one 100-token item behind an uncached L-token prefix (an L + 100 prompt);
+- hit: score another 100-token item behind the same, now cached, prefix.
+Both engines run the default model (SmolLM2-135M) in bfloat16 on CPU: stock SGLang
+(`Engine(prefill_only_attention=False)`, SGLang's torch_native backend) and ours.
+
+The floor of a cold prefill is measured in the same run, in this process: the time of
+the model's attention (fused causal SDPA, grouped-query heads, at L + 100 tokens) and of
+its linear layers (bf16 matmuls of the model's shapes) times the number of layers. It
+leaves out norms, rotary, activation, embeddings, the logits and SGLang's own overhead.
+Writes a markdown table to stdout and to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import statistics
+import time
+from pathlib import Path
+
+ITEM_TOKENS = 100
+LABELS_TEXT = (" Yes", " No")
+
+
+def model_shapes(config) -> dict:
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads", heads)
+    hidden = config["hidden_size"]
+    return dict(
+        layers=config["num_hidden_layers"],
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=hidden // heads,
+        hidden=hidden,
+        intermediate=config["intermediate_size"],
+    )
+
+
+def floor_seconds(n_tokens: int, shapes: dict, reps: int = 2) -> dict:
+    """Measured time of one cold prefill's attention and linear layers at n_tokens."""
+    import torch
+    import torch.nn.functional as F
+
+    s, dtype = shapes, torch.bfloat16
+    q = torch.randn(1, s["heads"], n_tokens, s["head_dim"], dtype=dtype)
+    k = torch.randn(1, s["kv_heads"], n_tokens, s["head_dim"], dtype=dtype)
+    v = torch.randn_like(k)
+    sdpa = _best(
+        lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), reps
+    )
+    sdpa_flops = 2 * n_tokens * n_tokens * s["heads"] * s["head_dim"]  # causal: half of 4NND
+    qkv_out = (s["heads"] + 2 * s["kv_heads"]) * s["head_dim"]
+    linear_shapes = [  # (in, out) of qkv, o, gate_up, down
+        (s["hidden"], qkv_out),
+        (s["heads"] * s["head_dim"], s["hidden"]),
+        (s["hidden"], 2 * s["intermediate"]),
+        (s["intermediate"], s["hidden"]),
+    ]
+    linear, linear_flops = 0.0, 0
+    for fan_in, fan_out in linear_shapes:
+        x = torch.randn(n_tokens, fan_in, dtype=dtype)
+        w = torch.randn(fan_out, fan_in, dtype=dtype)
+        linear += _best(lambda x=x, w=w: F.linear(x, w), reps)
+        linear_flops += 2 * n_tokens * fan_in * fan_out
+    layers = s["layers"]
+    return dict(
+        attention_s=layers * sdpa,
+        linear_s=layers * linear,
+        floor_s=layers * (sdpa + linear),
+        sdpa_gflops=sdpa_flops / sdpa / 1e9,
+        matmul_gflops=linear_flops / linear / 1e9,
+        attention_flops=layers * sdpa_flops,
+        linear_flops=layers * linear_flops,
+    )
+
+
+def _best(fn, reps: int) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+class Prompts:
+    """Random token ids (no special tokens), a fresh prefix for every cold request."""
+
+    def __init__(self, vocab_size: int, seed: int = 0) -> None:
+        self.rng = random.Random(seed)
+        self.vocab = vocab_size
+
+    def ids(self, n: int) -> list[int]:
+        return [self.rng.randrange(200, self.vocab - 200) for _ in range(n)]
+
+
+def measure_engine(engine, lengths, prompts: Prompts, labels, budget_s: float) -> dict:
+    """{L: {"cold": [s], "hit": [s], "scores": [...]}} for one engine."""
+    engine.score(prompts.ids(64), [prompts.ids(16)], labels)  # warm-up
+    results = {}
+    for length in lengths:
+        cold, hit, scores = [], [], []
+        spent = 0.0
+        while len(cold) < 2 and (not cold or spent < budget_s):
+            prefix = prompts.ids(length)
+            cold.append(_timed(engine, prefix, prompts.ids(ITEM_TOKENS), labels, scores))
+            spent += cold[-1]
+            hits_spent = 0.0
+            while len(hit) < 3 and (not hit or hits_spent < budget_s):
+                hit.append(_timed(engine, prefix, prompts.ids(ITEM_TOKENS), labels, scores))
+                hits_spent += hit[-1]
+        results[length] = dict(cold=cold, hit=hit, scores=scores)
+        print(f"  L={length}: cold {cold} hit {hit}", flush=True)
+    return results
+
+
+def _timed(engine, prefix, item, labels, scores) -> float:
+    start = time.perf_counter()
+    result = engine.score(prefix, [item], labels)
+    elapsed = time.perf_counter() - start
+    scores.append(result.scores[0])
+    return elapsed
+
+
+def run(lengths, out: Path, budget_s: float) -> str:
+    import json
+
+    import torch
+
+    from prefillonly_sgl import Engine
+    from prefillonly_sgl.models.default_model import default_model_path
+
+    model = default_model_path()
+    config = json.loads((Path(model) / "config.json").read_text())
+    shapes = model_shapes(config)
+    longest = max(lengths) + 2 * ITEM_TOKENS + 64
+    context = max(longest, config.get("max_position_embeddings", 0))
+    if longest > config.get("max_position_embeddings", 0):
+        os.environ["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] = "1"
+    engine_args = dict(
+        device="cpu",
+        dtype="bfloat16",
+        context_length=context,
+        max_total_tokens=2 * longest + 1024,  # the cached prefix plus a full cold request
+    )
+    load_before = os.getloadavg()
+    measured = {}
+    for name, ours in (("stock", False), ("prefill-only", True)):
+        print(f"{name}: starting engine", flush=True)
+        with Engine(model, prefill_only_attention=ours, **engine_args) as engine:
+            tok = engine.tokenizer
+            labels = [tok.encode(w, add_special_tokens=False)[0] for w in LABELS_TEXT]
+            prompts = Prompts(len(tok), seed=1)  # same prompts for both engines
+            measured[name] = measure_engine(engine, lengths, prompts, labels, budget_s)
+    print("measuring the floor (SDPA and matmul rates)", flush=True)
+    floors = {length: floor_seconds(length + ITEM_TOKENS, shapes) for length in lengths}
+    load_after = os.getloadavg()
+
+    lines = [
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"model SmolLM2-135M bf16, item {ITEM_TOKENS} tokens. "
+        f"Load average before/after: {load_before[0]:.1f} / {load_after[0]:.1f}.",
+        "",
+        "| prefix L | stock cold (s) | ours cold (s) | floor (s) | stock/floor | ours/floor "
+        "| stock hit (s) | ours hit (s) | ours hit / stock cold | stock hit / stock cold "
+        "| SDPA GFLOP/s | matmul GFLOP/s | max prob diff |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for length in lengths:
+        stock, ours, floor = (
+            measured["stock"][length],
+            measured["prefill-only"][length],
+            floors[length],
+        )
+        s_cold, o_cold = min(stock["cold"]), min(ours["cold"])
+        s_hit, o_hit = statistics.median(stock["hit"]), statistics.median(ours["hit"])
+        diff = max(
+            abs(a - b) for ra, rb in zip(stock["scores"], ours["scores"]) for a, b in zip(ra, rb)
+        )
+        lines.append(
+            f"| {length} | {s_cold:.2f} | {o_cold:.2f} | {floor['floor_s']:.2f} "
+            f"| {s_cold / floor['floor_s']:.2f} | {o_cold / floor['floor_s']:.2f} "
+            f"| {s_hit:.3f} | {o_hit:.3f} | {100 * o_hit / s_cold:.1f}% "
+            f"| {100 * s_hit / s_cold:.0f}% | {floor['sdpa_gflops']:.0f} "
+            f"| {floor['matmul_gflops']:.0f} | {diff:.1e} |"
+        )
+    lines += [
+        "",
+        "cold: min over runs; hit: median. floor = layers x (causal SDPA + the four linear "
+        "layers) at L + 100 tokens, measured in this run. Attention / linear FLOPs per "
+        "cold prefill: "
+        + ", ".join(
+            f"L={n}: {f['attention_flops']:.2e} / {f['linear_flops']:.2e}"
+            for n, f in floors.items()
+        )
+        + ". max prob diff: stock vs ours on the same prompts (bf16).",
+    ]
+    table = "\n".join(lines)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(table + "\n")
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384])
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "results" / "prefill_attention.md"
+    )
+    parser.add_argument(
+        "--budget-s", type=float, default=60.0, help="stop repeating a measurement after this"
+    )
+    args = parser.parse_args()
+    print(run(args.lengths, args.out, args.budget_s))
+
+
+if __name__ == "__main__":
+    main()
