@@ -3,6 +3,8 @@ outputs equal a naive full causal attention over prefix + new tokens (float32, 1
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -31,12 +33,13 @@ def naive_attention(q_new, k_all, v_all, scale):
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
 
 
-def make_batch(prefix_lens, new_lens, seed=0, dtype=torch.float32, pool_size=None):
+def make_batch(prefix_lens, new_lens, seed=0, dtype=torch.float32, pool_size=None, heads=(H, HKV)):
     """Random pool with each request's prefix at scattered slots, and new q/k/v."""
+    n_heads, n_kv_heads = heads
     gen = torch.Generator().manual_seed(seed)
     pool_size = pool_size or (sum(prefix_lens) * 2 + 8)
-    k_pool = torch.randn(pool_size, HKV, D, generator=gen, dtype=dtype)
-    v_pool = torch.randn(pool_size, HKV, D, generator=gen, dtype=dtype)
+    k_pool = torch.randn(pool_size, n_kv_heads, D, generator=gen, dtype=dtype)
+    v_pool = torch.randn(pool_size, n_kv_heads, D, generator=gen, dtype=dtype)
     free = torch.randperm(pool_size, generator=gen)
     spans, slots, start, used = [], [], 0, 0
     for p, n in zip(prefix_lens, new_lens):
@@ -45,9 +48,9 @@ def make_batch(prefix_lens, new_lens, seed=0, dtype=torch.float32, pool_size=Non
         used += p
         start += n
     total = sum(new_lens)
-    q = torch.randn(total, H, D, generator=gen, dtype=dtype)
-    k = torch.randn(total, HKV, D, generator=gen, dtype=dtype)
-    v = torch.randn(total, HKV, D, generator=gen, dtype=dtype)
+    q = torch.randn(total, n_heads, D, generator=gen, dtype=dtype)
+    k = torch.randn(total, n_kv_heads, D, generator=gen, dtype=dtype)
+    v = torch.randn(total, n_kv_heads, D, generator=gen, dtype=dtype)
     return spans, slots, q, k, v, k_pool, v_pool
 
 
@@ -78,13 +81,24 @@ GROUPS = Limits(small_work=1 << 20, max_padding=10.0)
         ([100, 100, 100], [12, 30, 7]),  # items behind one shared-length prefix
     ],
 )
+@pytest.mark.parametrize("stack", [True, False], ids=["stacked", "gqa"])
 @pytest.mark.parametrize("limits", [Limits(), NO_GROUPS, SMALL_BLOCKS, GROUPS], ids=str)
-def test_matches_naive_attention(prefix_lens, new_lens, limits):
+def test_matches_naive_attention(prefix_lens, new_lens, limits, stack):
+    limits = dataclasses.replace(limits, stack_heads_below=1 << 30 if stack else 0)
     spans, slots, q, k, v, k_pool, v_pool = make_batch(prefix_lens, new_lens)
     scale = D**-0.5
     out = torch.full_like(q, float("nan"))
     ExtendAttention(spans, slots, limits=limits)(q, k, v, k_pool, v_pool, scale, out)
     want = expected(spans, slots, q, k, v, k_pool, v_pool, scale)
+    assert (out.double() - want).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("limits", [Limits(), NO_GROUPS, SMALL_BLOCKS, GROUPS], ids=str)
+def test_multi_head_attention_without_grouped_heads(limits):
+    spans, slots, q, k, v, k_pool, v_pool = make_batch([0, 40, 9], [30, 12, 5], heads=(4, 4))
+    out = torch.empty_like(q)
+    ExtendAttention(spans, slots, limits=limits)(q, k, v, k_pool, v_pool, 0.3, out)
+    want = expected(spans, slots, q, k, v, k_pool, v_pool, 0.3)
     assert (out.double() - want).abs().max().item() < 1e-5
 
 

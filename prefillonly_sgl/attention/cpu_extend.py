@@ -66,12 +66,13 @@ class _PaddedGroup:
         self.prefix_dst = torch.cat(pre_dst) if pre_dst else None
         self.new_src = torch.cat(new_src)
         self.new_dst = torch.cat(new_dst)
-        self._masks: dict[torch.dtype, torch.Tensor] = {}
+        self._masks: dict[tuple, torch.Tensor] = {}
 
-    def mask(self, dtype, device) -> torch.Tensor:
-        """(R, 1, n_max, kv_max): each request's tail mask, padded keys hidden; padded
-        query rows see every key (their output is discarded, this only avoids NaN)."""
-        if dtype not in self._masks:
+    def mask(self, dtype, device, groups: int = 1) -> torch.Tensor:
+        """(R, 1, groups * n_max, kv_max): each request's tail mask (rows repeated `groups`
+        times for stacked heads), padded keys hidden; padded query rows see every key
+        (their output is discarded, this only avoids NaN)."""
+        if (dtype, groups) not in self._masks:
             g = self.group
             mask = torch.full((len(self.spans), g.n_max, g.kv_max), float("-inf"), dtype=dtype)
             for r, span in enumerate(self.spans):
@@ -79,8 +80,8 @@ class _PaddedGroup:
                     span.n_new, span.kv_len, dtype, "cpu"
                 )
                 mask[r, span.n_new :, :] = 0
-            self._masks[dtype] = mask.unsqueeze(1).to(device)
-        return self._masks[dtype]
+            self._masks[dtype, groups] = mask.repeat(1, groups, 1).unsqueeze(1).to(device)
+        return self._masks[dtype, groups]
 
 
 class ExtendAttention:
@@ -97,6 +98,7 @@ class ExtendAttention:
     ) -> None:
         self.spans = spans
         self.prefix_slots = prefix_slots
+        self.stack_heads_below = limits.stack_heads_below
         alone, groups = plan_groups(spans, limits)
         self.alone = [
             (i, plan_query_blocks(spans[i].prefix_len, spans[i].n_new, limits)) for i in alone
@@ -134,26 +136,40 @@ class ExtendAttention:
         k_t = keys.transpose(0, 1).unsqueeze(0)  # (1, Hkv, P + N, D)
         v_t = values.transpose(0, 1).unsqueeze(0)
         for b in blocks:
-            mask = None
-            if b.mask is MaskKind.TAIL:
-                mask = self._tail_mask(b.q_end - b.q_start, b.kv_end, q.dtype, q.device)
-            o = F.scaled_dot_product_attention(
+            n_q = b.q_end - b.q_start
+            q_b, k_b, v_b = (
                 q_t[:, :, b.q_start : b.q_end],
                 k_t[:, :, : b.kv_end],
                 v_t[:, :, : b.kv_end],
-                attn_mask=mask,
-                is_causal=b.mask is MaskKind.CAUSAL,
-                scale=scale,
-                enable_gqa=gqa,
-            )  # (1, H, block, Dv)
+            )
+            stacked = gqa and n_q < self.stack_heads_below and b.mask is not MaskKind.CAUSAL
+            mask = None
+            if b.mask is MaskKind.TAIL:
+                groups = q.shape[1] // k.shape[1] if stacked else 1
+                mask = self._tail_mask(n_q, b.kv_end, q.dtype, q.device, groups)
+            if stacked:
+                o = F.scaled_dot_product_attention(
+                    _stack_heads(q_b, k.shape[1]), k_b, v_b, attn_mask=mask, scale=scale
+                ).view(1, q.shape[1], n_q, -1)  # (1, Hkv, G * block, Dv) -> (1, H, block, Dv)
+            else:
+                o = F.scaled_dot_product_attention(
+                    q_b,
+                    k_b,
+                    v_b,
+                    attn_mask=mask,
+                    is_causal=b.mask is MaskKind.CAUSAL,
+                    scale=scale,
+                    enable_gqa=gqa,
+                )  # (1, H, block, Dv)
             out[span.q_start + b.q_start : span.q_start + b.q_end] = o[0].transpose(0, 1)
 
-    def _tail_mask(self, n_queries, n_keys, dtype, device) -> torch.Tensor:
-        key = (n_queries, n_keys, dtype)
+    def _tail_mask(self, n_queries, n_keys, dtype, device, groups: int = 1) -> torch.Tensor:
+        """The tail mask, its rows repeated `groups` times for stacked heads."""
+        key = (n_queries, n_keys, dtype, groups)
         mask = self._tail_masks.get(key)
         if mask is None:
-            mask = tail_mask(n_queries, n_keys, dtype, device)
-            if n_queries * n_keys <= _CACHED_MASK_ELEMS:
+            mask = tail_mask(n_queries, n_keys, dtype, device).repeat(groups, 1)
+            if groups * n_queries * n_keys <= _CACHED_MASK_ELEMS:
                 self._tail_masks[key] = mask
         return mask
 
@@ -165,16 +181,31 @@ class ExtendAttention:
         q_pad.index_copy_(0, group.q_dst, q.index_select(0, group.q_src))
         k_pad = _padded_kv(group, k, k_pool, n_req * g.kv_max, q.dtype)
         v_pad = _padded_kv(group, v, v_pool, n_req * g.kv_max, q.dtype)
-        o = F.scaled_dot_product_attention(
-            q_pad.view(n_req, g.n_max, *q.shape[1:]).transpose(1, 2),  # (R, H, n_max, D)
-            k_pad.view(n_req, g.kv_max, *k.shape[1:]).transpose(1, 2),  # (R, Hkv, kv_max, D)
-            v_pad.view(n_req, g.kv_max, *v.shape[1:]).transpose(1, 2),
-            attn_mask=group.mask(q.dtype, q.device),
-            scale=scale,
-            enable_gqa=gqa,
-        )  # (R, H, n_max, Dv)
+        q_t = q_pad.view(n_req, g.n_max, *q.shape[1:]).transpose(1, 2)  # (R, H, n_max, D)
+        k_t = k_pad.view(n_req, g.kv_max, *k.shape[1:]).transpose(1, 2)  # (R, Hkv, kv_max, D)
+        v_t = v_pad.view(n_req, g.kv_max, *v.shape[1:]).transpose(1, 2)
+        if gqa and g.n_max < self.stack_heads_below:
+            groups = q.shape[1] // k.shape[1]
+            o = F.scaled_dot_product_attention(
+                _stack_heads(q_t, k.shape[1]),
+                k_t,
+                v_t,
+                attn_mask=group.mask(q.dtype, q.device, groups),
+                scale=scale,
+            ).view(n_req, q.shape[1], g.n_max, -1)
+        else:
+            o = F.scaled_dot_product_attention(
+                q_t, k_t, v_t, attn_mask=group.mask(q.dtype, q.device), scale=scale, enable_gqa=gqa
+            )  # (R, H, n_max, Dv)
         o = o.transpose(1, 2).reshape(n_req * g.n_max, *out.shape[1:])
         out.index_copy_(0, group.q_src, o.index_select(0, group.q_dst))
+
+
+def _stack_heads(q: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """(B, H, N, D) -> (B, Hkv, G * N, D): the G query heads that share a KV head (SDPA's
+    enable_gqa grouping: heads j*G .. j*G + G-1 use KV head j) one after another."""
+    batch, heads, n, d = q.shape
+    return q.reshape(batch, kv_heads, (heads // kv_heads) * n, d)
 
 
 def _prefix_then_new(pool, slots, new, dtype) -> torch.Tensor:
