@@ -118,3 +118,15 @@ def test_switch_off_gives_stock_attention(tiny_llama_path, tmp_path, setup):
         got = stock.score(PROFILE, ITEMS, labels).scores
     assert max_abs_diff(got, ref.score(PROFILE, ITEMS, labels)) < TOLERANCE
     assert not log_path.exists()  # our backend never ran
+
+
+def test_chunked_prefill_reads_earlier_chunks_from_the_pool(tiny_llama_path, tmp_path, setup):
+    """With 64-token chunks a long prompt's later chunks attend to earlier chunks' KV in
+    the pool, the same path as a cache hit inside one request."""
+    _, ref, labels, _ = setup
+    log_path = tmp_path / "chunked.log"
+    with _start(tiny_llama_path, log_path, chunked_prefill_size=64) as engine:
+        got = engine.score(PROFILE, ITEMS, labels).scores
+    assert max_abs_diff(got, ref.score(PROFILE, ITEMS, labels)) < TOLERANCE
+    spans = [(int(p), int(n)) for p, n in re.findall(r"\((\d+), (\d+)\)", log_path.read_text())]
+    assert any(p > 0 and n > 1 for p, n in spans), spans  # a chunk behind earlier chunks
