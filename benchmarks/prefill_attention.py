@@ -45,8 +45,9 @@ def model_shapes(config) -> dict:
     )
 
 
-def floor_seconds(n_tokens: int, shapes: dict, reps: int = 2) -> dict:
-    """Measured time of one cold prefill's attention and linear layers at n_tokens."""
+def floor_seconds(n_tokens: int, shapes: dict, reps: int = 2, cpu: bool = False) -> dict:
+    """Measured time of one cold prefill's attention and linear layers at n_tokens (wall,
+    or CPU seconds of all threads with cpu=True)."""
     import torch
     import torch.nn.functional as F
 
@@ -55,7 +56,9 @@ def floor_seconds(n_tokens: int, shapes: dict, reps: int = 2) -> dict:
     k = torch.randn(1, s["kv_heads"], n_tokens, s["head_dim"], dtype=dtype)
     v = torch.randn_like(k)
     sdpa = _best(
-        lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), reps
+        lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+        reps,
+        cpu,
     )
     sdpa_flops = 2 * n_tokens * n_tokens * s["heads"] * s["head_dim"]  # causal: half of 4NND
     qkv_out = (s["heads"] + 2 * s["kv_heads"]) * s["head_dim"]
@@ -69,7 +72,7 @@ def floor_seconds(n_tokens: int, shapes: dict, reps: int = 2) -> dict:
     for fan_in, fan_out in linear_shapes:
         x = torch.randn(n_tokens, fan_in, dtype=dtype)
         w = torch.randn(fan_out, fan_in, dtype=dtype)
-        linear += _best(lambda x=x, w=w: F.linear(x, w), reps)
+        linear += _best(lambda x=x, w=w: F.linear(x, w), reps, cpu)
         linear_flops += 2 * n_tokens * fan_in * fan_out
     layers = s["layers"]
     return dict(
@@ -83,13 +86,15 @@ def floor_seconds(n_tokens: int, shapes: dict, reps: int = 2) -> dict:
     )
 
 
-def _best(fn, reps: int) -> float:
+def _best(fn, reps: int, cpu: bool = False) -> float:
+    """Least wall time (or CPU time of this process, all threads) over reps."""
+    clock = time.process_time if cpu else time.perf_counter
     fn()
     times = []
     for _ in range(reps):
-        start = time.perf_counter()
+        start = clock()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return min(times)
 
 
@@ -124,18 +129,35 @@ def measure(engines: dict, length: int, prompts: Prompts, labels) -> dict:
     return out
 
 
-def _timed(engine, prefix, item, labels, scores) -> float:
-    start = time.perf_counter()
+def _timed(engine, prefix, item, labels, scores) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the engine's scheduler process) of one score call."""
+    scheduler = engine.bench_scheduler
+    cpu_start, start = _cpu(scheduler), time.perf_counter()
     result = engine.score(prefix, [item], labels)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, _cpu(scheduler) - cpu_start
     scores.append(result.scores[0])
-    return elapsed
+    return elapsed, cpu
+
+
+def _cpu(process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+def _new_scheduler(seen: set):
+    """The sglang::scheduler child process started since `seen` was taken."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        if child.pid not in seen and "scheduler" in child.name():
+            return child
+    raise RuntimeError("no SGLang scheduler process found")
 
 
 def run(lengths, out: Path) -> str:
     import json
 
-    import torch
+    import psutil
 
     from prefillonly_sgl import Engine
     from prefillonly_sgl.models.default_model import default_model_path
@@ -158,63 +180,93 @@ def run(lengths, out: Path) -> str:
         engines = {}
         for name, ours in (("stock", False), ("prefill-only", True)):
             print(f"{name}: starting engine", flush=True)
+            seen = {p.pid for p in psutil.Process().children(recursive=True)}
             engines[name] = stack.enter_context(
                 Engine(model, prefill_only_attention=ours, **engine_args)
             )
+            engines[name].bench_scheduler = _new_scheduler(seen)
         tok = engines["stock"].tokenizer
         labels = [tok.encode(w, add_special_tokens=False)[0] for w in LABELS_TEXT]
         prompts = Prompts(len(tok), seed=1)
-        for engine in engines.values():
-            engine.score(prompts.ids(64), [prompts.ids(16)], labels)  # warm-up
+        for engine in engines.values():  # warm-up: a cold request and a hit
+            warm = prompts.ids(512)
+            engine.score(warm, [prompts.ids(16)], labels)
+            engine.score(warm, [prompts.ids(16)], labels)
         measured, floors = {}, {}
         for length in lengths:
             measured[length] = measure(engines, length, prompts, labels)
             floors[length] = floor_seconds(length + ITEM_TOKENS, shapes)
+            floors[length]["floor_cpu_s"] = floor_seconds(length + ITEM_TOKENS, shapes, cpu=True)[
+                "floor_s"
+            ]
             print(f"  L={length} floor {floors[length]}", flush=True)
-    load_after = os.getloadavg()
+            table = render(measured, floors, load_before)  # partial results survive a kill
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(table + "\n")
+    return table
 
+
+def render(measured: dict, floors: dict, load_before) -> str:
+    import torch
+
+    load_after = os.getloadavg()
     lines = [
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"torch {torch.__version__} ({torch.get_num_threads()} threads), "
         f"model SmolLM2-135M bf16, item {ITEM_TOKENS} tokens. "
-        f"Load average before/after: {load_before[0]:.1f} / {load_after[0]:.1f}.",
+        f"Load average (1 min) at start / now: {load_before[0]:.1f} / {load_after[0]:.1f}.",
         "",
-        "| prefix L | stock cold (s) | ours cold (s) | floor (s) | stock/floor | ours/floor "
-        "| stock hit (s) | ours hit (s) | ours hit / stock cold | stock hit / stock cold "
+        "Wall seconds (and in brackets CPU seconds of the engine's scheduler process, both "
+        "threads; less sensitive to other load on the machine):",
+        "",
+        "| prefix L | stock cold | ours cold | floor | stock/floor | ours/floor "
+        "| stock hit | ours hit | ours hit / stock cold | stock hit / stock cold "
         "| SDPA GFLOP/s | matmul GFLOP/s | max prob diff |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for length in lengths:
+    for length in measured:
         stock, ours = measured[length]["stock"], measured[length]["prefill-only"]
         floor = floors[length]
-        s_cold, o_cold = min(stock["cold"]), min(ours["cold"])
-        s_hit, o_hit = statistics.median(stock["hit"]), statistics.median(ours["hit"])
+        s_cold, o_cold = _least(stock["cold"]), _least(ours["cold"])
+        s_hit, o_hit = _median(stock["hit"]), _median(ours["hit"])
+        f_wall, f_cpu = floor["floor_s"], floor["floor_cpu_s"]
         diff = max(
             abs(a - b) for ra, rb in zip(stock["scores"], ours["scores"]) for a, b in zip(ra, rb)
         )
         lines.append(
-            f"| {length} | {s_cold:.2f} | {o_cold:.2f} | {floor['floor_s']:.2f} "
-            f"| {s_cold / floor['floor_s']:.2f} | {o_cold / floor['floor_s']:.2f} "
-            f"| {s_hit:.3f} | {o_hit:.3f} | {100 * o_hit / s_cold:.1f}% "
-            f"| {100 * s_hit / s_cold:.0f}% | {floor['sdpa_gflops']:.0f} "
-            f"| {floor['matmul_gflops']:.0f} | {diff:.1e} |"
+            f"| {length} | {_pair(s_cold)} | {_pair(o_cold)} | {f_wall:.2f} [{f_cpu:.2f}] "
+            f"| {s_cold[0] / f_wall:.2f} [{s_cold[1] / f_cpu:.2f}] "
+            f"| {o_cold[0] / f_wall:.2f} [{o_cold[1] / f_cpu:.2f}] "
+            f"| {_pair(s_hit, 3)} | {_pair(o_hit, 3)} "
+            f"| {100 * o_hit[0] / s_cold[0]:.1f}% [{100 * o_hit[1] / s_cold[1]:.1f}%] "
+            f"| {100 * s_hit[0] / s_cold[0]:.0f}% [{100 * s_hit[1] / s_cold[1]:.0f}%] "
+            f"| {floor['sdpa_gflops']:.0f} | {floor['matmul_gflops']:.0f} | {diff:.1e} |"
         )
     lines += [
         "",
         "Both engines run at once and take turns on the same prompts (an idle engine sleeps). "
-        "cold: min over runs; hit: median. floor = layers x (causal SDPA + the four linear "
-        "layers) at L + 100 tokens, measured in this run. Attention / linear FLOPs per "
-        "cold prefill: "
+        "cold: least over runs; hit: median. floor = layers x (causal SDPA + the four linear "
+        "layers) at L + 100 tokens, measured in this run (wall; CPU seconds in brackets). "
+        "Attention / linear FLOPs per cold prefill: "
         + ", ".join(
             f"L={n}: {f['attention_flops']:.2e} / {f['linear_flops']:.2e}"
             for n, f in floors.items()
         )
         + ". max prob diff: stock vs ours on the same prompts (bf16).",
     ]
-    table = "\n".join(lines)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(table + "\n")
-    return table
+    return "\n".join(lines)
+
+
+def _least(runs):
+    return min(r[0] for r in runs), min(r[1] for r in runs)
+
+
+def _median(runs):
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+
+
+def _pair(wall_cpu, digits: int = 2) -> str:
+    return f"{wall_cpu[0]:.{digits}f} [{wall_cpu[1]:.{digits}f}]"
 
 
 def main() -> None:
