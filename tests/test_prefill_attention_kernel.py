@@ -154,3 +154,15 @@ def test_plan_groups_respects_padding_limit():
     spans = [Span(0, 4000, 100), Span(100, 10, 5)]  # very different: padding would dominate
     alone, groups = plan_groups(spans, Limits(small_work=1 << 20))
     assert alone == [0, 1] and groups == []
+
+
+@pytest.mark.parametrize("limits", [Limits(), NO_GROUPS, SMALL_BLOCKS, GROUPS], ids=str)
+def test_bfloat16(limits):
+    """The dtype the benchmarks run: same plans, bf16 kernels (looser tolerance)."""
+    spans, slots, q, k, v, k_pool, v_pool = make_batch(
+        [0, 70, 300], [40, 25, 1], seed=5, dtype=torch.bfloat16
+    )
+    out = torch.empty_like(q)
+    ExtendAttention(spans, slots, limits=limits)(q, k, v, k_pool, v_pool, None, out)
+    want = expected(spans, slots, q, k, v, k_pool, v_pool, D**-0.5)
+    assert (out.double() - want).abs().max().item() < 2e-2

@@ -150,7 +150,7 @@ class ExtendAttention:
             if stacked:
                 o = F.scaled_dot_product_attention(
                     _stack_heads(q_b, k.shape[1]), k_b, v_b, attn_mask=mask, scale=scale
-                ).view(1, q.shape[1], n_q, -1)  # (1, Hkv, G * block, Dv) -> (1, H, block, Dv)
+                ).reshape(1, q.shape[1], n_q, -1)  # (1, Hkv, G * block, Dv) -> (1, H, block, Dv)
             else:
                 o = F.scaled_dot_product_attention(
                     q_b,
@@ -192,7 +192,7 @@ class ExtendAttention:
                 v_t,
                 attn_mask=group.mask(q.dtype, q.device, groups),
                 scale=scale,
-            ).view(n_req, q.shape[1], g.n_max, -1)
+            ).reshape(n_req, q.shape[1], g.n_max, -1)  # (R, Hkv, G * n_max, Dv) -> (R, H, ...)
         else:
             o = F.scaled_dot_product_attention(
                 q_t, k_t, v_t, attn_mask=group.mask(q.dtype, q.device), scale=scale, enable_gqa=gqa
