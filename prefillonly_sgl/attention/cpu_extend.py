@@ -28,8 +28,6 @@ from prefillonly_sgl.attention.plan import (
     plan_query_blocks,
 )
 
-_CACHED_MASK_ELEMS = 1 << 22  # masks up to this size are kept for the batch's other layers
-
 
 def tail_mask(n_queries: int, n_keys: int, dtype: torch.dtype, device) -> torch.Tensor:
     """(n_queries, n_keys) additive mask: query i sees keys [0, n_keys - n_queries + i]."""
@@ -146,7 +144,8 @@ class ExtendAttention:
             mask = None
             if b.mask is MaskKind.TAIL:
                 groups = q.shape[1] // k.shape[1] if stacked else 1
-                mask = self._tail_mask(n_q, b.kv_end, q.dtype, q.device, groups)
+                widest = self._tail_mask(n_q, span.kv_len, q.dtype, q.device, groups)
+                mask = widest[:, span.kv_len - b.kv_end :]  # zeros, then the block's triangle
             if stacked:
                 o = F.scaled_dot_product_attention(
                     _stack_heads(q_b, k.shape[1]), k_b, v_b, attn_mask=mask, scale=scale
@@ -164,13 +163,14 @@ class ExtendAttention:
             out[span.q_start + b.q_start : span.q_start + b.q_end] = o[0].transpose(0, 1)
 
     def _tail_mask(self, n_queries, n_keys, dtype, device, groups: int = 1) -> torch.Tensor:
-        """The tail mask, its rows repeated `groups` times for stacked heads."""
+        """The tail mask, its rows repeated `groups` times for stacked heads. Kept for the
+        batch's other layers; a request's query blocks share it, each taking a right-hand
+        slice (at most two sizes per request: full blocks and the last one)."""
         key = (n_queries, n_keys, dtype, groups)
         mask = self._tail_masks.get(key)
         if mask is None:
             mask = tail_mask(n_queries, n_keys, dtype, device).repeat(groups, 1)
-            if groups * n_queries * n_keys <= _CACHED_MASK_ELEMS:
-                self._tail_masks[key] = mask
+            self._tail_masks[key] = mask
         return mask
 
     # -- several small requests, one padded call -------------------------------------------
