@@ -176,6 +176,11 @@ def run(lengths, out: Path, chunked_prefill_size: int | None = None) -> str:
         max_total_tokens=2 * longest + 1024,  # the cached prefix plus a full cold request
         chunked_prefill_size=chunked_prefill_size,  # None: SGLang's (4096 on a 24 GB host)
     )
+    if chunked_prefill_size:
+        # SGLang then reserves activation memory for the whole chunk out of "GPU" memory
+        # (system memory on CPU) and its default static fraction goes negative; the pool is
+        # capped by max_total_tokens anyway.
+        engine_args["mem_fraction_static"] = 0.3
     load_before = os.getloadavg()
     with contextlib.ExitStack() as stack:
         engines = {}
