@@ -43,6 +43,9 @@ class Engine:
     dtype: "auto" (the folder's dtype), "float32", "bfloat16", "float16".
     max_total_tokens: KV pool size in tokens (CPU default 16384; GPU: SGLang's sizing).
     context_length: override the model's context length.
+    prefill_only_attention: attention of new tokens only, so a prefix-cache hit skips
+        the attention over the cached prefix (default). False: stock SGLang attention
+        (for A/B runs).
     **sglang_args: any other sglang ServerArgs field, passed through unchanged.
     """
 
@@ -54,6 +57,7 @@ class Engine:
         dtype: str = "auto",
         max_total_tokens: int | None = None,
         context_length: int | None = None,
+        prefill_only_attention: bool = True,
         **sglang_args,
     ) -> None:
         from prefillonly_sgl.sglang_runtime.offline_engine import (
@@ -61,6 +65,7 @@ class Engine:
             shutdown_sglang_engine,
             start_sglang_engine,
         )
+        from prefillonly_sgl.sglang_runtime.plugin import patches_enabled
 
         if model is None:
             from prefillonly_sgl.models.default_model import default_model_path
@@ -80,7 +85,12 @@ class Engine:
             context_length=context_length,
             **sglang_args,
         )
-        self._sgl, owned_processes = start_sglang_engine(args)
+        # Runtime patches reach SGLang's worker processes through the environment.
+        self.runtime_patches: tuple[str, ...] = (
+            ("prefill_attention",) if prefill_only_attention else ()
+        )
+        with patches_enabled(list(self.runtime_patches)):
+            self._sgl, owned_processes = start_sglang_engine(args)
         # An Engine the user forgets to shut down must not leave SGLang processes behind.
         self._finalizer = weakref.finalize(
             self, _shutdown_quietly, shutdown_sglang_engine, self._sgl, owned_processes

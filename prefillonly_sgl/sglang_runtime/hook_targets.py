@@ -66,4 +66,34 @@ HOOK_TARGETS: dict[str, str] = {
     # -- plugin mechanism --
     "sglang.srt.plugins.load_plugins": "runs our entry point in every SGLang process",
     "sglang.srt.plugins.hook_registry.HookRegistry.register": "how runtime patches attach",
+    # -- prefill-only attention (sglang_runtime/prefill_attention.py) --
+    "sglang.srt.layers.attention.attention_registry.register_attention_backend": (
+        "re-registers the names torch_native and flashinfer with our backend factories"
+    ),
+    "sglang.srt.layers.attention.attention_registry.ATTENTION_BACKENDS": (
+        "name -> factory; the stock factories are kept for MLA / speculative decoding"
+    ),
+    "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend": (
+        "base class of PrefillOnlyTorchBackend (decode and unsupported layers stay stock)"
+    ),
+    "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend": (
+        "overridden: attention of the new tokens only"
+    ),
+    "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend"
+    ".init_forward_metadata": "overridden: plans the batch's SDPA calls once per forward",
+    "sglang.srt.layers.attention.flashinfer_backend.FlashInferAttnBackend": (
+        "base class of PrefillOnlyFlashInferBackend (GPU; ragged + paged already)"
+    ),
+    "sglang.srt.model_executor.forward_batch_info.ForwardBatch": (
+        "reads extend_prefix_lens(_cpu), extend_seq_lens(_cpu), req_pool_indices, "
+        "out_cache_loc, encoder_lens, forward_mode"
+    ),
+    "sglang.srt.model_executor.forward_batch_info.ForwardMode.EXTEND": "modes we handle",
+    "sglang.srt.model_executor.forward_batch_info.ForwardMode.MIXED": "modes we handle",
+    "sglang.srt.mem_cache.memory_pool.KVWriteLoc": "where set_kv_buffer writes the new KV",
+    "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool.get_key_buffer": "prefix keys",
+    "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool.get_value_buffer": "prefix values",
+    "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool.set_kv_buffer": "saves new KV",
+    "sglang.srt.layers.radix_attention.AttentionType.ENCODER_ONLY": "left to stock",
+    "sglang.srt.runtime_context.get_spec": "speculative decoding -> stock flashinfer factory",
 }

@@ -12,6 +12,7 @@ inherit the variable. Stock SGLang stays stock, which the benchmarks rely on.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
@@ -21,7 +22,10 @@ PATCHES_ENV = "PREFILLONLY_PATCHES"
 
 # feature name -> "module:function" that registers its SGLang hooks. Features land here as
 # they are built (prefill-only attention, prefill-only KV, hybrid prefilling, scheduling).
-FEATURES: dict[str, str] = {}
+FEATURES: dict[str, str] = {
+    # Attention of new tokens only (no recomputation over the cached prefix).
+    "prefill_attention": "prefillonly_sgl.sglang_runtime.prefill_attention:register",
+}
 
 
 def requested_features(environ=os.environ) -> list[str]:
@@ -33,6 +37,24 @@ def requested_features(environ=os.environ) -> list[str]:
             f"{PATCHES_ENV} names unknown features {unknown}; known: {sorted(FEATURES)}"
         )
     return names
+
+
+@contextlib.contextmanager
+def patches_enabled(features: list[str]):
+    """Set PATCHES_ENV to `features` while SGLang starts (its spawned workers inherit the
+    environment), then restore it, so a later stock engine in this process stays stock."""
+    unknown = [name for name in features if name not in FEATURES]
+    if unknown:
+        raise ValueError(f"unknown runtime patches {unknown}; known: {sorted(FEATURES)}")
+    saved = os.environ.get(PATCHES_ENV)
+    os.environ[PATCHES_ENV] = ",".join(features)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(PATCHES_ENV, None)
+        else:
+            os.environ[PATCHES_ENV] = saved
 
 
 def load_plugin() -> None:

@@ -1,0 +1,8 @@
+"""Prefill-only attention math, independent of SGLang (plain Python and torch).
+
+- plan.py: how an extend batch is cut into SDPA calls (query blocks, padded groups).
+- cpu_extend.py: the CPU kernel, attention of the new tokens only, with PyTorch's
+  fused scaled_dot_product_attention.
+
+The SGLang backend that uses it is prefillonly_sgl/sglang_runtime/prefill_attention.py.
+"""

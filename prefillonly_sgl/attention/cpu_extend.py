@@ -1,0 +1,229 @@
+"""Attention of an extend batch's new tokens with PyTorch's fused SDPA (CPU path).
+
+Plain torch, no SGLang: the KV pool is just a pair of (slots, kv_heads, head_dim)
+tensors and each request's cached prefix a tensor of slot indices, so it is tested
+against a naive attention on random tensors (tests/test_prefill_attention_kernel.py).
+
+    attention = ExtendAttention(spans, prefix_slots)   # once per forward batch
+    attention(q, k, v, k_pool, v_pool, scale, out)      # once per layer
+
+Per request, queries are only the new tokens; keys and values are the cached prefix
+gathered from the pool followed by the new k / v in hand (never read back from the
+pool). Grouped-query heads go to SDPA as they are (enable_gqa: K/V are not repeated in
+memory). What runs as which call is decided by plan.py.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from prefillonly_sgl.attention.plan import (
+    DEFAULT_LIMITS,
+    Group,
+    Limits,
+    MaskKind,
+    Span,
+    plan_groups,
+    plan_query_blocks,
+)
+
+
+def tail_mask(n_queries: int, n_keys: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """(n_queries, n_keys) additive mask: query i sees keys [0, n_keys - n_queries + i]."""
+    mask = torch.zeros((n_queries, n_keys), dtype=dtype, device=device)
+    mask[:, n_keys - n_queries :] = _upper_triangle(n_queries, dtype, device)
+    return mask
+
+
+def _upper_triangle(n: int, dtype, device) -> torch.Tensor:
+    """(n, n): 0 on and below the diagonal, -inf above it."""
+    return torch.full((n, n), float("-inf"), dtype=dtype, device=device).triu_(1)
+
+
+class _PaddedGroup:
+    """Index tensors that scatter a group's requests into one padded SDPA call."""
+
+    def __init__(self, group: Group, spans: list[Span], prefix_slots, device) -> None:
+        self.group = group
+        self.spans = [spans[j] for j in group.members]
+        q_src, q_dst, pre_src, pre_dst, new_src, new_dst = [], [], [], [], [], []
+        for r, span in enumerate(self.spans):
+            rows = torch.arange(span.q_start, span.q_start + span.n_new, device=device)
+            q_src.append(rows)
+            q_dst.append(torch.arange(span.n_new, device=device) + r * group.n_max)
+            kv_base = r * group.kv_max
+            if span.prefix_len:
+                pre_src.append(prefix_slots[group.members[r]].to(device=device, dtype=torch.long))
+                pre_dst.append(torch.arange(span.prefix_len, device=device) + kv_base)
+            new_src.append(rows)
+            new_dst.append(torch.arange(span.prefix_len, span.kv_len, device=device) + kv_base)
+        self.q_src = torch.cat(q_src)
+        self.q_dst = torch.cat(q_dst)
+        self.prefix_src = torch.cat(pre_src) if pre_src else None
+        self.prefix_dst = torch.cat(pre_dst) if pre_dst else None
+        self.new_src = torch.cat(new_src)
+        self.new_dst = torch.cat(new_dst)
+        self._masks: dict[tuple, torch.Tensor] = {}
+
+    def mask(self, dtype, device, groups: int = 1) -> torch.Tensor:
+        """(R, 1, groups * n_max, kv_max): each request's tail mask (rows repeated `groups`
+        times for stacked heads), padded keys hidden; padded query rows see every key
+        (their output is discarded, this only avoids NaN)."""
+        if (dtype, groups) not in self._masks:
+            g = self.group
+            mask = torch.full((len(self.spans), g.n_max, g.kv_max), float("-inf"), dtype=dtype)
+            for r, span in enumerate(self.spans):
+                mask[r, : span.n_new, : span.kv_len] = tail_mask(
+                    span.n_new, span.kv_len, dtype, "cpu"
+                )
+                mask[r, span.n_new :, :] = 0
+            self._masks[dtype, groups] = mask.repeat(1, groups, 1).unsqueeze(1).to(device)
+        return self._masks[dtype, groups]
+
+
+class ExtendAttention:
+    """Attention of one extend batch; built once per forward and reused by every layer.
+
+    spans: one per request, in batch order (rows of q / k / v are the concatenated new
+        tokens of all requests).
+    prefix_slots: per request, the pool slots of its cached prefix (prefix_len long), or
+        None when prefix_len == 0.
+    """
+
+    def __init__(
+        self, spans: list[Span], prefix_slots: list, device="cpu", limits: Limits = DEFAULT_LIMITS
+    ) -> None:
+        self.spans = spans
+        self.prefix_slots = prefix_slots
+        self.stack_heads_below = limits.stack_heads_below
+        alone, groups = plan_groups(spans, limits)
+        self.alone = [
+            (i, plan_query_blocks(spans[i].prefix_len, spans[i].n_new, limits)) for i in alone
+        ]
+        self.groups = [_PaddedGroup(g, spans, prefix_slots, device) for g in groups]
+        self._tail_masks: dict[tuple, torch.Tensor] = {}
+
+    def __call__(
+        self,
+        q: torch.Tensor,  # (T, H, D) queries of the new tokens
+        k: torch.Tensor,  # (T, Hkv, D) keys of the new tokens
+        v: torch.Tensor,  # (T, Hkv, Dv)
+        k_pool: torch.Tensor,  # (slots, Hkv, D)
+        v_pool: torch.Tensor,  # (slots, Hkv, Dv)
+        scale: float | None,
+        out: torch.Tensor,  # (T, H, Dv), written in place
+    ) -> torch.Tensor:
+        gqa = q.shape[1] != k.shape[1]
+        for i, blocks in self.alone:
+            self._run_alone(i, blocks, q, k, v, k_pool, v_pool, scale, gqa, out)
+        for group in self.groups:
+            self._run_group(group, q, k, v, k_pool, v_pool, scale, gqa, out)
+        return out
+
+    # -- one request, query blocks ---------------------------------------------------------
+    def _run_alone(self, i, blocks, q, k, v, k_pool, v_pool, scale, gqa, out) -> None:
+        span = self.spans[i]
+        rows = slice(span.q_start, span.q_start + span.n_new)
+        if span.prefix_len:
+            keys = _prefix_then_new(k_pool, self.prefix_slots[i], k[rows], q.dtype)
+            values = _prefix_then_new(v_pool, self.prefix_slots[i], v[rows], q.dtype)
+        else:
+            keys, values = k[rows], v[rows]
+        q_t = q[rows].transpose(0, 1).unsqueeze(0)  # (1, H, N, D), a strided view
+        k_t = keys.transpose(0, 1).unsqueeze(0)  # (1, Hkv, P + N, D)
+        v_t = values.transpose(0, 1).unsqueeze(0)
+        for b in blocks:
+            n_q = b.q_end - b.q_start
+            q_b, k_b, v_b = (
+                q_t[:, :, b.q_start : b.q_end],
+                k_t[:, :, : b.kv_end],
+                v_t[:, :, : b.kv_end],
+            )
+            stacked = gqa and n_q < self.stack_heads_below and b.mask is not MaskKind.CAUSAL
+            mask = None
+            if b.mask is MaskKind.TAIL:
+                groups = q.shape[1] // k.shape[1] if stacked else 1
+                widest = self._tail_mask(n_q, span.kv_len, q.dtype, q.device, groups)
+                mask = widest[:, span.kv_len - b.kv_end :]  # zeros, then the block's triangle
+            if stacked:
+                o = F.scaled_dot_product_attention(
+                    _stack_heads(q_b, k.shape[1]), k_b, v_b, attn_mask=mask, scale=scale
+                ).reshape(1, q.shape[1], n_q, -1)  # (1, Hkv, G * block, Dv) -> (1, H, block, Dv)
+            else:
+                o = F.scaled_dot_product_attention(
+                    q_b,
+                    k_b,
+                    v_b,
+                    attn_mask=mask,
+                    is_causal=b.mask is MaskKind.CAUSAL,
+                    scale=scale,
+                    enable_gqa=gqa,
+                )  # (1, H, block, Dv)
+            out[span.q_start + b.q_start : span.q_start + b.q_end] = o[0].transpose(0, 1)
+
+    def _tail_mask(self, n_queries, n_keys, dtype, device, groups: int = 1) -> torch.Tensor:
+        """The tail mask, its rows repeated `groups` times for stacked heads. Kept for the
+        batch's other layers; a request's query blocks share it, each taking a right-hand
+        slice (at most two sizes per request: full blocks and the last one)."""
+        key = (n_queries, n_keys, dtype, groups)
+        mask = self._tail_masks.get(key)
+        if mask is None:
+            mask = tail_mask(n_queries, n_keys, dtype, device).repeat(groups, 1)
+            self._tail_masks[key] = mask
+        return mask
+
+    # -- several small requests, one padded call -------------------------------------------
+    def _run_group(self, group: _PaddedGroup, q, k, v, k_pool, v_pool, scale, gqa, out):
+        g = group.group
+        n_req = len(g.members)
+        q_pad = q.new_zeros((n_req * g.n_max, q.shape[1], q.shape[2]))
+        q_pad.index_copy_(0, group.q_dst, q.index_select(0, group.q_src))
+        k_pad = _padded_kv(group, k, k_pool, n_req * g.kv_max, q.dtype)
+        v_pad = _padded_kv(group, v, v_pool, n_req * g.kv_max, q.dtype)
+        q_t = q_pad.view(n_req, g.n_max, *q.shape[1:]).transpose(1, 2)  # (R, H, n_max, D)
+        k_t = k_pad.view(n_req, g.kv_max, *k.shape[1:]).transpose(1, 2)  # (R, Hkv, kv_max, D)
+        v_t = v_pad.view(n_req, g.kv_max, *v.shape[1:]).transpose(1, 2)
+        if gqa and g.n_max < self.stack_heads_below:
+            groups = q.shape[1] // k.shape[1]
+            o = F.scaled_dot_product_attention(
+                _stack_heads(q_t, k.shape[1]),
+                k_t,
+                v_t,
+                attn_mask=group.mask(q.dtype, q.device, groups),
+                scale=scale,
+            ).reshape(n_req, q.shape[1], g.n_max, -1)  # (R, Hkv, G * n_max, Dv) -> (R, H, ...)
+        else:
+            o = F.scaled_dot_product_attention(
+                q_t, k_t, v_t, attn_mask=group.mask(q.dtype, q.device), scale=scale, enable_gqa=gqa
+            )  # (R, H, n_max, Dv)
+        o = o.transpose(1, 2).reshape(n_req * g.n_max, *out.shape[1:])
+        out.index_copy_(0, group.q_src, o.index_select(0, group.q_dst))
+
+
+def _stack_heads(q: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """(B, H, N, D) -> (B, Hkv, G * N, D): the G query heads that share a KV head (SDPA's
+    enable_gqa grouping: heads j*G .. j*G + G-1 use KV head j) one after another."""
+    batch, heads, n, d = q.shape
+    return q.reshape(batch, kv_heads, (heads // kv_heads) * n, d)
+
+
+def _prefix_then_new(pool, slots, new, dtype) -> torch.Tensor:
+    """(P + N, Hkv, D): the prefix gathered from the pool, then the new rows."""
+    n_prefix = slots.shape[0]
+    buf = torch.empty((n_prefix + new.shape[0], *new.shape[1:]), dtype=dtype, device=new.device)
+    if pool.dtype == dtype:
+        torch.index_select(pool, 0, slots, out=buf[:n_prefix])
+    else:
+        buf[:n_prefix] = pool.index_select(0, slots)
+    buf[n_prefix:] = new
+    return buf
+
+
+def _padded_kv(group: _PaddedGroup, new, pool, n_rows, dtype) -> torch.Tensor:
+    """(R * kv_max, Hkv, D): each request's prefix and new rows; padding rows are zero."""
+    buf = torch.zeros((n_rows, *new.shape[1:]), dtype=dtype, device=new.device)
+    if group.prefix_src is not None:
+        buf.index_copy_(0, group.prefix_dst, pool.index_select(0, group.prefix_src).to(dtype))
+    buf.index_copy_(0, group.new_dst, new.index_select(0, group.new_src).to(dtype))
+    return buf

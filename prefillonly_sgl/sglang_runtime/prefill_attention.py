@@ -1,0 +1,156 @@
+"""Prefill-only attention backend: computes attention for new tokens only.
+
+Stock SGLang's torch_native backend pads every request's queries to its full length and
+recomputes causal attention over the cached prefix (`per_req_query_redudant`), so a
+prefix-cache hit saves only the MLP and projections. This backend, for each request of
+an extend batch, computes the attention of its new tokens against (cached prefix KV read
+from the pool) + (its own new k / v, in hand), causal within the new part — with
+PyTorch's fused SDPA, small requests batched (prefillonly_sgl/attention/).
+
+Registration: SGLang's attention-backend registry (`register_attention_backend`) maps a
+backend *name* to a factory. We re-register the names "torch_native" (CPU) and
+"flashinfer" (GPU) with our factories instead of adding a new name, because SGLang keys
+many decisions on these names (server-args validation, CUDA-graph and triton switches,
+KV-allocation paths); a new name would need those patched too. Only processes where
+PREFILLONLY_PATCHES lists "prefill_attention" are affected (see plugin.py), so stock
+SGLang in the same environment stays stock.
+
+What falls back to the stock implementation (unchanged behaviour): decode, forward modes
+other than EXTEND / MIXED, encoder-decoder and encoder-only layers, sliding-window
+layers and pools, q/k head dims different from the v head dim.
+
+GPU: stock FlashInferAttnBackend already runs ragged attention over the new tokens
+merged with paged attention over the cached prefix, which is what issue 6 asks, so
+PrefillOnlyFlashInferBackend adds nothing yet; it is the place where prefill-only KV
+(suffix KV never written to the pool) will change what is saved.
+
+Debugging: PREFILLONLY_ATTENTION_LOG=<file> appends one line per extend batch with the
+plan (which requests ran alone, in how many blocks, and which were batched).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+from sglang.srt.layers.radix_attention import AttentionType
+from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+from prefillonly_sgl.attention.cpu_extend import ExtendAttention
+from prefillonly_sgl.attention.plan import Span
+
+LOG_ENV = "PREFILLONLY_ATTENTION_LOG"
+_SUPPORTED_MODES = (ForwardMode.EXTEND, ForwardMode.MIXED)
+
+
+class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
+    """CPU (and any torch device) backend; see the module docstring."""
+
+    def init_forward_metadata(self, forward_batch) -> None:
+        super().init_forward_metadata(forward_batch)
+        self.extend_attention = None
+        if (
+            forward_batch.forward_mode in _SUPPORTED_MODES
+            and forward_batch.encoder_lens is None
+            and not self.use_sliding_window_kv_pool
+        ):
+            self.extend_attention = self._plan(forward_batch)
+
+    def _plan(self, forward_batch) -> ExtendAttention:
+        prefix_lens = _as_list(
+            forward_batch.extend_prefix_lens_cpu, forward_batch.extend_prefix_lens
+        )
+        new_lens = _as_list(forward_batch.extend_seq_lens_cpu, forward_batch.extend_seq_lens)
+        pool_indices = forward_batch.req_pool_indices.tolist()
+        req_to_token = self.req_to_token_pool.req_to_token
+        spans, slots, start = [], [], 0
+        for pool_index, prefix_len, n_new in zip(pool_indices, prefix_lens, new_lens):
+            spans.append(Span(start, prefix_len, n_new))
+            slots.append(req_to_token[pool_index, :prefix_len].long() if prefix_len else None)
+            start += n_new
+        attention = ExtendAttention(spans, slots, device=self.device)
+        _log_plan(attention)
+        return attention
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+        if not self._handles(layer, k, v):
+            return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache)
+        if save_kv_cache:
+            # Kept for the prefix cache (and decode of generate requests).
+            self.token_to_kv_pool.set_kv_buffer(
+                layer, KVWriteLoc(forward_batch.out_cache_loc, self.swa_out_cache_loc), k, v
+            )
+        o = torch.empty_like(q)
+        self.extend_attention(
+            q.view(-1, layer.tp_q_head_num, layer.qk_head_dim),
+            k.view(-1, layer.tp_k_head_num, layer.qk_head_dim),
+            v.view(-1, layer.tp_v_head_num, layer.v_head_dim),
+            self.token_to_kv_pool.get_key_buffer(layer.layer_id),
+            self.token_to_kv_pool.get_value_buffer(layer.layer_id),
+            layer.scaling,
+            o.view(-1, layer.tp_q_head_num, layer.v_head_dim),
+        )
+        return o
+
+    def _handles(self, layer, k, v) -> bool:
+        return (
+            getattr(self, "extend_attention", None) is not None
+            and k is not None
+            and v is not None
+            and not layer.is_cross_attention
+            and layer.attn_type != AttentionType.ENCODER_ONLY
+            and (layer.sliding_window_size is None or layer.sliding_window_size <= -1)
+            and layer.qk_head_dim == layer.v_head_dim
+        )
+
+
+def _as_list(cpu_list, tensor) -> list[int]:
+    return list(cpu_list) if cpu_list is not None else tensor.tolist()
+
+
+def _log_plan(attention: ExtendAttention) -> None:
+    path = os.environ.get(LOG_ENV)
+    if not path:
+        return
+    spans = [(s.prefix_len, s.n_new) for s in attention.spans]
+    alone = {i: len(blocks) for i, blocks in attention.alone}
+    groups = [list(g.group.members) for g in attention.groups]
+    with open(path, "a") as f:
+        f.write(
+            f"prefill_attention spans(prefix,new)={spans} alone(blocks)={alone} groups={groups}\n"
+        )
+
+
+def create_torch_backend(runner):
+    return PrefillOnlyTorchBackend(runner)
+
+
+def create_flashinfer_backend(runner):
+    """Our FlashInfer subclass for plain MHA models; SGLang's own factory otherwise
+    (MLA models, EAGLE's extra stream)."""
+    from sglang.srt.runtime_context import get_spec
+
+    if runner.use_mla_backend or get_spec().speculative_algorithm is not None:
+        return _STOCK_FACTORIES["flashinfer"](runner)
+    from prefillonly_sgl.sglang_runtime.prefill_attention_gpu import (
+        PrefillOnlyFlashInferBackend,
+    )
+
+    return PrefillOnlyFlashInferBackend(runner, init_new_workspace=runner.init_new_workspace)
+
+
+_STOCK_FACTORIES: dict = {}
+
+
+def register() -> None:
+    """Plugin feature "prefill_attention": our factories under SGLang's backend names."""
+    from sglang.srt.layers.attention import attention_registry
+
+    for name, factory in (
+        ("torch_native", create_torch_backend),
+        ("flashinfer", create_flashinfer_backend),
+    ):
+        _STOCK_FACTORIES.setdefault(name, attention_registry.ATTENTION_BACKENDS[name])
+        attention_registry.register_attention_backend(name)(factory)

@@ -1,0 +1,44 @@
+"""The prefill_attention plugin feature puts our factories under SGLang's backend names
+(and only when applied), keeping the stock factories for the cases it defers to."""
+
+from __future__ import annotations
+
+import importlib
+
+from prefillonly_sgl.sglang_runtime import plugin
+
+
+def test_feature_is_declared_and_resolves():
+    module_name, function_name = plugin.FEATURES["prefill_attention"].split(":")
+    assert callable(getattr(importlib.import_module(module_name), function_name))
+
+
+def test_register_replaces_factories_by_name_and_keeps_stock_ones():
+    from sglang.srt.layers.attention import attention_registry as registry
+
+    from prefillonly_sgl.sglang_runtime import prefill_attention as ours
+
+    saved = dict(registry.ATTENTION_BACKENDS)
+    try:
+        ours.register()
+        assert registry.ATTENTION_BACKENDS["torch_native"] is ours.create_torch_backend
+        assert registry.ATTENTION_BACKENDS["flashinfer"] is ours.create_flashinfer_backend
+        # The stock factory is kept for MLA / speculative decoding, even when register()
+        # runs twice (an Engine in this process already applied the plugin).
+        stock = ours._STOCK_FACTORIES["flashinfer"]
+        assert stock.__module__ == registry.__name__ and stock is not ours.create_flashinfer_backend
+        ours.register()
+        assert ours._STOCK_FACTORIES["flashinfer"] is stock
+        assert registry.ATTENTION_BACKENDS["triton"] is saved["triton"]  # others untouched
+    finally:
+        registry.ATTENTION_BACKENDS.clear()
+        registry.ATTENTION_BACKENDS.update(saved)
+
+
+def test_patches_enabled_sets_and_restores_the_environment(monkeypatch):
+    monkeypatch.delenv(plugin.PATCHES_ENV, raising=False)
+    with plugin.patches_enabled(["prefill_attention"]):
+        assert plugin.requested_features() == ["prefill_attention"]
+    assert plugin.PATCHES_ENV not in __import__("os").environ
+    with plugin.patches_enabled([]):
+        assert plugin.requested_features() == []
