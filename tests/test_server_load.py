@@ -26,6 +26,7 @@ MAX_PROMPTS = 64
 CLIENTS = 32
 REQUESTS_PER_CLIENT = 32  # 1,024 requests in all
 HEAVY_ITEMS, HEAVY_ITEM_TOKENS = 40, 2000  # ~tens of seconds of CPU work: still running
+SIGTERM_ITEMS = 24
 TOLERANCE = 1e-4
 
 
@@ -176,7 +177,9 @@ def test_sigterm_finishes_in_flight_work_refuses_new_and_exits_cleanly(server, l
     result = {}
 
     def in_flight():
-        body = heavy_body(labels, seed=2, items=4)
+        # Enough work to still be running when the first /metrics poll lands, also with the
+        # prefill-only attention backend (4 items finished before it).
+        body = heavy_body(labels, seed=2, items=SIGTERM_ITEMS)
         response = requests.post(
             f"{server.url}/v1/score",
             data=body,
@@ -202,7 +205,7 @@ def test_sigterm_finishes_in_flight_work_refuses_new_and_exits_cleanly(server, l
 
     thread.join(timeout=300)
     assert result["status"] == 200, result
-    assert len(result["body"]["scores"]) == 4
+    assert len(result["body"]["scores"]) == SIGTERM_ITEMS
     # The whole process group (HTTP server, scheduler, detokenizer, resource tracker) exits.
     assert server.wait_group_gone(timeout=120), server.log_tail()
     assert server.proc.wait(timeout=10) == 0
