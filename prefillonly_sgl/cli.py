@@ -29,7 +29,7 @@ def _serve(argv: list[str]) -> int:
         return 0
     options, sglang_argv = parse_serve_argv(argv)
     try:
-        features = _patch_features(options.patches)
+        features = _patch_features(options.patches, options.disabled_patches)
         from prefillonly_sgl.server.endpoints import load_app_endpoints
 
         specs = load_app_endpoints(options.apps)  # before SGLang starts: fail fast
@@ -55,12 +55,11 @@ def _serve(argv: list[str]) -> int:
     return serve(sglang_argv, options, specs)
 
 
-def _patch_features(patches: str | None) -> list[str]:
+def _patch_features(patches: str | None, disabled: tuple[str, ...] = ()) -> list[str]:
     from prefillonly_sgl.sglang_runtime.plugin import FEATURES, PATCHES_ENV, requested_features
 
-    if patches is None:
-        return list(FEATURES)
-    return requested_features({PATCHES_ENV: patches})
+    chosen = list(FEATURES) if patches is None else requested_features({PATCHES_ENV: patches})
+    return [name for name in chosen if name not in disabled]
 
 
 def _serve_help() -> None:

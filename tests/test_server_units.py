@@ -46,6 +46,19 @@ def test_serve_argv_is_split_into_ours_and_sglangs():
     assert rest == ["--port", "8000"]
 
 
+def test_disable_flags_leave_their_patch_out():
+    from prefillonly_sgl.cli import _patch_features
+    from prefillonly_sgl.sglang_runtime.plugin import FEATURES
+
+    options, rest = parse_serve_argv(["--disable-prefill-only-attention", "--port", "1"])
+    assert options.disabled_patches == ("prefill_attention",) and rest == ["--port", "1"]
+    features = _patch_features(options.patches, options.disabled_patches)
+    assert "prefill_attention" in FEATURES and "prefill_attention" not in features
+    assert set(features) == set(FEATURES) - {"prefill_attention"}
+    assert _patch_features("prefill_attention", ()) == ["prefill_attention"]
+    assert _patch_features("", ()) == []
+
+
 def test_device_defaults_never_override_the_users_flags(tmp_path):
     argv = with_defaults(["--attention-backend", "sdpa", "--model", "m"], "cpu", True, "default")
     assert argv.count("--attention-backend") == 1 and "sdpa" in argv

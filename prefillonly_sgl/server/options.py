@@ -29,7 +29,15 @@ class ServeOptions:
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S
     patches: str | None = None  # None: every runtime patch this version has
+    disabled_patches: tuple[str, ...] = ()  # from the --disable-prefill-only-* flags
     metrics: bool = True
+
+
+# A switch per runtime patch, for A/B runs against stock SGLang: flag -> plugin feature.
+DISABLE_FLAGS = {
+    "--disable-prefill-only-attention": "prefill_attention",
+    "--disable-prefill-only-kv": "prefill_kv",
+}
 
 
 def _positive_int(text: str) -> int:
@@ -92,6 +100,15 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         help="comma-separated prefill-only runtime patches to apply (default: all; '' for "
         "none, i.e. stock SGLang behaviour)",
     )
+    for flag, feature in DISABLE_FLAGS.items():
+        group.add_argument(
+            flag,
+            dest="disabled_patches",
+            action="append_const",
+            const=feature,
+            default=[],
+            help=f"leave the {feature} runtime patch out (stock SGLang behaviour for it)",
+        )
     group.add_argument(
         "--no-metrics",
         dest="metrics",
@@ -113,6 +130,7 @@ def parse_serve_argv(argv: list[str]) -> tuple[ServeOptions, list[str]]:
             max_request_bytes=ours.max_request_bytes,
             shutdown_timeout=ours.shutdown_timeout,
             patches=ours.patches,
+            disabled_patches=tuple(ours.disabled_patches),
             metrics=ours.metrics,
         ),
         rest,
