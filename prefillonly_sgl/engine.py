@@ -98,6 +98,10 @@ class Engine:
         self.runtime_patches: tuple[str, ...] = (
             ("prefill_attention",) if prefill_only_attention else ()
         ) + (("prefill_kv",) if prefill_only_kv else ())
+        if prefill_only_kv:
+            from prefillonly_sgl.sglang_runtime.prefill_kv import install_in_this_process
+
+            install_in_this_process()
         with patches_enabled(list(self.runtime_patches)):
             self._sgl = start_sglang_engine(args)
         self.limits: ModelLimits = read_limits(self._sgl, scoring_bound_by_pool=not prefill_only_kv)

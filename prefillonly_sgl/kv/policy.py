@@ -7,7 +7,7 @@ the radix cache; tokens [R, n) get no pool slot (attention takes their k/v from 
 layer's hands).
 
     prompt tokens   [ cached prefix P | new, kept  | new, dropped          ]
-                    0                 P            max(R, P)                n
+                    0                 P            max(R, P, 1)             n
 
 R is the longest common token prefix of the query's own tokenization and the full
 prompt's tokenization: SGLang scores f"{query}{item}" as one string, so at the boundary
@@ -28,6 +28,8 @@ from collections.abc import Sequence
 # scheduler (custom_params is SGLang's per-request JSON dict, serialised with the request).
 REUSABLE_LEN_KEY = "prefillonly_reusable_len"
 
+MIN_KEPT_LEN = 1  # see kept_new_tokens
+
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
@@ -47,11 +49,14 @@ def reusable_prefix_len(query_ids: Sequence[int] | None, prompt_ids: Sequence[in
 
 def kept_new_tokens(prefix_len: int, extend_len: int, total_len: int, reusable_len: int) -> int:
     """How many of an extend's `extend_len` new tokens (after `prefix_len` cached ones, of
-    a prompt of `total_len`) get pool slots: the first ones, up to max(R, prefix_len).
-    All of them when the extend is not the request's last chunk."""
+    a prompt of `total_len`) get pool slots: the first ones, up to max(R, prefix_len, 1).
+    All of them when the extend is not the request's last chunk.
+
+    At least the first token of the prompt is kept: SGLang takes a request whose row
+    holds no KV (kv_allocated_len == 0) for one whose KV was already released."""
     if prefix_len + extend_len < total_len:
         return extend_len
-    boundary = max(reusable_len, prefix_len)
+    boundary = max(reusable_len, prefix_len, MIN_KEPT_LEN)
     return min(max(boundary - prefix_len, 0), extend_len)
 
 

@@ -58,6 +58,9 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.runtime_context.get_spec": "speculative decoding -> stock flashinfer factory",
     # -- prefill-only KV (sglang_runtime/prefill_kv.py), all via HookRegistry --
     "sglang.srt.plugins.hook_registry.HookType": "AROUND / AFTER hooks below",
+    "sglang.srt.plugins.hook_registry.HookRegistry.apply_hooks": (
+        "the Engine applies the prefill_kv hooks itself: load_plugins runs once per process"
+    ),
     "sglang.srt.managers.tokenizer_manager_score_mixin.TokenizerManagerScoreMixin"
     ".score_request": "AROUND: tokenizes the query once per score call (contextvar)",
     "sglang.srt.managers.tokenizer_manager.TokenizerManager._create_tokenized_object": (

@@ -293,10 +293,33 @@ _AFTER = {
 }
 
 
+_registered = False
+
+
 def register() -> None:
     """Plugin feature "prefill_kv": registers the hooks above with SGLang's HookRegistry
-    (applied by SGLang right after the plugins load, in every process)."""
+    (applied by SGLang right after the plugins load, in every process). Idempotent."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     for target, hook in HOOKS.items():
         HookRegistry.register(target, hook, HookType.AFTER if target in _AFTER else HookType.AROUND)
+
+
+def install_in_this_process() -> None:
+    """Registers and applies the hooks in the calling process now.
+
+    SGLang loads plugins once per process (`load_plugins` is guarded), so when a process
+    first starts a stock engine and then one with prefill_kv, the plugin never runs again
+    in that process and the tokenizer hooks (which live in the process that starts the
+    engine) would be missing; the Engine calls this before starting SGLang. The hooks then
+    stay for later engines of this process too: a stock engine's requests carry the
+    reusable length in custom_params, which its scheduler (without our hooks) ignores.
+    """
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    register()
+    HookRegistry.apply_hooks()  # idempotent: already-patched targets are skipped
