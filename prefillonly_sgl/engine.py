@@ -104,7 +104,9 @@ class Engine:
             install_in_this_process()
         with patches_enabled(list(self.runtime_patches)):
             self._sgl = start_sglang_engine(args)
-        self.limits: ModelLimits = read_limits(self._sgl, scoring_bound_by_pool=not prefill_only_kv)
+        # prefill_kv is active on the CPU backend only so far (see docs/prefill_only_kv.md).
+        kv_active = prefill_only_kv and self.device == "cpu"
+        self.limits: ModelLimits = read_limits(self._sgl, scoring_bound_by_pool=not kv_active)
         # An Engine the user forgets to shut down must not leave SGLang processes behind.
         self._finalizer = weakref.finalize(self, _shutdown_quietly, self._sgl)
         atexit.register(self._finalizer)

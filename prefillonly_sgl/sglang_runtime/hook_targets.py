@@ -74,6 +74,10 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.managers.tp_worker.TpModelWorker.get_worker_info": (
         "AFTER: records the context-bound input limit (stock one is also pool-bound)"
     ),
+    "sglang.srt.runtime_context.attention_backends": (
+        "prefill_kv is active only with torch_native (our backend reads new k/v in hand)"
+    ),
+    "sglang.srt.managers.tp_worker.TpModelWorker.is_dllm": "dLLM engines stay stock",
     "sglang.srt.managers.utils.validate_input_length": (
         "AROUND: scoring prompts may exceed the pool; clamps the kept prefix to the pool"
     ),

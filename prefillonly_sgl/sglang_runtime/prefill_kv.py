@@ -69,14 +69,23 @@ _LAYOUT: contextvars.ContextVar[_Layout | None] = contextvars.ContextVar(
 )
 
 
-@dataclass
-class _ProcessLimits:
-    """Scheduler process: set once from the worker info (get_worker_info)."""
+# Prefill backends known to take new tokens' k/v from the layer's hands (never from the
+# pool): our PrefillOnlyTorchBackend, registered under this name by prefill_attention.
+# FlashInfer's ragged path does too, but it falls back to a paged path that reads new
+# tokens from the pool (deterministic inference, multimodal, multi-item scoring) and has
+# not been run on a GPU with this feature: it stays stock until verified there.
+SUPPORTED_PREFILL_BACKENDS = ("torch_native",)
 
+
+@dataclass
+class _SchedulerProcess:
+    """Scheduler process: set once from the worker (get_worker_info), before requests."""
+
+    active: bool = False  # this engine's pool and attention backend are supported
     prefill_only_max_input_len: int | None = None
 
 
-_LIMITS = _ProcessLimits()
+_PROCESS = _SchedulerProcess()
 
 
 # -- tokenizer process -------------------------------------------------------------------
@@ -129,8 +138,9 @@ def _after_create_tokenized_object(result, *args, **kwargs):
 
 # -- scheduler process: which requests, how long -----------------------------------------
 def reusable_len(req) -> int | None:
-    """R of a prefill-only scoring request; None for every other request (stock)."""
-    if not req.is_prefill_only:
+    """R of a prefill-only scoring request; None for every other request (stock), and
+    for all requests where the pool or the attention backend is not supported."""
+    if not _PROCESS.active or not req.is_prefill_only:
         return None
     custom = req.sampling_params.custom_params
     if not isinstance(custom, dict) or REUSABLE_LEN_KEY not in custom:
@@ -139,22 +149,32 @@ def reusable_len(req) -> int | None:
 
 
 def _after_get_worker_info(result, self, *args, **kwargs):
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+    from sglang.srt.runtime_context import attention_backends
+
+    runner = self.model_runner
+    _PROCESS.active = (
+        type(runner.token_to_kv_pool_allocator) is TokenToKVPoolAllocator
+        and runner.token_to_kv_pool_allocator.page_size == 1
+        and attention_backends()[0] in SUPPORTED_PREFILL_BACKENDS
+        and not self.is_dllm()
+    )
     context_len = self.model_config.context_len
-    table_len = self.model_runner.req_to_token_pool.max_context_len
+    table_len = runner.req_to_token_pool.max_context_len
     # Same margins as the stock limit (TpModelWorker.get_worker_info), minus the pool bound.
-    _LIMITS.prefill_only_max_input_len = min(context_len - 1, table_len - 1) - 5
+    _PROCESS.prefill_only_max_input_len = min(context_len - 1, table_len - 1) - 5
     return result
 
 
 def _validate_input_length(original, req, max_req_input_len, allow_auto_truncate):
     r = reusable_len(req)
-    if r is None or _LIMITS.prefill_only_max_input_len is None:
+    if r is None or _PROCESS.prefill_only_max_input_len is None:
         return original(req, max_req_input_len, allow_auto_truncate)
     # The kept prefix must fit the pool (max_req_input_len is the stock, pool-bound limit).
     if r >= max_req_input_len:
         req.sampling_params.custom_params[REUSABLE_LEN_KEY] = max(0, max_req_input_len - 1)
     return original(
-        req, max(max_req_input_len, _LIMITS.prefill_only_max_input_len), allow_auto_truncate
+        req, max(max_req_input_len, _PROCESS.prefill_only_max_input_len), allow_auto_truncate
     )
 
 
@@ -221,10 +241,7 @@ def _add_one_req(original, self, req, has_chunked_req, truncation_align_size):
 
 # -- scheduler process: allocation -------------------------------------------------------
 def _kept_per_request(batch) -> list[int] | None:
-    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
-
-    allocator = batch.tree_cache.token_to_kv_pool_allocator
-    if type(allocator) is not TokenToKVPoolAllocator or batch.is_dllm():
+    if not _PROCESS.active or batch.is_dllm():
         return None
     kept = []
     for req, prefix_len, extend_len in zip(batch.reqs, batch.prefix_lens, batch.extend_lens):
