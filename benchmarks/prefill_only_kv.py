@@ -254,8 +254,8 @@ def _mem_gib() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[8192, 16384, 32768])
-    parser.add_argument("--ladder", type=int, nargs="+", default=[1024, 2048, 3072])
-    parser.add_argument("--budget", type=int, default=3072, help="KV pool tokens, both")
+    parser.add_argument("--ladder", type=int, nargs="+", default=[1024])
+    parser.add_argument("--budget", type=int, default=1024, help="KV pool tokens, both")
     parser.add_argument("--skip-stock-sized", action="store_true")
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).parent / "results" / "prefill_only_kv.md"

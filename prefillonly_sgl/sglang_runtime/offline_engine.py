@@ -73,7 +73,9 @@ def read_limits(sglang_engine, scoring_bound_by_pool: bool = True) -> ModelLimit
     as SGLang's max_req_input_len, which is also bounded by the KV pool)."""
     info = sglang_engine.get_server_info()
     model_config = sglang_engine.tokenizer_manager.model_config
-    max_prompt = int(info["max_req_input_len"])
+    # SGLang refuses a prompt of len >= max_req_input_len (managers/utils.py
+    # validate_input_length), so the longest it accepts is one less.
+    max_prompt = int(info["max_req_input_len"]) - 1
     if not scoring_bound_by_pool:
-        max_prompt = max(max_prompt, int(model_config.context_len) - 6)
+        max_prompt = max(max_prompt, int(model_config.context_len) - 7)
     return ModelLimits(vocab_size=int(model_config.vocab_size), max_prompt_tokens=max_prompt)
