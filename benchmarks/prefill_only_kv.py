@@ -14,6 +14,8 @@ and the same context length (max L + margin).
    KV pool, activations; sampled every 10 ms while the call runs) and of all its
    processes. Stock cannot score L > budget, so for this table it runs a second time with
    a pool sized to fit the prompt (max L + margin): the memory stock needs for L.
+SGLang's default chunked prefill (4096 tokens on CPU) is left as it is: stock chunks long
+prompts, prefill-only KV never chunks scoring prompts.
 
 One engine at a time (SGLang's Engine.shutdown() kills every child of this process).
 Writes a markdown report to stdout and to --out after each step.
@@ -92,7 +94,6 @@ def start(model, name: str, pool: int, context: int, ours: bool):
         device="cpu",
         max_total_tokens=pool,
         context_length=context,
-        chunked_prefill_size=context,  # stock: no chunking either (same activation shape)
         prefill_only_kv=ours,
     )
     engine.bench_scheduler, engine.bench_processes = _engine_processes(seen)

@@ -19,6 +19,7 @@ import pytest
 from conftest import max_abs_diff
 
 from prefillonly_sgl import Engine
+from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.kv.policy import REUSABLE_LEN_KEY, common_prefix_len, reusable_prefix_len
 from prefillonly_sgl.reference import TransformersReference
 from prefillonly_sgl.sglang_runtime.prefill_attention import LOG_ENV
@@ -70,6 +71,8 @@ def setup(tiny_llama_path, tmp_path_factory):
             stock[_key(query, items, kwargs)] = engine.score(query, items, labels, **kwargs).scores
         prompt = ref.prompt_ids(THIRD_QUERY, ITEMS[0])
         stock["cached"] = [_cached_tokens(engine, prompt, 5) for _ in range(2)]
+        longest = engine.limits.max_prompt_tokens  # the longest prompt stock accepts
+        stock["longest_scores"] = engine.score([7] * 16, [[9] * (longest - 16)], labels).scores
     log_path = tmp_path_factory.mktemp("kv-log") / "plan.log"
     saved = dict(os.environ)
     os.environ[LOG_ENV] = str(log_path)
@@ -184,6 +187,19 @@ def test_cache_hit_counts_and_suffix_never_cached(setup):
     assert kept1 > 0
     hit = min(kept1, common_prefix_len(prompt1, prompt2))
     assert _cached_tokens(ours, prompt2, reusable2) == hit
+
+
+def test_longest_accepted_prompt_scores(setup):
+    """Engine.limits.max_prompt_tokens is exactly what the scheduler accepts: with the
+    feature, the context length minus SGLang's margin, not the pool."""
+    ours, stock, ref, labels, _ = setup
+    assert len(stock["longest_scores"]) == 1
+    longest = ours.limits.max_prompt_tokens
+    query, item = [7] * 16, [9] * (longest - 16)
+    got = ours.score(query, [item], labels).scores
+    assert max_abs_diff(got, ref.score(query, [item], labels)) < TOLERANCE
+    with pytest.raises(InvalidRequestError):
+        ours.score(query, [item + [9]], labels)
 
 
 def test_suffix_far_longer_than_the_pool(setup):
