@@ -22,10 +22,11 @@ def ref_labels(tiny_llama_path):
 
 def test_scoring_prompts_are_never_chunked(tiny_llama_path, ref_labels):
     """With 256-token chunks, scoring prompts longer than a chunk still run whole (a later
-    chunk would read dropped KV from the pool), each alone in its batch."""
+    chunk would read dropped KV from the pool), each alone in its batch; also longer than
+    both the chunk and the pool (stock never runs a forward that long)."""
     ref, labels = ref_labels
-    items = [LONG_ITEM[:2000], ITEMS[1], LONG_ITEM[:900] + "?"]
-    assert len(ref.prompt_ids(PROFILE, items[0])) > 256
+    items = [LONG_ITEM[:6000], ITEMS[1], LONG_ITEM[:900] + "?"]
+    assert len(ref.prompt_ids(PROFILE, items[0])) > 2 * 1024
     with _start(tiny_llama_path, chunked_prefill_size=256) as engine:
         got = engine.score(PROFILE, items, labels).scores
     assert max_abs_diff(got, ref.score(PROFILE, items, labels)) < TOLERANCE

@@ -78,6 +78,12 @@ HOOK_TARGETS: dict[str, str] = {
         "prefill_kv is active only with torch_native (our backend reads new k/v in hand)"
     ),
     "sglang.srt.managers.tp_worker.TpModelWorker.is_dllm": "dLLM engines stay stock",
+    "sglang.srt.environ.envs.SGLANG_EAGER_INPUT_NO_COPY": (
+        "set in the scheduler: eager static input buffers only fit max(pool, chunk) tokens"
+    ),
+    "sglang.srt.model_executor.runner.eager_runner.EagerRunner.load_batch": (
+        "reads SGLANG_EAGER_INPUT_NO_COPY (why it is set)"
+    ),
     "sglang.srt.managers.utils.validate_input_length": (
         "AROUND: scoring prompts may exceed the pool; clamps the kept prefix to the pool"
     ),

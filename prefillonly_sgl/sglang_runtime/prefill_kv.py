@@ -159,6 +159,14 @@ def _after_get_worker_info(result, self, *args, **kwargs):
         and attention_backends()[0] in SUPPORTED_PREFILL_BACKENDS
         and not self.is_dllm()
     )
+    if _PROCESS.active:
+        # The eager runner copies every forward's inputs into static buffers sized for the
+        # longest forward stock SGLang can run: max(pool, chunked_prefill_size, ...). An
+        # unchunked scoring prompt can be longer than both; SGLang's own switch makes it
+        # use the live tensors instead (no CUDA graphs on this path).
+        from sglang.srt.environ import envs
+
+        envs.SGLANG_EAGER_INPUT_NO_COPY.set(True)
     context_len = self.model_config.context_len
     table_len = runner.req_to_token_pool.max_context_len
     # Same margins as the stock limit (TpModelWorker.get_worker_info), minus the pool bound.
