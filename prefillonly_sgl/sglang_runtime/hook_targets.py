@@ -78,6 +78,7 @@ HOOK_TARGETS: dict[str, str] = {
         "prefill_kv is active only with torch_native (our backend reads new k/v in hand)"
     ),
     "sglang.srt.managers.tp_worker.TpModelWorker.is_dllm": "dLLM engines stay stock",
+    # (ATTENTION_BACKENDS, listed above, also tells prefill_kv whether our backend is in.)
     "sglang.srt.environ.envs.SGLANG_EAGER_INPUT_NO_COPY": (
         "set in the scheduler: eager static input buffers only fit max(pool, chunk) tokens"
     ),

@@ -23,13 +23,14 @@ prefillonly_sgl/kv/policy.py; this module carries that decision through SGLang:
    `release_kv_cache` inserts only [0, boundary) into the radix cache and frees only real
    slots.
 5. Attention never reads the dropped tokens from the pool: the prefill-only backends take
-   new tokens' k/v from the layer's hands (prefill_attention.py; FlashInfer's ragged path)
-   and read only the cached prefix, which is always real. Writes of dropped rows land in
+   new tokens' k/v from the layer's hands (prefill_attention.py) and read only the cached
+   prefix, which is always real. Writes of dropped rows land in
    slot 0. This feature therefore requires "prefill_attention" (the Engine enforces it).
 
-Only the plain token allocator with page size 1 is handled (the CPU and default GPU
-configuration); other pools (paged, SWA, hybrid/mamba, HiSparse) and dLLM batches keep
-stock behaviour.
+Active only where this is known to hold, decided once per scheduler: the torch_native
+backend (ours), the plain token allocator with page size 1, not a dLLM. Elsewhere (GPU
+flashinfer until verified on a GPU, paged / SWA / hybrid / HiSparse pools) every request
+is stock.
 """
 
 from __future__ import annotations
@@ -157,6 +158,7 @@ def _after_get_worker_info(result, self, *args, **kwargs):
         type(runner.token_to_kv_pool_allocator) is TokenToKVPoolAllocator
         and runner.token_to_kv_pool_allocator.page_size == 1
         and attention_backends()[0] in SUPPORTED_PREFILL_BACKENDS
+        and _our_backend_registered()
         and not self.is_dllm()
     )
     if _PROCESS.active:
@@ -172,6 +174,17 @@ def _after_get_worker_info(result, self, *args, **kwargs):
     # Same margins as the stock limit (TpModelWorker.get_worker_info), minus the pool bound.
     _PROCESS.prefill_only_max_input_len = min(context_len - 1, table_len - 1) - 5
     return result
+
+
+def _our_backend_registered() -> bool:
+    """Whether "torch_native" builds our backend here (feature prefill_attention): stock
+    torch_native reads new tokens back from the pool (e.g. `--patches prefill_kv` alone)."""
+    from sglang.srt.layers.attention import attention_registry
+
+    from prefillonly_sgl.sglang_runtime import prefill_attention
+
+    factory = attention_registry.ATTENTION_BACKENDS.get("torch_native")
+    return factory is prefill_attention.create_torch_backend
 
 
 def _validate_input_length(original, req, max_req_input_len, allow_auto_truncate):
