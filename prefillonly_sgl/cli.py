@@ -50,6 +50,12 @@ def _serve(argv: list[str]) -> int:
     from prefillonly_sgl.sglang_runtime.plugin import PATCHES_ENV
 
     os.environ[PATCHES_ENV] = ",".join(features)
+    if "prefill_kv" in features:
+        # Its tokenizer-side hooks run in this (the HTTP server's) process, where SGLang's
+        # plugin loader may already have run (see prefill_kv.install_in_this_process).
+        from prefillonly_sgl.sglang_runtime.prefill_kv import install_in_this_process
+
+        install_in_this_process()
     from prefillonly_sgl.sglang_runtime.http_server import serve
 
     return serve(sglang_argv, options, specs)
@@ -59,7 +65,15 @@ def _patch_features(patches: str | None, disabled: tuple[str, ...] = ()) -> list
     from prefillonly_sgl.sglang_runtime.plugin import FEATURES, PATCHES_ENV, requested_features
 
     chosen = list(FEATURES) if patches is None else requested_features({PATCHES_ENV: patches})
-    return [name for name in chosen if name not in disabled]
+    features = [name for name in chosen if name not in disabled]
+    if "prefill_kv" in features and "prefill_attention" not in features:
+        if patches is None:  # --disable-prefill-only-attention alone: stock KV goes with it
+            return [name for name in features if name != "prefill_kv"]
+        raise ValueError(
+            "prefill_kv needs prefill_attention (stock attention reads the new tokens back "
+            "from the KV pool, where prefill_kv no longer writes them)"
+        )
+    return features
 
 
 def _serve_help() -> None:

@@ -46,6 +46,11 @@ class Engine:
     prefill_only_attention: attention of new tokens only, so a prefix-cache hit skips
         the attention over the cached prefix (default). False: stock SGLang attention
         (for A/B runs).
+    prefill_only_kv: scoring requests keep pool KV only for their reusable prefix (the
+        query), the rest of the prompt is discarded layer by layer, so the pool buys
+        prefix-cache capacity and a scoring prompt may be as long as the context, not the
+        pool. Needs prefill_only_attention. Default: same as prefill_only_attention.
+        False: stock SGLang KV (for A/B runs).
     **sglang_args: any other sglang ServerArgs field, passed through unchanged.
     """
 
@@ -58,6 +63,7 @@ class Engine:
         max_total_tokens: int | None = None,
         context_length: int | None = None,
         prefill_only_attention: bool = True,
+        prefill_only_kv: bool | None = None,
         **sglang_args,
     ) -> None:
         from prefillonly_sgl.sglang_runtime.offline_engine import (
@@ -75,6 +81,13 @@ class Engine:
         if not Path(self.model_path).is_dir():
             raise FileNotFoundError(f"model folder not found: {self.model_path}")
         self.device = device or detect_device()
+        if prefill_only_kv is None:
+            prefill_only_kv = prefill_only_attention
+        if prefill_only_kv and not prefill_only_attention:
+            raise ValueError(
+                "prefill_only_kv needs prefill_only_attention (stock attention reads the "
+                "new tokens back from the KV pool, where they are no longer written)"
+            )
         self._lock = threading.Lock()
         self._sgl = None
         args = sglang_engine_args(
@@ -88,14 +101,20 @@ class Engine:
         # Runtime patches reach SGLang's worker processes through the environment.
         self.runtime_patches: tuple[str, ...] = (
             ("prefill_attention",) if prefill_only_attention else ()
-        )
+        ) + (("prefill_kv",) if prefill_only_kv else ())
+        if prefill_only_kv:
+            from prefillonly_sgl.sglang_runtime.prefill_kv import install_in_this_process
+
+            install_in_this_process()
         with patches_enabled(list(self.runtime_patches)):
             self._sgl, owned_processes = start_sglang_engine(args)
         # An Engine the user forgets to shut down must not leave SGLang processes behind.
         self._finalizer = weakref.finalize(
             self, _shutdown_quietly, shutdown_sglang_engine, self._sgl, owned_processes
         )
-        self.limits: ModelLimits = read_limits(self._sgl)
+        # prefill_kv is active on the CPU backend only so far (see docs/prefill_only_kv.md).
+        kv_active = prefill_only_kv and self.device == "cpu"
+        self.limits: ModelLimits = read_limits(self._sgl, scoring_bound_by_pool=not kv_active)
         atexit.register(self._finalizer)
 
     # -- scoring -------------------------------------------------------------------------

@@ -55,7 +55,7 @@ def _new_log_lines(log_path, seen: list) -> list[str]:
 
 def test_backend_is_active_and_cold_items_match(setup):
     engine, ref, labels, log_path = setup
-    assert engine.runtime_patches == ("prefill_attention",)
+    assert engine.runtime_patches == ("prefill_attention", "prefill_kv")
     got = engine.score(PROFILE, ITEMS, labels).scores
     assert max_abs_diff(got, ref.score(PROFILE, ITEMS, labels)) < TOLERANCE
     assert "prefill_attention" in log_path.read_text()
@@ -122,10 +122,13 @@ def test_switch_off_gives_stock_attention(tiny_llama_path, tmp_path, setup):
 
 def test_chunked_prefill_reads_earlier_chunks_from_the_pool(tiny_llama_path, tmp_path, setup):
     """With 64-token chunks a long prompt's later chunks attend to earlier chunks' KV in
-    the pool, the same path as a cache hit inside one request."""
+    the pool, the same path as a cache hit inside one request. (Prefill-only KV never
+    chunks scoring prompts, so it is off here.)"""
     _, ref, labels, _ = setup
     log_path = tmp_path / "chunked.log"
-    with _start(tiny_llama_path, log_path, chunked_prefill_size=64) as engine:
+    with _start(
+        tiny_llama_path, log_path, chunked_prefill_size=64, prefill_only_kv=False
+    ) as engine:
         got = engine.score(PROFILE, ITEMS, labels).scores
     assert max_abs_diff(got, ref.score(PROFILE, ITEMS, labels)) < TOLERANCE
     spans = [(int(p), int(n)) for p, n in re.findall(r"\((\d+), (\d+)\)", log_path.read_text())]

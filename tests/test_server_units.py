@@ -54,7 +54,12 @@ def test_disable_flags_leave_their_patch_out():
     assert options.disabled_patches == ("prefill_attention",) and rest == ["--port", "1"]
     features = _patch_features(options.patches, options.disabled_patches)
     assert "prefill_attention" in FEATURES and "prefill_attention" not in features
-    assert set(features) == set(FEATURES) - {"prefill_attention"}
+    # stock attention cannot run with prefill-only KV: that goes too
+    assert set(features) == set(FEATURES) - {"prefill_attention", "prefill_kv"}
+    options, _ = parse_serve_argv(["--disable-prefill-only-kv"])
+    assert _patch_features(options.patches, options.disabled_patches) == ["prefill_attention"]
+    with pytest.raises(ValueError, match="prefill_kv needs prefill_attention"):
+        _patch_features("prefill_kv", ())
     assert _patch_features("prefill_attention", ()) == ["prefill_attention"]
     assert _patch_features("", ()) == []
 

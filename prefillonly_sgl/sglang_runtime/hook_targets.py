@@ -96,4 +96,53 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool.set_kv_buffer": "saves new KV",
     "sglang.srt.layers.radix_attention.AttentionType.ENCODER_ONLY": "left to stock",
     "sglang.srt.runtime_context.get_spec": "speculative decoding -> stock flashinfer factory",
+    # -- prefill-only KV (sglang_runtime/prefill_kv.py), all via HookRegistry --
+    "sglang.srt.plugins.hook_registry.HookType": "AROUND / AFTER hooks below",
+    "sglang.srt.plugins.hook_registry.HookRegistry.apply_hooks": (
+        "the Engine applies the prefill_kv hooks itself: load_plugins runs once per process"
+    ),
+    "sglang.srt.managers.tokenizer_manager_score_mixin.TokenizerManagerScoreMixin"
+    ".score_request": "AROUND: tokenizes the query once per score call (contextvar)",
+    "sglang.srt.managers.tokenizer_manager.TokenizerManager._create_tokenized_object": (
+        "AFTER: stores the reusable-prefix length in SamplingParams.custom_params"
+    ),
+    "sglang.srt.managers.io_struct.TokenizedGenerateReqInput": "the per-prompt request",
+    "sglang.srt.sampling.sampling_params.SamplingParams.custom_params": (
+        "per-request JSON dict carried to the scheduler's Req (our key: reusable length)"
+    ),
+    "sglang.srt.managers.schedule_batch.Req.is_prefill_only": "only max_new_tokens == 0",
+    "sglang.srt.managers.tp_worker.TpModelWorker.get_worker_info": (
+        "AFTER: records the context-bound input limit (stock one is also pool-bound)"
+    ),
+    "sglang.srt.runtime_context.attention_backends": (
+        "prefill_kv is active only with torch_native (our backend reads new k/v in hand)"
+    ),
+    "sglang.srt.managers.tp_worker.TpModelWorker.is_dllm": "dLLM engines stay stock",
+    # (ATTENTION_BACKENDS, listed above, also tells prefill_kv whether our backend is in.)
+    "sglang.srt.environ.envs.SGLANG_EAGER_INPUT_NO_COPY": (
+        "set in the scheduler: eager static input buffers only fit max(pool, chunk) tokens"
+    ),
+    "sglang.srt.model_executor.runner.eager_runner.EagerRunner.load_batch": (
+        "reads SGLANG_EAGER_INPUT_NO_COPY (why it is set)"
+    ),
+    "sglang.srt.managers.utils.validate_input_length": (
+        "AROUND: scoring prompts may exceed the pool; clamps the kept prefix to the pool"
+    ),
+    "sglang.srt.managers.schedule_policy.PrefillAdder.add_one_req": (
+        "AROUND: charges the pool for kept tokens only; such requests are never chunked"
+    ),
+    "sglang.srt.managers.schedule_policy.AddReqResult": "OTHER: run a long one alone",
+    "sglang.srt.mem_cache.prefill_budget.PrefillBudget": (
+        "check_prefill / reserve wrapped per request by _KeptTokensBudget"
+    ),
+    "sglang.srt.mem_cache.allocation.alloc_for_extend": (
+        "AROUND: sets the slot layout; kv_committed/allocated_len end at the kept boundary"
+    ),
+    "sglang.srt.mem_cache.allocation.alloc_token_slots": (
+        "AROUND: real slots for kept tokens only, slot 0 (never allocated) for the rest"
+    ),
+    "sglang.srt.mem_cache.allocator.token.TokenToKVPoolAllocator": "the only pool handled",
+    "sglang.srt.mem_cache.common.release_kv_cache": (
+        "stock; caches and frees [0, kv_committed_len), hence the boundary above"
+    ),
 }

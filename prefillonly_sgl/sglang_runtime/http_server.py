@@ -97,7 +97,10 @@ class SGLangRuntime:
             tm = self.tokenizer_manager
             self._limits = ModelLimits(
                 vocab_size=int(tm.model_config.vocab_size),
-                max_prompt_tokens=int(tm.max_req_input_len),
+                # SGLang refuses len >= max_req_input_len: the longest accepted is one less.
+                # (With prefill_kv, scoring prompts could go up to the context length; the
+                # server keeps the pool bound for now, see docs/prefill_only_kv.md.)
+                max_prompt_tokens=int(tm.max_req_input_len) - 1,
             )
         return self._limits
 

@@ -25,6 +25,8 @@ PATCHES_ENV = "PREFILLONLY_PATCHES"
 FEATURES: dict[str, str] = {
     # Attention of new tokens only (no recomputation over the cached prefix).
     "prefill_attention": "prefillonly_sgl.sglang_runtime.prefill_attention:register",
+    # Scoring requests keep pool KV only for their reusable prefix (needs prefill_attention).
+    "prefill_kv": "prefillonly_sgl.sglang_runtime.prefill_kv:register",
 }
 
 

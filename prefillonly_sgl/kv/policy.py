@@ -1,0 +1,73 @@
+"""Which tokens of a scoring request keep KV in the pool (plain Python, unit-tested).
+
+A scoring request (max_new_tokens == 0) never decodes, so the KV of its tokens is needed
+after its own forward only if a later request can reuse it from the prefix cache. Each
+request carries a *reusable-prefix length* R: tokens [0, R) keep per-layer KV and enter
+the radix cache; tokens [R, n) get no pool slot (attention takes their k/v from the
+layer's hands).
+
+    prompt tokens   [ cached prefix P | new, kept  | new, dropped          ]
+                    0                 P            max(R, P, 1)             n
+
+R is the longest common token prefix of the query's own tokenization and the full
+prompt's tokenization: SGLang scores f"{query}{item}" as one string, so at the boundary
+BPE may merge the query's last characters with the item's first ones; the common prefix
+keeps exactly the tokens that any prompt starting with this query tokenizes the same way
+so far (a token the merge changed is not claimed reusable). With token-id inputs it is
+len(query). It is 0 with item_first (the item comes first: nothing is shared).
+
+Chunked prefill: a later chunk reads the earlier chunks' KV from the pool, so a chunk that
+is not the request's last keeps all of its tokens; only the last chunk drops its tail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# Key in SamplingParams.custom_params that carries R from the tokenizer process to the
+# scheduler (custom_params is SGLang's per-request JSON dict, serialised with the request).
+REUSABLE_LEN_KEY = "prefillonly_reusable_len"
+
+MIN_KEPT_LEN = 1  # see kept_new_tokens
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def reusable_prefix_len(query_ids: Sequence[int] | None, prompt_ids: Sequence[int]) -> int:
+    """R for one prompt: tokens of the query that the prompt starts with (0 without a
+    query)."""
+    if not query_ids:
+        return 0
+    return common_prefix_len(query_ids, prompt_ids)
+
+
+def kept_new_tokens(prefix_len: int, extend_len: int, total_len: int, reusable_len: int) -> int:
+    """How many of an extend's `extend_len` new tokens (after `prefix_len` cached ones, of
+    a prompt of `total_len`) get pool slots: the first ones, up to max(R, prefix_len, 1).
+    All of them when the extend is not the request's last chunk.
+
+    At least the first token of the prompt is kept: SGLang takes a request whose row
+    holds no KV (kv_allocated_len == 0) for one whose KV was already released."""
+    if prefix_len + extend_len < total_len:
+        return extend_len
+    boundary = max(reusable_len, prefix_len, MIN_KEPT_LEN)
+    return min(max(boundary - prefix_len, 0), extend_len)
+
+
+def dropped_new_tokens(prefix_len: int, extend_len: int, total_len: int, reusable_len: int) -> int:
+    return extend_len - kept_new_tokens(prefix_len, extend_len, total_len, reusable_len)
+
+
+def slot_mask(kept: Sequence[int], extend_lens: Sequence[int]) -> list[bool]:
+    """Per new token of the batch (requests in order): True where it gets a real slot."""
+    mask: list[bool] = []
+    for k, n in zip(kept, extend_lens, strict=True):
+        mask.extend([True] * k)
+        mask.extend([False] * (n - k))
+    return mask

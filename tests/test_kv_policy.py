@@ -1,0 +1,62 @@
+"""Which tokens of a scoring request keep pool KV (prefillonly_sgl/kv/policy.py)."""
+
+from __future__ import annotations
+
+from prefillonly_sgl.kv.policy import (
+    common_prefix_len,
+    dropped_new_tokens,
+    kept_new_tokens,
+    reusable_prefix_len,
+    slot_mask,
+)
+
+
+def test_common_prefix_len():
+    assert common_prefix_len([1, 2, 3], [1, 2, 3, 4]) == 3
+    assert common_prefix_len([1, 2, 3], [1, 2, 4]) == 2
+    assert common_prefix_len([], [1]) == 0
+    assert common_prefix_len([5], [6]) == 0
+
+
+def test_reusable_prefix_is_what_the_prompt_shares_with_the_query():
+    assert reusable_prefix_len([1, 2, 3], [1, 2, 3, 7, 8]) == 3  # token ids: len(query)
+    # BPE merged the query's last token with the item: that token is not reusable
+    assert reusable_prefix_len([1, 2, 3], [1, 2, 9, 8]) == 2
+    assert reusable_prefix_len(None, [1, 2]) == 0
+    assert reusable_prefix_len([], [1, 2]) == 0
+
+
+def test_cold_request_keeps_the_reusable_prefix_only():
+    # 100-token prompt, query of 30 tokens, nothing cached
+    assert kept_new_tokens(prefix_len=0, extend_len=100, total_len=100, reusable_len=30) == 30
+    assert dropped_new_tokens(0, 100, 100, 30) == 70
+
+
+def test_cache_hit_keeps_nothing_new():
+    assert kept_new_tokens(prefix_len=30, extend_len=70, total_len=100, reusable_len=30) == 0
+    # the cache holds less than the reusable prefix: the rest of it is kept
+    assert kept_new_tokens(prefix_len=10, extend_len=90, total_len=100, reusable_len=30) == 20
+    # the cache holds more (e.g. a generate request cached the whole prompt): nothing kept
+    assert kept_new_tokens(prefix_len=99, extend_len=1, total_len=100, reusable_len=30) == 0
+
+
+def test_no_reusable_prefix_keeps_only_the_first_token():
+    # SGLang reads a request row without KV as already released
+    assert kept_new_tokens(prefix_len=0, extend_len=100, total_len=100, reusable_len=0) == 1
+    assert kept_new_tokens(prefix_len=1, extend_len=99, total_len=100, reusable_len=0) == 0
+
+
+def test_query_is_the_whole_prompt_keeps_everything():
+    assert kept_new_tokens(prefix_len=0, extend_len=100, total_len=100, reusable_len=100) == 100
+
+
+def test_chunk_that_is_not_the_last_keeps_everything():
+    # later chunks read earlier chunks' KV from the pool
+    assert kept_new_tokens(prefix_len=0, extend_len=64, total_len=100, reusable_len=10) == 64
+    # the last chunk drops its tail beyond max(R, prefix)
+    assert kept_new_tokens(prefix_len=64, extend_len=36, total_len=100, reusable_len=10) == 0
+    assert kept_new_tokens(prefix_len=64, extend_len=36, total_len=100, reusable_len=80) == 16
+
+
+def test_slot_mask_marks_each_requests_kept_tokens():
+    assert slot_mask([2, 0, 1], [3, 2, 1]) == [True, True, False, False, False, True]

@@ -1,0 +1,218 @@
+"""Prefill-only KV inside a running engine (tiny random Llama, float32).
+
+Our engine has a KV pool of only POOL tokens. Label probabilities equal stock SGLang's
+(same pool) and a transformers forward (1e-4) with no shared prefix, a shared prefix
+(first and repeated: cache hit), items of different lengths, token ids, and a batch mixing
+requests; a prompt ~3x longer than the pool scores correctly (stock refuses it); SGLang's
+cached-token count shows the query prefix is a cache hit and the rest of a prompt never
+enters the cache. SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY makes the scheduler check
+after every batch that the pool's slots add up (a leak or a double free kills it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+
+import pytest
+from conftest import max_abs_diff
+
+from prefillonly_sgl import Engine
+from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.kv.policy import REUSABLE_LEN_KEY, common_prefix_len, reusable_prefix_len
+from prefillonly_sgl.reference import TransformersReference
+from prefillonly_sgl.sglang_runtime.prefill_attention import LOG_ENV
+
+TOLERANCE = 1e-4
+POOL = 1024  # KV pool tokens of both engines
+
+PROFILE = "User profile: likes science fiction, history books and long walks. " * 6 + "\n"
+ITEMS = [
+    "Item: a documentary about the moon landing. Relevant? Answer Yes or No:",
+    "Item: socks. Relevant?",
+    "Item: " + "a long book about the history of science fiction and walks, " * 8 + "Relevant?",
+]
+OTHER_ITEMS = ["Item: a telescope. Relevant?", "Item: " + "history, " * 40 + "Relevant?"]
+LONG_ITEM = "Item: " + "a long book about the history of science fiction and walks, " * 130
+
+
+def _start(path, **kwargs):
+    return Engine(path, device="cpu", dtype="float32", max_total_tokens=POOL, **kwargs)
+
+
+# (query, items, score kwargs) that are compared with stock SGLang.
+STOCK_CALLS = [
+    ("", ITEMS, {}),
+    ("Q", ITEMS, {"item_first": True}),
+    ("Another profile: enjoys gardening and old maps. " * 5 + "\n", ITEMS, {}),
+    ("Another profile: enjoys gardening and old maps. " * 5 + "\n", OTHER_ITEMS, {}),
+    (PROFILE, ITEMS, {"apply_softmax": False}),
+    (PROFILE, OTHER_ITEMS, {}),
+]
+THIRD_QUERY = "Third profile: collects stamps and vinyl records. " * 4 + "\n"
+
+
+def _key(query, items, kwargs):
+    return repr((query, items, sorted(kwargs.items())))
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_llama_path, tmp_path_factory):
+    """Stock SGLang runs first and is shut down before ours starts: SGLang's
+    Engine.shutdown() kills every child process of this process, other engines' too."""
+    ref = TransformersReference(tiny_llama_path)
+    labels = [ref.tokenizer.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
+    stock = {}
+    with _start(tiny_llama_path, prefill_only_attention=False) as engine:
+        stock["patches"] = engine.runtime_patches
+        stock["max_prompt_tokens"] = engine.limits.max_prompt_tokens
+        for query, items, kwargs in STOCK_CALLS:
+            stock[_key(query, items, kwargs)] = engine.score(query, items, labels, **kwargs).scores
+        prompt = ref.prompt_ids(THIRD_QUERY, ITEMS[0])
+        stock["cached"] = [_cached_tokens(engine, prompt, 5) for _ in range(2)]
+        longest = engine.limits.max_prompt_tokens  # the longest prompt stock accepts
+        stock["longest_scores"] = engine.score([7] * 16, [[9] * (longest - 16)], labels).scores
+    log_path = tmp_path_factory.mktemp("kv-log") / "plan.log"
+    saved = dict(os.environ)
+    os.environ[LOG_ENV] = str(log_path)
+    # The scheduler checks after every batch that the pool's slots add up (a leak or a
+    # double free kills it).
+    os.environ["SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY"] = "1"
+    try:
+        ours = _start(tiny_llama_path)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    yield ours, stock, ref, labels, log_path
+    ours.shutdown()
+
+
+def _check(setup, query, items, **kwargs):
+    ours, stock, ref, labels, _ = setup
+    got = ours.score(query, items, labels, **kwargs).scores
+    want = ref.score(query, items, labels, **kwargs)
+    assert max_abs_diff(got, want) < TOLERANCE
+    key = _key(query, items, kwargs)
+    if key in stock:
+        assert max_abs_diff(got, stock[key]) < TOLERANCE
+    return got
+
+
+def _cached_tokens(engine, prompt_ids, reusable):
+    """A max_new_tokens=0 request as score sends it, with its reusable length (the
+    scheduler reads it from custom_params); returns SGLang's cached-token count."""
+    out = engine._sgl.generate(
+        input_ids=prompt_ids,
+        sampling_params={"max_new_tokens": 0, "custom_params": {REUSABLE_LEN_KEY: reusable}},
+    )
+    return out["meta_info"]["cached_tokens"]
+
+
+def test_features_and_limits(setup):
+    ours, stock, *_ = setup
+    assert ours.runtime_patches == ("prefill_attention", "prefill_kv")
+    assert stock["patches"] == ()
+    assert stock["max_prompt_tokens"] < POOL  # stock: bounded by the pool
+    assert ours.limits.max_prompt_tokens > 3 * POOL  # ours: by the context (4096)
+
+
+def test_no_shared_prefix(setup):
+    _check(setup, "", ITEMS)
+    _check(setup, "Q", ITEMS, item_first=True)
+
+
+def test_shared_prefix_first_and_repeated_cache_hit(setup):
+    ours, _, ref, _, log_path = setup
+    query = "Another profile: enjoys gardening and old maps. " * 5 + "\n"
+    first = _check(setup, query, ITEMS)
+    assert max_abs_diff(first, _check(setup, query, ITEMS)) < 1e-6
+    lines_before = len(log_path.read_text().splitlines())
+    _check(setup, query, OTHER_ITEMS)
+    new = " ".join(log_path.read_text().splitlines()[lines_before:])
+    prefixes = [int(p) for p in re.findall(r"\((\d+), \d+\)", new)]
+    reusable = len(ref.tokenizer.encode(query)) - 1  # at least: BPE may merge the last one
+    assert prefixes and min(prefixes) >= reusable, new  # the query was not recomputed
+
+
+def test_token_ids_and_whole_vocabulary(setup):
+    _, _, ref, _, _ = setup
+    query_ids = ref.tokenizer.encode(PROFILE)
+    item_ids = [ref.tokenizer.encode(item, add_special_tokens=False) for item in ITEMS]
+    _check(setup, query_ids, item_ids, apply_softmax=False)
+    _check(setup, PROFILE, ITEMS, apply_softmax=False)
+
+
+def test_mixed_batch(setup):
+    """Score calls in flight at once: SGLang batches cold and cached requests of
+    different lengths, with and without a reusable prefix, into one prefill."""
+    ours, _, ref, labels, _ = setup
+    _check(setup, PROFILE, ITEMS[:1])  # PROFILE is cached now
+    calls = [
+        (PROFILE, OTHER_ITEMS, {}),
+        ("A never seen query about cooking.\n", ITEMS, {}),
+        ("", OTHER_ITEMS, {}),
+        (PROFILE[:150], ITEMS[1:], {"item_first": True}),
+    ]
+
+    async def all_at_once():
+        return await asyncio.gather(
+            *(ours.async_score(q, items, labels, **kw) for q, items, kw in calls)
+        )
+
+    results = ours._sgl.loop.run_until_complete(all_at_once())
+    for (query, items, kw), result in zip(calls, results):
+        assert max_abs_diff(result.scores, ref.score(query, items, labels, **kw)) < TOLERANCE
+
+
+def test_cache_hit_counts_and_suffix_never_cached(setup):
+    ours, stock, ref, _, _ = setup
+    query = THIRD_QUERY
+    query_ids = ref.tokenizer.encode(query)
+    prompt = ref.prompt_ids(query, ITEMS[0])
+    other = ref.prompt_ids(query, ITEMS[2])
+    reusable = reusable_prefix_len(query_ids, prompt)
+    assert reusable_prefix_len(query_ids, other) == reusable
+    assert _cached_tokens(ours, prompt, reusable) == 0  # cold
+    assert _cached_tokens(ours, other, reusable) == reusable  # the query is a hit
+    # The same prompt again: still only the query is cached (stock caches all of it).
+    assert _cached_tokens(ours, prompt, reusable) == reusable
+    assert stock["cached"] == [0, len(prompt) - 1]
+    # Through Engine.score: its query prefix is what a later request hits.
+    query2 = "Fourth profile: " + "likes chess and jazz. " * 8 + "\n"
+    ours.score(query2, ITEMS[:1], setup[3])
+    prompt1, prompt2 = (ref.prompt_ids(query2, item) for item in ITEMS[:2])
+    kept1 = reusable_prefix_len(ref.tokenizer.encode(query2), prompt1)
+    reusable2 = reusable_prefix_len(ref.tokenizer.encode(query2), prompt2)
+    assert kept1 > 0
+    hit = min(kept1, common_prefix_len(prompt1, prompt2))
+    assert _cached_tokens(ours, prompt2, reusable2) == hit
+
+
+def test_longest_accepted_prompt_scores(setup):
+    """Engine.limits.max_prompt_tokens is exactly what the scheduler accepts: with the
+    feature, the context length minus SGLang's margin, not the pool."""
+    ours, stock, ref, labels, _ = setup
+    assert len(stock["longest_scores"]) == 1
+    longest = ours.limits.max_prompt_tokens
+    query, item = [7] * 16, [9] * (longest - 16)
+    got = ours.score(query, [item], labels).scores
+    assert max_abs_diff(got, ref.score(query, [item], labels)) < TOLERANCE
+    with pytest.raises(InvalidRequestError):
+        ours.score(query, [item + [9]], labels)
+
+
+def test_suffix_far_longer_than_the_pool(setup):
+    ours, stock, ref, labels, _ = setup
+    n_tokens = len(ref.prompt_ids(PROFILE, LONG_ITEM))
+    assert n_tokens > 3 * POOL
+    got = ours.score(PROFILE, [LONG_ITEM], labels).scores
+    assert max_abs_diff(got, ref.score(PROFILE, [LONG_ITEM], labels)) < TOLERANCE
+    assert n_tokens > stock["max_prompt_tokens"]  # stock refuses it
+    # Two long prompts at once (together 4x the pool) and a short one, in one call.
+    half = LONG_ITEM[: len(LONG_ITEM) * 2 // 3]
+    items = [half, LONG_ITEM[: len(LONG_ITEM) // 2] + "?", ITEMS[1]]
+    got = ours.score(PROFILE, items, labels).scores
+    assert max_abs_diff(got, ref.score(PROFILE, items, labels)) < TOLERANCE
+    # The engine is still healthy (the scheduler checked its pool after each batch).
+    _check(setup, PROFILE, OTHER_ITEMS)
