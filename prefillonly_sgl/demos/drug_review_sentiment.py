@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from prefillonly_sgl.data.drug_reviews import DrugReview, load_drug_reviews
+from prefillonly_sgl.validation import single_token_label_ids
 
 LABELS = ("positive", "negative")
 INSTRUCTION = "Classify the sentiment of each drug review as positive or negative.\n\n"
@@ -43,18 +44,8 @@ def few_shot_prefix(train: list[DrugReview]) -> str:
     return INSTRUCTION + "".join(f"{item_text(r)} {r.sentiment}\n\n" for r in shots)
 
 
-def single_token_ids(tokenizer, words) -> list[int]:
-    ids = []
-    for word in words:
-        tokens = tokenizer.encode(" " + word, add_special_tokens=False)
-        if len(tokens) != 1:
-            raise ValueError(f"label {' ' + word!r} is {len(tokens)} tokens ({tokens}), need 1")
-        ids.append(tokens[0])
-    return ids
-
-
 def classify(engine, reviews: list[DrugReview], prefix: str) -> list[Prediction]:
-    label_ids = single_token_ids(engine.tokenizer, LABELS)
+    label_ids = single_token_label_ids(engine.tokenizer, [" " + label for label in LABELS])
     predictions = []
     with tqdm(total=len(reviews), desc="scoring", unit="review") as bar:
         for start in range(0, len(reviews), BATCH):
