@@ -127,7 +127,7 @@ def score_once(engine, rng: random.Random, length: int, labels) -> dict:
 
 def longest(engine, name, ladder, rng, labels, report) -> int:
     best = 0
-    limit = engine.limits.max_prompt_tokens
+    limit = engine.limits.scoring_prompt_tokens
     if limit < max(ladder):
         ladder = sorted(set(ladder) | {limit})  # the engine's own limit, then past it
     for length in ladder:
@@ -137,7 +137,7 @@ def longest(engine, name, ladder, rng, labels, report) -> int:
         if not r["ok"]:
             break
         best = length
-    report["longest"][name] = dict(longest_scored=best, limit=engine.limits.max_prompt_tokens)
+    report["longest"][name] = dict(longest_scored=best, limit=engine.limits.scoring_prompt_tokens)
     return best
 
 

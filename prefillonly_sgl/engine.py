@@ -112,9 +112,7 @@ class Engine:
         self._finalizer = weakref.finalize(
             self, _shutdown_quietly, shutdown_sglang_engine, self._sgl, owned_processes
         )
-        # prefill_kv is active on the CPU backend only so far (see docs/prefill_only_kv.md).
-        kv_active = prefill_only_kv and self.device == "cpu"
-        self.limits: ModelLimits = read_limits(self._sgl, scoring_bound_by_pool=not kv_active)
+        self.limits: ModelLimits = read_limits(self._sgl)
         atexit.register(self._finalizer)
 
     # -- scoring -------------------------------------------------------------------------

@@ -18,7 +18,18 @@ TextOrIds = str | list[int]
 @dataclass(frozen=True)
 class ModelLimits:
     vocab_size: int  # rows of the LM head: every token id must be below it
-    max_prompt_tokens: int  # longest prompt (query + item) the engine accepts
+    # Longest prompt of any request (generate requests keep KV for every token, so SGLang
+    # bounds this by the KV pool as well as the context).
+    max_prompt_tokens: int
+    # Longest score prompt (query + item); None: max_prompt_tokens. With prefill-only KV a
+    # score prompt keeps pool KV only for its reusable prefix: bounded by the context.
+    max_scoring_prompt_tokens: int | None = None
+
+    @property
+    def scoring_prompt_tokens(self) -> int:
+        if self.max_scoring_prompt_tokens is None:
+            return self.max_prompt_tokens
+        return self.max_scoring_prompt_tokens
 
 
 def validate_label_token_ids(label_token_ids: object, vocab_size: int) -> list[int]:
@@ -92,11 +103,12 @@ def validate_score_request(
         n_tokens = count_tokens(query, item)
         if n_tokens == 0:
             raise InvalidRequestError(f"items[{i}]: the prompt (query + item) is empty")
-        if n_tokens > limits.max_prompt_tokens:
+        if n_tokens > limits.scoring_prompt_tokens:
             raise InvalidRequestError(
                 f"items[{i}]: the prompt (query + item) is {n_tokens} tokens, longer than the "
-                f"{limits.max_prompt_tokens} this engine accepts (raise max_total_tokens / "
-                f"context_length when starting the engine, or shorten the prompt)"
+                f"{limits.scoring_prompt_tokens} this engine accepts (raise context_length, "
+                "or max_total_tokens without prefill-only KV, when starting the engine, or "
+                "shorten the prompt)"
             )
     return query, items, labels
 

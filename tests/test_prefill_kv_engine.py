@@ -66,12 +66,12 @@ def setup(tiny_llama_path, tmp_path_factory):
     stock = {}
     with _start(tiny_llama_path, prefill_only_attention=False) as engine:
         stock["patches"] = engine.runtime_patches
-        stock["max_prompt_tokens"] = engine.limits.max_prompt_tokens
+        stock["max_prompt_tokens"] = engine.limits.scoring_prompt_tokens
         for query, items, kwargs in STOCK_CALLS:
             stock[_key(query, items, kwargs)] = engine.score(query, items, labels, **kwargs).scores
         prompt = ref.prompt_ids(THIRD_QUERY, ITEMS[0])
         stock["cached"] = [_cached_tokens(engine, prompt, 5) for _ in range(2)]
-        longest = engine.limits.max_prompt_tokens  # the longest prompt stock accepts
+        longest = engine.limits.scoring_prompt_tokens  # the longest prompt stock accepts
         stock["longest_scores"] = engine.score([7] * 16, [[9] * (longest - 16)], labels).scores
     log_path = tmp_path_factory.mktemp("kv-log") / "plan.log"
     saved = dict(os.environ)
@@ -114,7 +114,8 @@ def test_features_and_limits(setup):
     assert ours.runtime_patches == ("prefill_attention", "prefill_kv")
     assert stock["patches"] == ()
     assert stock["max_prompt_tokens"] < POOL  # stock: bounded by the pool
-    assert ours.limits.max_prompt_tokens > 3 * POOL  # ours: by the context (4096)
+    assert ours.limits.scoring_prompt_tokens > 3 * POOL  # ours: by the context (4096)
+    assert ours.limits.max_prompt_tokens < POOL  # generate prompts keep all their KV
 
 
 def test_no_shared_prefix(setup):
@@ -190,11 +191,11 @@ def test_cache_hit_counts_and_suffix_never_cached(setup):
 
 
 def test_longest_accepted_prompt_scores(setup):
-    """Engine.limits.max_prompt_tokens is exactly what the scheduler accepts: with the
+    """Engine.limits.scoring_prompt_tokens is exactly what the scheduler accepts: with the
     feature, the context length minus SGLang's margin, not the pool."""
     ours, stock, ref, labels, _ = setup
     assert len(stock["longest_scores"]) == 1
-    longest = ours.limits.max_prompt_tokens
+    longest = ours.limits.scoring_prompt_tokens
     query, item = [7] * 16, [9] * (longest - 16)
     got = ours.score(query, [item], labels).scores
     assert max_abs_diff(got, ref.score(query, [item], labels)) < TOLERANCE

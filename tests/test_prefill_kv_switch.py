@@ -38,7 +38,7 @@ def test_switch_off_gives_stock_kv(tiny_llama_path, ref_labels):
         _start(tiny_llama_path, prefill_only_attention=False, prefill_only_kv=True)
     with _start(tiny_llama_path, prefill_only_kv=False) as engine:
         assert engine.runtime_patches == ("prefill_attention",)
-        assert engine.limits.max_prompt_tokens < 1024  # bounded by the pool again
+        assert engine.limits.scoring_prompt_tokens < 1024  # bounded by the pool again
         got = engine.score(PROFILE, ITEMS, labels).scores
         assert max_abs_diff(got, ref.score(PROFILE, ITEMS, labels)) < TOLERANCE
         prompt = ref.prompt_ids(PROFILE, ITEMS[0])

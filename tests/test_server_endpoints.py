@@ -15,6 +15,7 @@ from server_process import REPO, running_server, serve_command, serve_env
 
 APP = Path(__file__).with_name("server_app_example.py")
 MAX_REQUEST_BYTES = 200_000
+POOL = 1024  # KV pool tokens: score prompts may be longer (prefill-only KV), generate not
 TOLERANCE = 1e-4  # float32 server vs float32 transformers
 
 QUERY = "User profile: likes science fiction, history books and long walks.\n"
@@ -28,8 +29,12 @@ ITEMS = [
 def server(tiny_llama_path, tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "serve.log"
     with running_server(
-        tiny_llama_path, log, "--app", str(APP), "--max-request-bytes", str(MAX_REQUEST_BYTES)
-    ) as srv:
+        tiny_llama_path,
+        log,
+        "--app", str(APP),
+        "--max-request-bytes", str(MAX_REQUEST_BYTES),
+        "--max-total-tokens", str(POOL),  # overrides the 4096 default of running_server
+    ) as srv:  # fmt: skip
         yield srv
 
 
@@ -80,6 +85,22 @@ def test_repeated_prefix_is_reported_as_cached(server, labels):
     again = post(server, "/v1/score", body).json()
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
     assert max_abs_diff(first["scores"], again["scores"]) < TOLERANCE
+
+
+def test_score_prompt_longer_than_the_kv_pool(server, reference, labels):
+    """With prefill-only KV a score prompt keeps pool KV only for its query, so the server
+    accepts it up to the context length (4096), not the pool (1024); a generate prompt
+    keeps KV for every token and is still refused past the pool."""
+    item = " ".join(f"item{i}" for i in range(700)) + ". Relevant?"
+    n_tokens = len(reference.prompt_ids(QUERY, item))
+    assert 2 * POOL < n_tokens < 4000
+    body = {"query": QUERY, "items": [item], "label_token_ids": labels, "apply_softmax": True}
+    response = post(server, "/v1/score", body)
+    assert response.status_code == 200, response.text
+    assert max_abs_diff(response.json()["scores"], reference.score(QUERY, [item], labels)) < 1e-4
+    response = post(server, "/generate", {"input_ids": [5] * (2 * POOL)})
+    assert response.status_code == 400 and "longer than the" in response.text, response.text
+    assert post(server, "/v1/score", {"query": QUERY, "items": ITEMS, "label_token_ids": labels}).ok
 
 
 def test_score_with_token_ids_and_per_item_labels(server, reference, labels):

@@ -33,6 +33,14 @@ def test_hook_target_exists(target):
     assert _resolve(target) is not None
 
 
+def test_server_state_carries_the_scheduler_info():
+    import dataclasses
+
+    from sglang.srt.entrypoints.http_server import _GlobalState
+
+    assert "scheduler_info" in {f.name for f in dataclasses.fields(_GlobalState)}
+
+
 def test_plugin_entry_point_is_installed():
     names = {ep.name: ep.value for ep in entry_points(group="sglang.srt.plugins")}
     assert names.get("prefillonly") == "prefillonly_sgl.sglang_runtime.plugin:load_plugin"

@@ -53,3 +53,26 @@ def test_invalid_request_error_is_a_value_error():
     """Callers catching SGLang's ValueError keep working."""
     with pytest.raises(ValueError):
         check("q", [], [1])
+
+
+def test_score_prompts_have_their_own_limit_when_given():
+    # Prefill-only KV: a score prompt is bounded by the context, other prompts by the pool.
+    limits = ModelLimits(vocab_size=100, max_prompt_tokens=10, max_scoring_prompt_tokens=30)
+    assert limits.scoring_prompt_tokens == 30 and LIMITS.scoring_prompt_tokens == 10
+    validate_score_request("q" * 10, ["x" * 20], [1], limits, count_chars)
+    with pytest.raises(InvalidRequestError, match="is 31 tokens, longer than the 30"):
+        validate_score_request("q" * 10, ["x" * 21], [1], limits, count_chars)
+
+
+def test_limits_come_from_the_schedulers_start_up_info():
+    from prefillonly_sgl.sglang_runtime.model_limits import limits_from_scheduler_info
+    from prefillonly_sgl.sglang_runtime.prefill_kv import SCHEDULER_INFO_KEY
+
+    # SGLang refuses len >= max_req_input_len: the longest accepted prompt is one less.
+    stock = limits_from_scheduler_info({"max_req_input_len": 1018}, vocab_size=100)
+    assert (stock.max_prompt_tokens, stock.scoring_prompt_tokens) == (1017, 1017)
+    ours = limits_from_scheduler_info(
+        {"max_req_input_len": 1018, SCHEDULER_INFO_KEY: 4090}, vocab_size=100
+    )
+    assert (ours.max_prompt_tokens, ours.scoring_prompt_tokens) == (1017, 4089)
+    assert ours.vocab_size == 100

@@ -13,7 +13,9 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.entrypoints.engine.Engine": "the offline engine prefillonly_sgl.Engine wraps",
     "sglang.srt.entrypoints.engine.Engine.score": "scoring entry point (query, items, labels)",
     "sglang.srt.entrypoints.engine.Engine.async_score": "asyncio variant of score",
-    "sglang.srt.entrypoints.engine.Engine.get_server_info": "max_req_input_len for validation",
+    "sglang.srt.entrypoints.engine.Engine.get_server_info": (
+        "the scheduler's start-up info (max_req_input_len, our score limit) for validation"
+    ),
     "sglang.srt.entrypoints.engine.Engine.shutdown": "stops the worker processes",
     "sglang.srt.entrypoints.engine.kill_process_tree": (
         "patched during shutdown so it kills only this engine's processes (offline_engine.py)"
@@ -33,6 +35,9 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.entrypoints.http_server.get_global_state": (
         "the running TokenizerManager (limits, tokenizer, score_request, abort_request)"
+    ),
+    "sglang.srt.entrypoints.http_server._GlobalState": (
+        "its scheduler_info field (the scheduler's start-up info) gives the server's limits"
     ),
     "sglang.srt.entrypoints.http_server.validate_json_request": (
         "content-type check kept on our replacement /v1/score route"
@@ -113,6 +118,10 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.managers.schedule_batch.Req.is_prefill_only": "only max_new_tokens == 0",
     "sglang.srt.managers.tp_worker.TpModelWorker.get_worker_info": (
         "AFTER: records the context-bound input limit (stock one is also pool-bound)"
+    ),
+    "sglang.srt.managers.scheduler.Scheduler.get_init_info": (
+        "AFTER: adds the context-bound score limit to the start-up handshake, so the "
+        "Engine and the server validate with what this scheduler accepts"
     ),
     "sglang.srt.runtime_context.attention_backends": (
         "prefill_kv is active only with torch_native (our backend reads new k/v in hand)"

@@ -94,13 +94,13 @@ class SGLangRuntime:
     @property
     def limits(self) -> ModelLimits:
         if self._limits is None:
-            tm = self.tokenizer_manager
-            self._limits = ModelLimits(
-                vocab_size=int(tm.model_config.vocab_size),
-                # SGLang refuses len >= max_req_input_len: the longest accepted is one less.
-                # (With prefill_kv, scoring prompts could go up to the context length; the
-                # server keeps the pool bound for now, see docs/prefill_only_kv.md.)
-                max_prompt_tokens=int(tm.max_req_input_len) - 1,
+            from sglang.srt.entrypoints.http_server import get_global_state
+
+            from prefillonly_sgl.sglang_runtime.model_limits import limits_from_scheduler_info
+
+            self._limits = limits_from_scheduler_info(
+                get_global_state().scheduler_info,
+                self.tokenizer_manager.model_config.vocab_size,
             )
         return self._limits
 

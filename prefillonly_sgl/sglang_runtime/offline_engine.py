@@ -126,15 +126,12 @@ def _check_cpu_support() -> None:
         )
 
 
-def read_limits(sglang_engine, scoring_bound_by_pool: bool = True) -> ModelLimits:
-    """scoring_bound_by_pool=False (prefill-only KV): a scoring prompt keeps pool KV only
-    for its reusable prefix, so it is bounded by the context length alone (the same margins
-    as SGLang's max_req_input_len, which is also bounded by the KV pool)."""
-    info = sglang_engine.get_server_info()
-    model_config = sglang_engine.tokenizer_manager.model_config
-    # SGLang refuses a prompt of len >= max_req_input_len (managers/utils.py
-    # validate_input_length), so the longest it accepts is one less.
-    max_prompt = int(info["max_req_input_len"]) - 1
-    if not scoring_bound_by_pool:
-        max_prompt = max(max_prompt, int(model_config.context_len) - 7)
-    return ModelLimits(vocab_size=int(model_config.vocab_size), max_prompt_tokens=max_prompt)
+def read_limits(sglang_engine) -> ModelLimits:
+    """Limits as the engine's scheduler reported them at start-up (the score limit is the
+    context length where prefill-only KV is active there, the pool-bound one otherwise)."""
+    from prefillonly_sgl.sglang_runtime.model_limits import limits_from_scheduler_info
+
+    # get_server_info() merges the scheduler's init info into its answer.
+    return limits_from_scheduler_info(
+        sglang_engine.get_server_info(), sglang_engine.tokenizer_manager.model_config.vocab_size
+    )

@@ -176,6 +176,22 @@ def _after_get_worker_info(result, self, *args, **kwargs):
     return result
 
 
+# Key of the scheduler's init info (SGLang's ready handshake, `Scheduler.get_init_info`):
+# the longest score prompt + 1 (SGLang's "refuse len >= limit" form), present only in a
+# scheduler where this feature is active. The Engine and the server read their validation
+# limit from it (model_limits.py), so they never guess whether the feature is on.
+SCHEDULER_INFO_KEY = "prefillonly_max_scoring_input_len"
+
+
+def _after_get_init_info(result, self, *args, **kwargs):
+    if _PROCESS.active and _PROCESS.prefill_only_max_input_len is not None:
+        result = dict(result)
+        result[SCHEDULER_INFO_KEY] = max(
+            int(self.max_req_input_len), _PROCESS.prefill_only_max_input_len
+        )
+    return result
+
+
 def _our_backend_registered() -> bool:
     """Whether "torch_native" builds our backend here (feature prefill_attention): stock
     torch_native reads new tokens back from the pool (e.g. `--patches prefill_kv` alone)."""
@@ -320,6 +336,7 @@ HOOKS = {
         _after_create_tokenized_object
     ),
     "sglang.srt.managers.tp_worker.TpModelWorker.get_worker_info": _after_get_worker_info,
+    "sglang.srt.managers.scheduler.Scheduler.get_init_info": _after_get_init_info,
     "sglang.srt.managers.utils.validate_input_length": _validate_input_length,
     "sglang.srt.managers.schedule_policy.PrefillAdder.add_one_req": _add_one_req,
     "sglang.srt.mem_cache.allocation.alloc_for_extend": _alloc_for_extend,
@@ -328,6 +345,7 @@ HOOKS = {
 _AFTER = {
     "sglang.srt.managers.tokenizer_manager.TokenizerManager._create_tokenized_object",
     "sglang.srt.managers.tp_worker.TpModelWorker.get_worker_info",
+    "sglang.srt.managers.scheduler.Scheduler.get_init_info",
 }
 
 
