@@ -123,9 +123,22 @@ HOOK_TARGETS: dict[str, str] = {
         "AFTER: adds the context-bound score limit to the start-up handshake, so the "
         "Engine and the server validate with what this scheduler accepts"
     ),
-    "sglang.srt.runtime_context.attention_backends": (
-        "prefill_kv is active only with torch_native (our backend reads new k/v in hand)"
+    "sglang.srt.layers.attention.hybrid_attn_backend.HybridAttnBackend": (
+        "its prefill_backend is the one asked whether prefill_kv is supported"
     ),
+    "sglang.srt.layers.attention.flashinfer_backend.FlashInferAttnBackend.init_forward_metadata": (
+        "decides use_ragged; overridden to refuse a paged-only plan under prefill_kv "
+        "(prefill_attention_gpu.flashinfer_pool_reads mirrors its conditions)"
+    ),
+    "sglang.srt.layers.attention.flashinfer_backend.FlashInferAttnBackend.forward_extend": (
+        "stock: ragged over new k/v in hand + paged over the cached prefix"
+    ),
+    "sglang.srt.model_executor.cuda_graph_config.check_cuda_graph_backend": (
+        "full / tc_piecewise prefill CUDA graphs plan FlashInfer's paged-only prefill"
+    ),
+    "sglang.srt.model_executor.cuda_graph_config.Backend.FULL": "see above",
+    "sglang.srt.model_executor.cuda_graph_config.Backend.TC_PIECEWISE": "see above",
+    "sglang.srt.model_executor.cuda_graph_config.Phase.PREFILL": "see above",
     "sglang.srt.managers.tp_worker.TpModelWorker.is_dllm": "dLLM engines stay stock",
     # (ATTENTION_BACKENDS, listed above, also tells prefill_kv whether our backend is in.)
     "sglang.srt.environ.envs.SGLANG_EAGER_INPUT_NO_COPY": (

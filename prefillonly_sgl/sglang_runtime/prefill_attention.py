@@ -48,6 +48,22 @@ _SUPPORTED_MODES = (ForwardMode.EXTEND, ForwardMode.MIXED)
 class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
     """CPU (and any torch device) backend; see the module docstring."""
 
+    def __init__(self, model_runner) -> None:
+        super().__init__(model_runner)
+        self._model_runner = model_runner
+
+    def prefill_only_kv_unsupported(self) -> str | None:
+        """prefill_kv's question (asked once the model is loaded): could an extend batch
+        read new tokens from the pool? Only in layers left to the stock forward (_handles)."""
+        runner = self._model_runner
+        if (
+            self.use_sliding_window_kv_pool
+            or getattr(runner, "sliding_window_size", None) is not None
+            or runner.model_config.is_encoder_decoder
+        ):
+            return "sliding-window / cross-attention layers use the stock torch_native path"
+        return None
+
     def init_forward_metadata(self, forward_batch) -> None:
         super().init_forward_metadata(forward_batch)
         self.extend_attention = None
@@ -76,6 +92,7 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
 
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
         if not self._handles(layer, k, v):
+            _refuse_dropped_tokens(forward_batch)
             return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache)
         if save_kv_cache:
             # Kept for the prefix cache (and decode of generate requests).
@@ -103,6 +120,19 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
             and layer.attn_type != AttentionType.ENCODER_ONLY
             and (layer.sliding_window_size is None or layer.sliding_window_size <= -1)
             and layer.qk_head_dim == layer.v_head_dim
+        )
+
+
+def _refuse_dropped_tokens(forward_batch) -> None:
+    """The stock forward reads new tokens back from the pool: wrong for tokens whose KV
+    prefill-only KV dropped (slot 0). prefill_kv turns itself off where this could happen;
+    should a layer still get here with such tokens, fail loudly rather than score wrong."""
+    from prefillonly_sgl.sglang_runtime import prefill_kv
+
+    if prefill_kv.active_in_this_process() and bool((forward_batch.out_cache_loc == 0).any()):
+        raise RuntimeError(
+            "a layer the prefill-only attention backend leaves to stock torch_native got "
+            "tokens without pool KV (prefill-only KV); start with --disable-prefill-only-kv"
         )
 
 

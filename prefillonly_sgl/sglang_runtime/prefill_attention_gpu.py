@@ -2,18 +2,77 @@
 
 Stock FlashInferAttnBackend already computes only what is new in an extend batch: ragged
 attention of the new tokens over their own k / v (causal), merged by log-sum-exp with
-paged attention over the cached prefix in the pool (`use_ragged`, on unless
-deterministic inference or SGLANG_FLASHINFER_USE_PAGED is set; the paged fallback still
-computes new queries only). So this subclass changes nothing yet: it is registered under
-"flashinfer" by prefill_attention.register() so that prefill-only KV (issue 4: suffix KV
-never written to the pool) has one place to change what forward_extend saves.
-Not exercised on the CPU development machines.
+paged attention over the cached prefix in the pool (`use_ragged`). That is issue 6's
+"attention of new tokens only", so the forward itself is stock.
+
+What this subclass adds is prefill-only KV (prefill_kv.py) on GPU: a scoring request's
+tokens after its reusable prefix get pool slot 0 instead of a real slot, so attention
+must never read new tokens back from the pool. The ragged path never does (new k / v in
+hand; the paged part covers only the cached prefix, which is always real); FlashInfer's
+paged-only path does (it writes the new k / v to the pool, then reads the whole sequence
+from it). `prefill_only_kv_unsupported()` names the configurations where FlashInfer takes
+the paged-only path, and prefill_kv keeps every request stock there. As a last line of
+defence, an extend batch planned without ragged while prefill-only KV is active raises
+instead of returning wrong probabilities.
+
+Not run on a GPU yet (no GPU was lent to this project's sessions); the decision logic
+is tested on CPU (tests/test_prefill_kv_backend_support.py) and tests/test_gpu_engine.py
+runs the parity checks wherever CUDA is present.
 """
 
 from __future__ import annotations
 
 from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
+from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+# The forward modes prefill-only KV requests run in (no speculative / dLLM modes here).
+_PLAIN_EXTEND = (ForwardMode.EXTEND, ForwardMode.MIXED)
+
+
+def flashinfer_pool_reads(backend, prefill_graph_backend: str | None) -> str | None:
+    """Why this FlashInfer backend would read new tokens' k / v from the pool in an extend
+    batch (its paged-only path), or None when every extend batch runs ragged + paged-prefix.
+    Mirrors FlashInferAttnBackend.init_forward_metadata / forward_extend of SGLang 0.5.23."""
+    checks = (
+        (backend.is_multimodal, "multimodal models use the paged-only prefill"),
+        (backend.enable_mis, "multi-item scoring (--enable-mis) uses the paged-only prefill"),
+        (backend.enable_deterministic, "deterministic inference uses the paged-only prefill"),
+        (backend.use_paged, "SGLANG_FLASHINFER_USE_PAGED forces the paged-only prefill"),
+        (backend.num_wrappers != 1, "sliding-window / cross-attention models use two wrappers"),
+        (backend.use_sliding_window_kv_pool, "the sliding-window KV pool is not handled"),
+        (backend.prefill_uses_dequant_workspace, "the FP4 dequant workspace reads the pool"),
+        (backend.is_dllm_model, "dLLM extend batches are not handled"),
+        (
+            prefill_graph_backend in ("full", "tc_piecewise"),
+            f"the {prefill_graph_backend} prefill CUDA graph plans the paged-only prefill",
+        ),
+    )
+    return next((why for failed, why in checks if failed), None)
+
+
+def _prefill_graph_backend() -> str | None:
+    from sglang.srt.model_executor.cuda_graph_config import Backend, Phase
+    from sglang.srt.model_executor.cuda_graph_config import check_cuda_graph_backend as check
+
+    return next((b for b in (Backend.FULL, Backend.TC_PIECEWISE) if check(Phase.PREFILL, b)), None)
 
 
 class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
-    pass
+    def prefill_only_kv_unsupported(self) -> str | None:
+        """prefill_kv's question to the prefill backend (see the module docstring)."""
+        return flashinfer_pool_reads(self, _prefill_graph_backend())
+
+    def init_forward_metadata(self, forward_batch) -> None:
+        super().init_forward_metadata(forward_batch)
+        if forward_batch.forward_mode in _PLAIN_EXTEND and not getattr(
+            self.forward_metadata, "use_ragged", True
+        ):
+            from prefillonly_sgl.sglang_runtime import prefill_kv
+
+            if prefill_kv.active_in_this_process():
+                raise RuntimeError(
+                    "prefill-only KV is active but FlashInfer planned its paged-only "
+                    "prefill, which would read dropped tokens from the KV pool; start "
+                    "with --disable-prefill-only-kv (Engine(prefill_only_kv=False)) and "
+                    "report this configuration"
+                )

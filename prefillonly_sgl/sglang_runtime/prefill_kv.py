@@ -23,20 +23,23 @@ prefillonly_sgl/kv/policy.py; this module carries that decision through SGLang:
    `release_kv_cache` inserts only [0, boundary) into the radix cache and frees only real
    slots.
 5. Attention never reads the dropped tokens from the pool: the prefill-only backends take
-   new tokens' k/v from the layer's hands (prefill_attention.py) and read only the cached
-   prefix, which is always real. Writes of dropped rows land in
-   slot 0. This feature therefore requires "prefill_attention" (the Engine enforces it).
+   new tokens' k/v from the layer's hands (prefill_attention.py on CPU; FlashInfer's
+   ragged prefill on GPU, prefill_attention_gpu.py) and read only the cached prefix,
+   which is always real. Writes of dropped rows land in slot 0. This feature therefore
+   requires "prefill_attention" (the Engine enforces it).
 
-Active only where this is known to hold, decided once per scheduler: the torch_native
-backend (ours), the plain token allocator with page size 1, not a dLLM. Elsewhere (GPU
-flashinfer until verified on a GPU, paged / SWA / hybrid / HiSparse pools) every request
-is stock.
+Active only where this is known to hold, decided once per scheduler (get_worker_info):
+the plain token allocator with page size 1, not a dLLM, and a prefill attention backend
+whose `prefill_only_kv_unsupported()` says None (ours: torch_native without sliding
+windows; FlashInfer whenever it always plans the ragged prefill). Elsewhere every request
+is stock, with a warning in the log saying why.
 """
 
 from __future__ import annotations
 
 import contextvars
 import inspect
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +54,8 @@ from prefillonly_sgl.kv.policy import (
 
 # Tokenizer process, per asyncio task: the query token ids of the score call being
 # tokenized ([] when nothing is reusable); None outside score calls.
+logger = logging.getLogger(__name__)
+
 _QUERY_IDS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
     "prefillonly_query_ids", default=None
 )
@@ -70,20 +75,18 @@ _LAYOUT: contextvars.ContextVar[_Layout | None] = contextvars.ContextVar(
 )
 
 
-# Prefill backends known to take new tokens' k/v from the layer's hands (never from the
-# pool): our PrefillOnlyTorchBackend, registered under this name by prefill_attention.
-# FlashInfer's ragged path does too, but it falls back to a paged path that reads new
-# tokens from the pool (deterministic inference, multimodal, multi-item scoring) and has
-# not been run on a GPU with this feature: it stays stock until verified there.
-SUPPORTED_PREFILL_BACKENDS = ("torch_native",)
-
-
 @dataclass
 class _SchedulerProcess:
     """Scheduler process: set once from the worker (get_worker_info), before requests."""
 
     active: bool = False  # this engine's pool and attention backend are supported
     prefill_only_max_input_len: int | None = None
+    inactive_because: str | None = None
+
+
+def active_in_this_process() -> bool:
+    """Whether this (scheduler) process drops scoring requests' suffix KV."""
+    return _PROCESS.active
 
 
 _PROCESS = _SchedulerProcess()
@@ -150,30 +153,47 @@ def reusable_len(req) -> int | None:
 
 
 def _after_get_worker_info(result, self, *args, **kwargs):
-    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
-    from sglang.srt.runtime_context import attention_backends
-
     runner = self.model_runner
-    _PROCESS.active = (
-        type(runner.token_to_kv_pool_allocator) is TokenToKVPoolAllocator
-        and runner.token_to_kv_pool_allocator.page_size == 1
-        and attention_backends()[0] in SUPPORTED_PREFILL_BACKENDS
-        and _our_backend_registered()
-        and not self.is_dllm()
-    )
+    _PROCESS.inactive_because = _unsupported_here(self, runner)
+    _PROCESS.active = _PROCESS.inactive_because is None
     if _PROCESS.active:
         # The eager runner copies every forward's inputs into static buffers sized for the
         # longest forward stock SGLang can run: max(pool, chunked_prefill_size, ...). An
         # unchunked scoring prompt can be longer than both; SGLang's own switch makes it
-        # use the live tensors instead (no CUDA graphs on this path).
+        # use the live tensors instead (such forwards never fit a CUDA graph anyway).
         from sglang.srt.environ import envs
 
         envs.SGLANG_EAGER_INPUT_NO_COPY.set(True)
+    else:
+        logger.warning(
+            "prefillonly: prefill-only KV is off in this scheduler (%s): scoring requests "
+            "keep KV for every token, as in stock SGLang",
+            _PROCESS.inactive_because,
+        )
     context_len = self.model_config.context_len
     table_len = runner.req_to_token_pool.max_context_len
     # Same margins as the stock limit (TpModelWorker.get_worker_info), minus the pool bound.
     _PROCESS.prefill_only_max_input_len = min(context_len - 1, table_len - 1) - 5
     return result
+
+
+def _unsupported_here(worker, runner) -> str | None:
+    """Why this scheduler cannot drop suffix KV (None: it can). The pool must be the plain
+    token allocator with page size 1 (slot 0 is its never-allocated dummy slot), and the
+    prefill attention backend must say it never reads new tokens back from the pool."""
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+
+    allocator = runner.token_to_kv_pool_allocator
+    if type(allocator) is not TokenToKVPoolAllocator or allocator.page_size != 1:
+        return f"KV allocator {type(allocator).__name__} (page size {allocator.page_size})"
+    if worker.is_dllm():
+        return "dLLM models are not handled"
+    backend = runner.attn_backend
+    backend = getattr(backend, "prefill_backend", backend)  # HybridAttnBackend: prefill side
+    check = getattr(backend, "prefill_only_kv_unsupported", None)
+    if check is None:  # stock backends read new tokens back from the pool
+        return f"attention backend {type(backend).__name__} is not prefillonly's"
+    return check()
 
 
 # Key of the scheduler's init info (SGLang's ready handshake, `Scheduler.get_init_info`):
@@ -190,17 +210,6 @@ def _after_get_init_info(result, self, *args, **kwargs):
             int(self.max_req_input_len), _PROCESS.prefill_only_max_input_len
         )
     return result
-
-
-def _our_backend_registered() -> bool:
-    """Whether "torch_native" builds our backend here (feature prefill_attention): stock
-    torch_native reads new tokens back from the pool (e.g. `--patches prefill_kv` alone)."""
-    from sglang.srt.layers.attention import attention_registry
-
-    from prefillonly_sgl.sglang_runtime import prefill_attention
-
-    factory = attention_registry.ATTENTION_BACKENDS.get("torch_native")
-    return factory is prefill_attention.create_torch_backend
 
 
 def _validate_input_length(original, req, max_req_input_len, allow_auto_truncate):

@@ -1,0 +1,113 @@
+"""Where prefill-only KV turns itself on, without starting SGLang.
+
+A scheduler drops scoring requests' suffix KV only if its prefill attention never reads
+new tokens back from the pool. FlashInfer (GPU) cannot run here, so its decision is tested
+on its inputs, and the SGLang source it mirrors is pinned: a change there fails this file.
+"""
+
+from __future__ import annotations
+
+import inspect
+from types import SimpleNamespace
+
+import pytest
+from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
+from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+
+from prefillonly_sgl.sglang_runtime import prefill_kv
+from prefillonly_sgl.sglang_runtime.prefill_attention import PrefillOnlyTorchBackend
+from prefillonly_sgl.sglang_runtime.prefill_attention_gpu import flashinfer_pool_reads
+
+RAGGED_ALWAYS = dict(
+    is_multimodal=False,
+    enable_mis=False,
+    enable_deterministic=False,
+    use_paged=False,
+    num_wrappers=1,
+    use_sliding_window_kv_pool=False,
+    prefill_uses_dequant_workspace=False,
+    is_dllm_model=False,
+)
+
+
+def test_flashinfer_supported_when_every_extend_runs_ragged():
+    backend = SimpleNamespace(**RAGGED_ALWAYS)
+    assert flashinfer_pool_reads(backend, None) is None
+    assert flashinfer_pool_reads(backend, "breakable") is None  # attention runs eagerly
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (dict(is_multimodal=True), "multimodal"),
+        (dict(enable_mis=True), "multi-item scoring"),
+        (dict(enable_deterministic=True), "deterministic"),
+        (dict(use_paged=True), "SGLANG_FLASHINFER_USE_PAGED"),
+        (dict(num_wrappers=2), "two wrappers"),
+        (dict(use_sliding_window_kv_pool=True), "sliding-window KV pool"),
+        (dict(prefill_uses_dequant_workspace=True), "FP4"),
+        (dict(is_dllm_model=True), "dLLM"),
+    ],
+)
+def test_flashinfer_paged_only_configurations_are_refused(change, reason):
+    backend = SimpleNamespace(**(RAGGED_ALWAYS | change))
+    assert reason in flashinfer_pool_reads(backend, None)
+
+
+@pytest.mark.parametrize("graph", ["full", "tc_piecewise"])
+def test_prefill_cuda_graphs_that_plan_paged_only_are_refused(graph):
+    assert graph in flashinfer_pool_reads(SimpleNamespace(**RAGGED_ALWAYS), graph)
+
+
+def test_the_mirrored_flashinfer_source_is_unchanged():
+    """flashinfer_pool_reads restates when SGLang 0.5.23 plans the paged-only prefill."""
+    init = inspect.getsource(FlashInferAttnBackend.__init__)
+    for name in RAGGED_ALWAYS:
+        assert f"self.{name} =" in init or f"self.{name}:" in init, name
+    plan = inspect.getsource(FlashInferAttnBackend.init_forward_metadata)
+    assert "if self.is_multimodal or self.enable_mis:" in plan
+    assert "not self.enable_deterministic" in plan and "not self.use_paged" in plan
+    assert "not is_in_tc_piecewise_cuda_graph()" in plan
+    forward = inspect.getsource(FlashInferAttnBackend.forward_extend)
+    assert "if not self.forward_metadata.use_ragged:" in forward
+    assert "prefill_wrapper_ragged.forward_return_lse(" in forward
+
+
+def _torch_backend(**runner):
+    backend = PrefillOnlyTorchBackend.__new__(PrefillOnlyTorchBackend)
+    backend.use_sliding_window_kv_pool = False
+    backend._model_runner = SimpleNamespace(
+        sliding_window_size=runner.get("window"),
+        model_config=SimpleNamespace(is_encoder_decoder=runner.get("enc_dec", False)),
+    )
+    return backend
+
+
+def test_torch_backend_refuses_models_with_layers_it_leaves_to_stock():
+    assert _torch_backend().prefill_only_kv_unsupported() is None
+    assert "sliding-window" in _torch_backend(window=4096).prefill_only_kv_unsupported()
+    assert "cross-attention" in _torch_backend(enc_dec=True).prefill_only_kv_unsupported()
+
+
+def _worker(backend, allocator=None, dllm=False):
+    if allocator is None:
+        allocator = TokenToKVPoolAllocator.__new__(TokenToKVPoolAllocator)
+        allocator.page_size = 1
+    runner = SimpleNamespace(token_to_kv_pool_allocator=allocator, attn_backend=backend)
+    return SimpleNamespace(is_dllm=lambda: dllm), runner
+
+
+def test_scheduler_decision():
+    ours = _torch_backend()
+    assert prefill_kv._unsupported_here(*_worker(ours)) is None
+    # A hybrid (prefill / decode) backend: the prefill side is asked.
+    hybrid = SimpleNamespace(prefill_backend=ours, decode_backend=object())
+    assert prefill_kv._unsupported_here(*_worker(hybrid)) is None
+    assert "dLLM" in prefill_kv._unsupported_here(*_worker(ours, dllm=True))
+    stock = SimpleNamespace()  # stock backends have no prefill_only_kv_unsupported
+    assert "not prefillonly's" in prefill_kv._unsupported_here(*_worker(stock))
+    paged = TokenToKVPoolAllocator.__new__(TokenToKVPoolAllocator)
+    paged.page_size = 16
+    assert "page size 16" in prefill_kv._unsupported_here(*_worker(ours, allocator=paged))
+    other = SimpleNamespace(page_size=1)
+    assert "allocator" in prefill_kv._unsupported_here(*_worker(ours, allocator=other))
