@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import warnings
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +115,22 @@ class Engine:
         )
         self.limits: ModelLimits = read_limits(self._sgl)
         atexit.register(self._finalizer)
+        if prefill_only_kv and not self.prefill_only_kv_active:
+            # A warning, not a log line: SGLang sets the root logger to its log level
+            # ("error" by default) in this process.
+            warnings.warn(
+                "prefill-only KV was requested but SGLang's scheduler did not enable it for "
+                "this model / backend (its log says why, at level warning): score prompts "
+                "keep KV for every token and are bounded by the KV pool",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    @property
+    def prefill_only_kv_active(self) -> bool:
+        """Whether the scheduler drops scoring prompts' KV after the reusable prefix (it
+        then reports a score-prompt limit of its own: the context, not the KV pool)."""
+        return self.limits.max_scoring_prompt_tokens is not None
 
     # -- scoring -------------------------------------------------------------------------
     def score(

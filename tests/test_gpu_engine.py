@@ -64,6 +64,7 @@ def setup():
 def test_prefill_only_kv_is_active(setup):
     ours, _, _, stock_limit, _ = setup
     assert ours.runtime_patches == ("prefill_attention", "prefill_kv")
+    assert ours.prefill_only_kv_active
     # The scheduler reports the context-bound limit only where prefill-only KV is active.
     assert stock_limit < POOL < 3 * POOL < ours.limits.scoring_prompt_tokens
 

@@ -116,6 +116,7 @@ def test_features_and_limits(setup):
     assert stock["max_prompt_tokens"] < POOL  # stock: bounded by the pool
     assert ours.limits.scoring_prompt_tokens > 3 * POOL  # ours: by the context (4096)
     assert ours.limits.max_prompt_tokens < POOL  # generate prompts keep all their KV
+    assert ours.prefill_only_kv_active
 
 
 def test_no_shared_prefix(setup):

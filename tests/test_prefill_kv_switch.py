@@ -39,8 +39,23 @@ def test_switch_off_gives_stock_kv(tiny_llama_path, ref_labels):
     with _start(tiny_llama_path, prefill_only_kv=False) as engine:
         assert engine.runtime_patches == ("prefill_attention",)
         assert engine.limits.scoring_prompt_tokens < 1024  # bounded by the pool again
+        assert not engine.prefill_only_kv_active
         got = engine.score(PROFILE, ITEMS, labels).scores
         assert max_abs_diff(got, ref.score(PROFILE, ITEMS, labels)) < TOLERANCE
         prompt = ref.prompt_ids(PROFILE, ITEMS[0])
         reusable = reusable_prefix_len(ref.tokenizer.encode(PROFILE), prompt)
         assert _cached_tokens(engine, prompt, reusable) == len(prompt) - 1  # all cached
+
+
+def test_unsupported_pool_keeps_stock_kv_and_says_so(tiny_llama_path, ref_labels):
+    """A paged KV pool (page size 16) is not handled: the scheduler keeps every request
+    stock (and logs why), the Engine warns and validates with the pool-bound limit, and
+    scores stay correct."""
+    ref, labels = ref_labels
+    with pytest.warns(RuntimeWarning, match="prefill-only KV was requested"):
+        engine = _start(tiny_llama_path, page_size=16)
+    with engine:
+        assert not engine.prefill_only_kv_active
+        assert engine.limits.scoring_prompt_tokens < 1024
+        got = engine.score(PROFILE, ITEMS, labels).scores
+        assert max_abs_diff(got, ref.score(PROFILE, ITEMS, labels)) < TOLERANCE
