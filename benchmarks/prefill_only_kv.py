@@ -2,6 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python benchmarks/prefill_only_kv.py                 # 8k 16k 32k
     PYTHONPATH=. .venv/bin/python benchmarks/prefill_only_kv.py --lengths 8192 16384
+    PYTHONPATH=. .venv/bin/python benchmarks/prefill_only_kv.py --device cuda   # FlashInfer
 
 Default model (SmolLM2-135M, the Engine's default dtype) on CPU. A scoring prompt is a
 256-token query (the reusable prefix) followed by an item making it L tokens long (random
@@ -38,13 +39,19 @@ MARGIN = 512
 
 
 class PeakRss:
-    """Peak RSS (bytes) of a set of processes while the block runs, sampled every 10 ms."""
+    """Peak RSS (bytes) of a set of processes while the block runs, sampled every 10 ms;
+    on a GPU also the device's peak used memory (all processes: one engine at a time)."""
 
-    def __init__(self, scheduler, processes) -> None:
-        self.scheduler, self.processes = scheduler, processes
-        self.peak_scheduler = self.peak_total = 0
+    def __init__(self, scheduler, processes, gpu: bool = False) -> None:
+        self.scheduler, self.processes, self.gpu = scheduler, processes, gpu
+        self.peak_scheduler = self.peak_total = self.peak_gpu = 0
 
     def _sample(self) -> None:
+        if self.gpu:
+            import torch
+
+            free, total = torch.cuda.mem_get_info()
+            self.peak_gpu = max(self.peak_gpu, total - free)
         total = 0
         for p in self.processes:
             try:
@@ -82,7 +89,7 @@ def _engine_processes(seen: set):
     return scheduler, new + [psutil.Process()]
 
 
-def start(model, name: str, pool: int, context: int, ours: bool):
+def start(model, name: str, pool: int, context: int, ours: bool, device: str = "cpu"):
     import psutil
 
     from prefillonly_sgl import Engine
@@ -91,7 +98,8 @@ def start(model, name: str, pool: int, context: int, ours: bool):
     seen = {p.pid for p in psutil.Process().children(recursive=True)}
     engine = Engine(
         model,
-        device="cpu",
+        device=device,
+        dtype="bfloat16" if device == "cuda" else "auto",  # FlashInfer: 16-bit only
         max_total_tokens=pool,
         context_length=context,
         prefill_only_kv=ours,
@@ -110,7 +118,8 @@ def score_once(engine, rng: random.Random, length: int, labels) -> dict:
     item = [rng.randrange(200, vocab - 200) for _ in range(length - QUERY_TOKENS)]
     t0 = time.perf_counter()
     try:
-        with PeakRss(engine.bench_scheduler, engine.bench_processes) as rss:
+        gpu = engine.device == "cuda"
+        with PeakRss(engine.bench_scheduler, engine.bench_processes, gpu) as rss:
             scores = engine.score(query, [item], labels).scores
     except InvalidRequestError as e:
         return dict(ok=False, why=f"refused: {str(e)[:90]}")
@@ -121,6 +130,7 @@ def score_once(engine, rng: random.Random, length: int, labels) -> dict:
         seconds=time.perf_counter() - t0,
         rss_scheduler=rss.peak_scheduler,
         rss_total=rss.peak_total,
+        gpu_used=rss.peak_gpu,
         scores=scores[0],
     )
 
@@ -147,6 +157,7 @@ def _brief(r: dict) -> str:
     return (
         f"{r['seconds']:.1f} s, peak RSS scheduler {r['rss_scheduler'] / 2**20:.0f} MiB, "
         f"all {r['rss_total'] / 2**20:.0f} MiB"
+        + (f", peak GPU used {r['gpu_used'] / 2**20:.0f} MiB" if r.get("gpu_used") else "")
     )
 
 
@@ -171,7 +182,7 @@ def run(args) -> str:
         return text
 
     for name, ours in (("stock", False), ("prefill-only KV", True)):
-        engine = start(model, name, args.budget, context, ours)
+        engine = start(model, name, args.budget, context, ours, args.device)
         try:
             tok = engine.tokenizer
             labels = [tok.encode(w, add_special_tokens=False)[0] for w in LABELS_TEXT]
@@ -182,7 +193,7 @@ def run(args) -> str:
         save()
     if not args.skip_stock_sized:
         name = "stock, pool sized to fit"
-        engine = start(model, name, context, context, False)
+        engine = start(model, name, context, context, False, args.device)
         try:
             tok = engine.tokenizer
             labels = [tok.encode(w, add_special_tokens=False)[0] for w in LABELS_TEXT]
@@ -232,18 +243,19 @@ def render(report, config, load_before) -> str:
         "processes plus this one):",
         "",
         "| configuration | pool (tokens) | L | result | seconds | peak RSS scheduler | "
-        "peak RSS all |",
-        "|---|---|---|---|---|---|---|",
+        "peak RSS all | peak GPU used (device) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in report["runs"]:
         pool = args["context"] if r["config"].startswith("stock, pool") else args["budget"]
         if r["ok"]:
+            gpu = f"{r['gpu_used'] / 2**20:.0f}" if r.get("gpu_used") else "-"
             lines.append(
                 f"| {r['config']} | {pool} | {r['L']} | ok | {r['seconds']:.1f} "
-                f"| {r['rss_scheduler'] / 2**20:.0f} | {r['rss_total'] / 2**20:.0f} |"
+                f"| {r['rss_scheduler'] / 2**20:.0f} | {r['rss_total'] / 2**20:.0f} | {gpu} |"
             )
         else:
-            lines.append(f"| {r['config']} | {pool} | {r['L']} | {r['why']} | | | |")
+            lines.append(f"| {r['config']} | {pool} | {r['L']} | {r['why']} | | | | |")
     return "\n".join(lines)
 
 
@@ -259,6 +271,9 @@ def main() -> None:
     parser.add_argument("--ladder", type=int, nargs="+", default=[1024])
     parser.add_argument("--budget", type=int, default=1024, help="KV pool tokens, both")
     parser.add_argument("--skip-stock-sized", action="store_true")
+    parser.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cpu", help="cuda: FlashInfer, bf16"
+    )
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).parent / "results" / "prefill_only_kv.md"
     )
