@@ -111,3 +111,16 @@ def test_scheduler_decision():
     assert "page size 16" in prefill_kv._unsupported_here(*_worker(ours, allocator=paged))
     other = SimpleNamespace(page_size=1)
     assert "allocator" in prefill_kv._unsupported_here(*_worker(ours, allocator=other))
+
+
+def test_only_rows_with_a_pool_slot_are_written(monkeypatch):
+    import torch
+
+    from prefillonly_sgl.sglang_runtime.prefill_attention import _kept_rows
+
+    loc = torch.tensor([7, 8, 0, 0, 9, 0])  # slot 0: KV dropped by prefill-only KV
+    monkeypatch.setattr(prefill_kv._PROCESS, "active", True)
+    assert _kept_rows(loc).tolist() == [0, 1, 4]
+    assert _kept_rows(torch.tensor([7, 8])) is None  # nothing dropped: write as stock
+    monkeypatch.setattr(prefill_kv._PROCESS, "active", False)
+    assert _kept_rows(loc) is None

@@ -67,12 +67,14 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
     def init_forward_metadata(self, forward_batch) -> None:
         super().init_forward_metadata(forward_batch)
         self.extend_attention = None
+        self.kept_rows = None
         if (
             forward_batch.forward_mode in _SUPPORTED_MODES
             and forward_batch.encoder_lens is None
             and not self.use_sliding_window_kv_pool
         ):
             self.extend_attention = self._plan(forward_batch)
+            self.kept_rows = _kept_rows(forward_batch.out_cache_loc)
 
     def _plan(self, forward_batch) -> ExtendAttention:
         prefix_lens = _as_list(
@@ -95,9 +97,14 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
             _refuse_dropped_tokens(forward_batch)
             return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache)
         if save_kv_cache:
-            # Kept for the prefix cache (and decode of generate requests).
+            # Kept for the prefix cache (and decode of generate requests). Rows whose KV
+            # prefill-only KV dropped (slot 0) are not written at all.
+            loc, k_saved, v_saved = forward_batch.out_cache_loc, k, v
+            if self.kept_rows is not None:
+                rows = self.kept_rows
+                loc, k_saved, v_saved = loc[rows], k[rows], v[rows]
             self.token_to_kv_pool.set_kv_buffer(
-                layer, KVWriteLoc(forward_batch.out_cache_loc, self.swa_out_cache_loc), k, v
+                layer, KVWriteLoc(loc, self.swa_out_cache_loc), k_saved, v_saved
             )
         o = torch.empty_like(q)
         self.extend_attention(
@@ -121,6 +128,19 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
             and (layer.sliding_window_size is None or layer.sliding_window_size <= -1)
             and layer.qk_head_dim == layer.v_head_dim
         )
+
+
+def _kept_rows(out_cache_loc):
+    """Rows of the batch that own a pool slot, or None when all do. Slot 0 is never
+    allocated (SGLang's dummy slot): prefill-only KV gives it to tokens it drops."""
+    from prefillonly_sgl.sglang_runtime import prefill_kv
+
+    if out_cache_loc is None or not prefill_kv.active_in_this_process():
+        return None
+    kept = out_cache_loc != 0
+    if bool(kept.all()):
+        return None
+    return kept.nonzero().squeeze(1)
 
 
 def _refuse_dropped_tokens(forward_batch) -> None:
