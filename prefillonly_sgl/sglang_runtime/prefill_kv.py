@@ -52,10 +52,10 @@ from prefillonly_sgl.kv.policy import (
     slot_mask,
 )
 
-# Tokenizer process, per asyncio task: the query token ids of the score call being
-# tokenized ([] when nothing is reusable); None outside score calls.
 logger = logging.getLogger(__name__)
 
+# Tokenizer process, per asyncio task: the query token ids of the score call being
+# tokenized ([] when nothing is reusable); None outside score calls.
 _QUERY_IDS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
     "prefillonly_query_ids", default=None
 )
@@ -84,12 +84,12 @@ class _SchedulerProcess:
     inactive_because: str | None = None
 
 
+_PROCESS = _SchedulerProcess()
+
+
 def active_in_this_process() -> bool:
     """Whether this (scheduler) process drops scoring requests' suffix KV."""
     return _PROCESS.active
-
-
-_PROCESS = _SchedulerProcess()
 
 
 # -- tokenizer process -------------------------------------------------------------------
