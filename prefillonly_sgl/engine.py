@@ -12,6 +12,7 @@ bad request raises InvalidRequestError and never reaches — or kills — SGLang
 from __future__ import annotations
 
 import atexit
+import contextlib
 import threading
 import warnings
 import weakref
@@ -31,6 +32,8 @@ class ScoreResult:
 
     scores: list[list[float]]
     prompt_tokens: int
+    # Of prompt_tokens, how many SGLang took from its prefix cache (summed over prompts).
+    cached_tokens: int = 0
 
 
 class Engine:
@@ -73,6 +76,7 @@ class Engine:
             start_sglang_engine,
         )
         from prefillonly_sgl.sglang_runtime.plugin import patches_enabled
+        from prefillonly_sgl.sglang_runtime.request_recording import record_generate_requests
 
         if model is None:
             from prefillonly_sgl.models.default_model import default_model_path
@@ -114,6 +118,7 @@ class Engine:
             self, _shutdown_quietly, shutdown_sglang_engine, self._sgl, owned_processes
         )
         self.limits: ModelLimits = read_limits(self._sgl)
+        record_generate_requests(self._sgl.tokenizer_manager)  # cached_tokens per call
         atexit.register(self._finalizer)
         if prefill_only_kv and not self.prefill_only_kv_active:
             # A warning, not a log line: SGLang sets the root logger to its log level
@@ -146,8 +151,9 @@ class Engine:
         False gives each label's probability over the whole vocabulary (SGLang's meaning)."""
         sgl = self._require_running()
         request = self._sglang_request(query, items, label_token_ids, apply_softmax, item_first)
-        result = sgl.score(**request)
-        return ScoreResult(scores=result.scores, prompt_tokens=result.prompt_tokens)
+        with _recording() as record:
+            result = sgl.score(**request)  # its asyncio task copies this context
+        return _score_result(result, record)
 
     async def async_score(
         self,
@@ -161,8 +167,9 @@ class Engine:
         created the engine (SGLang's tokenizer manager lives there)."""
         sgl = self._require_running()
         request = self._sglang_request(query, items, label_token_ids, apply_softmax, item_first)
-        result = await sgl.async_score(**request)
-        return ScoreResult(scores=result.scores, prompt_tokens=result.prompt_tokens)
+        with _recording() as record:
+            result = await sgl.async_score(**request)
+        return _score_result(result, record)
 
     @property
     def tokenizer(self):
@@ -212,6 +219,27 @@ class Engine:
     def __repr__(self) -> str:
         state = "running" if self._sgl is not None else "shut down"
         return f"Engine(model={self.model_path!r}, device={self.device!r}, {state})"
+
+
+@contextlib.contextmanager
+def _recording():
+    """A usage record for one score call, filled from SGLang's per-prompt meta_info."""
+    from prefillonly_sgl.server.guard import CURRENT_REQUEST, RequestRecord
+
+    record = RequestRecord(path="Engine.score")
+    token = CURRENT_REQUEST.set(record)
+    try:
+        yield record
+    finally:
+        CURRENT_REQUEST.reset(token)
+
+
+def _score_result(result, record) -> ScoreResult:
+    return ScoreResult(
+        scores=result.scores,
+        prompt_tokens=result.prompt_tokens,
+        cached_tokens=record.usage.cached_tokens,
+    )
 
 
 def _shutdown_quietly(shutdown, sgl_engine, owned_processes) -> None:

@@ -218,3 +218,16 @@ def test_suffix_far_longer_than_the_pool(setup):
     assert max_abs_diff(got, ref.score(PROFILE, items, labels)) < TOLERANCE
     # The engine is still healthy (the scheduler checked its pool after each batch).
     _check(setup, PROFILE, OTHER_ITEMS)
+
+
+def test_score_result_reports_cached_tokens(setup):
+    """Engine.score reports SGLang's cached-token count: a second call with the same query
+    takes the query's kept prefix from the cache, for every item."""
+    ours, _, ref, labels, _ = setup
+    query = "Fourth profile: restores old bicycles and reads poetry. " * 5 + "\n"
+    prompt = ref.prompt_ids(query, OTHER_ITEMS[0])
+    reusable = reusable_prefix_len(ref.tokenizer.encode(query), prompt)
+    first = ours.score(query, ITEMS[:1], labels)
+    again = ours.score(query, OTHER_ITEMS, labels)
+    assert first.cached_tokens < reusable  # cold
+    assert len(OTHER_ITEMS) * (reusable - 1) <= again.cached_tokens < again.prompt_tokens

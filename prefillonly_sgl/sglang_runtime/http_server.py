@@ -43,6 +43,7 @@ from prefillonly_sgl.server.request_checks import (
     check_prompt_count,
     check_score_body,
 )
+from prefillonly_sgl.sglang_runtime.request_recording import record_generate_requests
 from prefillonly_sgl.validation import ModelLimits, validate_score_request
 
 logger = logging.getLogger(__name__)
@@ -304,29 +305,6 @@ def _add_endpoint(app, spec: EndpointSpec, runtime: SGLangRuntime) -> None:
     )
 
 
-def _record_generate_requests(tm) -> None:
-    """Wraps this tokenizer manager's generate_request (every endpoint's way into SGLang)
-    so that the current HTTP request's RequestRecord gets its rids and meta_info."""
-    original = tm.generate_request
-
-    async def recorded(stream, record: RequestRecord):
-        try:
-            async for out in stream:
-                record.usage.add_output(out)
-                yield out
-        finally:
-            await stream.aclose()
-
-    def generate_request(obj, request=None):
-        record = CURRENT_REQUEST.get()
-        if record is None:
-            return original(obj, request)
-        record.sglang_requests.append(obj)
-        return recorded(original(obj, request), record)
-
-    tm.generate_request = generate_request
-
-
 async def _abort_when_drain_times_out(tm, timeout: float, in_flight: InFlightRequests) -> None:
     """SGLang drains in-flight requests on SIGTERM and waits for them without limit; after
     `timeout` seconds we stop the rest: guarded requests get a 503 naming the reason, and
@@ -362,7 +340,7 @@ def _wrap_lifespan(
     async def lifespan(fast_api_app):
         async with sglang_lifespan(fast_api_app) as state:
             tm = runtime.tokenizer_manager
-            _record_generate_requests(tm)
+            record_generate_requests(tm)
             # SGLang arms its SIGTERM drain (tokenizer_manager.SignalHandler) on the first
             # request; arm it now so a SIGTERM before any request drains the same way.
             tm.auto_create_handle_loop()

@@ -1,0 +1,40 @@
+"""Per-request usage from SGLang's per-prompt meta_info, for the server and the Engine.
+
+Every way into SGLang's scheduler (score, generate, completions) goes through the
+TokenizerManager's generate_request, whose outputs carry each prompt's meta_info
+(prompt_tokens, cached_tokens, timings). We wrap it per TokenizerManager instance; while
+a caller has a RequestRecord in CURRENT_REQUEST (the server's guard per HTTP request,
+Engine.score per call; asyncio tasks copy the context, so SGLang's own tasks see it), the
+rids and meta_info land in that record. Without a record the wrapper is a pass-through.
+"""
+
+from __future__ import annotations
+
+from prefillonly_sgl.server.guard import CURRENT_REQUEST, RequestRecord
+
+_WRAPPED = "_prefillonly_records_requests"
+
+
+def record_generate_requests(tm) -> None:
+    """Wraps `tm.generate_request` (once per TokenizerManager)."""
+    if getattr(tm, _WRAPPED, False):
+        return
+    original = tm.generate_request
+
+    async def recorded(stream, record: RequestRecord):
+        try:
+            async for out in stream:
+                record.usage.add_output(out)
+                yield out
+        finally:
+            await stream.aclose()
+
+    def generate_request(obj, request=None):
+        record = CURRENT_REQUEST.get()
+        if record is None:
+            return original(obj, request)
+        record.sglang_requests.append(obj)
+        return recorded(original(obj, request), record)
+
+    tm.generate_request = generate_request
+    setattr(tm, _WRAPPED, True)
