@@ -53,7 +53,8 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.server_args.ServerArgs.add_cli_args": "lists SGLang's flags in serve --help",
     "sglang.srt.utils.kill_process_tree": "no worker process outlives `serve`",
     "sglang.srt.managers.tokenizer_manager.TokenizerManager.generate_request": (
-        "wrapped per instance: records each HTTP request's rids and meta_info (usage)"
+        "wrapped per instance (request_recording.py): records each HTTP request's or "
+        "Engine.score call's rids and meta_info (usage, cached_tokens)"
     ),
     "sglang.srt.managers.tokenizer_manager.TokenizerManager.score_request": (
         "scoring for typed endpoints (ServerContext.score)"
