@@ -21,6 +21,7 @@ from pathlib import Path
 
 from prefillonly_sgl.device_defaults import detect_device, sglang_engine_args
 from prefillonly_sgl.errors import EngineClosedError
+from prefillonly_sgl.server.usage import CURRENT_REQUEST, RequestRecord
 from prefillonly_sgl.validation import ModelLimits, TextOrIds, validate_score_request
 
 
@@ -224,8 +225,6 @@ class Engine:
 @contextlib.contextmanager
 def _recording():
     """A usage record for one score call, filled from SGLang's per-prompt meta_info."""
-    from prefillonly_sgl.server.guard import CURRENT_REQUEST, RequestRecord
-
     record = RequestRecord(path="Engine.score")
     token = CURRENT_REQUEST.set(record)
     try:

@@ -31,6 +31,17 @@ def yes_no_labels(tiny_llama_reference):
     return [tok.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
 
 
+# Short names for modules on the tiny Llama; modules on other models define their own.
+@pytest.fixture(scope="session")
+def reference(tiny_llama_reference):
+    return tiny_llama_reference
+
+
+@pytest.fixture(scope="session")
+def labels(yes_no_labels):
+    return yes_no_labels
+
+
 def max_abs_diff(a: list[list[float]], b: list[list[float]]) -> float:
     assert len(a) == len(b), f"{len(a)} rows vs {len(b)}"
     return max(abs(x - y) for row_a, row_b in zip(a, b) for x, y in zip(row_a, row_b, strict=True))

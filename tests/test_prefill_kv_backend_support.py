@@ -11,6 +11,7 @@ import inspect
 from types import SimpleNamespace
 
 import pytest
+import torch
 from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
 
@@ -114,8 +115,6 @@ def test_scheduler_decision():
 
 
 def test_only_rows_with_a_pool_slot_are_written(monkeypatch):
-    import torch
-
     from prefillonly_sgl.sglang_runtime.prefill_attention import _kept_rows
 
     loc = torch.tensor([7, 8, 0, 0, 9, 0])  # slot 0: KV dropped by prefill-only KV
@@ -124,3 +123,35 @@ def test_only_rows_with_a_pool_slot_are_written(monkeypatch):
     assert _kept_rows(torch.tensor([7, 8])) is None  # nothing dropped: write as stock
     monkeypatch.setattr(prefill_kv._PROCESS, "active", False)
     assert _kept_rows(loc) is None
+
+
+def test_stock_fallback_refuses_tokens_without_pool_kv(monkeypatch):
+    from prefillonly_sgl.sglang_runtime.prefill_attention import _refuse_dropped_tokens
+
+    batch = SimpleNamespace(out_cache_loc=torch.tensor([7, 0]))
+    monkeypatch.setattr(prefill_kv._PROCESS, "active", True)
+    with pytest.raises(RuntimeError, match="--disable-prefill-only-kv"):
+        _refuse_dropped_tokens(batch)
+    _refuse_dropped_tokens(SimpleNamespace(out_cache_loc=torch.tensor([7, 8])))  # all real
+    monkeypatch.setattr(prefill_kv._PROCESS, "active", False)
+    _refuse_dropped_tokens(batch)
+
+
+def test_flashinfer_refuses_a_paged_only_plan_under_prefill_only_kv(monkeypatch):
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    from prefillonly_sgl.sglang_runtime.prefill_attention_gpu import PrefillOnlyFlashInferBackend
+
+    def stock_plan(self, forward_batch):  # stands in for FlashInfer's planning (no GPU)
+        self.forward_metadata = SimpleNamespace(use_ragged=forward_batch.ragged)
+
+    monkeypatch.setattr(FlashInferAttnBackend, "init_forward_metadata", stock_plan)
+    backend = PrefillOnlyFlashInferBackend.__new__(PrefillOnlyFlashInferBackend)
+    paged = SimpleNamespace(forward_mode=ForwardMode.EXTEND, ragged=False)
+    monkeypatch.setattr(prefill_kv._PROCESS, "active", True)
+    with pytest.raises(RuntimeError, match="paged-only prefill"):
+        backend.init_forward_metadata(paged)
+    backend.init_forward_metadata(SimpleNamespace(forward_mode=ForwardMode.EXTEND, ragged=True))
+    backend.init_forward_metadata(SimpleNamespace(forward_mode=ForwardMode.DECODE, ragged=False))
+    monkeypatch.setattr(prefill_kv._PROCESS, "active", False)
+    backend.init_forward_metadata(paged)

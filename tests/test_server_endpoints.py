@@ -38,16 +38,6 @@ def server(tiny_llama_path, tmp_path_factory):
         yield srv
 
 
-@pytest.fixture(scope="module")
-def reference(tiny_llama_reference):
-    return tiny_llama_reference
-
-
-@pytest.fixture(scope="module")
-def labels(yes_no_labels):
-    return yes_no_labels
-
-
 def post(server, path, body, **kwargs):
     return requests.post(f"{server.url}{path}", json=body, timeout=60, **kwargs)
 

@@ -43,16 +43,6 @@ def server(tiny_llama_path, tmp_path_factory):
         yield srv
 
 
-@pytest.fixture(scope="module")
-def reference(tiny_llama_reference):
-    return tiny_llama_reference
-
-
-@pytest.fixture(scope="module")
-def labels(yes_no_labels):
-    return yes_no_labels
-
-
 def metric(server, name: str) -> float:
     text = requests.get(f"{server.url}/metrics", timeout=30).text
     match = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.MULTILINE)

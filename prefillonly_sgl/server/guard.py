@@ -5,9 +5,9 @@ For each POST to a guarded path (the endpoints that run the model) it, in order:
 2. reads the body, at most max_request_bytes (413 beyond), checks that it is UTF-8 JSON
    and runs the path's check (400 / 413 with a message naming the problem);
 3. admits it under AdmissionControl or answers 503 with Retry-After;
-4. runs the endpoint with a RequestRecord in CURRENT_REQUEST, through which the SGLang
-   side records the request's rids and usage; the usage goes out as x-prefillonly-*
-   response headers;
+4. runs the endpoint with a RequestRecord in CURRENT_REQUEST (server/usage.py), through
+   which the SGLang side records the request's rids and usage; the usage goes out as
+   x-prefillonly-* response headers;
 5. watches the connection: if the client goes away before the response is complete, the
    request's work is aborted in SGLang (runtime.abort) and the endpoint task cancelled,
    instead of SGLang noticing only every few seconds, and only for one prompt of a batch;
@@ -20,35 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
 
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.server.admission import AdmissionControl
 from prefillonly_sgl.server.request_checks import RequestTooLargeError, parse_json_body
-from prefillonly_sgl.server.usage import RequestUsage
+from prefillonly_sgl.server.usage import CURRENT_REQUEST, RequestRecord, RequestUsage
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class RequestRecord:
-    """What the SGLang side learns about one HTTP request while it runs."""
-
-    path: str
-    usage: RequestUsage = field(default_factory=RequestUsage)
-    sglang_requests: list[Any] = field(default_factory=list)  # GenerateReqInput objects
-
-
-CURRENT_REQUEST: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
-    "prefillonly_current_request", default=None
-)
 
 
 class GuardRuntime(Protocol):

@@ -10,7 +10,9 @@ first prompt entering a forward batch to the last one finishing.
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -74,3 +76,18 @@ class RequestUsage:
             for name, v in values.items()
             if v is not None
         ]
+
+
+@dataclass
+class RequestRecord:
+    """What the SGLang side learns about one request (an HTTP request or an Engine.score
+    call) while it runs; filled by sglang_runtime/request_recording.py."""
+
+    path: str
+    usage: RequestUsage = field(default_factory=RequestUsage)
+    sglang_requests: list[Any] = field(default_factory=list)  # GenerateReqInput objects
+
+
+CURRENT_REQUEST: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
+    "prefillonly_current_request", default=None
+)

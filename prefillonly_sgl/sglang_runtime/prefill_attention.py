@@ -40,6 +40,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
 from prefillonly_sgl.attention.cpu_extend import ExtendAttention
 from prefillonly_sgl.attention.plan import Span
+from prefillonly_sgl.sglang_runtime import prefill_kv
 
 LOG_ENV = "PREFILLONLY_ATTENTION_LOG"
 _SUPPORTED_MODES = (ForwardMode.EXTEND, ForwardMode.MIXED)
@@ -133,8 +134,6 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
 def _kept_rows(out_cache_loc):
     """Rows of the batch that own a pool slot, or None when all do. Slot 0 is never
     allocated (SGLang's dummy slot): prefill-only KV gives it to tokens it drops."""
-    from prefillonly_sgl.sglang_runtime import prefill_kv
-
     if out_cache_loc is None or not prefill_kv.active_in_this_process():
         return None
     kept = out_cache_loc != 0
@@ -147,8 +146,6 @@ def _refuse_dropped_tokens(forward_batch) -> None:
     """The stock forward reads new tokens back from the pool: wrong for tokens whose KV
     prefill-only KV dropped (slot 0). prefill_kv turns itself off where this could happen;
     should a layer still get here with such tokens, fail loudly rather than score wrong."""
-    from prefillonly_sgl.sglang_runtime import prefill_kv
-
     if prefill_kv.active_in_this_process() and bool((forward_batch.out_cache_loc == 0).any()):
         raise RuntimeError(
             "a layer the prefill-only attention backend leaves to stock torch_native got "

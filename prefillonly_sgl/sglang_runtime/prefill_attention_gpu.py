@@ -25,6 +25,8 @@ from __future__ import annotations
 from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
+from prefillonly_sgl.sglang_runtime import prefill_kv
+
 # The forward modes prefill-only KV requests run in (no speculative / dLLM modes here).
 _PLAIN_EXTEND = (ForwardMode.EXTEND, ForwardMode.MIXED)
 
@@ -64,15 +66,13 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
 
     def init_forward_metadata(self, forward_batch) -> None:
         super().init_forward_metadata(forward_batch)
-        if forward_batch.forward_mode in _PLAIN_EXTEND and not getattr(
+        paged_only = forward_batch.forward_mode in _PLAIN_EXTEND and not getattr(
             self.forward_metadata, "use_ragged", True
-        ):
-            from prefillonly_sgl.sglang_runtime import prefill_kv
-
-            if prefill_kv.active_in_this_process():
-                raise RuntimeError(
-                    "prefill-only KV is active but FlashInfer planned its paged-only "
-                    "prefill, which would read dropped tokens from the KV pool; start "
-                    "with --disable-prefill-only-kv (Engine(prefill_only_kv=False)) and "
-                    "report this configuration"
-                )
+        )
+        if paged_only and prefill_kv.active_in_this_process():
+            raise RuntimeError(
+                "prefill-only KV is active but FlashInfer planned its paged-only prefill, "
+                "which would read dropped tokens from the KV pool; start with "
+                "--disable-prefill-only-kv (Engine(prefill_only_kv=False)) and report "
+                "this configuration"
+            )

@@ -10,7 +10,7 @@ rids and meta_info land in that record. Without a record the wrapper is a pass-t
 
 from __future__ import annotations
 
-from prefillonly_sgl.server.guard import CURRENT_REQUEST, RequestRecord
+from prefillonly_sgl.server.usage import CURRENT_REQUEST, RequestRecord
 
 _WRAPPED = "_prefillonly_records_requests"
 
