@@ -52,28 +52,22 @@ def _serve(argv: list[str]) -> int:
     os.environ[PATCHES_ENV] = ",".join(features)
     if "prefill_kv" in features:
         # Its tokenizer-side hooks run in this (the HTTP server's) process, where SGLang's
-        # plugin loader may already have run (see prefill_kv.install_in_this_process).
-        from prefillonly_sgl.sglang_runtime.prefill_kv import install_in_this_process
+        # plugin loader may already have run (see prefill_kv.install_tokenizer_hooks).
+        from prefillonly_sgl.sglang_runtime.prefill_kv import install_tokenizer_hooks
 
-        install_in_this_process()
+        install_tokenizer_hooks()
     from prefillonly_sgl.sglang_runtime.http_server import serve
 
     return serve(sglang_argv, options, specs)
 
 
 def _patch_features(patches: str | None, disabled: tuple[str, ...] = ()) -> list[str]:
-    from prefillonly_sgl.sglang_runtime.plugin import FEATURES, PATCHES_ENV, requested_features
+    """serve's --patches / --disable-* flags as the features to apply (features.py)."""
+    from prefillonly_sgl.features import select_features
+    from prefillonly_sgl.sglang_runtime.plugin import PATCHES_ENV, requested_features
 
-    chosen = list(FEATURES) if patches is None else requested_features({PATCHES_ENV: patches})
-    features = [name for name in chosen if name not in disabled]
-    if "prefill_kv" in features and "prefill_attention" not in features:
-        if patches is None:  # --disable-prefill-only-attention alone: stock KV goes with it
-            return [name for name in features if name != "prefill_kv"]
-        raise ValueError(
-            "prefill_kv needs prefill_attention (stock attention reads the new tokens back "
-            "from the KV pool, where prefill_kv no longer writes them)"
-        )
-    return features
+    requested = None if patches is None else requested_features({PATCHES_ENV: patches})
+    return select_features(requested, disabled)
 
 
 def _serve_help() -> None:

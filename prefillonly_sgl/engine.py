@@ -2,39 +2,30 @@
 
     from prefillonly_sgl import Engine
     with Engine() as engine:                       # the embedded default model
-        result = engine.score("Review: great!\nSentiment:", [" positive", " negative"], ...)
+        tok = engine.tokenizer
+        labels = [tok.encode(w, add_special_tokens=False)[0] for w in (" positive", " negative")]
+        result = engine.score("Review: great!\nSentiment:", [""], labels)
+        result.scores  # [[p_positive, p_negative]]: one row per item
 
 ``score`` has SGLang's ``Engine.score`` semantics (one list of label probabilities per
 item, query and item concatenated as text or token ids) and checks the request first, so a
 bad request raises InvalidRequestError and never reaches — or kills — SGLang's workers.
+The scoring itself is sglang_runtime/score_front.py, shared with the HTTP server.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import threading
 import warnings
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 
 from prefillonly_sgl.device_defaults import detect_device, sglang_engine_args
 from prefillonly_sgl.errors import EngineClosedError
-from prefillonly_sgl.server.usage import CURRENT_REQUEST, RequestRecord
-from prefillonly_sgl.validation import ModelLimits, TextOrIds, validate_score_request
-
-
-@dataclass(frozen=True)
-class ScoreResult:
-    """scores[i][j]: probability of label j after item i (normalised over the labels with
-    apply_softmax=True, over the whole vocabulary with False); prompt_tokens: tokens of all
-    prompts together, as SGLang reports them."""
-
-    scores: list[list[float]]
-    prompt_tokens: int
-    # Of prompt_tokens, how many SGLang took from its prefix cache (summed over prompts).
-    cached_tokens: int = 0
+from prefillonly_sgl.features import engine_features
+from prefillonly_sgl.score_result import ScoreResult
+from prefillonly_sgl.validation import ModelLimits, TextOrIds
 
 
 class Engine:
@@ -77,7 +68,7 @@ class Engine:
             start_sglang_engine,
         )
         from prefillonly_sgl.sglang_runtime.plugin import patches_enabled
-        from prefillonly_sgl.sglang_runtime.request_recording import record_generate_requests
+        from prefillonly_sgl.sglang_runtime.score_front import ScoringFront
 
         if model is None:
             from prefillonly_sgl.models.default_model import default_model_path
@@ -87,13 +78,10 @@ class Engine:
         if not Path(self.model_path).is_dir():
             raise FileNotFoundError(f"model folder not found: {self.model_path}")
         self.device = device or detect_device()
-        if prefill_only_kv is None:
-            prefill_only_kv = prefill_only_attention
-        if prefill_only_kv and not prefill_only_attention:
-            raise ValueError(
-                "prefill_only_kv needs prefill_only_attention (stock attention reads the "
-                "new tokens back from the KV pool, where they are no longer written)"
-            )
+        # Runtime patches reach SGLang's worker processes through the environment.
+        self.runtime_patches: tuple[str, ...] = tuple(
+            engine_features(prefill_only_attention, prefill_only_kv)
+        )
         self._lock = threading.Lock()
         self._sgl = None
         args = sglang_engine_args(
@@ -104,14 +92,10 @@ class Engine:
             context_length=context_length,
             **sglang_args,
         )
-        # Runtime patches reach SGLang's worker processes through the environment.
-        self.runtime_patches: tuple[str, ...] = (
-            ("prefill_attention",) if prefill_only_attention else ()
-        ) + (("prefill_kv",) if prefill_only_kv else ())
-        if prefill_only_kv:
-            from prefillonly_sgl.sglang_runtime.prefill_kv import install_in_this_process
+        if "prefill_kv" in self.runtime_patches:
+            from prefillonly_sgl.sglang_runtime.prefill_kv import install_tokenizer_hooks
 
-            install_in_this_process()
+            install_tokenizer_hooks()
         with patches_enabled(list(self.runtime_patches)):
             self._sgl, owned_processes = start_sglang_engine(args)
         # An Engine the user forgets to shut down must not leave SGLang processes behind.
@@ -119,9 +103,9 @@ class Engine:
             self, _shutdown_quietly, shutdown_sglang_engine, self._sgl, owned_processes
         )
         self.limits: ModelLimits = read_limits(self._sgl)
-        record_generate_requests(self._sgl.tokenizer_manager)  # cached_tokens per call
+        self._front = ScoringFront(self._sgl.tokenizer_manager, self.limits)
         atexit.register(self._finalizer)
-        if prefill_only_kv and not self.prefill_only_kv_active:
+        if "prefill_kv" in self.runtime_patches and not self.prefill_only_kv_active:
             # A warning, not a log line: SGLang sets the root logger to its log level
             # ("error" by default) in this process.
             warnings.warn(
@@ -149,12 +133,11 @@ class Engine:
     ) -> ScoreResult:
         """Probabilities of ``label_token_ids`` at the last position of each query+item
         prompt (item+query with item_first). apply_softmax=True normalises over the labels;
-        False gives each label's probability over the whole vocabulary (SGLang's meaning)."""
+        False gives each label's probability over the whole vocabulary (SGLang's meaning).
+        The result also reads as SGLang's list of per-item rows (result[i], len, iter)."""
         sgl = self._require_running()
-        request = self._sglang_request(query, items, label_token_ids, apply_softmax, item_first)
-        with _recording() as record:
-            result = sgl.score(**request)  # its asyncio task copies this context
-        return _score_result(result, record)
+        call = self._front.score(query, items, label_token_ids, apply_softmax, item_first)
+        return sgl.loop.run_until_complete(call)  # what SGLang's own Engine.score does
 
     async def async_score(
         self,
@@ -165,36 +148,17 @@ class Engine:
         item_first: bool = False,
     ) -> ScoreResult:
         """``score`` for asyncio code; must run on the event loop of the thread that
-        created the engine (SGLang's tokenizer manager lives there)."""
-        sgl = self._require_running()
-        request = self._sglang_request(query, items, label_token_ids, apply_softmax, item_first)
-        with _recording() as record:
-            result = await sgl.async_score(**request)
-        return _score_result(result, record)
+        created the engine (SGLang's tokenizer manager lives there): a RuntimeError
+        otherwise, never a hang."""
+        from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
+
+        check_running_loop_is_served(self._require_running())
+        return await self._front.score(query, items, label_token_ids, apply_softmax, item_first)
 
     @property
     def tokenizer(self):
         """The Hugging Face tokenizer SGLang uses for text prompts."""
         return self._require_running().tokenizer_manager.tokenizer
-
-    def _sglang_request(self, query, items, label_token_ids, apply_softmax, item_first) -> dict:
-        """Validated keyword arguments for SGLang's score/async_score."""
-        query, items, labels = validate_score_request(
-            query, items, label_token_ids, self.limits, self._count_prompt_tokens
-        )
-        return dict(
-            query=query,
-            items=items,
-            label_token_ids=labels,
-            apply_softmax=apply_softmax,
-            item_first=item_first,
-        )
-
-    def _count_prompt_tokens(self, query: TextOrIds, item: TextOrIds) -> int:
-        if isinstance(query, str):
-            # SGLang tokenizes the concatenated text (special tokens included).
-            return len(self.tokenizer.encode(f"{query}{item}"))
-        return len(query) + len(item)
 
     # -- lifecycle -----------------------------------------------------------------------
     def _require_running(self):
@@ -220,25 +184,6 @@ class Engine:
     def __repr__(self) -> str:
         state = "running" if self._sgl is not None else "shut down"
         return f"Engine(model={self.model_path!r}, device={self.device!r}, {state})"
-
-
-@contextlib.contextmanager
-def _recording():
-    """A usage record for one score call, filled from SGLang's per-prompt meta_info."""
-    record = RequestRecord(path="Engine.score")
-    token = CURRENT_REQUEST.set(record)
-    try:
-        yield record
-    finally:
-        CURRENT_REQUEST.reset(token)
-
-
-def _score_result(result, record) -> ScoreResult:
-    return ScoreResult(
-        scores=result.scores,
-        prompt_tokens=result.prompt_tokens,
-        cached_tokens=record.usage.cached_tokens,
-    )
 
 
 def _shutdown_quietly(shutdown, sgl_engine, owned_processes) -> None:

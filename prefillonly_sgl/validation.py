@@ -69,17 +69,37 @@ def _check_text_or_ids(value: object, name: str, vocab_size: int) -> None:
     )
 
 
+def prompt_token_counter(tokenizer) -> Callable[[TextOrIds, TextOrIds], int]:
+    """count(first, second): the tokens of the prompt SGLang builds by joining them, first
+    then second. Text is concatenated and tokenized whole, special tokens included (BPE
+    may merge across the join); token ids are concatenated as they are."""
+
+    def count(first: TextOrIds, second: TextOrIds) -> int:
+        if isinstance(first, str):
+            if tokenizer is None:
+                raise InvalidRequestError(
+                    "this engine runs without a tokenizer (skip_tokenizer_init): give the "
+                    "query and items as token ids"
+                )
+            return len(tokenizer.encode(f"{first}{second}"))
+        return len(first) + len(second)
+
+    return count
+
+
 def validate_score_request(
     query: object,
     items: object,
     label_token_ids: object,
     limits: ModelLimits,
     count_tokens: Callable[[TextOrIds, TextOrIds], int],
+    item_first: bool = False,
 ) -> tuple[TextOrIds, list[TextOrIds], list[int]]:
     """Returns (query, items, labels) normalised; raises InvalidRequestError.
 
-    count_tokens(query, item) gives the prompt length the engine will see (the caller
-    owns the tokenizer, so this module stays free of it).
+    count_tokens(first, second) gives the length of the prompt joined in that order
+    (prompt_token_counter; the caller owns the tokenizer). SGLang joins query + item, or
+    item + query with item_first.
     """
     labels = validate_label_token_ids(label_token_ids, limits.vocab_size)
     if query is None:
@@ -100,7 +120,7 @@ def validate_score_request(
             raise InvalidRequestError(
                 f"query and items[{i}] must both be text or both be token ids"
             )
-        n_tokens = count_tokens(query, item)
+        n_tokens = count_tokens(item, query) if item_first else count_tokens(query, item)
         if n_tokens == 0:
             raise InvalidRequestError(f"items[{i}]: the prompt (query + item) is empty")
         if n_tokens > limits.scoring_prompt_tokens:
@@ -111,25 +131,3 @@ def validate_score_request(
                 "shorten the prompt)"
             )
     return query, items, labels
-
-
-def single_token_label_ids(tokenizer, labels: object) -> list[int]:
-    """Token ids of label words (e.g. [" Yes", " No"]); each must be exactly one token of
-    `tokenizer` (encoded without special tokens, as it would follow the prompt)."""
-    if not isinstance(labels, list | tuple) or not labels:
-        raise InvalidRequestError("labels must be a non-empty list of label strings")
-    ids = []
-    for label in labels:
-        if not isinstance(label, str) or not label:
-            raise InvalidRequestError(f"labels must be non-empty strings, got {label!r}")
-        tokens = tokenizer.encode(label, add_special_tokens=False)
-        if len(tokens) != 1:
-            raise InvalidRequestError(
-                f"label {label!r} is {len(tokens)} tokens {tokens}, not one: a label must be "
-                "a single token (try a shorter word, or with/without a leading space)"
-            )
-        ids.append(tokens[0])
-    duplicates = sorted({label for label, i in zip(labels, ids) if ids.count(i) > 1})
-    if duplicates:
-        raise InvalidRequestError(f"labels {duplicates} are the same token")
-    return ids

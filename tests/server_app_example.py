@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from prefillonly_sgl.dsl.labels import label_word_ids
 from prefillonly_sgl.server.endpoints import EndpointSpec
-from prefillonly_sgl.validation import single_token_label_ids
 
 
 class Review(BaseModel):
@@ -38,7 +38,7 @@ class SentimentClassifier:
 
     def startup(self, context) -> None:
         # Fails at server start if a label is not one token of this model's tokenizer.
-        self.label_ids = single_token_label_ids(context.tokenizer, list(self.labels.values()))
+        self.label_ids = label_word_ids(context.tokenizer, list(self.labels.values()))
 
     async def classify(self, request: Review, context) -> Sentiment:
         result = await context.score(self.prompt(request.text), [""], self.label_ids)
@@ -68,14 +68,17 @@ class RelevanceRequest(BaseModel):
 
 class RelevanceResponse(BaseModel):
     scores: list[float] = Field(..., description="P(Yes) per item, in request order")
+    cached_tokens: int = Field(..., description="prompt tokens served from the prefix cache")
 
 
 async def relevance(request: RelevanceRequest, context) -> RelevanceResponse:
-    yes, no = single_token_label_ids(context.tokenizer, [" Yes", " No"])
     query = f"User profile: {request.profile}\n"
     items = [f"Item: {item} Relevant? Answer Yes or No:" for item in request.items]
+    yes, no = label_word_ids(context.tokenizer, [" Yes", " No"], [query + i for i in items])
     result = await context.score(query, items, [yes, no])
-    return RelevanceResponse(scores=[row[0] for row in result.scores])
+    return RelevanceResponse(
+        scores=[row[0] for row in result.scores], cached_tokens=result.cached_tokens
+    )
 
 
 RELEVANCE = EndpointSpec(

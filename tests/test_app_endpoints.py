@@ -30,8 +30,8 @@ from server_process import (
 
 import prefillonly_sgl as prefillonly
 from prefillonly_sgl.dsl import LabelError, RemoteBackend
-from prefillonly_sgl.dsl.app_client import served_by
-from prefillonly_sgl.dsl.endpoint import MARKER, app_models, sample_prompt, sample_value
+from prefillonly_sgl.dsl.app_models import MARKER, app_models
+from prefillonly_sgl.dsl.endpoint import sample_prompt, sample_value
 from prefillonly_sgl.dsl.signature import DeclarationError
 from prefillonly_sgl.models.tiny import build_tokenizer
 
@@ -225,7 +225,7 @@ def test_remote_backend_falls_back_to_v1_score(server, via_score):
     assert sentiment("ok", engine=backend).label in ("good", "bad")
     assert spam("win money", engine=backend).label in ("Yes", "No")
     assert backend.paths == ["/openapi.json", "/v1/score", "/v1/score"]
-    assert not served_by(app.sentiment, via_score)  # typed_endpoints=False
+    assert not via_score.serves(app.sentiment)  # typed_endpoints=False
 
 
 # -- start-up ------------------------------------------------------------------------------

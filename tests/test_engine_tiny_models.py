@@ -97,3 +97,36 @@ def test_engine_still_scores_after_bad_requests(model_and_engine, labels):
     got = engine.score(QUERY, ITEMS[1:2], labels).scores
     want = TransformersReference(path).score(QUERY, ITEMS[1:2], labels)
     assert max_abs_diff(got, want) < TOLERANCE
+
+
+def test_result_reads_as_sglangs_list_of_rows(model_and_engine, labels):
+    """Code written against SGLang's Engine.score (a list of per-item rows) keeps working."""
+    _, engine = model_and_engine
+    result = engine.score(QUERY, ITEMS, labels)
+    assert len(result) == len(ITEMS) and result[1] == result.scores[1]
+    assert list(result) == result.scores and result == result.scores
+    assert [len(row) for row in result] == [len(labels)] * len(ITEMS)
+
+
+def _straddling_query(count, limit: int, item: str) -> str:
+    """A query whose prompt is within `limit` tokens as query + item but not as item +
+    query: " the" is one token of the tiny tokenizer, "the " is not."""
+    per_unit = count("a " * 100) / 100
+    start = int(limit / per_unit) - 40
+    for n in range(start, start + 80):
+        query = "a " * n + " "
+        if count(query + item) <= limit < count(item + query):
+            return query
+    raise AssertionError("no query straddles the limit: the tiny tokenizer changed?")
+
+
+def test_item_first_prompts_are_counted_in_sglangs_order(model_and_engine, labels):
+    """SGLang scores item + query with item_first: the limit applies to that text's tokens
+    (BPE merges differently across the join), in the Engine as in the server."""
+    _, engine = model_and_engine
+    count = lambda text: len(engine.tokenizer.encode(text))  # noqa: E731
+    limit = engine.limits.scoring_prompt_tokens
+    query = _straddling_query(count, limit, "the")
+    assert len(engine.score(query, ["the"], labels).scores) == 1  # query + item fits
+    with pytest.raises(InvalidRequestError, match=f"is {limit + 1} tokens, longer than the"):
+        engine.score(query, ["the"], labels, item_first=True)

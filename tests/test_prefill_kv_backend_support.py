@@ -15,9 +15,9 @@ import torch
 from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
 
-from prefillonly_sgl.sglang_runtime import prefill_kv
 from prefillonly_sgl.sglang_runtime.prefill_attention import PrefillOnlyTorchBackend
 from prefillonly_sgl.sglang_runtime.prefill_attention_gpu import flashinfer_pool_reads
+from prefillonly_sgl.sglang_runtime.prefill_kv import scheduler_process
 
 RAGGED_ALWAYS = dict(
     is_multimodal=False,
@@ -100,28 +100,28 @@ def _worker(backend, allocator=None, dllm=False):
 
 def test_scheduler_decision():
     ours = _torch_backend()
-    assert prefill_kv._unsupported_here(*_worker(ours)) is None
+    assert scheduler_process._unsupported_here(*_worker(ours)) is None
     # A hybrid (prefill / decode) backend: the prefill side is asked.
     hybrid = SimpleNamespace(prefill_backend=ours, decode_backend=object())
-    assert prefill_kv._unsupported_here(*_worker(hybrid)) is None
-    assert "dLLM" in prefill_kv._unsupported_here(*_worker(ours, dllm=True))
+    assert scheduler_process._unsupported_here(*_worker(hybrid)) is None
+    assert "dLLM" in scheduler_process._unsupported_here(*_worker(ours, dllm=True))
     stock = SimpleNamespace()  # stock backends have no prefill_only_kv_unsupported
-    assert "not prefillonly's" in prefill_kv._unsupported_here(*_worker(stock))
+    assert "not prefillonly's" in scheduler_process._unsupported_here(*_worker(stock))
     paged = TokenToKVPoolAllocator.__new__(TokenToKVPoolAllocator)
     paged.page_size = 16
-    assert "page size 16" in prefill_kv._unsupported_here(*_worker(ours, allocator=paged))
+    assert "page size 16" in scheduler_process._unsupported_here(*_worker(ours, allocator=paged))
     other = SimpleNamespace(page_size=1)
-    assert "allocator" in prefill_kv._unsupported_here(*_worker(ours, allocator=other))
+    assert "allocator" in scheduler_process._unsupported_here(*_worker(ours, allocator=other))
 
 
 def test_only_rows_with_a_pool_slot_are_written(monkeypatch):
     from prefillonly_sgl.sglang_runtime.prefill_attention import _kept_rows
 
-    loc = torch.tensor([7, 8, 0, 0, 9, 0])  # slot 0: KV dropped by prefill-only KV
-    monkeypatch.setattr(prefill_kv._PROCESS, "active", True)
+    loc = torch.tensor([7, 8, 0, 0, 9, 0])  # DROPPED_SLOT (0): KV dropped by prefill-only KV
+    monkeypatch.setattr(scheduler_process.STATE, "active", True)
     assert _kept_rows(loc).tolist() == [0, 1, 4]
     assert _kept_rows(torch.tensor([7, 8])) is None  # nothing dropped: write as stock
-    monkeypatch.setattr(prefill_kv._PROCESS, "active", False)
+    monkeypatch.setattr(scheduler_process.STATE, "active", False)
     assert _kept_rows(loc) is None
 
 
@@ -129,11 +129,11 @@ def test_stock_fallback_refuses_tokens_without_pool_kv(monkeypatch):
     from prefillonly_sgl.sglang_runtime.prefill_attention import _refuse_dropped_tokens
 
     batch = SimpleNamespace(out_cache_loc=torch.tensor([7, 0]))
-    monkeypatch.setattr(prefill_kv._PROCESS, "active", True)
+    monkeypatch.setattr(scheduler_process.STATE, "active", True)
     with pytest.raises(RuntimeError, match="--disable-prefill-only-kv"):
         _refuse_dropped_tokens(batch)
     _refuse_dropped_tokens(SimpleNamespace(out_cache_loc=torch.tensor([7, 8])))  # all real
-    monkeypatch.setattr(prefill_kv._PROCESS, "active", False)
+    monkeypatch.setattr(scheduler_process.STATE, "active", False)
     _refuse_dropped_tokens(batch)
 
 
@@ -148,10 +148,10 @@ def test_flashinfer_refuses_a_paged_only_plan_under_prefill_only_kv(monkeypatch)
     monkeypatch.setattr(FlashInferAttnBackend, "init_forward_metadata", stock_plan)
     backend = PrefillOnlyFlashInferBackend.__new__(PrefillOnlyFlashInferBackend)
     paged = SimpleNamespace(forward_mode=ForwardMode.EXTEND, ragged=False)
-    monkeypatch.setattr(prefill_kv._PROCESS, "active", True)
+    monkeypatch.setattr(scheduler_process.STATE, "active", True)
     with pytest.raises(RuntimeError, match="paged-only prefill"):
         backend.init_forward_metadata(paged)
     backend.init_forward_metadata(SimpleNamespace(forward_mode=ForwardMode.EXTEND, ragged=True))
     backend.init_forward_metadata(SimpleNamespace(forward_mode=ForwardMode.DECODE, ragged=False))
-    monkeypatch.setattr(prefill_kv._PROCESS, "active", False)
+    monkeypatch.setattr(scheduler_process.STATE, "active", False)
     backend.init_forward_metadata(paged)

@@ -20,7 +20,8 @@ from conftest import max_abs_diff
 
 from prefillonly_sgl import Engine
 from prefillonly_sgl.errors import InvalidRequestError
-from prefillonly_sgl.kv.policy import REUSABLE_LEN_KEY, common_prefix_len, reusable_prefix_len
+from prefillonly_sgl.kv.messages import REUSABLE_LEN_KEY
+from prefillonly_sgl.kv.policy import common_prefix_len, reusable_prefix_len
 from prefillonly_sgl.reference import TransformersReference
 from prefillonly_sgl.sglang_runtime.prefill_attention import LOG_ENV
 

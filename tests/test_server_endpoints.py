@@ -157,6 +157,17 @@ def test_app_ranker_endpoint(server):
     assert len(scores) == 3 and all(0 <= s <= 1 for s in scores)
 
 
+def test_app_handlers_see_the_cached_tokens_of_their_score_call(server):
+    """context.score returns the same ScoreResult as Engine.score, cached tokens included."""
+    body = {"profile": "likes long walks and history books " * 8, "items": ["a", "b"]}
+    first = post(server, "/rank/relevance", body)
+    again = post(server, "/rank/relevance", body)
+    assert first.status_code == again.status_code == 200, again.text
+    cached = again.json()["cached_tokens"]
+    assert cached > 0  # the profile (the query) is in the prefix cache now
+    assert cached == int(again.headers["x-prefillonly-cached-tokens"])  # the one call
+
+
 def test_openapi_lists_typed_endpoints_with_schemas(server):
     doc = requests.get(f"{server.url}/openapi.json", timeout=30).json()
     schemas = doc["components"]["schemas"]
@@ -225,6 +236,8 @@ BAD_REQUESTS = [
     ("chat-wrong-type", "/v1/chat/completions", {"model": "default", "messages": "hi"}, 400, "messages"),  # noqa: E501
     ("label-not-one-token", "/v1/score_labels", {"items": ["a"], "labels": [" Yes", "history books"]}, 400, "not one"),  # noqa: E501
     ("label-words-duplicate", "/v1/score_labels", {"items": ["a"], "labels": [" Yes", " Yes"]}, 400, "same token"),  # noqa: E501
+    # "s" is one token alone, but after "walk" the tokenizer writes "walks" differently
+    ("label-merges-with-prompt", "/v1/score_labels", {"query": "They like to walk", "items": [""], "labels": ["s", " No"]}, 400, "label 's' is not one token"),  # noqa: E501
     ("app-missing-field", "/classify/sentiment", {}, 400, "text: Field required"),
     ("app-empty-field", "/classify/sentiment", {"text": ""}, 400, "text"),
     ("app-wrong-type", "/rank/relevance", {"profile": "x", "items": "abc"}, 400, "items"),

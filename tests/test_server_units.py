@@ -25,7 +25,7 @@ from prefillonly_sgl.server.request_checks import (
     check_score_body,
     parse_json_body,
 )
-from prefillonly_sgl.server.usage import RequestUsage
+from prefillonly_sgl.usage import RequestUsage
 from prefillonly_sgl.validation import ModelLimits
 
 LIMITS = ModelLimits(vocab_size=100, max_prompt_tokens=50)
@@ -348,3 +348,14 @@ def test_app_modules_load_by_name_and_cli_rejects_bad_options_before_starting(ca
     assert main(["serve", "--patches", "no-such-patch"]) == 2
     assert "no-such-patch" in capsys.readouterr().err
     assert main(["serve", "--app", "no_such_module_anywhere"]) == 2
+
+
+def test_every_error_body_has_sglangs_shape_and_one_type_per_status():
+    import orjson
+
+    from prefillonly_sgl.server.errors import error_body
+
+    for status, kind in ((400, "BadRequestError"), (413, "RequestTooLargeError"), (500, "Error")):
+        body = orjson.loads(error_body(status, "why"))
+        assert body == {"object": "error", "message": "why", "type": kind, "param": None,
+                        "code": status}  # fmt: skip

@@ -54,3 +54,25 @@ def test_plugin_is_inert_without_the_environment_variable(monkeypatch):
     monkeypatch.setenv(plugin.PATCHES_ENV, "no-such-feature")
     with pytest.raises(ValueError, match="no-such-feature"):
         plugin.requested_features()
+
+
+def test_every_hook_table_target_is_listed():
+    """Each feature's hook tables (hooks.py) name only symbols in HOOK_TARGETS, so the
+    resolution test above covers them; and each table's hook types exist."""
+    from sglang.srt.plugins.hook_registry import HookType
+
+    from prefillonly_sgl.sglang_runtime import offline_engine
+    from prefillonly_sgl.sglang_runtime.prefill_kv import scheduler_process, tokenizer_process
+
+    tables = [offline_engine.SHUTDOWN_HOOKS, scheduler_process.HOOKS, tokenizer_process.HOOKS]
+    for table in tables:
+        for target, (hook_type, hook) in table.items():
+            assert target in HOOK_TARGETS, target
+            assert HookType[hook_type] and callable(hook)
+
+
+def test_plugin_features_follow_the_feature_list():
+    from prefillonly_sgl import features
+    from prefillonly_sgl.sglang_runtime import plugin
+
+    assert list(plugin.FEATURES) == list(features.FEATURES)

@@ -1,8 +1,9 @@
-"""Demo: few-shot sentiment of real drug reviews on the embedded default model.
+"""Demo: few-shot sentiment of real drug reviews on the embedded default model, with the
+DSL the README teaches first (``@classifier``).
 
-One shared few-shot prefix (the score request's query, computed once and then served from
-SGLang's prefix cache) and one item per review; the labels " positive" / " negative" are
-single tokens, so each review is one prefill and one read of two logits.
+One shared few-shot prefix (the score requests' query, computed once and then served from
+SGLang's prefix cache) and one item per review; the labels "positive" / "negative" are
+single tokens after the prompt, so each review is one prefill and one read of two logits.
 
     ./run demo [--limit 60] [--model FOLDER] [--device cpu|cuda]
 """
@@ -11,16 +12,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-
-from tqdm import tqdm
+from typing import Literal
 
 from prefillonly_sgl.data.drug_reviews import DrugReview, load_drug_reviews
-from prefillonly_sgl.validation import single_token_label_ids
+from prefillonly_sgl.dsl import Prompt, classifier
 
 LABELS = ("positive", "negative")
 INSTRUCTION = "Classify the sentiment of each drug review as positive or negative.\n\n"
 N_SHOTS_PER_LABEL = 2
-BATCH = 8  # items per score request: small enough for a smooth progress bar
+BATCH = 8  # reviews per score request: small enough for a smooth progress bar
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,14 @@ class Prediction:
     p_positive: float
 
 
-def item_text(review: DrugReview) -> str:
-    return f"Review: {review.text}\nSentiment:"
+def item_text(text: str) -> str:
+    return f"Review: {text}\nSentiment:"
+
+
+@classifier(batch_size=BATCH)
+def review_sentiment(review: str, examples: str) -> Literal["positive", "negative"]:
+    """A drug review's sentiment, after few-shot examples (the shared prefix)."""
+    return Prompt(prefix=examples, item=item_text(review))
 
 
 def few_shot_prefix(train: list[DrugReview]) -> str:
@@ -41,21 +47,15 @@ def few_shot_prefix(train: list[DrugReview]) -> str:
         pool = sorted((r for r in train if r.sentiment == label), key=lambda r: len(r.text))
         shots += pool[:N_SHOTS_PER_LABEL]
     shots.sort(key=lambda r: r.text)  # interleave labels deterministically
-    return INSTRUCTION + "".join(f"{item_text(r)} {r.sentiment}\n\n" for r in shots)
+    return INSTRUCTION + "".join(f"{item_text(r.text)} {r.sentiment}\n\n" for r in shots)
 
 
 def classify(engine, reviews: list[DrugReview], prefix: str) -> list[Prediction]:
-    label_ids = single_token_label_ids(engine.tokenizer, [" " + label for label in LABELS])
-    predictions = []
-    with tqdm(total=len(reviews), desc="scoring", unit="review") as bar:
-        for start in range(0, len(reviews), BATCH):
-            batch = reviews[start : start + BATCH]
-            result = engine.score(prefix, [item_text(r) for r in batch], label_ids)
-            for review, (p_pos, p_neg) in zip(batch, result.scores):
-                label = LABELS[0] if p_pos >= p_neg else LABELS[1]
-                predictions.append(Prediction(review, label, p_pos))
-            bar.update(len(batch))
-    return predictions
+    results = review_sentiment.batch([(r.text, prefix) for r in reviews], engine=engine)
+    return [
+        Prediction(review, result.label, result.probs["positive"])
+        for review, result in zip(reviews, results)
+    ]
 
 
 def run(limit: int = 60, model: str | None = None, device: str | None = None) -> float:

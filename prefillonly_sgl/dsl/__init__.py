@@ -8,27 +8,26 @@
 
     credit_risk("...", engine=engine).label
 
-Files: labels.py (label sets -> single label tokens), prompt.py (Prompt: shared prefix vs
-item; chat templates), signature.py (pydantic input validation), request.py (compiled
-score requests), results.py (result models), backends.py (local Engine, remote
-/v1/score, the default backend), function.py (what both decorators share),
-classifier.py and ranker.py (the decorators), endpoint.py (each function as a typed
-endpoint of `prefillonly serve --app`), app_client.py (a remote call through that endpoint).
-Compilation is plain Python; only the backends run anything.
+A call flows: classifier.py / ranker.py validate the arguments into a job (job.py) ->
+the backend runs it (backends.py chooses which: backend.py is the interface,
+local_backend.py an Engine here, remote_backend.py a server) -> probability rows -> typed
+results (results.py). Compiling a job: function.py (what both decorators share) with
+prompt.py (Prompt: shared prefix vs item; chat templates), labels.py (label sets -> single
+label tokens in context), request.py (prompts grouped into score requests) and runner.py
+(sending them). signature.py validates inputs with pydantic. Over HTTP: app_models.py (the
+endpoint models), endpoint.py (`prefillonly serve --app`, server side), app_client.py
+(what RemoteBackend posts there). Everything but the backends is plain Python.
 """
 
-from prefillonly_sgl.dsl.backends import (
-    Backend,
-    LocalEngineBackend,
-    RemoteBackend,
-    RemoteBackendError,
-    set_default_backend,
-    use,
-)
+from prefillonly_sgl.dsl.backend import Backend
+from prefillonly_sgl.dsl.backends import set_default_backend, use
 from prefillonly_sgl.dsl.classifier import Classifier, classifier
+from prefillonly_sgl.dsl.job import ClassifyJob, RankJob
 from prefillonly_sgl.dsl.labels import LabelError, LabelSet, compile_labels, label_set
+from prefillonly_sgl.dsl.local_backend import LocalEngineBackend
 from prefillonly_sgl.dsl.prompt import Prompt
 from prefillonly_sgl.dsl.ranker import Ranker, ranker
+from prefillonly_sgl.dsl.remote_backend import RemoteBackend, RemoteBackendError
 from prefillonly_sgl.dsl.request import CompiledCall, ScoreRequest
 from prefillonly_sgl.dsl.results import Classification, RankedItem, Ranking
 from prefillonly_sgl.dsl.signature import DeclarationError
@@ -37,12 +36,14 @@ __all__ = [
     "Backend",
     "Classification",
     "Classifier",
+    "ClassifyJob",
     "CompiledCall",
     "DeclarationError",
     "LabelError",
     "LabelSet",
     "LocalEngineBackend",
     "Prompt",
+    "RankJob",
     "RankedItem",
     "Ranker",
     "Ranking",

@@ -1,28 +1,30 @@
-"""Calling a DSL function through its typed endpoint on a `prefillonly serve --app` server.
+"""The client half of a DSL function's typed endpoint (`prefillonly serve --app`; the
+server half is endpoint.py): a job's validated arguments as JSON bodies, the answers as
+probability rows. RemoteBackend uses it when its server serves the job's function
+(``RemoteBackend.serves``); the server builds the prompts and compiles the labels with
+its own tokenizer, so the client needs none. Results are rebuilt from the rows exactly as
+after a /v1/score call (same result types, Enum labels included).
 
-A call whose backend is a RemoteBackend first asks whether the server serves *this*
-function: its /openapi.json (read once per backend) lists ``POST <function.path>`` and the
-request schema's ``x-prefillonly-dsl`` marker has the same kind, function name and labels,
-with the same fields. Then the validated arguments go there as JSON and the server builds
-the prompt and compiles the labels with its own tokenizer, so the client needs no
-tokenizer. Otherwise the call compiles here and posts /v1/score, as before.
-Results are rebuilt here from the returned label probabilities, exactly as after a
-/v1/score call (same result types, Enum labels included).
+    one classifier call  -> POST <path>                 {arguments}
+    a classifier batch   -> POST <path>/batch           {"inputs": [...]}, batch_size each
+    a ranker call        -> POST <path>                 {shared arguments, "items": [...]}
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from prefillonly_sgl.dsl.endpoint import MARKER, app_models
+from prefillonly_sgl.dsl.app_models import MARKER, app_models
+from prefillonly_sgl.dsl.job import Job, RankJob
+
+Post = Callable[[str, dict], dict]  # (path, JSON body) -> JSON answer
 
 
-def served_by(function, backend) -> bool:
-    """Whether ``backend`` is a server exposing this function's typed endpoint."""
-    schema_of = getattr(backend, "endpoint_schema", None)
-    if schema_of is None:
-        return False
-    schema = schema_of(function.path)
+def schema_matches(function, schema: dict | None) -> bool:
+    """Whether a request schema from /openapi.json is this function's endpoint: the same
+    marker (kind, name, labels) and the same fields."""
     if not schema:
         return False
     models = app_models(function)
@@ -30,61 +32,62 @@ def served_by(function, backend) -> bool:
     return schema.get(MARKER) == models.marker and fields == set(models.request.model_fields)
 
 
-async def aserved_by(function, backend) -> bool:
-    """``served_by`` for async calls (the first one reads /openapi.json in a thread)."""
-    if getattr(backend, "endpoint_schema", None) is None:
-        return False
-    return await asyncio.to_thread(served_by, function, backend)
+@dataclass(frozen=True)
+class _Post:
+    """One POST of a job; ``inputs``: how many of the job's inputs it answers."""
+
+    path: str
+    body: dict
+    inputs: int
+    results_key: str | None  # where the answer lists its results (None: it is one)
+
+    def rows(self, post: Post, labels: tuple[str, ...]) -> list[list[float]]:
+        answer = post(self.path, self.body)
+        results = [answer] if self.results_key is None else answer[self.results_key]
+        return [[result["probs"][label] for label in labels] for result in results]
 
 
-def _rows(function, results: list[dict]) -> list[list[float]]:
-    """Probability rows (label order) from result objects' ``probs``."""
-    return [[result["probs"][t] for t in function.labels.texts] for result in results]
+def _posts(job: Job) -> list[_Post]:
+    path = job.function.path
+    model = app_models(job.function).request
+    if isinstance(job, RankJob):
+        body = model.model_validate({**job.shared, "items": list(job.items)})
+        # top_k and score are applied on the client, to the rows
+        body = body.model_dump(mode="json", exclude={"top_k", "score"})
+        return [_Post(path, body, len(job), "by_input")]
+    bodies = [model.model_validate(a).model_dump(mode="json") for a in job.inputs]
+    if job.batch_size is None:  # a call, not a batch: the function's own path
+        return [_Post(path, body, 1, None) for body in bodies]
+    chunks = [bodies[i : i + job.batch_size] for i in range(0, len(bodies), job.batch_size)]
+    return [_Post(f"{path}/batch", {"inputs": c}, len(c), "results") for c in chunks]
 
 
-def classify_one(function, backend, arguments: dict) -> list[float]:
-    body = app_models(function).request.model_validate(arguments).model_dump(mode="json")
-    return _rows(function, [backend.post(function.path, body)])[0]
+def rows(post: Post, job: Job, progress=None) -> list[list[float]]:
+    """The job's probability rows (input order) through its endpoint."""
+    labels = job.function.labels.texts
+    if progress is not None:
+        progress.start()
+    answer = []
+    for one in _posts(job):
+        answer += one.rows(post, labels)
+        if progress is not None:
+            progress.update(one.inputs)
+    return answer
 
 
-def _classify_chunk(function, backend, chunk: list[dict]) -> list[list[float]]:
-    request = app_models(function).request
-    body = {"inputs": [request.model_validate(a).model_dump(mode="json") for a in chunk]}
-    return _rows(function, backend.post(f"{function.path}/batch", body)["results"])
-
-
-def _chunks(arguments: list[dict], size: int) -> list[list[dict]]:
-    return [arguments[start : start + size] for start in range(0, len(arguments), size)]
-
-
-def classify_many(function, backend, arguments, batch_size: int, bar=None) -> list[list[float]]:
-    """``batch_size`` inputs per request to ``<path>/batch``, in order."""
-    rows = []
-    for chunk in _chunks(arguments, batch_size):
-        rows += _classify_chunk(function, backend, chunk)
-        if bar is not None:
-            bar.update(len(chunk))
-    return rows
-
-
-async def aclassify_many(
-    function, backend, arguments, batch_size: int, bar, max_in_flight: int
-) -> list[list[float]]:
+async def arows(post: Post, job: Job, progress, max_in_flight: int) -> list[list[float]]:
+    """``rows`` from asyncio code, up to ``max_in_flight`` requests at once."""
+    labels = job.function.labels.texts
+    if progress is not None:
+        progress.start()
     gate = asyncio.Semaphore(max_in_flight)
 
-    async def run(chunk):
+    async def run(one: _Post) -> list[list[float]]:
         async with gate:
-            rows = await asyncio.to_thread(_classify_chunk, function, backend, chunk)
-        if bar is not None:
-            bar.update(len(chunk))
-        return rows
+            answer = await asyncio.to_thread(one.rows, post, labels)
+        if progress is not None:
+            progress.update(one.inputs)
+        return answer
 
-    done = await asyncio.gather(*(run(c) for c in _chunks(arguments, batch_size)))
-    return [row for rows in done for row in rows]
-
-
-def rank(function, backend, shared: dict, items: list) -> list[list[float]]:
-    """Probability rows of every item, in item order (top_k and score are applied here)."""
-    request = app_models(function).request.model_validate({**shared, "items": items})
-    body = request.model_dump(mode="json", exclude={"top_k", "score"})
-    return _rows(function, backend.post(function.path, body)["by_input"])
+    done = await asyncio.gather(*(run(one) for one in _posts(job)))
+    return [row for answer in done for row in answer]

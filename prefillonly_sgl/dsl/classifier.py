@@ -14,16 +14,15 @@ see endpoint.py; a remote backend calls that endpoint when the server has it.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 
-from prefillonly_sgl.dsl import app_client
-from prefillonly_sgl.dsl.backends import Backend, resolve_backend
+from prefillonly_sgl.dsl.backends import resolve_backend
 from prefillonly_sgl.dsl.endpoint import classifier_endpoints
 from prefillonly_sgl.dsl.function import RESERVED, ScoringFunction
-from prefillonly_sgl.dsl.request import CompiledCall, group_requests
+from prefillonly_sgl.dsl.job import ClassifyJob
+from prefillonly_sgl.dsl.request import CompiledCall
 from prefillonly_sgl.dsl.results import Classification, classification_model, classify_row
-from prefillonly_sgl.dsl.runner import DEFAULT_IN_FLIGHT, asend, progress_bar, send
+from prefillonly_sgl.dsl.runner import DEFAULT_IN_FLIGHT, Progress
 from prefillonly_sgl.errors import InvalidRequestError
 
 DEFAULT_BATCH_SIZE = 64  # inputs per score request in .batch(): a smooth progress bar
@@ -31,31 +30,42 @@ DEFAULT_BATCH_SIZE = 64  # inputs per score request in .batch(): a smooth progre
 
 class Classifier(ScoringFunction):
     """Call it like the function (plus ``engine=``) to classify one input; ``batch`` /
-    ``abatch`` classify many; ``compile`` shows the score requests without sending them."""
+    ``abatch`` classify many; ``compile`` shows the score requests without sending them.
+
+    Each call is a ClassifyJob run by its backend (backends.py chooses which); the rows it
+    returns become typed results here (``results``)."""
+
+    kind = "classifier"
 
     def __init__(self, fn, labels=None, *, batch_size: int = DEFAULT_BATCH_SIZE, **options):
         super().__init__(fn, labels, reserved=RESERVED, **options)
         self.batch_size = batch_size
         self.result_model = classification_model(fn.__name__, self.labels)
 
-    # -- compile (no backend needed, only its tokenizer) ---------------------------------
+    # -- jobs and results (no backend needed) --------------------------------------------
+    def job(self, *args, **kwargs) -> ClassifyJob:
+        """The job of one call (arguments validated)."""
+        return ClassifyJob(self, (self.inputs.validate(args, kwargs),))
+
+    def batch_job(self, inputs, batch_size: int | None = None) -> ClassifyJob:
+        """The job of a batch: each input a dict of keyword arguments, a tuple of positional
+        ones, or the argument itself for a one-parameter function."""
+        arguments = tuple(self._validate_input(i, x) for i, x in enumerate(inputs))
+        return ClassifyJob(self, arguments, batch_size or self.batch_size)
+
     def compile(self, tokenizer, /, *args, **kwargs) -> CompiledCall:
         """The score request(s) for one call."""
-        return self._compile(tokenizer, [self.inputs.validate(args, kwargs)], None)
+        return self.job(*args, **kwargs).compile(tokenizer)
 
     def compile_batch(self, tokenizer, inputs, batch_size: int | None = None) -> CompiledCall:
         """The score requests for a batch: inputs sharing a prefix share a request."""
-        arguments = [self._validate_input(i, x) for i, x in enumerate(inputs)]
-        return self._compile(tokenizer, arguments, batch_size or self.batch_size)
+        return self.batch_job(inputs, batch_size).compile(tokenizer)
 
-    def _compile(self, tokenizer, arguments: list[dict], max_items) -> CompiledCall:
-        prompts = [self.prompt(tokenizer, **a) for a in arguments]
-        label_ids = [self.label_ids(tokenizer, p) for p in prompts]
-        return group_requests(prompts, label_ids, self.normalize, max_items, self.warm_prefix)
+    def results(self, rows: list[list[float]]) -> list[Classification]:
+        """Typed results from probability rows (label order), one per input."""
+        return [classify_row(self.result_model, self.labels, row) for row in rows]
 
     def _validate_input(self, index: int, value) -> dict:
-        """One batch input: the argument itself for a one-parameter function, else a dict
-        of keyword arguments or a tuple of positional ones."""
         if len(self.inputs.params) == 1:
             args, kwargs = (value,), {}
         elif isinstance(value, dict):
@@ -72,47 +82,23 @@ class Classifier(ScoringFunction):
         except InvalidRequestError as e:
             raise InvalidRequestError(f"inputs[{index}]: {e}") from None
 
-    def _results(self, compiled: CompiledCall, answers) -> list[Classification]:
-        return self._classify_rows(compiled.gather(answers))
-
-    def _classify_rows(self, rows: list[list[float]]) -> list[Classification]:
-        return [classify_row(self.result_model, self.labels, row) for row in rows]
-
     # -- run -----------------------------------------------------------------------------
     def __call__(self, *args, engine=None, **kwargs) -> Classification:
-        backend = resolve_backend(engine)
-        if app_client.served_by(self, backend):
-            arguments = self.inputs.validate(args, kwargs)
-            return self._classify_rows([app_client.classify_one(self, backend, arguments)])[0]
-        compiled = self.compile(backend.tokenizer, *args, **kwargs)
-        return self._results(compiled, send(backend, compiled))[0]
+        job = self.job(*args, **kwargs)
+        return self.results(resolve_backend(engine).run(job))[0]
 
     async def acall(self, *args, engine=None, **kwargs) -> Classification:
-        backend = resolve_backend(engine)
-        if await app_client.aserved_by(self, backend):
-            arguments = self.inputs.validate(args, kwargs)
-            row = await asyncio.to_thread(app_client.classify_one, self, backend, arguments)
-            return self._classify_rows([row])[0]
-        compiled = self.compile(backend.tokenizer, *args, **kwargs)
-        return self._results(compiled, await asend(backend, compiled))[0]
+        job = self.job(*args, **kwargs)
+        return self.results(await resolve_backend(engine).arun(job))[0]
 
     def batch(
         self, inputs, *, engine=None, progress: bool = True, batch_size: int | None = None
     ) -> list[Classification]:
         """Classify every input; results in input order."""
-        inputs = list(inputs)
-        backend: Backend = resolve_backend(engine)
-        if app_client.served_by(self, backend):
-            arguments = [self._validate_input(i, x) for i, x in enumerate(inputs)]
-            with progress_bar(len(inputs), progress, self.fn.__name__) as bar:
-                rows = app_client.classify_many(
-                    self, backend, arguments, batch_size or self.batch_size, bar
-                )
-            return self._classify_rows(rows)
-        compiled = self.compile_batch(backend.tokenizer, inputs, batch_size)
-        with progress_bar(len(inputs), progress, self.fn.__name__) as bar:
-            answers = send(backend, compiled, bar)
-        return self._results(compiled, answers)
+        backend = resolve_backend(engine)
+        job = self.batch_job(list(inputs), batch_size)
+        with Progress(len(job), progress, self.fn.__name__) as bar:
+            return self.results(backend.run(job, bar))
 
     async def abatch(
         self,
@@ -124,19 +110,10 @@ class Classifier(ScoringFunction):
         max_in_flight: int = DEFAULT_IN_FLIGHT,
     ) -> list[Classification]:
         """``batch`` for asyncio code, with up to ``max_in_flight`` requests at once."""
-        inputs = list(inputs)
-        backend: Backend = resolve_backend(engine)
-        if await app_client.aserved_by(self, backend):
-            arguments = [self._validate_input(i, x) for i, x in enumerate(inputs)]
-            with progress_bar(len(inputs), progress, self.fn.__name__) as bar:
-                rows = await app_client.aclassify_many(
-                    self, backend, arguments, batch_size or self.batch_size, bar, max_in_flight
-                )
-            return self._classify_rows(rows)
-        compiled = self.compile_batch(backend.tokenizer, inputs, batch_size)
-        with progress_bar(len(inputs), progress, self.fn.__name__) as bar:
-            answers = await asend(backend, compiled, bar, max_in_flight)
-        return self._results(compiled, answers)
+        backend = resolve_backend(engine)
+        job = self.batch_job(list(inputs), batch_size)
+        with Progress(len(job), progress, self.fn.__name__) as bar:
+            return self.results(await backend.arun(job, bar, max_in_flight))
 
     def __prefillonly_endpoint__(self):
         """Its typed endpoints under `prefillonly serve --app` (see endpoint.py)."""

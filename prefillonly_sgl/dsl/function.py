@@ -1,5 +1,6 @@
-"""What classifiers and rankers share: turning validated arguments into a prompt and the
-label token ids for it (plain Python: the tokenizer comes from the backend)."""
+"""What classifiers and rankers share: turning validated arguments into prompts, the label
+token ids for each and the score requests for all (plain Python: the tokenizer comes from
+the backend)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import typing
 
 from prefillonly_sgl.dsl.labels import TAIL_CHARS, LabelSet, compile_labels, label_set
 from prefillonly_sgl.dsl.prompt import ChatFormat, Prompt
+from prefillonly_sgl.dsl.request import CompiledCall, group_requests
 from prefillonly_sgl.dsl.signature import DeclarationError, Signature, type_hints
 from prefillonly_sgl.errors import InvalidRequestError
 
@@ -31,6 +33,8 @@ def labels_from(fn, labels) -> LabelSet:
 
 class ScoringFunction:
     """A decorated prompt function with its labels, chat option and input validation."""
+
+    kind = "function"  # "classifier" / "ranker": what its typed endpoint is
 
     def __init__(
         self,
@@ -96,3 +100,13 @@ class ScoringFunction:
             self._label_ids.clear()
         self._label_ids[key] = (tokenizer, ids)  # keeps the tokenizer alive: ids stay unique
         return ids
+
+    def compile_arguments(
+        self, tokenizer, arguments: list[dict], max_items: int | None
+    ) -> CompiledCall:
+        """The score requests for validated ``arguments`` (one dict per prompt): prompts
+        sharing a prefix share a request, at most ``max_items`` items each (None: no
+        limit); see request.group_requests."""
+        prompts = [self.prompt(tokenizer, **a) for a in arguments]
+        label_ids = [self.label_ids(tokenizer, p) for p in prompts]
+        return group_requests(prompts, label_ids, self.normalize, max_items, self.warm_prefix)

@@ -78,7 +78,10 @@ def label_set(labels) -> LabelSet:
             raise LabelError(f"label {text!r} is blank")
     duplicates = sorted({t for t in texts if texts.count(t) > 1})
     if duplicates:
-        raise LabelError(f"labels must be distinct; repeated: {duplicates}")
+        raise LabelError(
+            f"labels must be distinct (each its own token, never the same token twice); "
+            f"repeated: {duplicates}"
+        )
     return LabelSet(values=values, texts=texts, label_type=label_type)
 
 
@@ -134,6 +137,25 @@ def compile_labels(
             + ". Choose a label that is a single token, e.g. a shorter word or a letter."
         )
     _check_collisions(labels, ids, tokenizer, tail, leading_space)
+    return ids
+
+
+def label_word_ids(tokenizer, words, prompts=("",)) -> list[int]:
+    """Token ids of label words written verbatim (no space added) after each of
+    ``prompts``, by the same compiler as the DSL's labels: for callers that give words
+    rather than a declared label set (/v1/score_labels). Raises LabelError naming a word
+    that is not one token after a prompt's end (e.g. it merges with it), or two words that
+    are the same token."""
+    labels = label_set(list(words) if isinstance(words, list | tuple) else words)
+    ids: list[int] | None = None
+    for tail in dict.fromkeys(prompt[-TAIL_CHARS:] for prompt in prompts):
+        got = compile_labels(labels, tokenizer, tail, leading_space=False)
+        if ids is not None and got != ids:
+            raise LabelError(
+                f"the labels {list(labels.texts)} are different tokens after different "
+                f"prompts ({ids} and {got}); score those prompts in separate requests"
+            )
+        ids = got
     return ids
 
 

@@ -20,18 +20,16 @@ remote backend calls that endpoint when the server has it.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Callable, Mapping
 
-from prefillonly_sgl.dsl import app_client
 from prefillonly_sgl.dsl.backends import resolve_backend
 from prefillonly_sgl.dsl.endpoint import ranker_endpoint
 from prefillonly_sgl.dsl.function import RESERVED, ScoringFunction
+from prefillonly_sgl.dsl.job import RankJob
 from prefillonly_sgl.dsl.labels import LabelSet
-from prefillonly_sgl.dsl.request import CompiledCall, group_requests
+from prefillonly_sgl.dsl.request import CompiledCall
 from prefillonly_sgl.dsl.results import Ranking, label_probs, ranking_model
-from prefillonly_sgl.dsl.runner import asend, send
 from prefillonly_sgl.dsl.signature import DeclarationError, validate_list
 from prefillonly_sgl.errors import InvalidRequestError
 
@@ -40,7 +38,12 @@ RANKER_RESERVED = RESERVED + ("items", "top_k", "score")
 
 class Ranker(ScoringFunction):
     """Call it with the shared arguments and ``items=[...]`` (values of the item
-    parameter), optionally ``top_k=`` and ``score=``; returns a Ranking."""
+    parameter), optionally ``top_k=`` and ``score=``; returns a Ranking.
+
+    Each call is a RankJob run by its backend (backends.py chooses which); the rows it
+    returns become the Ranking here (``ranking``)."""
+
+    kind = "ranker"
 
     def __init__(self, fn, labels=None, *, score=None, item: str | None = None, **options):
         names = list(inspect.signature(fn).parameters)
@@ -58,71 +61,56 @@ class Ranker(ScoringFunction):
         self.score_of = score_function(self.labels, score)
         self.result_model = ranking_model(fn.__name__, self.item_type)
 
-    # -- compile -------------------------------------------------------------------------
-    def compile(self, tokenizer, /, *args, items, **kwargs) -> CompiledCall:
-        """The score request(s) for a call: one per distinct prefix (normally one)."""
-        shared, items = self._validate(args, kwargs, items)
-        return self._compile(tokenizer, shared, items)
-
-    def _validate(self, args, kwargs, items) -> tuple[dict, list]:
+    # -- jobs and results (no backend needed) --------------------------------------------
+    def job(self, *args, items, **kwargs) -> RankJob:
+        """The job of one call (arguments and items validated)."""
         shared = self.inputs.validate(args, kwargs)
         if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
             raise InvalidRequestError(f"items must be a list, got {type(items).__name__}")
         items = validate_list("items", self.item_type, list(items))
         if not items:
             raise InvalidRequestError("items is empty: give at least one item to rank")
-        return shared, items
+        return RankJob(self, shared, tuple(items))
 
-    def _compile(self, tokenizer, shared: dict, items: list) -> CompiledCall:
-        prompts = [self.prompt(tokenizer, **shared, **{self.item_param: x}) for x in items]
-        label_ids = [self.label_ids(tokenizer, p) for p in prompts]
-        return group_requests(prompts, label_ids, self.normalize, None, self.warm_prefix)
+    def compile(self, tokenizer, /, *args, items, **kwargs) -> CompiledCall:
+        """The score request(s) for a call: one per distinct prefix (normally one)."""
+        return self.job(*args, items=items, **kwargs).compile(tokenizer)
 
-    def _ranking(self, items, rows: list[list[float]], top_k, score_of) -> Ranking:
-        """The Ranking of ``items`` from their probability rows (label order)."""
+    def ranking(self, items, rows: list[list[float]], top_k=None, score=None) -> Ranking:
+        """The Ranking of ``items`` from their probability rows (label order); ``score``
+        overrides the declared score (see score_function)."""
+        check_top_k(top_k)
+        score_of = self.score_of if score is None else score_function(self.labels, score)
         by_input = []
         for index, (item, row) in enumerate(zip(items, rows, strict=True)):
             probs, logprobs = label_probs(self.labels, row)
-            score = score_of(probs)
             by_input.append(
-                dict(item=item, index=index, score=score, probs=probs, logprobs=logprobs)
+                dict(item=item, index=index, score=score_of(probs), probs=probs, logprobs=logprobs)
             )
         ranked = sorted(by_input, key=lambda r: -r["score"])  # stable: ties keep input order
         return self.result_model(items=ranked[:top_k], by_input=by_input)
-
-    def _prepare(self, args, kwargs, items, top_k, score):
-        """Everything a call needs checked before anything is sent."""
-        if top_k is not None and (type(top_k) is not int or top_k < 1):
-            raise InvalidRequestError(f"top_k must be a positive integer or None, got {top_k!r}")
-        score_of = self.score_of if score is None else score_function(self.labels, score)
-        shared, items = self._validate(args, kwargs, items)
-        return shared, items, score_of
 
     # -- run -----------------------------------------------------------------------------
     def __call__(
         self, *args, items, top_k: int | None = None, score=None, engine=None, **kwargs
     ) -> Ranking:
         """Rank ``items``; ``score`` overrides the declared score for this call."""
-        shared, items, score_of = self._prepare(args, kwargs, items, top_k, score)
-        backend = resolve_backend(engine)
-        if app_client.served_by(self, backend):
-            rows = app_client.rank(self, backend, shared, items)
-        else:
-            compiled = self._compile(backend.tokenizer, shared, items)
-            rows = compiled.gather(send(backend, compiled))
-        return self._ranking(items, rows, top_k, score_of)
+        job = self._checked_job(args, kwargs, items, top_k, score)
+        return self.ranking(job.items, resolve_backend(engine).run(job), top_k, score)
 
     async def acall(
         self, *args, items, top_k: int | None = None, score=None, engine=None, **kwargs
     ) -> Ranking:
-        shared, items, score_of = self._prepare(args, kwargs, items, top_k, score)
-        backend = resolve_backend(engine)
-        if await app_client.aserved_by(self, backend):
-            rows = await asyncio.to_thread(app_client.rank, self, backend, shared, items)
-        else:
-            compiled = self._compile(backend.tokenizer, shared, items)
-            rows = compiled.gather(await asend(backend, compiled))
-        return self._ranking(items, rows, top_k, score_of)
+        job = self._checked_job(args, kwargs, items, top_k, score)
+        rows = await resolve_backend(engine).arun(job)
+        return self.ranking(job.items, rows, top_k, score)
+
+    def _checked_job(self, args, kwargs, items, top_k, score) -> RankJob:
+        """The job, with everything the call needs checked before anything is sent."""
+        check_top_k(top_k)
+        if score is not None:
+            score_function(self.labels, score)
+        return self.job(*args, items=items, **kwargs)
 
     def __prefillonly_endpoint__(self):
         """Its typed endpoint under `prefillonly serve --app` (see endpoint.py)."""
@@ -130,6 +118,11 @@ class Ranker(ScoringFunction):
 
     def __repr__(self) -> str:
         return f"<ranker {self.fn.__qualname__} labels={list(self.labels.texts)}>"
+
+
+def check_top_k(top_k) -> None:
+    if top_k is not None and (type(top_k) is not int or top_k < 1):
+        raise InvalidRequestError(f"top_k must be a positive integer or None, got {top_k!r}")
 
 
 def score_function(labels: LabelSet, score) -> Callable[[dict], float]:

@@ -1,4 +1,4 @@
-"""Sending a compiled call's requests to a backend, with an optional progress bar."""
+"""Sending a compiled call's requests to a backend, and the progress bar of batch calls."""
 
 from __future__ import annotations
 
@@ -11,24 +11,57 @@ from prefillonly_sgl.dsl.request import CompiledCall
 DEFAULT_IN_FLIGHT = 4  # requests the async path keeps running at once
 
 
-def progress_bar(total: int, enabled: bool, name: str):
-    return tqdm(total=total, disable=not enabled, desc=name, unit="input")
+class Progress:
+    """A batch call's progress bar, in inputs. The backend opens it (``start``) once the
+    job is compiled and about to be sent, so a call refused before anything is sent shows
+    no bar; ``update`` after each finished request."""
+
+    def __init__(self, total: int, enabled: bool, name: str) -> None:
+        self.total, self.enabled, self.name = total, enabled, name
+        self._bar = None
+
+    def start(self) -> None:
+        if self.enabled and self._bar is None:
+            self._bar = tqdm(total=self.total, desc=self.name, unit="input")
+
+    def update(self, n: int) -> None:
+        self.start()
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
-def send(backend, compiled: CompiledCall, bar=None) -> list[list[list[float]]]:
-    """Each request in order (warm-up requests come before the rest of their group)."""
+def send(backend, compiled: CompiledCall, progress: Progress | None = None):
+    """Each request in order (warm-up requests come before the rest of their group);
+    one answer (rows per item) per request."""
+    if progress is not None:
+        progress.start()
     answers = []
     for request in compiled.requests:
         answers.append(backend.score(request))
-        if bar is not None:
-            bar.update(len(request.items))
+        if progress is not None:
+            progress.update(len(request.items))
     return answers
 
 
 async def asend(
-    backend, compiled: CompiledCall, bar=None, max_in_flight: int = DEFAULT_IN_FLIGHT
-) -> list[list[list[float]]]:
+    backend,
+    compiled: CompiledCall,
+    progress: Progress | None = None,
+    max_in_flight: int = DEFAULT_IN_FLIGHT,
+):
     """The warm-up requests first, then the others, ``max_in_flight`` at a time."""
+    if progress is not None:
+        progress.start()
     gate = asyncio.Semaphore(max_in_flight)
     answers: list = [None] * len(compiled.requests)
 
@@ -36,8 +69,8 @@ async def asend(
         request = compiled.requests[index]
         async with gate:
             answers[index] = await backend.ascore(request)
-        if bar is not None:
-            bar.update(len(request.items))
+        if progress is not None:
+            progress.update(len(request.items))
 
     warmups = set(compiled.warmups)
     await asyncio.gather(*(run(i) for i in sorted(warmups)))

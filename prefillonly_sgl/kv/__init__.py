@@ -1,5 +1,4 @@
-"""Prefill-only KV (issue 4): which tokens of a scoring request keep per-layer KV.
-
-Plain Python decisions, no SGLang: the SGLang hooks live in
-prefillonly_sgl/sglang_runtime/prefill_kv.py.
+"""Prefill-only KV: which tokens of a scoring request keep per-layer KV (policy.py) and
+what crosses SGLang's processes for it (messages.py). Plain Python, no SGLang: the hooks
+live in prefillonly_sgl/sglang_runtime/prefill_kv/.
 """

@@ -2,9 +2,9 @@
 
 A scoring request (max_new_tokens == 0) never decodes, so the KV of its tokens is needed
 after its own forward only if a later request can reuse it from the prefix cache. Each
-request carries a *reusable-prefix length* R: tokens [0, R) keep per-layer KV and enter
-the radix cache; tokens [R, n) get no pool slot (attention takes their k/v from the
-layer's hands).
+request carries a *reusable-prefix length* R (messages.py carries it to the scheduler):
+tokens [0, R) keep per-layer KV and enter the radix cache; tokens [R, n) get no pool
+slot, only DROPPED_SLOT (attention takes their k/v from the layer's hands).
 
     prompt tokens   [ cached prefix P | new, kept  | new, dropped          ]
                     0                 P            max(R, P, 1)             n
@@ -24,9 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-# Key in SamplingParams.custom_params that carries R from the tokenizer process to the
-# scheduler (custom_params is SGLang's per-request JSON dict, serialised with the request).
-REUSABLE_LEN_KEY = "prefillonly_reusable_len"
+# The pool slot of every token whose KV is dropped: SGLang's dummy slot 0, which its token
+# allocator never hands out (padded tokens write there). Its rows in req_to_token and
+# out_cache_loc say "no KV kept" to the scheduler and to the attention backends.
+DROPPED_SLOT = 0
 
 MIN_KEPT_LEN = 1  # see kept_new_tokens
 
@@ -45,6 +46,13 @@ def reusable_prefix_len(query_ids: Sequence[int] | None, prompt_ids: Sequence[in
     if not query_ids:
         return 0
     return common_prefix_len(query_ids, prompt_ids)
+
+
+def clamp_reusable_len(reusable_len: int, max_input_len: int) -> int:
+    """R bounded so that the kept prefix fits the KV pool: max_input_len is SGLang's
+    pool-bound input limit (it refuses len >= it). A smaller R is always correct: it
+    only decides what is kept for later requests."""
+    return min(reusable_len, max(0, max_input_len - 1))
 
 
 def kept_new_tokens(prefix_len: int, extend_len: int, total_len: int, reusable_len: int) -> int:

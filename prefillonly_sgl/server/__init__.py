@@ -6,9 +6,10 @@ Plain Python (no SGLang import at module level), testable without starting a ser
 - options.py: our `serve` options and the per-device SGLang flags filled in by default.
 - request_checks.py: what a request body must look like before SGLang sees it.
 - admission.py: the bound on admitted work (503 beyond it).
-- usage.py: per-request usage (prompt / cached tokens, queue and run time).
 - endpoints.py: the extension point for typed endpoints (EndpointSpec, --app loading).
-- guard.py: the ASGI middleware that applies all of the above to every work request.
+- errors.py: the JSON error body every refusal of this server has.
+- guard.py: the ASGI middleware that applies all of the above to every work request
+  (per-request usage records live in prefillonly_sgl/usage.py, shared with the Engine).
 - metrics.py: Prometheus metrics of the guard.
 
 The SGLang side (installing the guard and routes on SGLang's FastAPI app, recording usage

@@ -5,15 +5,17 @@ POST /v1/score_labels: /v1/score with label *words* instead of token ids, for cl
 do not hold the model's tokenizer:
     {"query": "Review: great!\\nSentiment:", "items": [""], "labels": [" positive", " negative"]}
  -> {"scores": [{" positive": 0.93, " negative": 0.07}], "usage": {...}}
-Each label must be a single token (400 naming the label otherwise).
+Each label is taken verbatim and must be a single token where it follows each prompt (the
+DSL's label compiler, dsl/labels.py: a 400 names a label that is several tokens or merges
+with the prompt's end).
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from prefillonly_sgl.dsl.labels import label_word_ids
 from prefillonly_sgl.server.endpoints import EndpointSpec
-from prefillonly_sgl.validation import single_token_label_ids
 
 
 class ScoreLabelsRequest(BaseModel):
@@ -44,7 +46,11 @@ class ScoreLabelsResponse(BaseModel):
 
 async def score_labels(request: ScoreLabelsRequest, context) -> ScoreLabelsResponse:
     """Probabilities of the label words after each query+item prompt."""
-    label_ids = single_token_label_ids(context.tokenizer, request.labels)
+    prompts = [
+        f"{item}{request.query}" if request.item_first else f"{request.query}{item}"
+        for item in request.items
+    ]
+    label_ids = label_word_ids(context.tokenizer, request.labels, prompts)
     result = await context.score(
         request.query,
         request.items,

@@ -67,7 +67,7 @@ class ServerContext(Protocol):
     def limits(self) -> Any: ...  # prefillonly_sgl.validation.ModelLimits
 
     @property
-    def usage(self) -> Any: ...  # prefillonly_sgl.server.usage.RequestUsage or None
+    def usage(self) -> Any: ...  # prefillonly_sgl.usage.RequestUsage or None
 
     @property
     def tokenizer_manager(self) -> Any: ...  # SGLang's TokenizerManager (escape hatch)
@@ -79,7 +79,7 @@ class ServerContext(Protocol):
         label_token_ids: list[int],
         apply_softmax: bool = True,
         item_first: bool = False,
-    ) -> Any: ...  # prefillonly_sgl.engine.ScoreResult
+    ) -> Any: ...  # prefillonly_sgl.score_result.ScoreResult
 
 
 @dataclass(frozen=True)

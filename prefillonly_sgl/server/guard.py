@@ -5,8 +5,8 @@ For each POST to a guarded path (the endpoints that run the model) it, in order:
 2. reads the body, at most max_request_bytes (413 beyond), checks that it is UTF-8 JSON
    and runs the path's check (400 / 413 with a message naming the problem);
 3. admits it under AdmissionControl or answers 503 with Retry-After;
-4. runs the endpoint with a RequestRecord in CURRENT_REQUEST (server/usage.py), through
-   which the SGLang side records the request's rids and usage; the usage goes out as
+4. runs the endpoint with a RequestRecord in CURRENT_REQUEST (prefillonly_sgl/usage.py),
+   through which the SGLang side records the request's rids and usage; the usage goes out as
    x-prefillonly-* response headers;
 5. watches the connection: if the client goes away before the response is complete, the
    request's work is aborted in SGLang (runtime.abort) and the endpoint task cancelled,
@@ -26,12 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import orjson
-
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.server.admission import AdmissionControl
+from prefillonly_sgl.server.errors import error_body
 from prefillonly_sgl.server.request_checks import RequestTooLargeError, parse_json_body
-from prefillonly_sgl.server.usage import CURRENT_REQUEST, RequestRecord, RequestUsage
+from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord, RequestUsage
 
 logger = logging.getLogger(__name__)
 
@@ -92,24 +91,9 @@ class GuardPolicy:
     in_flight: InFlightRequests = field(default_factory=InFlightRequests)
 
 
-_ERROR_TYPES = {
-    400: "BadRequestError",
-    413: "RequestTooLargeError",
-    503: "ServiceUnavailableError",
-}
-
-
 async def send_json_error(send, status: int, message: str, headers=()) -> None:
-    """SGLang's own error shape (protocol.ErrorResponse), so stock clients parse it."""
-    body = orjson.dumps(
-        {
-            "object": "error",
-            "message": message,
-            "type": _ERROR_TYPES.get(status, "Error"),
-            "param": None,
-            "code": status,
-        }
-    )
+    """An error answer in SGLang's shape (server/errors.py)."""
+    body = error_body(status, message)
     await send(
         {
             "type": "http.response.start",

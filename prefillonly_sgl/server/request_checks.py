@@ -85,7 +85,7 @@ def check_score_body(
     labels_required: bool = True,
 ) -> int:
     """/v1/score (SGLang's ScoringRequest). count_tokens(first, second) is the length of
-    the concatenated prompt, first+second in the order SGLang joins them."""
+    the prompt joined first + second (validation.prompt_token_counter)."""
     body = _require_object(body)
     query, items = body.get("query"), body.get("items")
     if items is None:
@@ -97,7 +97,6 @@ def check_score_body(
     item_first = body.get("item_first", False)
     if type(item_first) is not bool:
         raise InvalidRequestError(f"item_first must be true or false, got {item_first!r}")
-    count = (lambda q, item: count_tokens(item, q)) if item_first else count_tokens
 
     labels = body.get("label_token_ids")
     if labels is None:
@@ -120,7 +119,9 @@ def check_score_body(
             except InvalidRequestError as e:
                 raise InvalidRequestError(f"label_token_ids[{i}]: {e}") from None
         labels = labels[0]
-    _, checked_items, _ = validate_score_request(query, items, labels, limits, count)
+    _, checked_items, _ = validate_score_request(
+        query, items, labels, limits, count_tokens, item_first
+    )
     return len(checked_items)
 
 

@@ -11,14 +11,17 @@ from __future__ import annotations
 HOOK_TARGETS: dict[str, str] = {
     # -- called (offline engine) --
     "sglang.srt.entrypoints.engine.Engine": "the offline engine prefillonly_sgl.Engine wraps",
-    "sglang.srt.entrypoints.engine.Engine.score": "scoring entry point (query, items, labels)",
-    "sglang.srt.entrypoints.engine.Engine.async_score": "asyncio variant of score",
+    "sglang.srt.entrypoints.engine.Engine.score": (
+        "not called: ScoringFront runs TokenizerManager.score_request on the engine's loop "
+        "(Engine.loop.run_until_complete), exactly as this method does"
+    ),
     "sglang.srt.entrypoints.engine.Engine.get_server_info": (
         "the scheduler's start-up info (max_req_input_len, our score limit) for validation"
     ),
     "sglang.srt.entrypoints.engine.Engine.shutdown": "stops the worker processes",
     "sglang.srt.entrypoints.engine.kill_process_tree": (
-        "patched during shutdown so it kills only this engine's processes (offline_engine.py)"
+        "AROUND (offline_engine.SHUTDOWN_HOOKS): kills only the processes of the engine "
+        "this thread is shutting down"
     ),
     # -- CPU support: names SGLang imports from sgl_kernel on the CPU path --
     "sglang.srt.mem_cache.allocation.assign_req_to_token_pool_func": (
@@ -57,7 +60,7 @@ HOOK_TARGETS: dict[str, str] = {
         "Engine.score call's rids and meta_info (usage, cached_tokens)"
     ),
     "sglang.srt.managers.tokenizer_manager.TokenizerManager.score_request": (
-        "scoring for typed endpoints (ServerContext.score)"
+        "the one scoring call (score_front.ScoringFront: Engine, typed endpoints)"
     ),
     "sglang.srt.managers.tokenizer_manager.TokenizerManager.abort_request": (
         "aborts a disconnected client's prompts; abort_all after --shutdown-timeout"
@@ -102,11 +105,13 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool.set_kv_buffer": "saves new KV",
     "sglang.srt.layers.radix_attention.AttentionType.ENCODER_ONLY": "left to stock",
     "sglang.srt.runtime_context.get_spec": "speculative decoding -> stock flashinfer factory",
-    # -- prefill-only KV (sglang_runtime/prefill_kv.py), all via HookRegistry --
-    "sglang.srt.plugins.hook_registry.HookType": "AROUND / AFTER hooks below",
+    # -- hook tables (sglang_runtime/hooks.py) --
+    "sglang.srt.plugins.hook_registry.HookType": "AROUND / AFTER: a table's hook types",
     "sglang.srt.plugins.hook_registry.HookRegistry.apply_hooks": (
-        "the Engine applies the prefill_kv hooks itself: load_plugins runs once per process"
+        "hooks.apply_hooks_now: hooks needed in a process whose plugins already loaded "
+        "(prefill_kv's tokenizer side, the shutdown hook)"
     ),
+    # -- prefill-only KV (sglang_runtime/prefill_kv/), all via HookRegistry --
     "sglang.srt.managers.tokenizer_manager_score_mixin.TokenizerManagerScoreMixin"
     ".score_request": "AROUND: tokenizes the query once per score call (contextvar)",
     "sglang.srt.managers.tokenizer_manager.TokenizerManager._create_tokenized_object": (
@@ -122,7 +127,8 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.managers.scheduler.Scheduler.get_init_info": (
         "AFTER: adds the context-bound score limit to the start-up handshake, so the "
-        "Engine and the server validate with what this scheduler accepts"
+        "Engine and the server validate with what this scheduler accepts; reads the "
+        "scheduler's pool-bound max_req_input_len"
     ),
     "sglang.srt.layers.attention.hybrid_attn_backend.HybridAttnBackend": (
         "its prefill_backend is the one asked whether prefill_kv is supported"
@@ -149,7 +155,8 @@ HOOK_TARGETS: dict[str, str] = {
         "reads SGLANG_EAGER_INPUT_NO_COPY (why it is set)"
     ),
     "sglang.srt.managers.utils.validate_input_length": (
-        "AROUND: scoring prompts may exceed the pool; clamps the kept prefix to the pool"
+        "AROUND: scoring prompts may exceed the pool (the kept prefix is clamped to it "
+        "where R is read, kv/policy.clamp_reusable_len)"
     ),
     "sglang.srt.managers.schedule_policy.PrefillAdder.add_one_req": (
         "AROUND: charges the pool for kept tokens only; such requests are never chunked"
@@ -162,7 +169,7 @@ HOOK_TARGETS: dict[str, str] = {
         "AROUND: sets the slot layout; kv_committed/allocated_len end at the kept boundary"
     ),
     "sglang.srt.mem_cache.allocation.alloc_token_slots": (
-        "AROUND: real slots for kept tokens only, slot 0 (never allocated) for the rest"
+        "AROUND: real slots for kept tokens only, DROPPED_SLOT (never allocated) for the rest"
     ),
     "sglang.srt.mem_cache.allocator.token.TokenToKVPoolAllocator": "the only pool handled",
     "sglang.srt.mem_cache.common.release_kv_cache": (

@@ -6,13 +6,15 @@ Before it starts we add to that same app, so every SGLang endpoint and client ke
 working:
 - the RequestGuard middleware (prefillonly_sgl/server/guard.py) on the work endpoints;
 - a /v1/score route that calls SGLang's handler and adds cached tokens and queue/running
-  time to the response's `usage`;
+  time to the response's `usage` (the body was checked by the guard with ScoringFront's
+  checks, score_front.py, the same the Engine and the typed endpoints use);
 - a RequestValidationError handler with short messages (SGLang's own embeds a traceback
   line), except on the paths whose error format SGLang documents;
-- the typed endpoints of EndpointSpecs (`--app`);
-- a lifespan wrapper that, once SGLang is up, records usage and rids from the tokenizer
-  manager's generate_request, arms SGLang's SIGTERM drain at once, aborts what is still
-  running --shutdown-timeout seconds after SIGTERM, and runs the endpoints' on_startup.
+- the typed endpoints of EndpointSpecs (`--app`), which score through ScoringFront;
+- a lifespan wrapper that, once SGLang is up, starts the ScoringFront (which records usage
+  and rids from the tokenizer manager's generate_request), arms SGLang's SIGTERM drain at
+  once, aborts what is still running --shutdown-timeout seconds after SIGTERM, and runs
+  the endpoints' on_startup.
 Then sglang.launch_server.run_server runs the server exactly as `sglang serve` would.
 """
 
@@ -25,15 +27,15 @@ import os
 import orjson
 
 from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.score_result import ScoreResult
 from prefillonly_sgl.server.admission import AdmissionControl
 from prefillonly_sgl.server.endpoints import EndpointSpec, check_unique_paths
+from prefillonly_sgl.server.errors import error_body
 from prefillonly_sgl.server.guard import (
-    CURRENT_REQUEST,
     GuardMetrics,
     GuardPolicy,
     InFlightRequests,
     RequestGuard,
-    RequestRecord,
 )
 from prefillonly_sgl.server.options import ServeOptions
 from prefillonly_sgl.server.request_checks import (
@@ -43,8 +45,9 @@ from prefillonly_sgl.server.request_checks import (
     check_prompt_count,
     check_score_body,
 )
-from prefillonly_sgl.sglang_runtime.request_recording import record_generate_requests
-from prefillonly_sgl.validation import ModelLimits, validate_score_request
+from prefillonly_sgl.sglang_runtime.score_front import ScoringFront
+from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord
+from prefillonly_sgl.validation import ModelLimits
 
 logger = logging.getLogger(__name__)
 
@@ -86,30 +89,34 @@ class SGLangRuntime:
     def __init__(self, options: ServeOptions, app_specs: list[EndpointSpec]) -> None:
         self.options = options
         self._app_specs = {spec.path: spec for spec in app_specs}
-        self._limits: ModelLimits | None = None
+        self._front: ScoringFront | None = None
 
     @property
     def tokenizer_manager(self):
         return _tokenizer_manager()
 
-    @property
-    def limits(self) -> ModelLimits:
-        if self._limits is None:
+    def start(self) -> ScoringFront:
+        """Starts the server's scoring path, once SGLang's scheduler has reported its
+        limits (the lifespan calls it before the first request)."""
+        if self._front is None:
             from sglang.srt.entrypoints.http_server import get_global_state
 
             from prefillonly_sgl.sglang_runtime.model_limits import limits_from_scheduler_info
 
-            self._limits = limits_from_scheduler_info(
-                get_global_state().scheduler_info,
-                self.tokenizer_manager.model_config.vocab_size,
+            tm = self.tokenizer_manager
+            limits = limits_from_scheduler_info(
+                get_global_state().scheduler_info, tm.model_config.vocab_size
             )
-        return self._limits
+            self._front = ScoringFront(tm, limits)
+        return self._front
 
-    def count_prompt_tokens(self, first, second) -> int:
-        if isinstance(first, str):
-            # SGLang tokenizes the concatenated text (special tokens included).
-            return len(self.tokenizer_manager.tokenizer.encode(f"{first}{second}"))
-        return len(first) + len(second)
+    @property
+    def front(self) -> ScoringFront:
+        return self._front or self.start()
+
+    @property
+    def limits(self) -> ModelLimits:
+        return self.front.limits
 
     # -- GuardRuntime --
     def shutting_down(self) -> bool:
@@ -121,7 +128,7 @@ class SGLangRuntime:
             return check_score_body(
                 body,
                 self.limits,
-                self.count_prompt_tokens,
+                self.front.count_prompt_tokens,
                 max_prompts,
                 labels_required=self.tokenizer_manager.is_generation,
             )
@@ -173,28 +180,14 @@ class ServerContext:
         record = CURRENT_REQUEST.get()
         return record.usage if record is not None else None
 
-    async def score(self, query, items, label_token_ids, apply_softmax=True, item_first=False):
-        """prefillonly_sgl.Engine.score semantics, on the server's engine."""
-        from prefillonly_sgl.engine import ScoreResult
-
-        count = self._runtime.count_prompt_tokens
-        if item_first:
-            count = lambda q, item: self._runtime.count_prompt_tokens(item, q)  # noqa: E731
-        query, items, labels = validate_score_request(
-            query, items, label_token_ids, self.limits, count
+    async def score(
+        self, query, items, label_token_ids, apply_softmax=True, item_first=False
+    ) -> ScoreResult:
+        """prefillonly_sgl.Engine.score semantics, on the server's engine (the same
+        ScoringFront, so the same checks, result and cached_tokens)."""
+        return await self._runtime.front.score(
+            query, items, label_token_ids, apply_softmax, item_first, self._raw_request
         )
-        try:
-            result = await self.tokenizer_manager.score_request(
-                query=query,
-                items=items,
-                label_token_ids=labels,
-                apply_softmax=apply_softmax,
-                item_first=item_first,
-                request=self._raw_request,
-            )
-        except ValueError as e:  # SGLang's way of refusing a request
-            raise InvalidRequestError(str(e)) from e
-        return ScoreResult(scores=result.scores, prompt_tokens=result.prompt_tokens)
 
 
 def _json_response(content, status: int = 200):
@@ -204,17 +197,10 @@ def _json_response(content, status: int = 200):
 
 
 def _error_response(status: int, message: str):
-    """SGLang's error shape (protocol.ErrorResponse), as the guard sends it too."""
-    return _json_response(
-        {
-            "object": "error",
-            "message": message,
-            "type": "BadRequestError" if status == 400 else "Error",
-            "param": None,
-            "code": status,
-        },
-        status,
-    )
+    from fastapi.responses import Response
+
+    body = error_body(status, message)
+    return Response(body, status_code=status, media_type="application/json")
 
 
 def _validation_message(errors) -> str:
@@ -340,7 +326,7 @@ def _wrap_lifespan(
     async def lifespan(fast_api_app):
         async with sglang_lifespan(fast_api_app) as state:
             tm = runtime.tokenizer_manager
-            record_generate_requests(tm)
+            runtime.start()  # also starts recording usage and rids
             # SGLang arms its SIGTERM drain (tokenizer_manager.SignalHandler) on the first
             # request; arm it now so a SIGTERM before any request drains the same way.
             tm.auto_create_handle_loop()

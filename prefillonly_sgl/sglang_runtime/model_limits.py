@@ -4,7 +4,7 @@ HTTP server refuse exactly what the scheduler would refuse."""
 
 from __future__ import annotations
 
-from prefillonly_sgl.sglang_runtime.prefill_kv import SCHEDULER_INFO_KEY
+from prefillonly_sgl.kv.messages import scoring_limit_in
 from prefillonly_sgl.validation import ModelLimits
 
 
@@ -12,9 +12,9 @@ def limits_from_scheduler_info(scheduler_info: dict, vocab_size: int) -> ModelLi
     # SGLang refuses a prompt of len >= max_req_input_len (managers/utils.py
     # validate_input_length), so the longest it accepts is one less.
     max_prompt = int(scheduler_info["max_req_input_len"]) - 1
-    scoring = scheduler_info.get(SCHEDULER_INFO_KEY)  # only where prefill-only KV is active
+    scoring = scoring_limit_in(scheduler_info)  # only where prefill-only KV is active
     return ModelLimits(
         vocab_size=int(vocab_size),
         max_prompt_tokens=max_prompt,
-        max_scoring_prompt_tokens=max(max_prompt, int(scoring) - 1) if scoring else None,
+        max_scoring_prompt_tokens=max(max_prompt, scoring - 1) if scoring else None,
     )

@@ -12,21 +12,29 @@ SGLang's Engine.shutdown() kills *every* child process of the caller
 (``kill_process_tree(os.getpid(), include_parent=False)``): a second Engine in the same
 process, the user's own workers, and multiprocessing's resource tracker (whose death makes
 Python print a KeyError traceback at exit). ``shutdown_sglang_engine`` narrows that to the
-processes this engine started.
+processes this engine started: an AROUND hook on the name Engine.shutdown calls kills only
+the processes in _SHUTTING_DOWN, which holds the engine being shut down in this thread
+(a ContextVar, so two engines shutting down from two threads each kill their own).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import contextvars
 import os
 import sys
-from unittest import mock
 
 import psutil
 
 from prefillonly_sgl.errors import EngineStartError
+from prefillonly_sgl.sglang_runtime.hooks import apply_hooks_now
 from prefillonly_sgl.validation import ModelLimits
+
+# The processes of the engine this thread is shutting down; None outside a shutdown.
+_SHUTTING_DOWN: contextvars.ContextVar[list[psutil.Process] | None] = contextvars.ContextVar(
+    "prefillonly_shutting_down", default=None
+)
 
 
 @contextlib.contextmanager
@@ -74,21 +82,28 @@ def start_sglang_engine(engine_args: dict):
 
 def shutdown_sglang_engine(engine, owned: list[psutil.Process]) -> None:
     """engine.shutdown(), killing only the processes in ``owned`` (and their children)."""
-    import sglang.srt.entrypoints.engine as engine_module
-
-    stock_kill = engine_module.kill_process_tree
-
-    def kill_only_owned(parent_pid, include_parent=True, *args, **kwargs):
-        if parent_pid == os.getpid() and not include_parent:
-            _kill_trees(owned)
-        else:
-            stock_kill(parent_pid, include_parent, *args, **kwargs)
-
-    with mock.patch.object(engine_module, "kill_process_tree", kill_only_owned):
+    apply_hooks_now("offline_engine", SHUTDOWN_HOOKS)
+    token = _SHUTTING_DOWN.set(owned)
+    try:
         engine.shutdown()
+    finally:
+        _SHUTTING_DOWN.reset(token)
     # SGLang also registered engine.shutdown with atexit, which would run the stock
     # (kill every child) version at interpreter exit.
     atexit.unregister(engine.shutdown)
+
+
+def _kill_owned_process_tree(original, parent_pid, include_parent=True, *args, **kwargs):
+    owned = _SHUTTING_DOWN.get()
+    if owned is not None and parent_pid == os.getpid() and not include_parent:
+        _kill_trees(owned)  # "every child of this process" -> this engine's processes
+        return None
+    return original(parent_pid, include_parent, *args, **kwargs)
+
+
+SHUTDOWN_HOOKS = {
+    "sglang.srt.entrypoints.engine.kill_process_tree": ("AROUND", _kill_owned_process_tree),
+}
 
 
 def _kill_trees(roots: list[psutil.Process], timeout: float = 60) -> None:

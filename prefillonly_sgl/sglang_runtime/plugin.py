@@ -16,16 +16,16 @@ import contextlib
 import logging
 import os
 
+from prefillonly_sgl import features
+
 logger = logging.getLogger(__name__)
 
 PATCHES_ENV = "PREFILLONLY_PATCHES"
 
-# feature name -> "module:function" that registers its SGLang hooks. Features land here as
-# they are built (prefill-only attention, prefill-only KV, hybrid prefilling, scheduling).
+# feature name (prefillonly_sgl/features.py, which says what each does and needs) ->
+# "module:function" that registers its SGLang hooks in the calling process.
 FEATURES: dict[str, str] = {
-    # Attention of new tokens only (no recomputation over the cached prefix).
     "prefill_attention": "prefillonly_sgl.sglang_runtime.prefill_attention:register",
-    # Scoring requests keep pool KV only for their reusable prefix (needs prefill_attention).
     "prefill_kv": "prefillonly_sgl.sglang_runtime.prefill_kv:register",
 }
 
@@ -33,23 +33,16 @@ FEATURES: dict[str, str] = {
 def requested_features(environ=os.environ) -> list[str]:
     raw = environ.get(PATCHES_ENV, "")
     names = [name.strip() for name in raw.split(",") if name.strip()]
-    unknown = [name for name in names if name not in FEATURES]
-    if unknown:
-        raise ValueError(
-            f"{PATCHES_ENV} names unknown features {unknown}; known: {sorted(FEATURES)}"
-        )
-    return names
+    return features.check_known(names, f"features in {PATCHES_ENV}")
 
 
 @contextlib.contextmanager
-def patches_enabled(features: list[str]):
-    """Set PATCHES_ENV to `features` while SGLang starts (its spawned workers inherit the
+def patches_enabled(names: list[str]):
+    """Set PATCHES_ENV to `names` while SGLang starts (its spawned workers inherit the
     environment), then restore it, so a later stock engine in this process stays stock."""
-    unknown = [name for name in features if name not in FEATURES]
-    if unknown:
-        raise ValueError(f"unknown runtime patches {unknown}; known: {sorted(FEATURES)}")
+    features.check_known(names, "runtime patches")
     saved = os.environ.get(PATCHES_ENV)
-    os.environ[PATCHES_ENV] = ",".join(features)
+    os.environ[PATCHES_ENV] = ",".join(names)
     try:
         yield
     finally:

@@ -20,9 +20,10 @@ other than EXTEND / MIXED, encoder-decoder and encoder-only layers, sliding-wind
 layers and pools, q/k head dims different from the v head dim.
 
 GPU: stock FlashInferAttnBackend already runs ragged attention over the new tokens
-merged with paged attention over the cached prefix, which is what issue 6 asks, so
-PrefillOnlyFlashInferBackend adds nothing yet; it is the place where prefill-only KV
-(suffix KV never written to the pool) will change what is saved.
+merged with paged attention over the cached prefix, so its forward stays stock;
+PrefillOnlyFlashInferBackend (prefill_attention_gpu.py) adds what prefill-only KV needs:
+it says when FlashInfer never reads new tokens from the pool, and refuses a plan that
+would.
 
 Debugging: PREFILLONLY_ATTENTION_LOG=<file> appends one line per extend batch with the
 plan (which requests ran alone, in how many blocks, and which were batched).
@@ -40,7 +41,8 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
 from prefillonly_sgl.attention.cpu_extend import ExtendAttention
 from prefillonly_sgl.attention.plan import Span
-from prefillonly_sgl.sglang_runtime import prefill_kv
+from prefillonly_sgl.kv.policy import DROPPED_SLOT
+from prefillonly_sgl.sglang_runtime.prefill_kv.scheduler_process import active_in_this_process
 
 LOG_ENV = "PREFILLONLY_ATTENTION_LOG"
 _SUPPORTED_MODES = (ForwardMode.EXTEND, ForwardMode.MIXED)
@@ -99,7 +101,7 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
             return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache)
         if save_kv_cache:
             # Kept for the prefix cache (and decode of generate requests). Rows whose KV
-            # prefill-only KV dropped (slot 0) are not written at all.
+            # prefill-only KV dropped (DROPPED_SLOT) are not written at all.
             loc, k_saved, v_saved = forward_batch.out_cache_loc, k, v
             if self.kept_rows is not None:
                 rows = self.kept_rows
@@ -132,11 +134,11 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
 
 
 def _kept_rows(out_cache_loc):
-    """Rows of the batch that own a pool slot, or None when all do. Slot 0 is never
-    allocated (SGLang's dummy slot): prefill-only KV gives it to tokens it drops."""
-    if out_cache_loc is None or not prefill_kv.active_in_this_process():
+    """Rows of the batch that own a pool slot, or None when all do (prefill-only KV gives
+    the tokens it drops DROPPED_SLOT, which the allocator never hands out)."""
+    if out_cache_loc is None or not active_in_this_process():
         return None
-    kept = out_cache_loc != 0
+    kept = out_cache_loc != DROPPED_SLOT
     if bool(kept.all()):
         return None
     return kept.nonzero().squeeze(1)
@@ -144,9 +146,10 @@ def _kept_rows(out_cache_loc):
 
 def _refuse_dropped_tokens(forward_batch) -> None:
     """The stock forward reads new tokens back from the pool: wrong for tokens whose KV
-    prefill-only KV dropped (slot 0). prefill_kv turns itself off where this could happen;
-    should a layer still get here with such tokens, fail loudly rather than score wrong."""
-    if prefill_kv.active_in_this_process() and bool((forward_batch.out_cache_loc == 0).any()):
+    prefill-only KV dropped (DROPPED_SLOT). prefill_kv turns itself off where this could
+    happen; should a layer still get here with such tokens, fail loudly, not score wrong."""
+    dropped = forward_batch.out_cache_loc == DROPPED_SLOT
+    if active_in_this_process() and bool(dropped.any()):
         raise RuntimeError(
             "a layer the prefill-only attention backend leaves to stock torch_native got "
             "tokens without pool KV (prefill-only KV); start with --disable-prefill-only-kv"

@@ -5,8 +5,8 @@ attention of the new tokens over their own k / v (causal), merged by log-sum-exp
 paged attention over the cached prefix in the pool (`use_ragged`). That is issue 6's
 "attention of new tokens only", so the forward itself is stock.
 
-What this subclass adds is prefill-only KV (prefill_kv.py) on GPU: a scoring request's
-tokens after its reusable prefix get pool slot 0 instead of a real slot, so attention
+What this subclass adds is prefill-only KV (prefill_kv/) on GPU: a scoring request's
+tokens after its reusable prefix get DROPPED_SLOT instead of a real slot, so attention
 must never read new tokens back from the pool. The ragged path never does (new k / v in
 hand; the paged part covers only the cached prefix, which is always real); FlashInfer's
 paged-only path does (it writes the new k / v to the pool, then reads the whole sequence
@@ -25,7 +25,7 @@ from __future__ import annotations
 from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-from prefillonly_sgl.sglang_runtime import prefill_kv
+from prefillonly_sgl.sglang_runtime.prefill_kv.scheduler_process import active_in_this_process
 
 # The forward modes prefill-only KV requests run in (no speculative / dLLM modes here).
 _PLAIN_EXTEND = (ForwardMode.EXTEND, ForwardMode.MIXED)
@@ -69,7 +69,7 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
         paged_only = forward_batch.forward_mode in _PLAIN_EXTEND and not getattr(
             self.forward_metadata, "use_ragged", True
         )
-        if paged_only and prefill_kv.active_in_this_process():
+        if paged_only and active_in_this_process():
             raise RuntimeError(
                 "prefill-only KV is active but FlashInfer planned its paged-only prefill, "
                 "which would read dropped tokens from the KV pool; start with "

@@ -4,13 +4,14 @@ Every way into SGLang's scheduler (score, generate, completions) goes through th
 TokenizerManager's generate_request, whose outputs carry each prompt's meta_info
 (prompt_tokens, cached_tokens, timings). We wrap it per TokenizerManager instance; while
 a caller has a RequestRecord in CURRENT_REQUEST (the server's guard per HTTP request,
-Engine.score per call; asyncio tasks copy the context, so SGLang's own tasks see it), the
-rids and meta_info land in that record. Without a record the wrapper is a pass-through.
+ScoringFront per score call; asyncio tasks copy the context, so SGLang's own tasks see
+it), the rids and meta_info land in that record and its parents. Without a record the
+wrapper is a pass-through.
 """
 
 from __future__ import annotations
 
-from prefillonly_sgl.server.usage import CURRENT_REQUEST, RequestRecord
+from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord
 
 _WRAPPED = "_prefillonly_records_requests"
 
@@ -21,10 +22,11 @@ def record_generate_requests(tm) -> None:
         return
     original = tm.generate_request
 
-    async def recorded(stream, record: RequestRecord):
+    async def recorded(stream, records: list[RequestRecord]):
         try:
             async for out in stream:
-                record.usage.add_output(out)
+                for record in records:
+                    record.usage.add_output(out)
                 yield out
         finally:
             await stream.aclose()
@@ -33,8 +35,10 @@ def record_generate_requests(tm) -> None:
         record = CURRENT_REQUEST.get()
         if record is None:
             return original(obj, request)
-        record.sglang_requests.append(obj)
-        return recorded(original(obj, request), record)
+        records = record.lineage()
+        for one in records:
+            one.sglang_requests.append(obj)
+        return recorded(original(obj, request), records)
 
     tm.generate_request = generate_request
     setattr(tm, _WRAPPED, True)

@@ -1,5 +1,8 @@
 """Per-request usage, aggregated from SGLang's per-prompt meta_info (plain Python).
 
+Shared by the Engine (ScoreResult.cached_tokens) and the server (usage fields, headers,
+metrics); sglang_runtime/request_recording.py fills the records.
+
 SGLang reports, for each prompt it finishes, a meta_info dict with prompt_tokens,
 cached_tokens (prefix-cache hits) and, with --enable-metrics, queue_time (seconds waited
 in the scheduler queue), forward_entry_time and prefill_finished_time (wall-clock
@@ -80,12 +83,28 @@ class RequestUsage:
 
 @dataclass
 class RequestRecord:
-    """What the SGLang side learns about one request (an HTTP request or an Engine.score
-    call) while it runs; filled by sglang_runtime/request_recording.py."""
+    """What the SGLang side learns about one request (an HTTP request or one score call)
+    while it runs; filled by sglang_runtime/request_recording.py.
+
+    A score call inside an HTTP request (a typed endpoint may make several) records into
+    a child record: its own usage is the call's, and everything also reaches the parent,
+    whose usage and rids (for aborting on disconnect) cover the whole request."""
 
     path: str
     usage: RequestUsage = field(default_factory=RequestUsage)
     sglang_requests: list[Any] = field(default_factory=list)  # GenerateReqInput objects
+    parent: RequestRecord | None = None
+
+    def child(self, path: str) -> RequestRecord:
+        return RequestRecord(path=path, parent=self)
+
+    def lineage(self) -> list[RequestRecord]:
+        """This record and its parents, innermost first."""
+        records, record = [], self
+        while record is not None:
+            records.append(record)
+            record = record.parent
+        return records
 
 
 CURRENT_REQUEST: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(

@@ -1,0 +1,49 @@
+"""What one DSL call asks of a backend (plain Python): a probability row per input, in
+input order, label order within a row.
+
+A backend either compiles the job to score requests with its tokenizer (``compile``,
+Backend.run) or, when its server has the function's typed endpoint, posts the job's
+arguments there (RemoteBackend). Classifiers and rankers build jobs and turn the rows into
+results; where a job runs is the backend's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from prefillonly_sgl.dsl.request import CompiledCall
+
+
+@dataclass(frozen=True, eq=False)
+class ClassifyJob:
+    """Classify each of ``inputs`` (validated arguments of a classifier)."""
+
+    function: Any  # a Classifier
+    inputs: tuple[dict, ...]
+    batch_size: int | None = None  # inputs per score request (None: one per shared prefix)
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def compile(self, tokenizer) -> CompiledCall:
+        return self.function.compile_arguments(tokenizer, list(self.inputs), self.batch_size)
+
+
+@dataclass(frozen=True, eq=False)
+class RankJob:
+    """Score each of ``items`` against the ``shared`` arguments of a ranker."""
+
+    function: Any  # a Ranker
+    shared: dict
+    items: tuple
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def compile(self, tokenizer) -> CompiledCall:
+        arguments = [{**self.shared, self.function.item_param: x} for x in self.items]
+        return self.function.compile_arguments(tokenizer, arguments, None)
+
+
+Job = ClassifyJob | RankJob

@@ -1,0 +1,167 @@
+"""The DSL against a server: ``prefillonly serve`` or a stock ``python -m
+sglang.launch_server`` (anything speaking SGLang's ``/v1/score``).
+
+The backend also provides the tokenizer that label compilation and chat templates use: it
+loads it with transformers' AutoTokenizer from ``tokenizer=`` (a folder or hub name the
+client can read) or, by default, from the tokenizer path the server reports at
+``/model_info``, which works when client and server share a file system (the same
+machine, a shared volume); otherwise pass ``tokenizer=``.
+
+When the server is ``prefillonly serve --app`` serving the called function itself
+(``serves``: its /openapi.json lists the function's typed endpoint), a job goes to that
+endpoint instead (app_client.py), and needs no tokenizer here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from prefillonly_sgl.dsl import app_client
+from prefillonly_sgl.dsl.backend import Backend
+from prefillonly_sgl.dsl.job import Job
+from prefillonly_sgl.dsl.request import ScoreRequest
+from prefillonly_sgl.dsl.runner import DEFAULT_IN_FLIGHT, Progress
+from prefillonly_sgl.errors import InvalidRequestError, PrefillOnlyError
+
+
+class RemoteBackendError(PrefillOnlyError, RuntimeError):
+    """The server could not be reached or failed on a valid request."""
+
+
+class RemoteBackend(Backend):
+    """A server at ``base_url`` (e.g. "http://127.0.0.1:30000") speaking ``/v1/score``.
+
+    tokenizer: a tokenizer object, or a folder / name for AutoTokenizer; None: the
+        server's tokenizer path from ``/model_info``, loaded on first use.
+    timeout: seconds per HTTP request.
+    typed_endpoints: call a DSL function's own endpoint when the server has it
+        (``prefillonly serve --app``, see app_client.py); False: always /v1/score.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        tokenizer: Any = None,
+        timeout: float = 600.0,
+        typed_endpoints: bool = True,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.typed_endpoints = typed_endpoints
+        self._tokenizer_source = tokenizer
+        self._openapi: dict | None = None
+
+    @functools.cached_property
+    def tokenizer(self):
+        source = self._tokenizer_source
+        if source is not None and not isinstance(source, str | Path):
+            return source
+        if source is None:
+            info = self._request("GET", "/model_info")
+            source = info.get("tokenizer_path") or info.get("model_path")
+            if not source or not Path(source).is_dir():
+                raise RemoteBackendError(
+                    f"the server at {self.base_url} serves {source!r}, which is not a folder "
+                    f"on this machine; pass RemoteBackend(url, tokenizer=<folder or name>)"
+                )
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(source))
+
+    # -- where a job goes ---------------------------------------------------------------
+    def serves(self, function) -> bool:
+        """Whether this server exposes ``function``'s typed endpoint, as declared here."""
+        return app_client.schema_matches(function, self.endpoint_schema(function.path))
+
+    def run(self, job: Job, progress: Progress | None = None) -> list[list[float]]:
+        if self.serves(job.function):
+            return app_client.rows(self.post, job, progress)
+        return super().run(job, progress)
+
+    async def arun(
+        self, job: Job, progress: Progress | None = None, max_in_flight: int = DEFAULT_IN_FLIGHT
+    ) -> list[list[float]]:
+        served = (
+            self.serves(job.function)
+            if self._openapi is not None or not self.typed_endpoints
+            else await asyncio.to_thread(self.serves, job.function)  # reads /openapi.json
+        )
+        if served:
+            return await app_client.arows(self.post, job, progress, max_in_flight)
+        return await super().arun(job, progress, max_in_flight)
+
+    # -- /v1/score ----------------------------------------------------------------------
+    def score(self, request: ScoreRequest) -> list[list[float]]:
+        body = {
+            "query": request.query,
+            "items": list(request.items),
+            "label_token_ids": list(request.label_token_ids),
+            "apply_softmax": request.apply_softmax,
+        }
+        return self._request("POST", "/v1/score", body)["scores"]
+
+    async def ascore(self, request: ScoreRequest) -> list[list[float]]:
+        return await asyncio.to_thread(self.score, request)
+
+    # -- HTTP ---------------------------------------------------------------------------
+    def endpoint_schema(self, path: str) -> dict | None:
+        """The JSON schema of ``POST path``'s request body as the server's /openapi.json
+        lists it (read once), or None: no such endpoint, no OpenAPI document there, or
+        typed_endpoints=False."""
+        if not self.typed_endpoints:
+            return None
+        if self._openapi is None:
+            try:
+                doc = self._request("GET", "/openapi.json")
+            except InvalidRequestError:  # 404 and the like: a server without one
+                doc = {}
+            self._openapi = doc if isinstance(doc, dict) else {}
+        operation = (self._openapi.get("paths") or {}).get(path, {}).get("post") or {}
+        content = (operation.get("requestBody") or {}).get("content") or {}
+        schema = (content.get("application/json") or {}).get("schema") or {}
+        prefix = "#/components/schemas/"
+        if schema.get("$ref", "").startswith(prefix):
+            schemas = (self._openapi.get("components") or {}).get("schemas") or {}
+            schema = schemas.get(schema["$ref"][len(prefix) :]) or {}
+        return schema or None
+
+    def post(self, path: str, body: dict) -> Any:
+        """``POST path`` with a JSON body; the decoded JSON answer."""
+        return self._request("POST", path, body)
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.base_url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as e:
+            message = _error_message(e)
+            if 400 <= e.code < 500:
+                raise InvalidRequestError(f"{self.base_url}{path}: {message}") from None
+            raise RemoteBackendError(f"{self.base_url}{path}: HTTP {e.code}: {message}") from None
+        except (urllib.error.URLError, OSError) as e:
+            raise RemoteBackendError(f"cannot reach {self.base_url}{path}: {e}") from None
+
+    def __repr__(self) -> str:
+        return f"RemoteBackend({self.base_url!r})"
+
+
+def _error_message(error: urllib.error.HTTPError) -> str:
+    raw = error.read().decode(errors="replace")
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        return raw
+    return str(payload.get("message") or payload.get("detail") or payload)

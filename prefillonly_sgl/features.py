@@ -1,0 +1,91 @@
+"""The runtime features prefillonly applies to SGLang, and which one needs which (plain
+Python). The Engine's switches and `serve`'s flags both resolve here, so the rules have
+one owner; sglang_runtime/plugin.py maps each name to the code that installs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str  # in PREFILLONLY_PATCHES and `serve --patches`
+    engine_arg: str  # the Engine's switch
+    summary: str
+    needs: tuple[str, ...] = ()
+    why_needed: str = ""
+
+
+# In the order they are applied.
+FEATURES: dict[str, Feature] = {
+    f.name: f
+    for f in (
+        Feature(
+            "prefill_attention",
+            "prefill_only_attention",
+            "attention of new tokens only (a cache hit skips the prefix)",
+        ),
+        Feature(
+            "prefill_kv",
+            "prefill_only_kv",
+            "scoring requests keep pool KV only for their reusable prefix",
+            needs=("prefill_attention",),
+            why_needed="stock attention reads the new tokens back from the KV pool, where "
+            "prefill_kv no longer writes them",
+        ),
+    )
+}
+
+
+def check_known(names: Iterable[str], what: str = "runtime features") -> list[str]:
+    names = list(names)
+    unknown = [name for name in names if name not in FEATURES]
+    if unknown:
+        raise ValueError(f"unknown {what} {unknown}; known: {list(FEATURES)}")
+    return names
+
+
+def select_features(
+    requested: Iterable[str] | None = None,
+    disabled: Iterable[str] = (),
+    insisted: Iterable[str] = (),
+    name_of=lambda name: name,
+) -> list[str]:
+    """The features to apply, in FEATURES order.
+
+    requested: the features asked for by name (None: every feature, the default).
+    disabled: switched off. A default feature whose dependency is switched off goes with
+        it (turning prefill-only attention off turns prefill-only KV off too).
+    insisted: features the caller asked for explicitly (a name in `requested` counts too):
+        one whose dependency is off is an error (ValueError naming why), never dropped.
+    name_of: how the caller's user calls a feature (the Engine: its argument names).
+    """
+    explicit = requested is not None
+    chosen = check_known(FEATURES if requested is None else requested)
+    off = set(check_known(disabled))
+    insisted = set(check_known(insisted)) | (set(chosen) if explicit else set())
+    selected = {name for name in chosen if name not in off} | (insisted - off)
+    for name in FEATURES:  # dependencies come first in FEATURES: one pass settles them
+        feature = FEATURES[name]
+        missing = [need for need in feature.needs if need not in selected]
+        if name in selected and missing:
+            if name in insisted:
+                needs = ", ".join(name_of(need) for need in missing)
+                raise ValueError(f"{name_of(name)} needs {needs} ({feature.why_needed})")
+            selected.discard(name)
+    return [name for name in FEATURES if name in selected]
+
+
+def engine_features(prefill_only_attention: bool, prefill_only_kv: bool | None) -> list[str]:
+    """The Engine's switches (prefill_only_kv=None: follows prefill_only_attention)."""
+    disabled = [] if prefill_only_attention else ["prefill_attention"]
+    if prefill_only_kv is False:
+        disabled.append("prefill_kv")
+    return select_features(
+        None,
+        disabled,
+        insisted=["prefill_kv"] if prefill_only_kv else [],
+        name_of=lambda name: FEATURES[name].engine_arg,
+    )

@@ -1,0 +1,38 @@
+"""What prefill-only KV sends between SGLang's processes (plain Python): each value that
+crosses a process boundary is written and read here, and nowhere else.
+
+- tokenizer process -> scheduler, per request: the reusable-prefix length R (policy.py),
+  in SamplingParams.custom_params, SGLang's per-request JSON dict that travels with the
+  request; absent for every request that is not a score prompt (those stay stock).
+- scheduler -> main process, once at start-up: the longest score prompt this scheduler
+  accepts, in SGLang's start-up handshake (Scheduler.get_init_info), present only where
+  prefill-only KV is active. The Engine and the server validate with it.
+"""
+
+from __future__ import annotations
+
+REUSABLE_LEN_KEY = "prefillonly_reusable_len"
+SCORING_LIMIT_KEY = "prefillonly_max_scoring_input_len"
+
+
+def with_reusable_len(custom_params: dict | None, reusable_len: int) -> dict:
+    """custom_params (a copy) carrying R."""
+    return {**(custom_params or {}), REUSABLE_LEN_KEY: int(reusable_len)}
+
+
+def reusable_len_in(custom_params: object) -> int | None:
+    """R as the tokenizer process sent it, or None (not a score prompt)."""
+    if not isinstance(custom_params, dict) or REUSABLE_LEN_KEY not in custom_params:
+        return None
+    return int(custom_params[REUSABLE_LEN_KEY])
+
+
+def with_scoring_limit(init_info: dict, max_input_len: int) -> dict:
+    """The handshake (a copy) carrying the score-prompt limit, in SGLang's form: the
+    scheduler refuses a prompt of len >= max_input_len."""
+    return {**init_info, SCORING_LIMIT_KEY: int(max_input_len)}
+
+
+def scoring_limit_in(init_info: dict) -> int | None:
+    value = init_info.get(SCORING_LIMIT_KEY)
+    return int(value) if value else None

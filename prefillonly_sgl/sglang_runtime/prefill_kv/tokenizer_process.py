@@ -1,0 +1,82 @@
+"""Prefill-only KV, tokenizer side (the process that runs SGLang's TokenizerManager: the
+Engine's or the server's main process): each score prompt leaves with its reusable-prefix
+length R (kv/policy.py), carried to the scheduler by kv/messages.py.
+
+SGLang's score_request joins query + item into one prompt per item and tokenizes each in
+_create_tokenized_object. R = common prefix of (the query's own tokens, the prompt's
+tokens), so the query is tokenized once per score call, in the AROUND hook, and the
+AFTER hook of each prompt compares against it. The query's tokens pass from one to the
+other in _SCORE_CALL, scoped to the score call's asyncio task (SGLang tokenizes the
+prompts inside it, so the value never leaks to another call).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+
+from prefillonly_sgl.kv.messages import with_reusable_len
+from prefillonly_sgl.kv.policy import reusable_prefix_len
+
+# The query tokens of the score call being tokenized in this task ([]: nothing reusable);
+# None outside score calls (generate requests stay stock).
+_SCORE_CALL: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "prefillonly_score_call_query_ids", default=None
+)
+_EMBED_OVERRIDES = (
+    "query_embed_overrides",
+    "item_embed_overrides",
+    "stacked_query_item_embed_overrides",
+)
+
+
+async def _around_score_request(original, self, *args, **kwargs):
+    bound = inspect.signature(original).bind(self, *args, **kwargs)
+    bound.apply_defaults()
+    token = _SCORE_CALL.set(query_token_ids(self.tokenizer, bound.arguments))
+    try:
+        return await original(*bound.args, **bound.kwargs)
+    finally:
+        _SCORE_CALL.reset(token)
+
+
+def query_token_ids(tokenizer, arguments: dict) -> list[int]:
+    """The tokens every prompt of this score call may share ([] when none can)."""
+    query = arguments.get("query")
+    if arguments.get("item_first") or not query:
+        return []  # the item comes first, or there is no query: nothing reusable
+    if any(arguments.get(name) is not None for name in _EMBED_OVERRIDES):
+        return []
+    if isinstance(query, str):
+        if tokenizer is None:
+            return []
+        # Tokenized as SGLang tokenizes the prompt (special tokens included).
+        return list(tokenizer.encode(query))
+    return list(query)
+
+
+def _after_create_tokenized_object(result, *args, **kwargs):
+    """Each score prompt of the call leaves with its R (0 when nothing is reusable)."""
+    from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
+
+    query_ids = _SCORE_CALL.get()
+    if query_ids is None or not isinstance(result, TokenizedGenerateReqInput):
+        return result
+    params = result.sampling_params
+    if result.input_ids is None or params.max_new_tokens != 0:
+        return result
+    r = reusable_prefix_len(query_ids, result.input_ids)
+    params.custom_params = with_reusable_len(params.custom_params, r)
+    return result
+
+
+_SCORE_REQUEST = (
+    "sglang.srt.managers.tokenizer_manager_score_mixin.TokenizerManagerScoreMixin.score_request"
+)
+HOOKS = {
+    _SCORE_REQUEST: ("AROUND", _around_score_request),
+    "sglang.srt.managers.tokenizer_manager.TokenizerManager._create_tokenized_object": (
+        "AFTER",
+        _after_create_tokenized_object,
+    ),
+}

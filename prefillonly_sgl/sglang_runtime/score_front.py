@@ -1,0 +1,80 @@
+"""The one scoring path of the main process: check a score call, run it on SGLang's
+TokenizerManager, return a ScoreResult with its usage.
+
+    Engine.score / async_score  ──┐
+    server: typed endpoints      ─┼─> ScoringFront.score ─> TokenizerManager.score_request
+    server: /v1/score's checks   ─┘   (ScoringFront.check)
+
+SGLang's own /v1/score handler still answers /v1/score (its response format, with every
+SGLang field), after the guard has run ScoringFront.check on the body.
+"""
+
+from __future__ import annotations
+
+from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.score_result import ScoreResult
+from prefillonly_sgl.sglang_runtime.request_recording import record_generate_requests
+from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord
+from prefillonly_sgl.validation import (
+    ModelLimits,
+    TextOrIds,
+    prompt_token_counter,
+    validate_score_request,
+)
+
+
+class ScoringFront:
+    """Scoring on one running SGLang TokenizerManager (the Engine's or the server's)."""
+
+    def __init__(self, tokenizer_manager, limits: ModelLimits) -> None:
+        self.tokenizer_manager = tokenizer_manager
+        self.limits = limits
+        self.count_prompt_tokens = prompt_token_counter(tokenizer_manager.tokenizer)
+        record_generate_requests(tokenizer_manager)  # cached tokens and rids per call
+
+    @property
+    def tokenizer(self):
+        return self.tokenizer_manager.tokenizer
+
+    def check(
+        self, query, items, label_token_ids, item_first: bool = False
+    ) -> tuple[TextOrIds, list[TextOrIds], list[int]]:
+        """(query, items, labels) normalised; InvalidRequestError naming the problem."""
+        return validate_score_request(
+            query, items, label_token_ids, self.limits, self.count_prompt_tokens, item_first
+        )
+
+    async def score(
+        self,
+        query,
+        items,
+        label_token_ids,
+        apply_softmax: bool = True,
+        item_first: bool = False,
+        request=None,
+    ) -> ScoreResult:
+        """prefillonly_sgl.Engine.score semantics. request: the HTTP request, if any (SGLang
+        watches it for disconnects)."""
+        query, items, labels = self.check(query, items, label_token_ids, item_first)
+        # This call's own record; an HTTP request's record (the guard's) is its parent.
+        outer = CURRENT_REQUEST.get()
+        record = outer.child("score") if outer is not None else RequestRecord("score")
+        token = CURRENT_REQUEST.set(record)  # SGLang's tasks below copy this context
+        try:
+            result = await self.tokenizer_manager.score_request(
+                query=query,
+                items=items,
+                label_token_ids=labels,
+                apply_softmax=apply_softmax,
+                item_first=item_first,
+                request=request,
+            )
+        except ValueError as e:  # SGLang's way of refusing a request
+            raise InvalidRequestError(str(e)) from e
+        finally:
+            CURRENT_REQUEST.reset(token)
+        return ScoreResult(
+            scores=result.scores,
+            prompt_tokens=result.prompt_tokens,
+            cached_tokens=record.usage.cached_tokens,
+        )

@@ -1,0 +1,34 @@
+"""Which runtime features apply, from the Engine's switches and serve's flags: one set of
+rules (prefillonly_sgl/features.py), without SGLang."""
+
+from __future__ import annotations
+
+import pytest
+
+from prefillonly_sgl.features import FEATURES, engine_features, select_features
+
+
+def test_defaults_are_every_feature_in_order():
+    assert select_features() == list(FEATURES) == engine_features(True, None)
+
+
+def test_switching_off_a_dependency_takes_its_default_dependents_along():
+    assert engine_features(False, None) == []
+    assert select_features(None, ["prefill_attention"]) == []
+    assert engine_features(True, False) == ["prefill_attention"]
+
+
+def test_an_explicit_feature_without_its_dependency_is_an_error_in_the_callers_words():
+    with pytest.raises(ValueError, match="prefill_only_kv needs prefill_only_attention"):
+        engine_features(False, True)
+    with pytest.raises(ValueError, match="prefill_kv needs prefill_attention"):
+        select_features(["prefill_kv"])
+    assert select_features(["prefill_attention"]) == ["prefill_attention"]
+    assert select_features([]) == []
+
+
+def test_unknown_names_are_refused():
+    with pytest.raises(ValueError, match="unknown runtime features"):
+        select_features(["warp_drive"])
+    with pytest.raises(ValueError, match="unknown"):
+        select_features(None, ["warp_drive"])
