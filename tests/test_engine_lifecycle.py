@@ -37,6 +37,21 @@ GUARDLESS_SCRIPT = textwrap.dedent(
     bystander.kill()
     with prefillonly_sgl.Engine(sys.argv[1], device="cpu", max_total_tokens=1024) as e2:
         print("second engine", len(e2.score("Q", [" a"], [yes]).scores))
+
+    # Two engines shut down from two threads at once: each kills its own processes.
+    import threading
+    before = {p.pid for p in psutil.Process().children()}
+    e3 = prefillonly_sgl.Engine(sys.argv[1], device="cpu", max_total_tokens=1024)
+    e4 = prefillonly_sgl.Engine(sys.argv[1], device="cpu", max_total_tokens=1024)
+    both = {p.pid for p in psutil.Process().children(recursive=True)} - before - {tracker}
+    threads = [threading.Thread(target=e.shutdown) for e in (e3, e4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    alive = [pid for pid in both if psutil.pid_exists(pid)
+             and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    print("after concurrent shutdowns alive:", alive)
     """
 )
 
@@ -58,4 +73,8 @@ def test_guardless_script_scores_and_cleans_up(tmp_path, tiny_llama_path):
     assert "bystander alive: True" in lines
     assert "resource tracker alive: True" in lines
     assert "second engine 1" in lines
+    assert "after concurrent shutdowns alive: []" in lines
     assert "KeyError" not in out.stderr  # the resource tracker was not killed
+    # SGLang's workers end with SIGKILL: nothing of theirs may stay registered with the
+    # resource tracker (it warned about a leaked semaphore at exit)
+    assert "leaked" not in out.stderr, out.stderr[-2000:]

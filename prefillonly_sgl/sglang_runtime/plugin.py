@@ -54,8 +54,24 @@ def patches_enabled(names: list[str]):
 
 def load_plugin() -> None:
     import importlib
+    import multiprocessing
 
+    if PATCHES_ENV in os.environ and multiprocessing.parent_process() is not None:
+        _thread_lock_for_progress_bars()  # a worker of an engine prefillonly started
     for name in requested_features():
         module_name, function_name = FEATURES[name].split(":")
         getattr(importlib.import_module(module_name), function_name)()
         logger.info("prefillonly: applied runtime patch %s", name)
+
+
+def _thread_lock_for_progress_bars() -> None:
+    """SGLang's workers end with SIGKILL (Engine.shutdown, serve's exit), so anything that
+    registered with multiprocessing's resource tracker stays registered, and the tracker
+    warns at the main process's exit ("1 leaked semaphore objects"). The one such object
+    is tqdm's default write lock, a multiprocessing RLock created by the weight loader's
+    progress bar; a worker's bars need only a thread lock."""
+    import threading
+
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
