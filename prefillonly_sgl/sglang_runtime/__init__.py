@@ -1,15 +1,21 @@
 """Everything that imports or patches SGLang lives in this package.
 
+- score_front.py: the scoring path of the main process (Engine and server).
+- offline_engine.py: starting and stopping SGLang's offline Engine; model_limits.py: the
+  limits its scheduler reported; event_loop.py: which loop it answers on.
+- http_server.py: `prefillonly serve` on SGLang's HTTP server (guard, usage, typed
+  endpoints; the plain logic is in prefillonly_sgl/server/); request_recording.py: usage
+  and rids from the TokenizerManager.
+- plugin.py: the SGLang plugin that installs the runtime features in every SGLang process;
+  hooks.py: their hook tables. Features: prefill_attention*.py (attention backends),
+  prefill_kv/ (one module per process).
 - cpu_support/: what SGLang 0.5.23 needs to run on a CPU-only machine (activated at
   interpreter start by a .pth file that only the CPU install writes).
-- offline_engine.py: starting and stopping SGLang's offline Engine.
-- http_server.py: `prefillonly serve` on SGLang's HTTP server (guard, usage, typed
-  endpoints; the plain logic is in prefillonly_sgl/server/).
 - hook_targets.py: every SGLang symbol this project calls or hooks, checked by a test so
   that an SGLang upgrade fails loudly instead of silently.
 
-The rest of prefillonly_sgl (validation, device defaults, the DSL, scheduling policy) is
-plain Python that can be imported and tested without SGLang.
+The rest of prefillonly_sgl (validation, features, device defaults, the DSL, the KV and
+attention decisions) is plain Python that can be imported and tested without SGLang.
 """
 
 SGLANG_VERSION = "0.5.23"  # pinned exactly; see hook_targets.py before changing it

@@ -18,8 +18,8 @@ Per request, while active:
   rest (alloc_token_slots, called once inside it, allocates by the layout handed over in
   _PENDING_LAYOUT), and ends the request's kv_committed_len / kv_allocated_len at the
   kept boundary, so the stock release_kv_cache caches and frees only [0, boundary).
-The attention backends (prefill_attention*.py) never read dropped tokens from the pool and
-skip writing them.
+The attention backends (prefill_attention*.py) never read dropped tokens from the pool (the
+CPU one does not write them either; FlashInfer's stock write sends them to DROPPED_SLOT).
 """
 
 from __future__ import annotations
