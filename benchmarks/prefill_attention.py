@@ -188,7 +188,12 @@ def run(lengths, out: Path, chunked_prefill_size: int | None = None) -> str:
             print(f"{name}: starting engine", flush=True)
             seen = {p.pid for p in psutil.Process().children(recursive=True)}
             engines[name] = stack.enter_context(
-                Engine(model, prefill_only_attention=ours, **engine_args)
+                Engine(
+                    model,
+                    prefill_only_attention=ours,
+                    schedule_policy="jct" if ours else "fcfs",
+                    **engine_args,
+                )
             )
             engines[name].bench_scheduler = _new_scheduler(seen)
         tok = engines["stock"].tokenizer

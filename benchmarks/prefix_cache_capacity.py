@@ -36,6 +36,7 @@ def run_config(model, name, ours, args, labels_text=(" Yes", " No")) -> list[dic
         max_total_tokens=args.pool,
         prefill_only_kv=ours,
         prefill_only_attention=ours,
+        schedule_policy="jct" if ours else "fcfs",
     )
     rows = []
     try:

@@ -28,14 +28,6 @@ def _serve(argv: list[str]) -> int:
         _serve_help()
         return 0
     options, sglang_argv = parse_serve_argv(argv)
-    try:
-        features = _patch_features(options.patches, options.disabled_patches)
-        from prefillonly_sgl.server.endpoints import load_app_endpoints
-
-        specs = load_app_endpoints(options.apps)  # before SGLang starts: fail fast
-    except (ValueError, TypeError, ImportError, OSError) as e:
-        print(f"prefillonly serve: {e}", file=sys.stderr)
-        return 2
     from prefillonly_sgl.device_defaults import detect_device
     from prefillonly_sgl.server.options import given_flags
 
@@ -46,39 +38,74 @@ def _serve(argv: list[str]) -> int:
 
         default_model = str(default_model_path())
     sglang_argv = with_defaults(sglang_argv, device, options.metrics, default_model)
-    # The runtime patches reach SGLang's workers through this variable (see plugin.py).
-    from prefillonly_sgl.sglang_runtime.plugin import PATCHES_ENV
+    try:
+        features = _patch_features(options.patches, options.disabled_patches, options.jct)
+        environment = _feature_environment(options, features, sglang_argv, device)
+        from prefillonly_sgl.server.endpoints import load_app_endpoints
 
-    os.environ[PATCHES_ENV] = ",".join(features)
-    if "prefill_kv" in features:
-        # Its tokenizer-side hooks run in this (the HTTP server's) process, where SGLang's
-        # plugin loader may already have run (see prefill_kv.install_tokenizer_hooks).
-        from prefillonly_sgl.sglang_runtime.prefill_kv import install_tokenizer_hooks
+        specs = load_app_endpoints(options.apps)  # before SGLang starts: fail fast
+    except (ValueError, TypeError, ImportError, OSError) as e:
+        print(f"prefillonly serve: {e}", file=sys.stderr)
+        return 2
+    # The runtime patches (and their settings) reach SGLang's workers through the
+    # environment (see plugin.py).
+    os.environ.update(environment)
+    from prefillonly_sgl.features import reads_reusable_len
 
-        install_tokenizer_hooks()
+    if reads_reusable_len(features):
+        # Tokenizer-side hooks run in this (the HTTP server's) process, where SGLang's
+        # plugin loader may already have run (see reusable_prefix.install_in_this_process).
+        from prefillonly_sgl.sglang_runtime import reusable_prefix
+
+        reusable_prefix.install_in_this_process()
     from prefillonly_sgl.sglang_runtime.http_server import serve
 
     return serve(sglang_argv, options, specs)
 
 
-def _patch_features(patches: str | None, disabled: tuple[str, ...] = ()) -> list[str]:
-    """serve's --patches / --disable-* flags as the features to apply (features.py)."""
+def _patch_features(
+    patches: str | None, disabled: tuple[str, ...] = (), jct: bool = True
+) -> list[str]:
+    """serve's --patches / --disable-* / --schedule-policy flags as the features to apply
+    (features.py)."""
     from prefillonly_sgl.features import select_features
     from prefillonly_sgl.sglang_runtime.plugin import PATCHES_ENV, requested_features
 
     requested = None if patches is None else requested_features({PATCHES_ENV: patches})
-    return select_features(requested, disabled)
+    return select_features(requested, list(disabled) + ([] if jct else ["jct_scheduler"]))
+
+
+def _feature_environment(options, features: list[str], sglang_argv: list[str], device: str):
+    """The environment variables that carry the features and their settings to SGLang."""
+    from prefillonly_sgl.server.options import flag_value
+    from prefillonly_sgl.sglang_runtime.plugin import PATCHES_ENV
+
+    environment = {PATCHES_ENV: ",".join(features)}
+    if "jct_scheduler" in features:
+        from prefillonly_sgl.scheduler.settings import SETTINGS_ENV, resolve_settings
+
+        model = flag_value(sglang_argv, "--model-path") or flag_value(sglang_argv, "--model")
+        dtype = flag_value(sglang_argv, "--dtype") or "auto"
+        settings = resolve_settings(
+            model, device, dtype, features, options.jct_aging, options.jct_profile
+        )
+        print(f"prefillonly serve: JCT scheduler, job-time model from {settings.model.source}")
+        environment[SETTINGS_ENV] = settings.to_env()
+    elif options.jct_aging is not None or options.jct_profile is not None:
+        raise ValueError("--jct-aging / --jct-profile apply to --schedule-policy jct")
+    return environment
 
 
 def _serve_help() -> None:
-    from prefillonly_sgl.server.options import add_serve_options
+    from prefillonly_sgl.server.options import add_serve_options, serve_options_group
 
     parser = argparse.ArgumentParser(
         prog="prefillonly serve",
         description=SERVE_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        conflict_handler="resolve",  # our --schedule-policy replaces SGLang's
     )
-    add_serve_options(parser)
+    ours = serve_options_group(parser)  # listed first
     try:
         from sglang.srt.server_args import ServerArgs
 
@@ -89,6 +116,7 @@ def _serve_help() -> None:
                 action.required = False
     except ImportError:
         parser.epilog = "(SGLang is not installed: its server flags cannot be listed)"
+    add_serve_options(parser, ours)
     parser.print_help()
 
 
@@ -96,6 +124,26 @@ def _demo(args: argparse.Namespace) -> int:
     from prefillonly_sgl.demos import drug_review_sentiment
 
     drug_review_sentiment.run(limit=args.limit, model=args.model, device=args.device)
+    return 0
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from prefillonly_sgl.scheduler import profiler
+
+    engine_args = {}
+    if args.disable_prefill_only_kv:
+        engine_args["prefill_only_kv"] = False
+    if args.disable_prefill_only_attention:
+        engine_args["prefill_only_attention"] = False
+    model, report, path = profiler.run(
+        args.model, args.device, args.dtype, args.max_tokens, args.repeats, args.out, **engine_args
+    )
+    print(f"[profile] fit: {report.summary()}")
+    print(
+        f"[profile] seconds = {model.per_batch:.4g} per batch + {model.per_token:.4g} x new "
+        f"+ {model.per_token_cached:.4g} x new x cached + {model.per_token_squared:.4g} x new^2"
+    )
+    print(f"[profile] saved {path}: the Engine and `serve` use it for this model, device, dtype")
     return 0
 
 
@@ -130,6 +178,26 @@ def build_parser() -> argparse.ArgumentParser:
         "`prefillonly serve --help` lists every option",
         add_help=False,
     )
+
+    profile = commands.add_parser(
+        "profile",
+        help="measure the JCT scheduler's job-time model on this machine and save it",
+        description="Times prefill batches over a grid of (cached, new tokens, batch size) "
+        "on a running engine, fits the job-time model (R^2 and errors printed), and saves it "
+        "where Engine and serve find it for this model, device, dtype and features.",
+    )
+    profile.add_argument("--model", help="a Hugging Face model folder (default: SmolLM2-135M)")
+    profile.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if available")
+    profile.add_argument("--dtype", default="auto", help="as the engine will run (default auto)")
+    profile.add_argument(
+        "--max-tokens", type=int, help="longest prompt measured (default cpu 2048, cuda 16384)"
+    )
+    profile.add_argument("--repeats", type=int, default=2, help="timed runs per batch")
+    profile.add_argument("--out", help="write the profile here instead (then pass it with "
+                         "--jct-profile / Engine(jct_profile=...))")  # fmt: skip
+    profile.add_argument("--disable-prefill-only-attention", action="store_true")
+    profile.add_argument("--disable-prefill-only-kv", action="store_true")
+    profile.set_defaults(handler=_profile)
 
     prepare = commands.add_parser(
         "prepare-model", help="convert the embedded default model once and print its folder"

@@ -23,7 +23,13 @@ from pathlib import Path
 
 from prefillonly_sgl.device_defaults import detect_device, sglang_engine_args
 from prefillonly_sgl.errors import EngineClosedError
-from prefillonly_sgl.features import engine_features
+from prefillonly_sgl.features import engine_features, reads_reusable_len
+from prefillonly_sgl.scheduler.settings import (
+    JCT_POLICY,
+    SETTINGS_ENV,
+    JctSettings,
+    resolve_settings,
+)
 from prefillonly_sgl.score_result import ScoreResult
 from prefillonly_sgl.validation import ModelLimits, TextOrIds
 
@@ -47,6 +53,13 @@ class Engine:
         prefix-cache capacity and a scoring prompt may be as long as the context, not the
         pool. Needs prefill_only_attention. Default: same as prefill_only_attention.
         False: stock SGLang KV (for A/B runs).
+    schedule_policy: "jct" (default): the JCT-aware scheduler, shortest predicted
+        remaining time first with aging and prefix groups (docs/scheduler.md); any of
+        SGLang's policies ("fcfs", "lpm", "shortest-prefill-first", ...) for A/B runs.
+    jct_aging: seconds of priority a request gains per second waited (default 1.0: a
+        request waits about its own predicted time at most behind shorter ones).
+    jct_profile: a profile file from `prefillonly profile`; default: the saved profile of
+        this model, device, dtype and features, else the built-in default model.
     **sglang_args: any other sglang ServerArgs field, passed through unchanged.
     """
 
@@ -60,6 +73,9 @@ class Engine:
         context_length: int | None = None,
         prefill_only_attention: bool = True,
         prefill_only_kv: bool | None = None,
+        schedule_policy: str = JCT_POLICY,
+        jct_aging: float | None = None,
+        jct_profile: str | Path | None = None,
         **sglang_args,
     ) -> None:
         from prefillonly_sgl.sglang_runtime.offline_engine import (
@@ -78,10 +94,24 @@ class Engine:
         if not Path(self.model_path).is_dir():
             raise FileNotFoundError(f"model folder not found: {self.model_path}")
         self.device = device or detect_device()
+        jct = schedule_policy == JCT_POLICY
+        if not jct and (jct_aging is not None or jct_profile is not None):
+            raise ValueError(
+                f"jct_aging / jct_profile apply to schedule_policy={JCT_POLICY!r}, "
+                f"not {schedule_policy!r}"
+            )
         # Runtime patches reach SGLang's worker processes through the environment.
         self.runtime_patches: tuple[str, ...] = tuple(
-            engine_features(prefill_only_attention, prefill_only_kv)
+            engine_features(prefill_only_attention, prefill_only_kv, jct)
         )
+        # The scheduler's settings (its job-time model): None under SGLang's policies.
+        self.jct_settings: JctSettings | None = None
+        environment = {}
+        if jct:
+            self.jct_settings = resolve_settings(
+                self.model_path, self.device, dtype, self.runtime_patches, jct_aging, jct_profile
+            )
+            environment[SETTINGS_ENV] = self.jct_settings.to_env()
         self._lock = threading.Lock()
         self._sgl = None
         args = sglang_engine_args(
@@ -90,13 +120,15 @@ class Engine:
             dtype=dtype,
             max_total_tokens=max_total_tokens,
             context_length=context_length,
+            # The JCT policy replaces SGLang's inside its scheduler (FCFS underneath).
+            schedule_policy="fcfs" if jct else schedule_policy,
             **sglang_args,
         )
-        if "prefill_kv" in self.runtime_patches:
-            from prefillonly_sgl.sglang_runtime.prefill_kv import install_tokenizer_hooks
+        if reads_reusable_len(self.runtime_patches):
+            from prefillonly_sgl.sglang_runtime import reusable_prefix
 
-            install_tokenizer_hooks()
-        with patches_enabled(list(self.runtime_patches)):
+            reusable_prefix.install_in_this_process()
+        with patches_enabled(list(self.runtime_patches), environment):
             self._sgl, owned_processes = start_sglang_engine(args)
         # An Engine the user forgets to shut down must not leave SGLang processes behind.
         self._finalizer = weakref.finalize(

@@ -16,6 +16,9 @@ class Feature:
     summary: str
     needs: tuple[str, ...] = ()
     why_needed: str = ""
+    # Reads each score prompt's reusable-prefix length, which the tokenizer process
+    # attaches (sglang_runtime/reusable_prefix.py) for features that say so.
+    reads_reusable_len: bool = False
 
 
 # In the order they are applied.
@@ -34,9 +37,21 @@ FEATURES: dict[str, Feature] = {
             needs=("prefill_attention",),
             why_needed="stock attention reads the new tokens back from the KV pool, where "
             "prefill_kv no longer writes them",
+            reads_reusable_len=True,
+        ),
+        Feature(
+            "jct_scheduler",
+            "schedule_policy",
+            "shortest remaining job first on a job-time model, with aging and prefix groups",
+            reads_reusable_len=True,
         ),
     )
 }
+
+
+def reads_reusable_len(names) -> bool:
+    """Whether the tokenizer process must attach reusable-prefix lengths for `names`."""
+    return any(FEATURES[name].reads_reusable_len for name in names)
 
 
 def check_known(names: Iterable[str], what: str = "runtime features") -> list[str]:
@@ -78,11 +93,16 @@ def select_features(
     return [name for name in FEATURES if name in selected]
 
 
-def engine_features(prefill_only_attention: bool, prefill_only_kv: bool | None) -> list[str]:
-    """The Engine's switches (prefill_only_kv=None: follows prefill_only_attention)."""
+def engine_features(
+    prefill_only_attention: bool, prefill_only_kv: bool | None, jct_scheduler: bool = True
+) -> list[str]:
+    """The Engine's switches (prefill_only_kv=None: follows prefill_only_attention;
+    jct_scheduler: its schedule_policy is "jct")."""
     disabled = [] if prefill_only_attention else ["prefill_attention"]
     if prefill_only_kv is False:
         disabled.append("prefill_kv")
+    if not jct_scheduler:
+        disabled.append("jct_scheduler")
     return select_features(
         None,
         disabled,

@@ -54,7 +54,7 @@ def setup():
     model = default_model_path()
     ref = TransformersReference(model)
     labels = [ref.tokenizer.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
-    with _start(model, prefill_only_attention=False) as stock:
+    with _start(model, prefill_only_attention=False, schedule_policy="fcfs") as stock:
         stock_limit = stock.limits.scoring_prompt_tokens
         stock_scores = [stock.score(q, items, labels).scores for q, items in CALLS]
     with _start(model) as ours:
@@ -63,7 +63,7 @@ def setup():
 
 def test_prefill_only_kv_is_active(setup):
     ours, _, _, stock_limit, _ = setup
-    assert ours.runtime_patches == ("prefill_attention", "prefill_kv")
+    assert ours.runtime_patches == ("prefill_attention", "prefill_kv", "jct_scheduler")
     assert ours.prefill_only_kv_active
     # The scheduler reports the context-bound limit only where prefill-only KV is active.
     assert stock_limit < POOL < 3 * POOL < ours.limits.scoring_prompt_tokens

@@ -57,11 +57,25 @@ def test_disable_flags_leave_their_patch_out():
     # stock attention cannot run with prefill-only KV: that goes too
     assert set(features) == set(FEATURES) - {"prefill_attention", "prefill_kv"}
     options, _ = parse_serve_argv(["--disable-prefill-only-kv"])
-    assert _patch_features(options.patches, options.disabled_patches) == ["prefill_attention"]
+    assert _patch_features(options.patches, options.disabled_patches) == [
+        "prefill_attention",
+        "jct_scheduler",
+    ]
     with pytest.raises(ValueError, match="prefill_kv needs prefill_attention"):
         _patch_features("prefill_kv", ())
     assert _patch_features("prefill_attention", ()) == ["prefill_attention"]
     assert _patch_features("", ()) == []
+
+
+def test_schedule_policy_jct_is_ours_and_sglangs_pass_through():
+    from prefillonly_sgl.cli import _patch_features
+
+    options, rest = parse_serve_argv(["--port", "1", "--jct-aging", "0.5"])
+    assert options.jct and options.jct_aging == 0.5 and rest == ["--port", "1"]
+    assert "jct_scheduler" in _patch_features(options.patches, (), options.jct)
+    options, rest = parse_serve_argv(["--schedule-policy", "lpm", "--port", "1"])
+    assert not options.jct and rest == ["--port", "1", "--schedule-policy", "lpm"]
+    assert "jct_scheduler" not in _patch_features(options.patches, (), options.jct)
 
 
 def test_device_defaults_never_override_the_users_flags(tmp_path):

@@ -61,10 +61,11 @@ def test_every_hook_table_target_is_listed():
     resolution test above covers them; and each table's hook types exist."""
     from sglang.srt.plugins.hook_registry import HookType
 
-    from prefillonly_sgl.sglang_runtime import offline_engine
-    from prefillonly_sgl.sglang_runtime.prefill_kv import scheduler_process, tokenizer_process
+    from prefillonly_sgl.sglang_runtime import offline_engine, reusable_prefix
+    from prefillonly_sgl.sglang_runtime.jct_scheduler import scheduler_process as jct
+    from prefillonly_sgl.sglang_runtime.prefill_kv import scheduler_process as kv
 
-    tables = [offline_engine.SHUTDOWN_HOOKS, scheduler_process.HOOKS, tokenizer_process.HOOKS]
+    tables = [offline_engine.SHUTDOWN_HOOKS, kv.HOOKS, reusable_prefix.HOOKS, jct.HOOKS]
     for table in tables:
         for target, (hook_type, hook) in table.items():
             assert target in HOOK_TARGETS, target

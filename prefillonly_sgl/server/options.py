@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prefillonly_sgl.device_defaults import CPU_DEFAULT_MAX_TOTAL_TOKENS
+from prefillonly_sgl.scheduler.settings import JCT_POLICY
 
 DEFAULT_MAX_PENDING_REQUESTS = 256
 DEFAULT_MAX_PENDING_PROMPTS = 4096
@@ -31,6 +32,13 @@ class ServeOptions:
     patches: str | None = None  # None: every runtime patch this version has
     disabled_patches: tuple[str, ...] = ()  # from the --disable-prefill-only-* flags
     metrics: bool = True
+    schedule_policy: str = JCT_POLICY  # "jct", or one of SGLang's (passed on to SGLang)
+    jct_aging: float | None = None
+    jct_profile: str | None = None
+
+    @property
+    def jct(self) -> bool:
+        return self.schedule_policy == JCT_POLICY
 
 
 # A switch per runtime patch, for A/B runs against stock SGLang: flag -> plugin feature.
@@ -47,8 +55,8 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def add_serve_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
+def serve_options_group(parser: argparse.ArgumentParser):
+    return parser.add_argument_group(
         "prefillonly options",
         "Everything else on the command line is an SGLang server flag (listed below) and "
         "is passed to SGLang unchanged. Defaults filled in when not given: --model-path "
@@ -56,6 +64,12 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         "--attention-backend (cpu: torch_native, cuda: flashinfer), --max-total-tokens "
         f"(cpu: {CPU_DEFAULT_MAX_TOTAL_TOKENS}), --enable-metrics, --enable-cache-report.",
     )
+
+
+def add_serve_options(parser: argparse.ArgumentParser, group=None) -> None:
+    """Our options, in `group` (default: a new "prefillonly options" group). Ours take
+    --schedule-policy from SGLang (jct, or SGLang's policy passed on)."""
+    group = group if group is not None else serve_options_group(parser)
     group.add_argument(
         "--app",
         dest="apps",
@@ -110,6 +124,27 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
             help=f"leave the {feature} runtime patch out (stock SGLang behaviour for it)",
         )
     group.add_argument(
+        "--schedule-policy",
+        default=JCT_POLICY,
+        metavar="POLICY",
+        help="jct (default): the JCT-aware scheduler (docs/scheduler.md); any of SGLang's "
+        "policies (fcfs, lpm, shortest-prefill-first, ...) for A/B runs",
+    )
+    group.add_argument(
+        "--jct-aging",
+        type=float,
+        default=None,
+        metavar="LAMBDA",
+        help="JCT scheduler: seconds of priority a request gains per second waited (default 1.0)",
+    )
+    group.add_argument(
+        "--jct-profile",
+        default=None,
+        metavar="FILE",
+        help="JCT scheduler: a profile from `prefillonly profile` (default: the saved one "
+        "for this model, device, dtype and features, else the built-in default)",
+    )
+    group.add_argument(
         "--no-metrics",
         dest="metrics",
         action="store_false",
@@ -132,8 +167,13 @@ def parse_serve_argv(argv: list[str]) -> tuple[ServeOptions, list[str]]:
             patches=ours.patches,
             disabled_patches=tuple(ours.disabled_patches),
             metrics=ours.metrics,
+            schedule_policy=ours.schedule_policy,
+            jct_aging=ours.jct_aging,
+            jct_profile=ours.jct_profile,
         ),
-        rest,
+        rest
+        if ours.schedule_policy == JCT_POLICY
+        else [*rest, "--schedule-policy", ours.schedule_policy],
     )
 
 
@@ -161,13 +201,19 @@ def _config_file_flags(path: str) -> set[str]:
     return {"--" + str(key).replace("_", "-") for key in data} if isinstance(data, dict) else set()
 
 
-def device_of(argv: list[str]) -> str | None:
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of `--flag v` / `--flag=v` in argv (the last one wins, as in argparse)."""
+    value = None
     for i, arg in enumerate(argv):
-        if arg == "--device" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--device="):
-            return arg.split("=", 1)[1]
-    return None
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def device_of(argv: list[str]) -> str | None:
+    return flag_value(argv, "--device")
 
 
 def server_defaults(device: str, metrics: bool = True) -> list[tuple[str, str | None]]:

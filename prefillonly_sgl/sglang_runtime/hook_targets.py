@@ -112,6 +112,7 @@ HOOK_TARGETS: dict[str, str] = {
         "(prefill_kv's tokenizer side, the shutdown hook)"
     ),
     # -- prefill-only KV (sglang_runtime/prefill_kv/), all via HookRegistry --
+    # (reusable_prefix.py, tokenizer process: for prefill_kv and jct_scheduler)
     "sglang.srt.managers.tokenizer_manager_score_mixin.TokenizerManagerScoreMixin"
     ".score_request": "AROUND: tokenizes the query once per score call (contextvar)",
     "sglang.srt.managers.tokenizer_manager.TokenizerManager._create_tokenized_object": (
@@ -172,6 +173,30 @@ HOOK_TARGETS: dict[str, str] = {
         "AROUND: real slots for kept tokens only, DROPPED_SLOT (never allocated) for the rest"
     ),
     "sglang.srt.mem_cache.allocator.token.TokenToKVPoolAllocator": "the only pool handled",
+    # -- JCT scheduler (sglang_runtime/jct_scheduler/scheduler_process.py) --
+    "sglang.srt.managers.scheduler.Scheduler.init_schedule_policy": (
+        "AFTER: the scheduler's SchedulePolicy becomes JctSchedulePolicy"
+    ),
+    "sglang.srt.managers.scheduler.Scheduler.get_prefill_adder_class": (
+        "AFTER: SGLang's extension point for the PrefillAdder; ours admits only the plan"
+    ),
+    "sglang.srt.managers.schedule_policy.SchedulePolicy": (
+        "base of JctSchedulePolicy (calc_priority replaced; the rest inherited)"
+    ),
+    "sglang.srt.managers.schedule_policy.SchedulePolicy.calc_priority": (
+        "called by the scheduler before every prefill batch: where the plan is made"
+    ),
+    "sglang.srt.managers.schedule_policy.PrefillAdder": "base of the planned adder",
+    "sglang.srt.mem_cache.base_prefix_cache.MatchPrefixParams": "radix-cache matches",
+    "sglang.srt.mem_cache.radix_cache.RadixKey": (
+        "a request's tokens as a match key (limit=: its reusable prefix only, no copy)"
+    ),
+    "sglang.srt.mem_cache.radix_cache.RadixCache.match_prefix": (
+        "device_prefix_len: how much of a prompt the cache holds now"
+    ),
+    "sglang.srt.observability.req_time_stats.SchedulerReqTimeStats.set_wait_queue_entry_time": (
+        "Req.time_stats.wait_queue_entry_time (perf_counter seconds): when it joined"
+    ),
     "sglang.srt.mem_cache.common.release_kv_cache": (
         "stock; caches and frees [0, kv_committed_len), hence the boundary above"
     ),

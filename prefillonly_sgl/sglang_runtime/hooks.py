@@ -1,7 +1,8 @@
 """Runtime patches to SGLang as tables: {SGLang symbol: (hook type, function)}.
 
-Each feature writes one table per process it changes (e.g. prefill_kv/tokenizer_process.py
-and prefill_kv/scheduler_process.py), so what is patched where reads as a list; every
+Each feature writes one table per process it changes (e.g. reusable_prefix.py in the
+tokenizer process, prefill_kv/scheduler_process.py and jct_scheduler/scheduler_process.py
+in the scheduler), so what is patched where reads as a list; every
 target is also listed in hook_targets.py, which a test resolves against the pinned SGLang.
 The hook types are SGLang's HookRegistry ones:
     "AROUND": hook(original, *args, **kwargs) -> result

@@ -27,6 +27,7 @@ PATCHES_ENV = "PREFILLONLY_PATCHES"
 FEATURES: dict[str, str] = {
     "prefill_attention": "prefillonly_sgl.sglang_runtime.prefill_attention:register",
     "prefill_kv": "prefillonly_sgl.sglang_runtime.prefill_kv:register",
+    "jct_scheduler": "prefillonly_sgl.sglang_runtime.jct_scheduler:register",
 }
 
 
@@ -37,19 +38,22 @@ def requested_features(environ=os.environ) -> list[str]:
 
 
 @contextlib.contextmanager
-def patches_enabled(names: list[str]):
-    """Set PATCHES_ENV to `names` while SGLang starts (its spawned workers inherit the
-    environment), then restore it, so a later stock engine in this process stays stock."""
+def patches_enabled(names: list[str], settings: dict[str, str] | None = None):
+    """Set PATCHES_ENV to `names` (and the features' `settings` variables) while SGLang
+    starts (its spawned workers inherit the environment), then restore them, so a later
+    stock engine in this process stays stock."""
     features.check_known(names, "runtime patches")
-    saved = os.environ.get(PATCHES_ENV)
-    os.environ[PATCHES_ENV] = ",".join(names)
+    values = {PATCHES_ENV: ",".join(names), **(settings or {})}
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if saved is None:
-            os.environ.pop(PATCHES_ENV, None)
-        else:
-            os.environ[PATCHES_ENV] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def load_plugin() -> None:

@@ -1,6 +1,7 @@
-"""Prefill-only KV, tokenizer side (the process that runs SGLang's TokenizerManager: the
-Engine's or the server's main process): each score prompt leaves with its reusable-prefix
-length R (kv/policy.py), carried to the scheduler by kv/messages.py.
+"""Tokenizer-process hooks (the process that runs SGLang's TokenizerManager: the Engine's
+or the server's main process): each score prompt leaves with its reusable-prefix length R
+(kv/policy.py), carried to the scheduler by kv/messages.py. Prefill-only KV keeps pool KV
+for those R tokens; the JCT scheduler groups requests that share them.
 
 SGLang's score_request joins query + item into one prompt per item and tokenizes each in
 _create_tokenized_object. R = common prefix of (the query's own tokens, the prompt's
@@ -80,3 +81,20 @@ HOOKS = {
         _after_create_tokenized_object,
     ),
 }
+
+
+def install_in_this_process() -> None:
+    """Applies these hooks in this process now.
+
+    SGLang loads plugins once per process, so in a process that first started a stock
+    engine (or imported SGLang's server before PREFILLONLY_PATCHES was set) the plugin
+    never runs again; the Engine and `serve` call this before starting SGLang. The hooks
+    then stay for later engines of this process too: a stock engine's score prompts carry
+    R in custom_params, which its scheduler (without our hooks) ignores.
+    """
+    from prefillonly_sgl.sglang_runtime.hooks import apply_hooks_now
+
+    apply_hooks_now(HOOK_TABLE_NAME, HOOKS)
+
+
+HOOK_TABLE_NAME = "reusable_prefix"

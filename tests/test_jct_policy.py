@@ -1,0 +1,187 @@
+"""The JCT policy on synthetic requests (plain Python, no SGLang): order, aging, cache hits,
+prefix groups, batch formation, starvation bounds, and the job-time model's fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from prefillonly_sgl.scheduler import jct_model
+from prefillonly_sgl.scheduler.jct_model import JctModel, Sample
+from prefillonly_sgl.scheduler.policy import JctPolicy, Job
+from prefillonly_sgl.scheduler.prefix_marks import prefix_marks
+from prefillonly_sgl.scheduler.simulate import request, simulate
+
+# 0.1 s per batch + 1 ms per new token: easy to reason about.
+MODEL = JctModel(per_batch=0.1, per_token=0.001, per_token_cached=0.0)
+
+
+def tokens(start: int, n: int) -> tuple[int, ...]:
+    return tuple(range(start, start + n))
+
+
+def job(key, n, cached=0, waited=0.0, prefix=None, reusable=0):
+    ids = (prefix or ()) + tokens(10_000 + hash(key) % 1000 * 10_000, n - len(prefix or ()))
+    return Job(key, n, cached, waited, prefix_marks(ids, reusable or len(prefix or ())))
+
+
+def policy(**kwargs) -> JctPolicy:
+    return JctPolicy(MODEL, **{"aging": 1.0, "token_budget": 4096, **kwargs})
+
+
+def test_shortest_predicted_job_first():
+    plan = policy(size_ratio=1.0).plan([job("a", 3000), job("b", 200), job("c", 900)])
+    assert plan.batch == ["b"]
+    assert plan.predicted["a"] == pytest.approx(0.1 + 3.0)
+
+
+def test_aging_lets_a_long_waiting_job_overtake():
+    # a: 3.1 s, waited 2.5 s -> 0.6; b: 0.3 s fresh -> 0.3: b first
+    assert policy(size_ratio=1).plan([job("a", 3000, waited=2.5), job("b", 200)]).batch == ["b"]
+    # waited 2.9 s -> 0.2 < 0.3: a first, and alone (it is long)
+    assert policy().plan([job("a", 3000, waited=2.9), job("b", 200)]).batch == ["a"]
+
+
+def test_a_cache_hit_jumps_the_queue():
+    # a has 3000 tokens but 2900 are cached: 0.2 s; b is 400 fresh tokens: 0.5 s
+    plan = policy(size_ratio=1).plan([job("b", 400), job("a", 3000, cached=2900)])
+    assert plan.batch == ["a"]
+
+
+def test_short_requests_are_packed_and_a_long_one_runs_alone():
+    jobs = [job(f"s{i}", 100 + i) for i in range(5)] + [job("long", 2000)]
+    assert policy().plan(jobs).batch == ["s0", "s1", "s2", "s3", "s4"]
+    assert policy(token_budget=250).plan(jobs).batch == ["s0", "s1"]  # the token budget
+    alone = policy().plan([job("long", 2000, waited=100.0)] + jobs[:5])
+    assert alone.batch == ["long"]  # aged to the head: a long job takes no one along
+
+
+def test_a_prefix_group_pays_for_its_prefix_once():
+    profile = tokens(1, 1500)
+    jobs = [job(f"item{i}", 1600 + i, prefix=profile) for i in range(5)]
+    plan = policy().plan(jobs)
+    assert plan.batch == ["item0"]  # never two members sharing an uncached prefix
+    # the leader runs cold (0.1 + 1.6 s); the followers are predicted as the cache hits
+    # they become after it: the leader's time, then their own 0.1 + 0.1 s
+    assert plan.predicted["item0"] == pytest.approx(1.7)
+    assert plan.predicted["item1"] == pytest.approx(1.7 + 0.2 + 0.001)
+    hits = [job(f"item{i}", 1600 + i, cached=1500, prefix=profile) for i in range(1, 5)]
+    assert policy().plan(hits).batch == ["item1", "item2", "item3", "item4"]
+
+
+def test_requests_sharing_only_an_uncached_instruction_are_not_batched_together():
+    instruction = tokens(1, 256)
+    alice = job("alice", 700, prefix=instruction + tokens(5000, 300))
+    bob = job("bob", 700, prefix=instruction + tokens(9000, 300))
+    other = job("other", 700, prefix=tokens(20_000, 556))
+    plan = policy(long_factor=100).plan([alice, bob, other])
+    assert len(plan.batch) == 2 and "other" in plan.batch  # alice or bob, not both
+    cached = [Job(j.key, j.tokens, 256, 0.0, j.marks) for j in (alice, bob)]
+    assert policy(long_factor=100).plan(cached).batch == ["alice", "bob"]
+
+
+def test_a_prefix_in_flight_is_not_computed_again_by_the_next_batch():
+    """With overlapped scheduling the next batch is planned before the last one's
+    prefixes reach the cache: their groups wait one step."""
+    p = policy()
+    profile = tokens(1, 1500)
+    jobs = [job(f"item{i}", 1600 + i, prefix=profile) for i in range(3)]
+    assert p.plan(jobs).batch == ["item0"]
+    rest = jobs[1:] + [job("other", 300)]
+    assert p.plan(rest).batch == ["other"]  # item1/2 would recompute the profile
+    cached = [Job(j.key, j.tokens, 1500, 0.0, j.marks) for j in jobs[1:]]
+    assert p.plan(cached).batch == ["item1", "item2"]
+
+
+def test_simulated_burst_runs_each_users_profile_once_in_the_ideal_order():
+    """20 users x 10 items behind ~1.5k-token profiles, all sent at once, shuffled."""
+    import random
+
+    rng = random.Random(0)
+    reqs = [
+        request(f"u{u}i{i}", 0.0, profile, tokens(u * 10**5 + 5 * 10**4 + i * 200, 100))
+        for u in range(20)
+        for profile in [tokens(u * 10**5, 1500)]
+        for i in range(10)
+    ]
+    rng.shuffle(reqs)
+    result = simulate(policy(), reqs)
+    assert result.computed_tokens == 20 * 1500 + 200 * 100  # each profile computed once
+    for batch in result.batches:  # each batch: one user's items, or one cold request
+        assert len({key.split("i")[0] for key in batch}) == 1
+    fcfs = simulate(FirstComeFirstServed(), reqs)
+    assert fcfs.computed_tokens > result.computed_tokens  # some profiles computed again
+    mean = sum(result.latency(reqs).values()) / len(reqs)
+    mean_fcfs = sum(fcfs.latency(reqs).values()) / len(reqs)
+    print(f"mean latency: jct {mean:.2f} s, fcfs {mean_fcfs:.2f} s")
+    assert mean < 0.7 * mean_fcfs
+
+
+class FirstComeFirstServed:
+    """SGLang's default, for comparison: arrival order, packed under the token budget,
+    blind to what requests share."""
+
+    model = MODEL
+
+    def plan(self, jobs):
+        from prefillonly_sgl.scheduler.policy import Plan
+
+        batch, budget = [], 4096
+        for j in sorted(jobs, key=lambda j: -j.waited):
+            if j.tokens - j.cached > budget and batch:
+                break
+            batch.append(j.key)
+            budget -= j.tokens - j.cached
+        return Plan(batch=batch)
+
+
+def test_very_large_aging_is_first_come_first_served():
+    reqs = [request(f"r{i}", 0.01 * i, (), tokens(i * 10_000, 2000 - 150 * i)) for i in range(10)]
+    result = simulate(policy(aging=1e9, token_budget=100), reqs)
+    assert result.order == [f"r{i}" for i in range(10)]
+
+
+def _starvation_run(aging: float):
+    long = request("long", 1.0, (), tokens(0, 3000))  # 3.1 s
+    # one short (0.2 s) every 0.2 s, each arriving just before the one ahead is done
+    shorts = [
+        request(f"s{i}", 0.2 * i - 1e-6, (), tokens(10_000 + 100 * i, 100)) for i in range(200)
+    ]
+    result = simulate(policy(aging=aging, long_factor=5), [long, *shorts])  # shorts: 0.2 s
+    return result.latency([long])["long"]
+
+
+def test_aging_bounds_how_long_a_long_job_waits_behind_a_stream_of_short_ones():
+    """Shorts (0.2 s) arrive every 0.2 s, the engine is busy all the time: without aging
+    the long job (3.1 s) waits for the whole stream; with aging its wait is bounded by
+    about (its time - a short's) / aging, plus the batch running when it wins."""
+    assert _starvation_run(aging=0.0) > 35  # after the last short (~40 s)
+    for aging in (0.5, 1.0, 2.0):
+        bound = (3.1 - 0.2) / aging + 0.2 + 3.1  # wait + the batch in progress + its own run
+        assert _starvation_run(aging) <= bound + 1e-9  # tight: the bound is reached
+
+
+def test_fit_recovers_the_model_and_reports_its_quality():
+    truth = JctModel(per_batch=0.05, per_token=4e-4, per_token_cached=2e-8, per_token_squared=1e-8)
+    samples = [
+        Sample(((new, cached + new),) * batch, truth.batch_time([(new, cached + new)] * batch))
+        for new in (64, 256, 1024, 4096)
+        for cached in (0, 1024, 8192)
+        for batch in (1, 4)
+    ]
+    model, report = jct_model.fit(samples)
+    assert model.per_batch == pytest.approx(0.05, rel=1e-6)
+    assert model.per_token_cached == pytest.approx(2e-8, rel=1e-6)
+    assert report.r2 == pytest.approx(1.0) and report.relative_error_max < 1e-9
+    assert "R^2 1.0000" in report.summary()
+    # noisy timings: the fit never goes negative, so more tokens never predict less time
+    noisy = [Sample(s.requests, s.seconds * (1.3 if i % 3 else 0.7)) for i, s in enumerate(samples)]
+    rough, _ = jct_model.fit(noisy)
+    assert min(rough.coefficients().values()) >= 0
+    assert rough.job_time(4000, 4000) > rough.job_time(9, 9)
+    with pytest.raises(ValueError, match="at least 4"):
+        jct_model.fit(samples[:3])
+
+
+def test_policy_arguments_are_checked():
+    with pytest.raises(ValueError, match="aging must be >= 0"):
+        JctPolicy(MODEL, aging=-1)
