@@ -4,8 +4,8 @@ default model (SmolLM2-135M-Instruct).
 The model reads each film's one-line plot and gives the probability of each theme
 (labels "space", "love", "crime"); a user's ranking sorts the films by a weighted
 combination of those probabilities: the user's taste. The few-shot examples are the
-prompt's shared prefix: each call is one score request per shared prefix (after a
-one-film warm-up), and SGLang computes the prefix once, then reuses it from its cache.
+prompt's shared prefix: each call is one score request per shared prefix, whose prefix
+the engine's scheduler computes once (the other films then hit SGLang's prefix cache).
 
     python examples/rank_movies.py [--top-k 5] [--model FOLDER] [--device cpu|cuda]
 """

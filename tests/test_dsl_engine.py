@@ -89,8 +89,8 @@ def test_classifier_equals_engine_score(engine):
 def test_prefix_and_items_reach_sglang_as_query_and_items(engine):
     backend = RecordingBackend(engine)
     results = sentiment.batch(REVIEWS, engine=backend, progress=False)
-    # One shared prefix: the first review alone (the prefix warm-up), then the rest.
-    assert [len(r.items) for r in backend.sent] == [1, len(REVIEWS) - 1]
+    # One shared prefix: one request (the scheduler computes the prefix once).
+    assert [len(r.items) for r in backend.sent] == [len(REVIEWS)]
     assert all(r.query == FEW_SHOT for r in backend.sent)
     items = [f"Review: {r}\nSentiment:" for r in REVIEWS]
     assert [item for r in backend.sent for item in r.items] == items
@@ -108,12 +108,11 @@ def test_batch_keeps_input_order_across_prefixes_and_chunks(engine):
     inputs = [(p, f) for p, f in zip(profiles, FILMS)] + [(PROFILE, "tea")]
     backend = RecordingBackend(engine)
     results = chat_relevant.batch(inputs, engine=backend, batch_size=2, progress=False)
-    # Grouped by profile (each: a warm-up item, then chunks of at most 2).
+    # Grouped by profile, in chunks of at most 2.
     assert [(r.query[-9:], len(r.items)) for r in backend.sent] == [
-        ("g walks.\n", 1),
         ("g walks.\n", 2),
-        ("cooking.\n", 1),
-        ("cooking.\n", 1),
+        ("g walks.\n", 1),
+        ("cooking.\n", 2),
     ]
     singles = [chat_relevant(*x, engine=engine) for x in inputs]
     got = [[r.probs["Yes"], r.probs["No"]] for r in results]
@@ -137,10 +136,7 @@ def test_chat_classifier_equals_engine_score_on_the_rendered_prompt(engine):
 def test_ranker_equals_engine_score_and_sorts(engine):
     backend = RecordingBackend(engine)
     ranking = recommend(PROFILE, items=FILMS, top_k=3, engine=backend)
-    assert [(r.query, len(r.items)) for r in backend.sent] == [
-        (PROFILE + "\n", 1),
-        (PROFILE + "\n", 3),
-    ]
+    assert [(r.query, len(r.items)) for r in backend.sent] == [(PROFILE + "\n", 4)]
     sent = backend.sent[0]
     want = engine.score(
         sent.query, [i for r in backend.sent for i in r.items], list(sent.label_token_ids)

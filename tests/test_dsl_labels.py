@@ -201,19 +201,11 @@ def sentiment(review: str) -> Prompt:
 
 
 def test_shared_prefix_becomes_the_query_of_one_request(tok):
-    one_request = prefillonly.classifier(labels=Sentiment, warm_prefix=False)(sentiment.fn)
-    call = one_request.compile_batch(tok, ["good", "bad", "fine"])
+    call = sentiment.compile_batch(tok, ["good", "bad", "fine"])
     items = tuple(f"Review: {r}\nSentiment:" for r in ("good", "bad", "fine"))
     labels = (one_token(tok, " positive"), one_token(tok, " negative"))
     assert call.requests == (ScoreRequest(FEW_SHOT, items, labels),)
-    assert call.where == ((0, 0), (0, 1), (0, 2)) and call.warmups == ()
-    # By default the first input goes alone first, so its prefix is cached for the rest.
-    call = sentiment.compile_batch(tok, ["good", "bad", "fine"])
-    assert call.requests == (
-        ScoreRequest(FEW_SHOT, items[:1], labels),
-        ScoreRequest(FEW_SHOT, items[1:], labels),
-    )
-    assert call.where == ((0, 0), (1, 0), (1, 1)) and call.warmups == (0,)
+    assert call.where == ((0, 0), (0, 1), (0, 2))
 
 
 def test_batches_group_by_prefix_and_chunk_in_input_order(tok):
@@ -225,14 +217,11 @@ def test_batches_group_by_prefix_and_chunk_in_input_order(tok):
     inputs += [("b", "5")]
     call = relevant.compile_batch(tok, inputs, batch_size=2)
     assert [(r.query, r.items) for r in call.requests] == [
-        ("Profile: a\n", ("Item: 1\nRelevant?",)),  # warm-up
-        ("Profile: a\n", ("Item: 3\nRelevant?", "Item: 4\nRelevant?")),
-        ("Profile: a\n", ("Item: 6\nRelevant?",)),
-        ("Profile: b\n", ("Item: 2\nRelevant?",)),  # warm-up
-        ("Profile: b\n", ("Item: 5\nRelevant?",)),
+        ("Profile: a\n", ("Item: 1\nRelevant?", "Item: 3\nRelevant?")),
+        ("Profile: a\n", ("Item: 4\nRelevant?", "Item: 6\nRelevant?")),
+        ("Profile: b\n", ("Item: 2\nRelevant?", "Item: 5\nRelevant?")),
     ]
-    assert call.warmups == (0, 3)
-    answers = [[[0.1, 0.9]], [[0.3, 0.7], [0.4, 0.6]], [[0.6, 0.4]], [[0.2, 0.8]], [[0.5, 0.5]]]
+    answers = [[[0.1, 0.9], [0.3, 0.7]], [[0.4, 0.6], [0.6, 0.4]], [[0.2, 0.8], [0.5, 0.5]]]
     assert [row[0] for row in call.gather(answers)] == [0.1, 0.2, 0.3, 0.4, 0.6, 0.5]
 
 
@@ -244,10 +233,9 @@ def test_prefixes_of_a_single_input_are_batched_whole(tok):
     call = relevant.compile_batch(tok, [("a", "1"), ("b", "2"), ("c", "3"), ("b", "4")])
     assert [(r.query, r.items) for r in call.requests] == [
         ("", ("Profile: a\nItem: 1\nRelevant?", "Profile: c\nItem: 3\nRelevant?")),
-        ("Profile: b\n", ("Item: 2\nRelevant?",)),
-        ("Profile: b\n", ("Item: 4\nRelevant?",)),
+        ("Profile: b\n", ("Item: 2\nRelevant?", "Item: 4\nRelevant?")),
     ]
-    assert call.where == ((0, 0), (1, 0), (0, 1), (2, 0))
+    assert call.where == ((0, 0), (1, 0), (0, 1), (1, 1))
 
 
 def test_plain_string_prompt_is_all_item(tok):
@@ -309,17 +297,8 @@ def recommend(profile: str, item: str) -> Prompt:
 def test_ranker_compiles_to_one_request(tok):
     items = ("Item: moon\nRelevant?", "Item: socks\nRelevant?", "Item: war\nRelevant?")
     labels = (one_token(tok, " Yes"), one_token(tok, " No"))
-    one_request = prefillonly.ranker(labels=["Yes", "No"], warm_prefix=False)(recommend.fn)
-    call = one_request.compile(tok, "likes history", items=["moon", "socks", "war"])
-    assert call.requests == (ScoreRequest("Profile: likes history\n", items, labels),)
     call = recommend.compile(tok, "likes history", items=["moon", "socks", "war"])
-    assert (
-        call.requests
-        == (  # the default: the first item alone first (prefix warm-up)
-            ScoreRequest("Profile: likes history\n", items[:1], labels),
-            ScoreRequest("Profile: likes history\n", items[1:], labels),
-        )
-    )
+    assert call.requests == (ScoreRequest("Profile: likes history\n", items, labels),)
     with pytest.raises(InvalidRequestError, match="items is empty"):
         recommend.compile(tok, "x", items=[])
     with pytest.raises(InvalidRequestError, match=r"items: .*valid string"):
@@ -357,7 +336,7 @@ def test_ranking_is_sorted_stable_and_top_k(tok):
     assert ranking.by_input[1].probs == {"Yes": 0.9, "No": 0.1}
     top = recommend("p", items=["a", "b", "c", "d"], top_k=2, engine=backend)
     assert [r.item for r in top.items] == ["b", "d"] and len(top.by_input) == 4
-    assert [len(r.items) for r in backend.requests] == [1, 3, 1, 3]  # warm-up, rest; twice
+    assert [len(r.items) for r in backend.requests] == [4, 4]  # one request a call
     with pytest.raises(InvalidRequestError, match="top_k"):
         recommend("p", items=["a"], top_k=0, engine=backend)
 

@@ -134,6 +134,15 @@ def test_concurrent_calls_sharing_prefixes_match_transformers(engine, reference,
         assert max_abs_diff(results[name], reference.score(query, its, labels)) < TOLERANCE
 
 
+def test_the_items_of_one_call_compute_their_shared_prefix_once(engine, labels):
+    """One score call, 6 items behind a new profile: one item computes the profile, the
+    other 5 find it cached (under FCFS all 6 are prefilled together and compute it 6x)."""
+    profile = "A new user profile: likes maps, tea and quiet trains. " * 8
+    n_profile = len(engine.tokenizer.encode(profile)) - 2  # the last tokens may merge
+    result = engine.score(profile, [f" item {i}: a map?" for i in range(6)], labels)
+    assert result.cached_tokens >= 5 * n_profile
+
+
 def test_jct_arguments_need_the_jct_policy(tiny_llama_path):
     with pytest.raises(ValueError, match="jct_aging / jct_profile apply to"):
         _engine(tiny_llama_path, schedule_policy="fcfs", jct_aging=2.0)

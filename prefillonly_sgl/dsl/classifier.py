@@ -131,7 +131,6 @@ def classifier(
     leading_space: bool | None = None,
     normalize: bool = True,
     batch_size: int = DEFAULT_BATCH_SIZE,
-    warm_prefix: bool = True,
     path: str | None = None,
 ):
     """Declare a classifier: the decorated function builds the prompt (a str, or a
@@ -145,8 +144,6 @@ def classifier(
         a space unless the prompt ends with whitespace.
     normalize: probabilities over the labels (True) or over the whole vocabulary.
     batch_size: inputs per score request in ``batch`` / ``abatch``.
-    warm_prefix: send the first input of each shared prefix alone first, so that the
-        prefix is cached before the others are prefilled (see request.group_requests).
     path: its endpoint under ``prefillonly serve --app`` (default ``/apps/<name>``;
         batches at ``<path>/batch``).
 
@@ -158,7 +155,6 @@ def classifier(
         leading_space=leading_space,
         normalize=normalize,
         batch_size=batch_size,
-        warm_prefix=warm_prefix,
         path=path,
     )
     if inspect.isfunction(labels):  # @classifier without parentheses

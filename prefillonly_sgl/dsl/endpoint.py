@@ -9,8 +9,8 @@ The client half (what RemoteBackend posts) is app_client.py; the models are app_
 
 (``path=`` on the decorator replaces /apps/<name>.) The handler builds the call's job and
 runs it on the server's own scoring path (``context.score``, the checks of /v1/score) as a
-backend: it compiles the prompts and labels with the server's tokenizer, warm-up requests
-first as in a local call.
+backend: it compiles the prompts and labels with the server's tokenizer, as a local call
+does.
 
 Labels are checked once at server start-up (``on_startup``): the function is called with
 sample arguments (defaults, else "example" / 0 / the first Literal value ...) and its

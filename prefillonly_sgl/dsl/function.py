@@ -45,7 +45,6 @@ class ScoringFunction:
         system: str | None,
         leading_space: bool | None,
         normalize: bool,
-        warm_prefix: bool,
         reserved: tuple[str, ...],
         exclude: tuple[str, ...] = (),
         path: str | None = None,
@@ -63,7 +62,6 @@ class ScoringFunction:
         self.chat = ChatFormat(system) if chat else None
         self.leading_space = leading_space
         self.normalize = normalize
-        self.warm_prefix = warm_prefix
         self.inputs = Signature(fn, reserved=reserved, exclude=exclude)
         self._label_ids: dict[tuple[int, str], tuple[object, list[int]]] = {}
         functools.update_wrapper(self, fn)
@@ -109,4 +107,4 @@ class ScoringFunction:
         limit); see request.group_requests."""
         prompts = [self.prompt(tokenizer, **a) for a in arguments]
         label_ids = [self.label_ids(tokenizer, p) for p in prompts]
-        return group_requests(prompts, label_ids, self.normalize, max_items, self.warm_prefix)
+        return group_requests(prompts, label_ids, self.normalize, max_items)

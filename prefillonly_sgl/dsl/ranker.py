@@ -11,8 +11,8 @@
     ranking.items[0].item, ranking.items[0].score, ranking.by_input[3].probs
 
 The function is called once per item; the prefix it returns (the same for every item)
-is the score request's query and the item texts its items: one request per call (two
-with the default warm_prefix: the first item alone, so the prefix is cached, then the rest).
+is the score request's query and the item texts its items: one request per call (the
+engine's scheduler computes the prefix once, the items then hit the cache).
 
 Under `prefillonly serve --app FILE` it is also POST /apps/recommend (endpoint.py); a
 remote backend calls that endpoint when the server has it.
@@ -155,7 +155,6 @@ def ranker(
     system: str | None = None,
     leading_space: bool | None = None,
     normalize: bool = True,
-    warm_prefix: bool = True,
     path: str | None = None,
 ):
     """Declare a ranker. The decorated function takes the shared arguments and one item
@@ -164,9 +163,8 @@ def ranker(
 
     labels: as for ``classifier``. score: what to sort by (see ``score_function``):
     a label, a {label: weight} mapping or a function of the label probabilities.
-    Other options: as for ``classifier``. With warm_prefix (default) a call sends two
-    requests, the first item alone and then the rest, so that the rest reuse the cached
-    prefix; warm_prefix=False sends one request with every item. path: its endpoint
+    Other options: as for ``classifier``. A call sends one request with every item.
+    path: its endpoint
     under ``prefillonly serve --app`` (default ``/apps/<name>``).
     """
     options = dict(
@@ -176,7 +174,6 @@ def ranker(
         system=system,
         leading_space=leading_space,
         normalize=normalize,
-        warm_prefix=warm_prefix,
         path=path,
     )
     if inspect.isfunction(labels):

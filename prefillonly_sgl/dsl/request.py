@@ -26,12 +26,10 @@ class ScoreRequest:
 
 @dataclass(frozen=True)
 class CompiledCall:
-    """The requests for a call or batch; ``where[i]`` = (request, item) of input i;
-    ``warmups``: requests to finish before the others start (see ``group_requests``)."""
+    """The requests for a call or batch; ``where[i]`` = (request, item) of input i."""
 
     requests: tuple[ScoreRequest, ...]
     where: tuple[tuple[int, int], ...]
-    warmups: tuple[int, ...] = ()
 
     def gather(self, answers: list[list[list[float]]]) -> list[list[float]]:
         """Per-input probability rows, in input order, from per-request answers."""
@@ -43,7 +41,6 @@ def group_requests(
     label_ids: list[list[int]],
     apply_softmax: bool,
     max_items: int | None,
-    warm_prefix: bool = True,
 ) -> CompiledCall:
     """Inputs sharing a prefix (and label ids) become the items of one request, at most
     ``max_items`` each (None: no limit), requests in order of first appearance. Inputs
@@ -52,11 +49,10 @@ def group_requests(
     text, so the probabilities are the same, and its prefix cache matches tokens, not
     the split).
 
-    warm_prefix: a group with a non-empty prefix and several items first sends its first
-    item alone. SGLang prefills the items of one request together and, under its default
-    FCFS schedule, each of them computes the shared prefix again (measured: 8 items after
-    a 256-token prefix, 2046 tokens prefilled); once one request has finished, the prefix
-    is in the radix cache and the rest reuse it (267 + 154 tokens).
+    The items of one request share its prefix; the engine's JCT scheduler computes it once
+    (one item first, the others as cache hits), so nothing is sent ahead to warm the cache.
+    Under SGLang's own FCFS policy (schedule_policy="fcfs", or a stock SGLang server) the
+    items of one request are prefilled together and each computes the prefix again.
     """
     by_prefix: dict[tuple[str, tuple[int, ...]], list[int]] = {}
     for i, (prompt, ids) in enumerate(zip(prompts, label_ids)):
@@ -72,19 +68,13 @@ def group_requests(
             groups.setdefault((prefix, ids), []).extend((i, prompts[i].item) for i in members)
 
     requests: list[ScoreRequest] = []
-    warmups: list[int] = []
     where: list[tuple[int, int] | None] = [None] * len(prompts)
     for (prefix, ids), members in groups.items():
-        chunks = []
-        if warm_prefix and prefix and len(members) > 1:
-            warmups.append(len(requests))
-            chunks.append(members[:1])
-            members = members[1:]
         step = max_items or len(members)
-        chunks += [members[start : start + step] for start in range(0, len(members), step)]
+        chunks = [members[start : start + step] for start in range(0, len(members), step)]
         for chunk in chunks:
             for position, (i, _) in enumerate(chunk):
                 where[i] = (len(requests), position)
             items = tuple(item for _, item in chunk)
             requests.append(ScoreRequest(prefix, items, ids, apply_softmax))
-    return CompiledCall(requests=tuple(requests), where=tuple(where), warmups=tuple(warmups))
+    return CompiledCall(requests=tuple(requests), where=tuple(where))

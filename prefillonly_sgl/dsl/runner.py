@@ -41,8 +41,7 @@ class Progress:
 
 
 def send(backend, compiled: CompiledCall, progress: Progress | None = None):
-    """Each request in order (warm-up requests come before the rest of their group);
-    one answer (rows per item) per request."""
+    """Each request in order; one answer (rows per item) per request."""
     if progress is not None:
         progress.start()
     answers = []
@@ -59,7 +58,7 @@ async def asend(
     progress: Progress | None = None,
     max_in_flight: int = DEFAULT_IN_FLIGHT,
 ):
-    """The warm-up requests first, then the others, ``max_in_flight`` at a time."""
+    """Every request, ``max_in_flight`` at a time; answers in request order."""
     if progress is not None:
         progress.start()
     gate = asyncio.Semaphore(max_in_flight)
@@ -72,7 +71,5 @@ async def asend(
         if progress is not None:
             progress.update(len(request.items))
 
-    warmups = set(compiled.warmups)
-    await asyncio.gather(*(run(i) for i in sorted(warmups)))
-    await asyncio.gather(*(run(i) for i in range(len(compiled.requests)) if i not in warmups))
+    await asyncio.gather(*(run(i) for i in range(len(compiled.requests))))
     return answers
