@@ -185,3 +185,28 @@ def test_fit_recovers_the_model_and_reports_its_quality():
 def test_policy_arguments_are_checked():
     with pytest.raises(ValueError, match="aging must be >= 0"):
         JctPolicy(MODEL, aging=-1)
+
+
+def test_the_waiting_set_is_kept_between_steps():
+    """What the SGLang side uses: add / discard / set_group_cached / plan_step."""
+    p = policy()
+    shared, other = tokens(1, 1500), tokens(90_000, 1500)
+    for i in range(3):
+        p.add(f"a{i}", 1600, 0.0, prefix_marks(shared + tokens(5000 + 100 * i, 100), 1500))
+    p.add("b", 1600, 0.0, prefix_marks(other + tokens(7000, 100), 1500))
+    p.add("solo", 120, 0.0, None)
+    assert len(p) == 5 and set(p.keys()) == {"a0", "a1", "a2", "b", "solo"}
+    ga, gb = p.group_of("a0"), p.group_of("b")
+    assert ga == p.group_of("a2") != gb and p.group_of("solo") == -1
+    assert sorted(p.live_groups()) == sorted([ga, gb])
+    assert p.groups_sharing(["a1"]) == {ga}
+    assert p.plan_step(0.0).batch == ["solo"]  # 120 tokens: the shortest
+    p.discard("solo")
+    p.set_group_cached(ga, 1500)  # the cache now holds a's profile: its items are hits
+    assert p.plan_step(2.0).batch == ["a0", "a1", "a2"]
+    for key in ("a0", "a1", "a2"):
+        p.discard(key)
+    assert p.live_groups() == [gb]
+    p.add("c", 1600, 3.0, prefix_marks(tokens(50_000, 1600), 1500))
+    assert p.group_of("c") == ga  # the freed group id, reused for another prefix
+    assert p.plan_step(3.0, explain=True).predicted["c"] == pytest.approx(0.1 + 1.6)

@@ -1,10 +1,11 @@
 """JCT-aware scheduling: shortest remaining job first on the job-time model, with aging,
-prefix groups and batch formation (plain Python; the SGLang side only feeds it jobs and
+prefix groups and batch formation (plain Python + numpy; the SGLang side only feeds it and
 applies the batch it returns, see sglang_runtime/jct_scheduler/).
 
-Every scheduling step the scheduler describes each waiting request as a Job, with how many
-of its tokens the prefix cache holds *now* (so predictions follow the cache as requests
-finish and evict each other), and asks `JctPolicy.plan` for the next prefill batch.
+The policy keeps the waiting requests between steps (`add` when one arrives, `discard`
+when it leaves, `set_cached` / `set_group_cached` when the prefix cache changes what it
+holds of them) and, before every prefill batch, `plan_step(now)` picks the next batch.
+`plan(jobs)` does all of that from a list of Job descriptions (tests, simulations).
 
 Priority (lowest first): predicted remaining seconds - aging * seconds waited. A request
 waiting behind ever-shorter ones overtakes them once it has waited about
@@ -15,34 +16,38 @@ pay for it once. The group's cheapest member leads: it computes the prefix; the 
 predicted as the cache hits they become and wait until the prefix is cached (never two of
 them in one batch). The leader's priority is the group's mean time per request (its own
 cold time plus the followers' hit times, over the group's size), aged by the group's
-longest wait: a group of many cheap followers is worth starting early, as Smith's rule
-says for weighted jobs.
+longest wait: a group of many cheap followers is worth starting early (Smith's rule).
 
 Batches: the head (best priority) decides. A long request (its own work above long_factor
 per-batch costs: batching would amortise nothing and only delay the others) runs alone.
 Otherwise the following requests in priority order join while they fit the token budget,
 are not long, are within size_ratio of the head's work (no short request behind a long one)
 and share no uncached prefix with a member.
+
+Cost per step: a few numpy operations over the waiting requests plus Python work for the
+batch's candidates only (at most SCAN), so a step stays well under a millisecond at a
+thousand waiting requests (benchmarks/jct_scheduler_overhead.py).
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
-from prefillonly_sgl.scheduler.jct_model import JctModel
-from prefillonly_sgl.scheduler.prefix_marks import PrefixMarks
+import numpy as np
+
+from prefillonly_sgl.scheduler.jct_model import MIN_SECONDS, JctModel
+from prefillonly_sgl.scheduler.prefix_marks import MIN_SHARED_TOKENS, PrefixMarks
 
 DEFAULT_AGING = 1.0  # seconds of priority per second waited: waits stay within ~own time
 DEFAULT_LONG_FACTOR = 8.0
 DEFAULT_SIZE_RATIO = 4.0
-SCAN = 512  # candidates looked at for one batch, in priority order
+SCAN = 256  # candidates looked at for one batch, in priority order
 
 
 @dataclass
 class Job:
-    """A waiting request as the policy sees it."""
+    """A waiting request as `plan` takes it."""
 
     key: Hashable  # the request's id
     tokens: int  # prompt length
@@ -53,23 +58,35 @@ class Job:
 
 @dataclass(frozen=True)
 class Plan:
-    """The next prefill batch (job keys, in the order to admit them) and every job's
-    predicted remaining seconds (for logs, metrics and tests)."""
+    """The next prefill batch (request keys, in the order to admit them) and, when asked
+    for (explain=True), every waiting request's predicted remaining seconds."""
 
     batch: list[Hashable]
     predicted: dict[Hashable, float] = field(default_factory=dict)
 
 
+class _Columns:
+    """Per-request numbers in numpy arrays, one slot per waiting request."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.tokens = np.zeros(capacity, np.int64)
+        self.cached = np.zeros(capacity, np.int64)  # own matches (requests outside groups)
+        self.entered = np.zeros(capacity, np.float64)
+        self.group = np.full(capacity, -1, np.int64)
+        self.alive = np.zeros(capacity, bool)
+
+    def grow(self) -> None:
+        for name in ("tokens", "cached", "entered", "group", "alive"):
+            old = getattr(self, name)
+            new = np.full(2 * len(old), -1 if name == "group" else 0, old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)
+
+
 @dataclass
-class _Entry:
-    job: Job
-    new: int  # tokens it computes if run now
-    work: float  # its share of a batch's seconds
-    remaining: float  # predicted seconds until it is done
-    rank_time: float  # the seconds its priority counts (a group leader: the group's mean)
-    waited: float  # the wait its priority ages with (a group leader: the group's longest)
-    blocked: bool = False  # waits for a prefix another request computes first
-    conflicts: list = field(default_factory=list)  # uncached prefix levels it would compute
+class _Group:
+    marks: PrefixMarks
+    members: int = 0
 
 
 class JctPolicy:
@@ -90,82 +107,281 @@ class JctPolicy:
         self.long_factor = long_factor
         self.size_ratio = size_ratio
         self.max_batch = max_batch
-        # Prefix levels the last planned batch computes: with overlapped scheduling the
-        # next step is planned before that batch's prefixes reach the cache.
-        self._in_flight: set[tuple[int, int]] = set()
+        self._cols = _Columns()
+        self._slot: dict[Hashable, int] = {}
+        self._keys: list[Hashable] = []
+        self._free: list[int] = []
+        self._groups: list[_Group | None] = []  # by group id; None: free for reuse
+        self._group_id: dict[tuple[int, int], int] = {}
+        self._free_groups: list[int] = []
+        self._group_cached = np.zeros(0, np.int64)
+        self._group_reusable = np.zeros(0, np.int64)
+        self._level_groups: dict[tuple[int, int], set[int]] = {}  # prefix level -> groups
+        # Prefix levels of the last planned batch: with overlapped scheduling the next
+        # step is planned before that batch's prefixes reach the cache.
+        self._in_flight_levels: set[tuple[int, int]] = set()
         self._in_flight_keys: set[Hashable] = set()
 
-    # -- the plan --------------------------------------------------------------------------
+    # -- the waiting requests ---------------------------------------------------------------
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._slot
+
+    def __len__(self) -> int:
+        return len(self._slot)
+
+    def keys(self):
+        return self._slot.keys()
+
+    def add(self, key: Hashable, tokens: int, entered: float, marks: PrefixMarks | None) -> None:
+        """A request joins the queue at time `entered` (seconds, the caller's clock)."""
+        if key in self._slot:
+            return
+        if self._free:
+            slot = self._free.pop()
+            self._keys[slot] = key
+        else:
+            slot = len(self._keys)
+            self._keys.append(key)
+            if slot >= len(self._cols.tokens):
+                self._cols.grow()
+        cols = self._cols
+        cols.tokens[slot], cols.cached[slot], cols.entered[slot] = tokens, 0, entered
+        cols.group[slot] = self._group_of(marks) if marks is not None else -1
+        cols.alive[slot] = True
+        self._slot[key] = slot
+
+    def discard(self, key: Hashable) -> None:
+        slot = self._slot.pop(key, None)
+        if slot is None:
+            return
+        self._cols.alive[slot] = False
+        gid = int(self._cols.group[slot])
+        if gid >= 0:
+            group = self._groups[gid]
+            group.members -= 1
+            if group.members == 0:  # forget it: a long-running server sees endless prefixes
+                del self._group_id[group.marks.group]
+                for level in group.marks.levels:
+                    self._level_groups[level].discard(gid)
+                    if not self._level_groups[level]:
+                        del self._level_groups[level]
+                self._groups[gid] = None
+                self._free_groups.append(gid)
+        self._keys[slot] = None
+        self._free.append(slot)
+
+    def set_cached(self, key: Hashable, cached: int) -> None:
+        """How many of a request's tokens the prefix cache holds now (requests outside
+        prefix groups; a group's members share set_group_cached)."""
+        self._cols.cached[self._slot[key]] = cached
+
+    def group_of(self, key: Hashable) -> int:
+        """The request's prefix group id (-1: none)."""
+        return int(self._cols.group[self._slot[key]])
+
+    def groups_sharing(self, keys) -> set[int]:
+        """The prefix groups that share a prefix level with any of the requests `keys`
+        (their own groups included): after those requests ran, the cache may hold more of
+        these groups' prefixes."""
+        found = set()
+        for key in keys:
+            slot = self._slot.get(key)
+            gid = -1 if slot is None else int(self._cols.group[slot])
+            if gid >= 0:
+                for level in self._groups[gid].marks.levels:
+                    found |= self._level_groups.get(level, set())
+        return found
+
+    def live_groups(self) -> list[int]:
+        """The ids of the prefix groups with waiting members."""
+        return [gid for gid, group in enumerate(self._groups) if group is not None]
+
+    def set_group_cached(self, gid: int, cached: int) -> None:
+        """How many tokens of the group's reusable prefix the prefix cache holds now."""
+        self._group_cached[gid] = cached
+
+    def _group_of(self, marks: PrefixMarks) -> int:
+        gid = self._group_id.get(marks.group)
+        if gid is None:
+            if self._free_groups:
+                gid = self._free_groups.pop()
+                self._groups[gid] = _Group(marks)
+            else:
+                gid = len(self._groups)
+                self._groups.append(_Group(marks))
+                self._group_cached = np.append(self._group_cached, 0)
+                self._group_reusable = np.append(self._group_reusable, 0)
+            self._group_id[marks.group] = gid
+            self._group_cached[gid] = 0  # until the caller matches it
+            self._group_reusable[gid] = marks.length
+            for level in marks.levels:
+                self._level_groups.setdefault(level, set()).add(gid)
+        self._groups[gid].members += 1
+        return gid
+
+    # -- the plan ----------------------------------------------------------------------------
     def plan(self, jobs: Sequence[Job]) -> Plan:
-        entries = [self._entry(job) for job in jobs]
-        self._group(entries)
-        ranked = heapq.nsmallest(
-            min(SCAN, len(entries)),
-            (e for e in entries if not e.blocked),
-            key=lambda e: e.rank_time - self.aging * e.waited,
-        )
-        batch = self._batch(ranked)
-        self._in_flight = {level for e in batch for level in e.conflicts}
-        self._in_flight_keys = {e.job.key for e in batch}
-        return Plan(
-            batch=[e.job.key for e in batch],
-            predicted={e.job.key: e.remaining for e in entries},
-        )
+        """The next batch for exactly these waiting requests (tests and simulations: the
+        policy is brought in line with `jobs`, then plans with explanations)."""
+        present = {job.key for job in jobs}
+        for key in [k for k in self._slot if k not in present]:
+            self.discard(key)
+        for job in jobs:
+            self.add(job.key, job.tokens, -job.waited, job.marks)
+            self._cols.entered[self._slot[job.key]] = -job.waited
+            gid = self.group_of(job.key)
+            if gid >= 0:
+                self.set_group_cached(gid, min(job.cached, job.marks.length))
+            else:
+                self.set_cached(job.key, job.cached)
+        return self.plan_step(0.0, explain=True)
 
-    def _entry(self, job: Job) -> _Entry:
-        new = max(job.tokens - job.cached, 0)
-        work = self.model.work(new, job.tokens)
-        conflicts = job.marks.uncached_levels(job.cached) if job.marks else []
-        remaining = self.model.per_batch + work
-        return _Entry(job, new, work, remaining, remaining, job.waited, False, conflicts)
+    def plan_step(self, now: float, explain: bool = False) -> Plan:
+        """The next prefill batch of the waiting requests, at time `now`."""
+        slots = np.flatnonzero(self._cols.alive)
+        if len(slots) == 0:
+            return Plan([])
+        s = _Step(self, slots, now)
+        ranked = s.ranked()
+        batch = self._batch(s, ranked)
+        self._in_flight_levels = {lv for i in batch for lv in s.conflicts(i)}
+        self._in_flight_keys = {self._keys[slots[i]] for i in batch}
+        keys = [self._keys[slots[i]] for i in batch]
+        if not explain:
+            return Plan(keys)
+        predicted = {self._keys[slot]: float(r) for slot, r in zip(slots, s.remaining)}
+        return Plan(keys, predicted)
 
-    def _group(self, entries: list[_Entry]) -> None:
-        """Prefix groups: one leader computes the shared prefix, the others wait for it."""
-        groups: dict[tuple[int, int], list[_Entry]] = {}
-        for e in entries:
-            if e.conflicts:
-                in_flight = self._in_flight.intersection(e.conflicts)
-                if in_flight and e.job.key not in self._in_flight_keys:
-                    e.blocked = True  # its prefix is being computed right now
-                groups.setdefault(e.job.marks.group, []).append(e)
-        for members in groups.values():
-            if len(members) < 2:
-                continue
-            leader = min(members, key=lambda e: (e.work, -e.waited))
-            hit = 0.0
-            for e in members:
-                if e is not leader:
-                    # After the leader: a cache hit on the shared prefix.
-                    e.work = self.model.work(e.job.tokens - e.job.marks.length, e.job.tokens)
-                    e.remaining = leader.remaining + self.model.per_batch + e.work
-                    e.blocked = True
-                    hit += self.model.per_batch + e.work
-            leader.rank_time = (leader.remaining + hit) / len(members)
-            leader.waited = max(e.waited for e in members)
-
-    def _long(self, e: _Entry) -> bool:
-        return e.new > self.token_budget or e.work > self.long_factor * self.model.per_batch
-
-    def _batch(self, ranked: list[_Entry]) -> list[_Entry]:
+    def _batch(self, s: _Step, ranked: list[int]) -> list[int]:
         if not ranked:
             return []
-        head = ranked[0]
-        if self._long(head):
-            return [head]
-        batch, budget = [head], self.token_budget - head.new
-        taken = set(head.conflicts)
-        floor = max(head.work, self.model.per_batch)
-        for e in ranked[1:]:
+        # Python numbers for the candidates (numpy scalars are slow in a loop)
+        new = s.new[ranked].tolist()
+        work = s.work[ranked].tolist()
+        long = s.long_mask(ranked).tolist()
+        if long[0]:
+            return [ranked[0]]
+        per_batch = self.model.per_batch
+        batch, budget = [ranked[0]], self.token_budget - new[0]
+        taken = set(s.conflicts(ranked[0]))
+        ceiling = self.size_ratio * max(work[0], per_batch)
+        for j in range(1, len(ranked)):
             if len(batch) >= self.max_batch or budget <= 0:
                 break
-            if (
-                e.new > budget
-                or self._long(e)
-                or max(e.work, self.model.per_batch) > self.size_ratio * floor
-                or taken.intersection(e.conflicts)
-            ):
+            if new[j] > budget or long[j] or max(work[j], per_batch) > ceiling:
                 continue
-            batch.append(e)
-            budget -= e.new
-            taken.update(e.conflicts)
+            conflicts = s.conflicts(ranked[j])
+            if taken.intersection(conflicts):
+                continue
+            batch.append(ranked[j])
+            budget -= new[j]
+            taken.update(conflicts)
         return batch
+
+
+class _Step:
+    """One step's numbers over the waiting requests (index i = position in `slots`)."""
+
+    def __init__(self, policy: JctPolicy, slots: np.ndarray, now: float) -> None:
+        self.policy = policy
+        self.slots = slots
+        m = policy.model
+        cols = policy._cols
+        tokens = cols.tokens[slots]
+        group = cols.group[slots]
+        grouped = group >= 0
+        cached = np.where(grouped, _by_group(policy._group_cached, group), cols.cached[slots])
+        cached = np.minimum(cached, tokens)
+        self.new = tokens - cached
+        self.work = _work(m, self.new, cached)
+        self.remaining = m.per_batch + self.work
+        rank_time = self.remaining.copy()
+        waited = now - cols.entered[slots]
+        self.group, self.cached = group, cached
+        # Groups whose shared prefix the cache lacks: one leader, the others follow.
+        reusable = _by_group(policy._group_reusable, group)
+        open_group = grouped & (reusable - cached >= MIN_SHARED_TOKENS)
+        blocked = np.zeros(len(slots), bool)
+        members = np.flatnonzero(open_group)
+        if len(members):
+            g = group[members]
+            order = members[np.lexsort((-waited[members], self.work[members], g))]
+            first = np.ones(len(order), bool)
+            first[1:] = group[order][1:] != group[order][:-1]
+            leaders, followers = order[first], order[~first]
+            blocked[followers] = True
+            # followers: the leader's time, then their own time as a cache hit
+            fg = group[followers]
+            hit_new = tokens[followers] - reusable[followers]
+            hit = m.per_batch + _work(m, hit_new, reusable[followers])
+            lead_of = np.full(len(policy._groups), -1, np.int64)
+            lead_of[group[leaders]] = leaders
+            self.remaining[followers] = self.remaining[lead_of[fg]] + hit
+            size = np.bincount(group[members], minlength=len(policy._groups))
+            hits = np.bincount(fg, weights=hit, minlength=len(policy._groups))
+            lg = group[leaders]
+            rank_time[leaders] = (self.remaining[leaders] + hits[lg]) / size[lg]
+            longest = np.full(len(policy._groups), -np.inf)
+            np.maximum.at(longest, g, waited[members])
+            waited = waited.copy()
+            waited[leaders] = longest[lg]
+            blocked |= self._in_flight(open_group, group)
+        self.key = rank_time - policy.aging * waited
+        self.candidates = np.flatnonzero(~blocked)
+
+    def _in_flight(self, open_group: np.ndarray, group: np.ndarray) -> np.ndarray:
+        """Members of groups whose uncached prefix the batch in flight is computing (that
+        batch's own members excepted: they are still waiting if SGLang refused them)."""
+        policy = self.policy
+        busy = set()
+        for level in policy._in_flight_levels:
+            for gid in policy._level_groups.get(level, ()):
+                if level[0] - policy._group_cached[gid] >= MIN_SHARED_TOKENS:
+                    busy.add(gid)  # that prefix level is still not cached for it
+        if not busy:
+            return np.zeros(len(group), bool)
+        blocked = open_group & np.isin(group, list(busy))
+        for i in np.flatnonzero(blocked):
+            if policy._keys[self.slots[i]] in policy._in_flight_keys:
+                blocked[i] = False
+        return blocked
+
+    def _levels(self, gid: int) -> list[tuple[int, int]]:
+        return self.policy._groups[gid].marks.uncached_levels(int(self.policy._group_cached[gid]))
+
+    def conflicts(self, i: int) -> list[tuple[int, int]]:
+        """The uncached prefix levels request i would compute."""
+        gid = int(self.group[i])
+        return self._levels(gid) if gid >= 0 else []
+
+    def long_mask(self, idx) -> np.ndarray:
+        """Long requests (run alone) among idx."""
+        p = self.policy
+        return (self.new[idx] > p.token_budget) | (
+            self.work[idx] > p.long_factor * p.model.per_batch
+        )
+
+    def ranked(self) -> list[int]:
+        """Up to SCAN unblocked requests, best priority first."""
+        c = self.candidates
+        if len(c) > SCAN:
+            c = c[np.argpartition(self.key[c], SCAN)[:SCAN]]
+        return [int(i) for i in c[np.argsort(self.key[c], kind="stable")]]
+
+
+def _by_group(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """values[group] per request (0 for requests in no group)."""
+    if len(values) == 0:
+        return np.zeros(len(group), values.dtype)
+    return np.where(group >= 0, values[np.maximum(group, 0)], 0)
+
+
+def _work(model: JctModel, new: np.ndarray, cached: np.ndarray) -> np.ndarray:
+    """JctModel.work over arrays."""
+    new = new.astype(np.float64)
+    work = (
+        model.per_token * new
+        + model.per_token_cached * new * cached
+        + model.per_token_squared * new * new
+    )
+    return np.where(new > 0, np.maximum(work, MIN_SECONDS), 0.0)

@@ -13,6 +13,7 @@ scheduler avoids, so each request carries hashes of its first L tokens for L = 6
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,5 +47,9 @@ def prefix_marks(token_ids: Sequence[int], reusable_len: int | None) -> PrefixMa
         sizes.append(size)
         size *= 2
     sizes.append(length)
-    levels = tuple((n, hash(tuple(token_ids[:n]))) for n in sizes)
+    # Hashes of the raw bytes: C speed (SGLang's token ids are an array of int64 already).
+    if not (isinstance(token_ids, array) and token_ids.typecode == "q"):
+        token_ids = array("q", token_ids[:length])
+    data = token_ids[:length].tobytes()
+    levels = tuple((n, hash(data[: 8 * n])) for n in sizes)
     return PrefixMarks(length=length, levels=levels)

@@ -194,6 +194,12 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.mem_cache.radix_cache.RadixCache.match_prefix": (
         "device_prefix_len: how much of a prompt the cache holds now"
     ),
+    "sglang.srt.mem_cache.radix_cache.RadixCache.evict": (
+        "AFTER: counts evictions; after one every prefix group is matched again"
+    ),
+    "sglang.srt.mem_cache.radix_cache.RadixCache": (
+        "evictions are counted for this exact class; other caches: every group each step"
+    ),
     "sglang.srt.observability.req_time_stats.SchedulerReqTimeStats.set_wait_queue_entry_time": (
         "Req.time_stats.wait_queue_entry_time (perf_counter seconds): when it joined"
     ),

@@ -1,26 +1,30 @@
 """JCT scheduler, scheduler side: SGLang's ordering replaced by scheduler/policy.py.
 
 Settings come from PREFILLONLY_JCT_SETTINGS (scheduler/settings.py), set by the Engine or
-`serve` while SGLang starts. Two hooks, both on SGLang's own extension points:
+`serve` while SGLang starts. Hooks, all on SGLang's own extension points:
 
 - Scheduler.init_schedule_policy (AFTER): the scheduler's SchedulePolicy becomes
   JctSchedulePolicy. Its calc_priority, which SGLang calls before every prefill batch,
-  describes each waiting request as a Job (prompt tokens; tokens the radix cache holds
-  now; seconds waited; its reusable-prefix marks, computed once per request), asks the
-  policy for the next batch and moves that batch's requests to the head of the queue.
+  brings the policy's waiting set in line with SGLang's queue (requests seen for the first
+  time are described once: prompt tokens, arrival, reusable-prefix marks), refreshes what
+  the radix cache holds of them, asks for the next batch and moves it to the queue's head.
 - Scheduler.get_prefill_adder_class (AFTER): the PrefillAdder SGLang builds for the batch
   admits only the planned requests (the first other request ends the batch), still under
   SGLang's own memory and token budgets.
+- RadixCache.evict (AFTER): counts evictions, so the cache is matched again in full only
+  after one.
 
-Matching against the radix cache, every step: once per prefix group (its members share
-the group's reusable prefix, so one match serves all of them), and for requests outside
-groups MATCHES_PER_STEP at a time in rotation (the others keep their last match): the
-cost of a step grows with the number of groups, not of waiting requests. SGLang matches
-the requests it admits again itself (init_next_round_input), so a stale estimate only
-affects the order, never what is computed.
+Matching against the radix cache (the cost that grows with the queue): requests of a prefix
+group share its reusable prefix, so the group is matched, not its members, and only when
+the cache may have changed for it: each step matches the groups that are new and those
+sharing a prefix level with the last two batches (their prefixes are cached now; two, as
+with overlapped scheduling a batch finishes a step later); after an eviction, every
+group. Requests outside groups: new ones and MATCHES_PER_STEP others in rotation. SGLang
+matches the requests it admits again itself (init_next_round_input), so a stale estimate
+only affects the order, never what is computed.
 
 Debugging: PREFILLONLY_SCHEDULER_LOG=<file> appends one line per step with every waiting
-request (rid prefix, tokens, cached, seconds waited, predicted seconds) and the batch.
+request (rid prefix, predicted seconds) and the batch.
 """
 
 from __future__ import annotations
@@ -32,25 +36,38 @@ from dataclasses import dataclass
 
 from sglang.srt.managers.schedule_policy import AddReqResult, SchedulePolicy
 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
-from sglang.srt.mem_cache.radix_cache import RadixKey
+from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 
 from prefillonly_sgl.kv.messages import reusable_len_in
-from prefillonly_sgl.scheduler.policy import JctPolicy, Job
+from prefillonly_sgl.scheduler.policy import JctPolicy
 from prefillonly_sgl.scheduler.prefix_marks import prefix_marks
 from prefillonly_sgl.scheduler.settings import JctSettings
 
 logger = logging.getLogger(__name__)
 
-MATCHES_PER_STEP = 64  # requests outside prefix groups matched again per step
+MATCHES_PER_STEP = 16  # requests outside groups matched again per step, in rotation
 LOG_ENV = "PREFILLONLY_SCHEDULER_LOG"
 
 
 @dataclass
-class _Known:
-    """A waiting request's Job (its marks computed once), updated every step."""
+class _Evictions:
+    """Radix-cache evictions in this process (the scheduler has one tree cache)."""
 
-    job: Job
-    entered: float  # perf_counter() when it joined the queue
+    count: int = 0
+
+
+EVICTIONS = _Evictions()
+
+
+@dataclass(frozen=True)
+class _Prefix:
+    """What matching needs: the tokens (a group's reusable prefix, or a whole prompt) and
+    the request's cache namespace."""
+
+    token_ids: object  # array of ints
+    extra_key: object
+    cache_salt: object
+    group: tuple[int, int] | None = None  # PrefixMarks.group (group ids are reused)
 
 
 class JctSchedulePolicy(SchedulePolicy):
@@ -73,8 +90,13 @@ class JctSchedulePolicy(SchedulePolicy):
             size_ratio=settings.size_ratio,
         )
         self.planned: set[str] | None = None  # rids the adder may admit this step
-        self._known: dict[str, _Known] = {}
+        self._present: set[str] = set()
+        self._requests: dict[str, object] = {}  # rid -> Req, requests outside groups
+        self._prefixes: dict[int, _Prefix] = {}  # group id -> its prefix
+        self._recent_batches: list[list[str]] = []  # rids of the last two planned batches
         self._rotation = 0
+        # Evictions are counted only for SGLang's plain radix cache; others: match all.
+        self._evictions_seen = EVICTIONS.count if type(self.tree_cache) is RadixCache else None
         logger.info(
             "prefillonly: JCT scheduler (aging %.3g, model %s)", settings.aging, settings.model
         )
@@ -84,74 +106,92 @@ class JctSchedulePolicy(SchedulePolicy):
             self.planned = None
             return
         now = time.perf_counter()
-        known = [self._describe(r, now) for r in waiting_queue]
-        self._match(waiting_queue, known)
-        for k in known:
-            k.job.waited = now - k.entered
-        plan = self.jct.plan([k.job for k in known])
+        changed = self.jct.groups_sharing(rid for batch in self._recent_batches for rid in batch)
+        new_groups, new_outside = self._sync(waiting_queue, now)
+        self._match(new_groups + list(changed), new_outside)
+        plan = self.jct.plan_step(now, explain=bool(os.environ.get(LOG_ENV)))
         members = set(plan.batch)
-        by_rid = {r.rid: r for r in waiting_queue}
-        waiting_queue[:] = [by_rid[rid] for rid in plan.batch] + [
-            r for r in waiting_queue if r.rid not in members
-        ]
+        position = {rid: i for i, rid in enumerate(plan.batch)}
+        head = sorted((r for r in waiting_queue if r.rid in members), key=lambda r: position[r.rid])
+        waiting_queue[:] = head + [r for r in waiting_queue if r.rid not in members]
         self.planned = members
-        _log_plan(known, plan)
-        if len(self._known) > 2 * len(waiting_queue) + 1024:  # forget finished requests
-            self._known = {r.rid: self._known[r.rid] for r in waiting_queue}
+        self._recent_batches = [*self._recent_batches[-1:], list(plan.batch)]
+        _log_plan(plan)
 
-    def _describe(self, req, now: float) -> _Known:
-        known = self._known.get(req.rid)
-        if known is None:
-            ids = req.origin_input_ids
-            marks = prefix_marks(ids, reusable_len_in(req.sampling_params.custom_params))
-            entered = req.time_stats.wait_queue_entry_time or now
-            tokens = len(ids) + len(req.output_ids)
-            known = _Known(Job(req.rid, tokens, 0, 0.0, marks), entered)
-            self._known[req.rid] = known
-        return known
+    def _sync(self, waiting_queue, now: float) -> tuple[list[int], list[str]]:
+        """The policy's waiting set = SGLang's queue. Returns the new groups and the new
+        requests outside groups (to match at once)."""
+        present = {r.rid for r in waiting_queue}
+        for rid in self._present - present:
+            self.jct.discard(rid)
+            self._requests.pop(rid, None)
+        new_groups, new_outside = [], []
+        if present - self._present:
+            for req in waiting_queue:
+                if req.rid in self._present or req.rid in self.jct:
+                    continue
+                ids = req.origin_input_ids
+                marks = prefix_marks(ids, reusable_len_in(req.sampling_params.custom_params))
+                entered = req.time_stats.wait_queue_entry_time or now
+                self.jct.add(req.rid, len(ids) + len(req.output_ids), entered, marks)
+                gid = self.jct.group_of(req.rid)
+                if gid < 0:
+                    self._requests[req.rid] = req
+                    new_outside.append(req.rid)
+                    continue
+                known = self._prefixes.get(gid)
+                if known is None or known.group != marks.group:
+                    prefix = ids[: marks.length]
+                    self._prefixes[gid] = _Prefix(
+                        prefix, req.extra_key, req.cache_salt, marks.group
+                    )
+                    new_groups.append(gid)
+        self._present = present
+        return new_groups, new_outside
 
-    def _match(self, waiting_queue, known: list[_Known]) -> None:
-        """Each job's cached tokens as the radix cache holds them now (see the module
-        docstring for what is matched every step)."""
-        by_group: dict[tuple[int, int], int] = {}
-        outside: list[int] = []
-        for i, k in enumerate(known):
-            marks = k.job.marks
-            if marks is None:
-                outside.append(i)
-                continue
-            cached = by_group.get(marks.group)
-            if cached is None:
-                cached = self._cached(waiting_queue[i], marks.length)
-                by_group[marks.group] = cached
-            k.job.cached = cached
-        if outside:
-            start = self._rotation % len(outside)
-            for i in (outside[start:] + outside[:start])[:MATCHES_PER_STEP]:
-                known[i].job.cached = self._cached(waiting_queue[i], None)
-            self._rotation = start + MATCHES_PER_STEP
+    def _match(self, groups: list[int], new_outside: list[str]) -> None:
+        """Matches `groups` (new, or where the cache may have changed), or every group
+        after an eviction; requests outside groups: the new ones and some in rotation."""
+        live = self.jct.live_groups()
+        if self._evictions_seen is None or EVICTIONS.count != self._evictions_seen:
+            groups = live  # an eviction may have taken any group's prefix
+            self._evictions_seen = None if self._evictions_seen is None else EVICTIONS.count
+        for gid in set(groups):
+            prefix = self._prefixes.get(gid)
+            if prefix is not None:
+                self.jct.set_group_cached(gid, self._cached(prefix))
+        outside = list(self._requests)
+        for rid in set(new_outside) | set(_rotate(outside, self._rotation)):
+            req = self._requests[rid]
+            whole = _Prefix(req.origin_input_ids, req.extra_key, req.cache_salt)
+            self.jct.set_cached(rid, self._cached(whole))
+        self._rotation += MATCHES_PER_STEP
+        if len(self._prefixes) > 2 * len(live) + 64:  # forget groups that are gone
+            alive = set(live)
+            self._prefixes = {g: p for g, p in self._prefixes.items() if g in alive}
 
-    def _cached(self, req, limit: int | None) -> int:
+    def _cached(self, prefix: _Prefix) -> int:
         key = RadixKey(
-            token_ids=req.origin_input_ids,
-            extra_key=req.extra_key,
-            limit=limit,
-            cache_salt=req.cache_salt,
+            token_ids=prefix.token_ids, extra_key=prefix.extra_key, cache_salt=prefix.cache_salt
         )
         return self.tree_cache.match_prefix(MatchPrefixParams(key=key)).device_prefix_len
 
 
-def _log_plan(known: list[_Known], plan) -> None:
+def _rotate(items: list, start: int) -> list:
+    """MATCHES_PER_STEP of `items`, from position `start` on (wrapping)."""
+    if not items:
+        return []
+    start %= len(items)
+    return (items[start:] + items[:start])[:MATCHES_PER_STEP]
+
+
+def _log_plan(plan) -> None:
     path = os.environ.get(LOG_ENV)
     if not path:
         return
-    jobs = " ".join(
-        f"{k.job.key[:6]}:{k.job.tokens}/{k.job.cached}/{k.job.waited:.3f}/"
-        f"{plan.predicted.get(k.job.key, 0):.3f}"
-        for k in known
-    )
+    jobs = " ".join(f"{key[:6]}:{seconds:.3f}" for key, seconds in plan.predicted.items())
     with open(path, "a") as f:
-        f.write(f"jct waiting={jobs} batch={[key[:6] for key in plan.batch]}\n")
+        f.write(f"jct predicted={jobs} batch={[key[:6] for key in plan.batch]}\n")
 
 
 def _planned_adder(base):
@@ -188,6 +228,11 @@ def _after_get_prefill_adder_class(adder_class, self, *args, **kwargs):
     return planned[adder_class]
 
 
+def _after_evict(result, *args, **kwargs):
+    EVICTIONS.count += 1
+    return result
+
+
 HOOKS = {
     "sglang.srt.managers.scheduler.Scheduler.init_schedule_policy": (
         "AFTER",
@@ -197,4 +242,5 @@ HOOKS = {
         "AFTER",
         _after_get_prefill_adder_class,
     ),
+    "sglang.srt.mem_cache.radix_cache.RadixCache.evict": ("AFTER", _after_evict),
 }
