@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -103,10 +104,9 @@ class Server:
 
 def workload(tokenizer, args) -> tuple[list[dict], list[int]]:
     """One dict per (user, item): query (the user's profile), item, user."""
-    reviews = [r for r in load_drug_reviews("train") if len(r.text) > 200]
-    rng = random.Random(args.seed)
-    rng.shuffle(reviews)
-    pool = iter(reviews)
+    reviews = [r for split in ("train", "test") for r in load_drug_reviews(split)]
+    random.Random(args.seed).shuffle(reviews)
+    pool = itertools.cycle(reviews)  # ~100k tokens: reused only by very large workloads
 
     def text_of(tokens: int, head: str) -> str:
         text = head

@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument(
         "--max-tokens", type=int, help="longest prompt measured (default cpu 2048, cuda 16384)"
     )
-    profile.add_argument("--repeats", type=int, default=2, help="timed runs per batch")
+    profile.add_argument("--repeats", type=int, default=3, help="timed runs per batch (median)")
     profile.add_argument("--out", help="write the profile here instead (then pass it with "
                          "--jct-profile / Engine(jct_profile=...))")  # fmt: skip
     profile.add_argument("--disable-prefill-only-attention", action="store_true")

@@ -58,15 +58,16 @@ class JctModel:
         return values
 
 
-# Without a profile: the default model (SmolLM2-135M, float32) measured on the 2-core CPU
-# development machine with prefill-only attention and KV (benchmarks/README.md). Only the
-# ratios matter for the order; the scale matters for aging (seconds waited against seconds
-# predicted). Run `prefillonly profile` once per model, device and dtype for real numbers.
+# Without a profile: the default model (SmolLM2-135M, float32) as `prefillonly profile`
+# measured it on the 2-core CPU development machine with prefill-only attention and KV
+# (R^2 0.992, benchmarks/README.md). Only the ratios matter for the order; the scale
+# matters for aging (seconds waited against seconds predicted). Run `prefillonly profile`
+# once per model, device and dtype for real numbers.
 DEFAULT = JctModel(
-    per_batch=0.02,
-    per_token=6.0e-4,
-    per_token_cached=1.5e-7,
-    per_token_squared=1.0e-7,
+    per_batch=0.023,
+    per_token=6.0e-3,
+    per_token_cached=2.0e-6,
+    per_token_squared=4.5e-7,
 )
 
 

@@ -45,7 +45,7 @@ def default_grid(max_tokens: int) -> list[GridPoint]:
     return points
 
 
-def measure(engine, grid: list[GridPoint], repeats: int = 2, progress=None, seed: int = 0):
+def measure(engine, grid: list[GridPoint], repeats: int = 3, progress=None, seed: int = 0):
     """One Sample per grid point (the median of `repeats` timed calls)."""
     rng = random.Random(seed)
     vocab = engine.limits.vocab_size
@@ -80,7 +80,7 @@ def run(
     device: str | None = None,
     dtype: str = "auto",
     max_tokens: int | None = None,
-    repeats: int = 2,
+    repeats: int = 3,
     out: str | None = None,
     **engine_args,
 ) -> tuple[JctModel, FitReport, str]:
