@@ -159,7 +159,7 @@ def run(lengths, out: Path, chunked_prefill_size: int | None = None) -> str:
 
     import psutil
 
-    from prefillonly_sgl import Engine
+    from prefillonly_sgl import STOCK_SGLANG, Engine
     from prefillonly_sgl.models.default_model import default_model_path
 
     model = default_model_path()
@@ -188,12 +188,7 @@ def run(lengths, out: Path, chunked_prefill_size: int | None = None) -> str:
             print(f"{name}: starting engine", flush=True)
             seen = {p.pid for p in psutil.Process().children(recursive=True)}
             engines[name] = stack.enter_context(
-                Engine(
-                    model,
-                    prefill_only_attention=ours,
-                    schedule_policy="jct" if ours else "fcfs",
-                    **engine_args,
-                )
+                Engine(model, **({} if ours else STOCK_SGLANG), **engine_args)
             )
             engines[name].bench_scheduler = _new_scheduler(seen)
         tok = engines["stock"].tokenizer

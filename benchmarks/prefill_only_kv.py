@@ -104,6 +104,7 @@ def start(model, name: str, pool: int, context: int, ours: bool, device: str = "
         context_length=context,
         prefill_only_kv=ours,
         schedule_policy="jct" if ours else "fcfs",
+        hybrid_prefill=False,  # this benchmark measures the KV layout alone (issue 4)
         watchdog_timeout=3600,  # a 16k+ forward on a busy 2-core CPU takes > 300 s
     )
     engine.bench_scheduler, engine.bench_processes = _engine_processes(seen)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 
 def run_config(model, name, ours, args, labels_text=(" Yes", " No")) -> list[dict]:
-    from prefillonly_sgl import Engine
+    from prefillonly_sgl import STOCK_SGLANG, Engine
 
     print(f"{name}: starting (pool {args.pool} tokens)", flush=True)
     engine = Engine(
@@ -34,9 +34,7 @@ def run_config(model, name, ours, args, labels_text=(" Yes", " No")) -> list[dic
         device=args.device,
         dtype="bfloat16" if args.device == "cuda" else "auto",
         max_total_tokens=args.pool,
-        prefill_only_kv=ours,
-        prefill_only_attention=ours,
-        schedule_policy="jct" if ours else "fcfs",
+        **({} if ours else STOCK_SGLANG),
     )
     rows = []
     try:

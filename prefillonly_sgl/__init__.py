@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Engine": "prefillonly_sgl.engine",
     "ScoreResult": "prefillonly_sgl.score_result",
+    "STOCK_SGLANG": "prefillonly_sgl.engine",
     "default_model_path": "prefillonly_sgl.models.default_model",
     "PrefillOnlyError": "prefillonly_sgl.errors",
     "InvalidRequestError": "prefillonly_sgl.errors",

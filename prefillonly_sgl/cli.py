@@ -37,9 +37,10 @@ def _serve(argv: list[str]) -> int:
         from prefillonly_sgl.models.default_model import default_model_path
 
         default_model = str(default_model_path())
-    sglang_argv = with_defaults(sglang_argv, device, options.metrics, default_model)
     try:
         features = _patch_features(options.patches, options.disabled_patches, options.jct)
+        sglang_argv += _memory_budget_argv(options, features, sglang_argv, device, default_model)
+        sglang_argv = with_defaults(sglang_argv, device, options.metrics, default_model)
         environment = _feature_environment(options, features, sglang_argv, device)
         from prefillonly_sgl.server.endpoints import load_app_endpoints
 
@@ -75,6 +76,54 @@ def _patch_features(
     return select_features(requested, list(disabled) + ([] if jct else ["jct_scheduler"]))
 
 
+def _memory_budget_argv(
+    options, features: list[str], sglang_argv: list[str], device: str, default_model
+) -> list[str]:
+    """--memory-budget as SGLang flags: the pool from the plan (memory/calibration.py,
+    measured with an Engine of these features and model flags)."""
+    from prefillonly_sgl.server.options import flag_value, given_flags
+
+    if options.memory_budget is None:
+        if options.max_prompt_tokens is not None:
+            raise ValueError("--max-prompt-tokens applies with --memory-budget")
+        return []
+    if "--max-total-tokens" in given_flags(sglang_argv):
+        raise ValueError("give --memory-budget or --max-total-tokens, not both")
+    from prefillonly_sgl.engine import plan_memory
+
+    context = flag_value(sglang_argv, "--context-length")
+    model = flag_value(sglang_argv, "--model-path") or flag_value(sglang_argv, "--model")
+    hybrid = None
+    if "hybrid_prefill" in features:
+        from prefillonly_sgl.hybrid.settings import HybridSettings
+
+        hybrid = HybridSettings.for_device(device, options.hybrid_prefill_chunk_size)
+    settings = dict(
+        device=device,
+        dtype=flag_value(sglang_argv, "--dtype") or "auto",
+        context_length=int(context) if context else None,
+        prefill_only_attention="prefill_attention" in features,
+        prefill_only_kv="prefill_kv" in features,
+        schedule_policy="jct" if options.jct else options.schedule_policy,
+        jct_aging=options.jct_aging,
+        jct_profile=options.jct_profile,
+        hybrid_prefill=hybrid is not None,
+        hybrid_prefill_chunk_size=hybrid.chunk_size if hybrid else None,
+    )
+    plan = plan_memory(
+        options.memory_budget,
+        options.max_prompt_tokens,
+        model_path=model or default_model,
+        features=features,
+        chunk_size=hybrid.chunk_size if hybrid else None,
+        engine_settings=settings,
+    )
+    extra = ["--max-total-tokens", str(plan.pool_tokens)]
+    if device == "cuda" and "--mem-fraction-static" not in given_flags(sglang_argv):
+        extra += ["--mem-fraction-static", "0.95"]  # see Engine: the plan holds the reserve
+    return extra
+
+
 def _feature_environment(options, features: list[str], sglang_argv: list[str], device: str):
     """The environment variables that carry the features and their settings to SGLang."""
     from prefillonly_sgl.server.options import flag_value
@@ -93,6 +142,14 @@ def _feature_environment(options, features: list[str], sglang_argv: list[str], d
         environment[SETTINGS_ENV] = settings.to_env()
     elif options.jct_aging is not None or options.jct_profile is not None:
         raise ValueError("--jct-aging / --jct-profile apply to --schedule-policy jct")
+    if "hybrid_prefill" in features:
+        from prefillonly_sgl.hybrid.settings import SETTINGS_ENV as HYBRID_ENV
+        from prefillonly_sgl.hybrid.settings import HybridSettings
+
+        hybrid = HybridSettings.for_device(device, options.hybrid_prefill_chunk_size)
+        environment[HYBRID_ENV] = hybrid.to_env()
+    elif options.hybrid_prefill_chunk_size is not None:
+        raise ValueError("--hybrid-prefill-chunk-size applies with hybrid prefilling on")
     return environment
 
 

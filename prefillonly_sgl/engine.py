@@ -24,6 +24,9 @@ from pathlib import Path
 from prefillonly_sgl.device_defaults import detect_device, sglang_engine_args
 from prefillonly_sgl.errors import EngineClosedError
 from prefillonly_sgl.features import engine_features, reads_reusable_len
+from prefillonly_sgl.hybrid.settings import SETTINGS_ENV as HYBRID_ENV
+from prefillonly_sgl.hybrid.settings import HybridSettings
+from prefillonly_sgl.memory.budget import MemoryPlan, parse_size
 from prefillonly_sgl.scheduler.settings import (
     JCT_POLICY,
     SETTINGS_ENV,
@@ -32,6 +35,14 @@ from prefillonly_sgl.scheduler.settings import (
 )
 from prefillonly_sgl.score_result import ScoreResult
 from prefillonly_sgl.validation import ModelLimits, TextOrIds
+
+# Engine(model, **STOCK_SGLANG): SGLang as it ships, every runtime feature off (A/B runs).
+STOCK_SGLANG = dict(
+    prefill_only_attention=False,
+    prefill_only_kv=False,
+    schedule_policy="fcfs",
+    hybrid_prefill=False,
+)
 
 
 class Engine:
@@ -60,6 +71,17 @@ class Engine:
         request waits about its own predicted time at most behind shorter ones).
     jct_profile: a profile file from `prefillonly profile`; default: the saved profile of
         this model, device, dtype and features, else the built-in default model.
+    hybrid_prefill: run every decoder MLP over long prompts in chunks of
+        hybrid_prefill_chunk_size tokens (attention stays whole): a long prompt's peak
+        activation memory drops, its scores stay the same (docs/hybrid_prefill.md).
+        False: unchunked (for A/B runs). Chunk size default: cpu 2048, cuda 4096.
+    memory_budget: bytes (or "6GiB") for the scheduler's model, activations and KV pool
+        together: the engine measures the peak memory of a max_prompt_tokens prompt once
+        (saved per settings; minutes on CPU for long prompts), then sizes the pool (the
+        prefix cache) to what is left (docs/hybrid_prefill.md). Instead of
+        max_total_tokens. The plan is `engine.memory_plan`.
+    max_prompt_tokens: the longest prompt the memory budget must fit (default: the
+        context length).
     **sglang_args: any other sglang ServerArgs field, passed through unchanged.
     """
 
@@ -76,6 +98,10 @@ class Engine:
         schedule_policy: str = JCT_POLICY,
         jct_aging: float | None = None,
         jct_profile: str | Path | None = None,
+        hybrid_prefill: bool = True,
+        hybrid_prefill_chunk_size: int | None = None,
+        memory_budget: int | str | None = None,
+        max_prompt_tokens: int | None = None,
         **sglang_args,
     ) -> None:
         from prefillonly_sgl.sglang_runtime.offline_engine import (
@@ -100,13 +126,20 @@ class Engine:
                 f"jct_aging / jct_profile apply to schedule_policy={JCT_POLICY!r}, "
                 f"not {schedule_policy!r}"
             )
+        if not hybrid_prefill and hybrid_prefill_chunk_size is not None:
+            raise ValueError("hybrid_prefill_chunk_size applies to hybrid_prefill=True")
         # Runtime patches reach SGLang's worker processes through the environment.
         self.runtime_patches: tuple[str, ...] = tuple(
-            engine_features(prefill_only_attention, prefill_only_kv, jct)
+            engine_features(prefill_only_attention, prefill_only_kv, jct, hybrid_prefill)
         )
         # The scheduler's settings (its job-time model): None under SGLang's policies.
         self.jct_settings: JctSettings | None = None
         environment = {}
+        # Hybrid prefilling's chunk size (None when it is off).
+        self.hybrid_settings: HybridSettings | None = None
+        if hybrid_prefill:
+            self.hybrid_settings = HybridSettings.for_device(self.device, hybrid_prefill_chunk_size)
+            environment[HYBRID_ENV] = self.hybrid_settings.to_env()
         if jct:
             self.jct_settings = resolve_settings(
                 self.model_path, self.device, dtype, self.runtime_patches, jct_aging, jct_profile
@@ -114,6 +147,40 @@ class Engine:
             environment[SETTINGS_ENV] = self.jct_settings.to_env()
         self._lock = threading.Lock()
         self._sgl = None
+        # How the memory budget was split (None without one).
+        self.memory_plan: MemoryPlan | None = None
+        if memory_budget is not None:
+            if max_total_tokens is not None:
+                raise ValueError("give memory_budget or max_total_tokens, not both")
+            settings = dict(
+                device=self.device,
+                dtype=dtype,
+                context_length=context_length,
+                prefill_only_attention=prefill_only_attention,
+                prefill_only_kv=prefill_only_kv,
+                schedule_policy=schedule_policy,
+                jct_aging=jct_aging,
+                jct_profile=jct_profile,
+                hybrid_prefill=hybrid_prefill,
+                hybrid_prefill_chunk_size=hybrid_prefill_chunk_size,
+                **sglang_args,
+            )
+            self.memory_plan = plan_memory(
+                memory_budget,
+                max_prompt_tokens,
+                model_path=self.model_path,
+                features=self.runtime_patches,
+                chunk_size=self.hybrid_settings.chunk_size if self.hybrid_settings else None,
+                engine_settings=settings,
+            )
+            max_total_tokens = self.memory_plan.pool_tokens
+            if self.device == "cuda":
+                # SGLang caps the pool at its own profile (free memory minus a reserve of
+                # 1 - mem_fraction_static): a high fraction leaves the budget's pool as the
+                # cap, since the reserve for activations is in the plan already.
+                sglang_args.setdefault("mem_fraction_static", 0.95)
+        elif max_prompt_tokens is not None:
+            raise ValueError("max_prompt_tokens applies with a memory_budget")
         args = sglang_engine_args(
             self.model_path,
             self.device,
@@ -223,3 +290,30 @@ def _shutdown_quietly(shutdown, sgl_engine, owned_processes) -> None:
         shutdown(sgl_engine, owned_processes)
     except Exception:  # interpreter teardown: the processes are being killed anyway
         pass
+
+
+def plan_memory(
+    budget: int | str,
+    max_prompt_tokens: int | None,
+    *,
+    model_path: str,
+    features,
+    chunk_size: int | None,
+    engine_settings: dict,
+) -> MemoryPlan:
+    """The KV pool a memory budget leaves (memory/calibration.py), measured if needed with
+    an Engine(model_path, **engine_settings) of a small pool: what Engine(memory_budget=)
+    and `serve --memory-budget` start with."""
+    from prefillonly_sgl.memory import calibration
+
+    return calibration.plan(
+        parse_size(budget),
+        lambda pool: Engine(model_path, max_total_tokens=pool, **engine_settings),
+        model_path=model_path,
+        device=engine_settings["device"],
+        dtype=engine_settings["dtype"],
+        features=features,
+        chunk_size=chunk_size,
+        max_prompt_tokens=max_prompt_tokens,
+        context_length=engine_settings["context_length"],
+    )

@@ -45,6 +45,11 @@ FEATURES: dict[str, Feature] = {
             "shortest remaining job first on a job-time model, with aging and prefix groups",
             reads_reusable_len=True,
         ),
+        Feature(
+            "hybrid_prefill",
+            "hybrid_prefill",
+            "token-wise modules (the MLPs) run in chunks, attention over the whole prompt",
+        ),
     )
 }
 
@@ -94,7 +99,10 @@ def select_features(
 
 
 def engine_features(
-    prefill_only_attention: bool, prefill_only_kv: bool | None, jct_scheduler: bool = True
+    prefill_only_attention: bool,
+    prefill_only_kv: bool | None,
+    jct_scheduler: bool = True,
+    hybrid_prefill: bool = True,
 ) -> list[str]:
     """The Engine's switches (prefill_only_kv=None: follows prefill_only_attention;
     jct_scheduler: its schedule_policy is "jct")."""
@@ -103,6 +111,8 @@ def engine_features(
         disabled.append("prefill_kv")
     if not jct_scheduler:
         disabled.append("jct_scheduler")
+    if not hybrid_prefill:
+        disabled.append("hybrid_prefill")
     return select_features(
         None,
         disabled,

@@ -13,10 +13,14 @@ def test_defaults_are_every_feature_in_order():
 
 
 def test_switching_off_a_dependency_takes_its_default_dependents_along():
-    assert engine_features(False, None) == ["jct_scheduler"]
-    assert select_features(None, ["prefill_attention"]) == ["jct_scheduler"]
-    assert engine_features(True, False) == ["prefill_attention", "jct_scheduler"]
-    assert engine_features(True, None, jct_scheduler=False) == ["prefill_attention", "prefill_kv"]
+    others = ["jct_scheduler", "hybrid_prefill"]
+    assert engine_features(False, None) == others
+    assert select_features(None, ["prefill_attention"]) == others
+    assert engine_features(True, False) == ["prefill_attention", *others]
+    assert engine_features(True, None, jct_scheduler=False, hybrid_prefill=False) == [
+        "prefill_attention",
+        "prefill_kv",
+    ]
 
 
 def test_an_explicit_feature_without_its_dependency_is_an_error_in_the_callers_words():

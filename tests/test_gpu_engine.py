@@ -20,7 +20,7 @@ import pytest
 import torch
 from conftest import max_abs_diff
 
-from prefillonly_sgl import Engine
+from prefillonly_sgl import STOCK_SGLANG, Engine
 from prefillonly_sgl.models.default_model import default_model_path
 from prefillonly_sgl.reference import TransformersReference
 
@@ -54,7 +54,7 @@ def setup():
     model = default_model_path()
     ref = TransformersReference(model)
     labels = [ref.tokenizer.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
-    with _start(model, prefill_only_attention=False, schedule_policy="fcfs") as stock:
+    with _start(model, **STOCK_SGLANG) as stock:
         stock_limit = stock.limits.scoring_prompt_tokens
         stock_scores = [stock.score(q, items, labels).scores for q, items in CALLS]
     with _start(model) as ours:
@@ -63,7 +63,12 @@ def setup():
 
 def test_prefill_only_kv_is_active(setup):
     ours, _, _, stock_limit, _ = setup
-    assert ours.runtime_patches == ("prefill_attention", "prefill_kv", "jct_scheduler")
+    assert ours.runtime_patches == (
+        "prefill_attention",
+        "prefill_kv",
+        "jct_scheduler",
+        "hybrid_prefill",
+    )
     assert ours.prefill_only_kv_active
     # The scheduler reports the context-bound limit only where prefill-only KV is active.
     assert stock_limit < POOL < 3 * POOL < ours.limits.scoring_prompt_tokens

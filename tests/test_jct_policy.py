@@ -210,3 +210,14 @@ def test_the_waiting_set_is_kept_between_steps():
     p.add("c", 1600, 3.0, prefix_marks(tokens(50_000, 1600), 1500))
     assert p.group_of("c") == ga  # the freed group id, reused for another prefix
     assert p.plan_step(3.0, explain=True).predicted["c"] == pytest.approx(0.1 + 1.6)
+
+
+def test_profile_key_ignores_features_that_leave_job_time_as_it_is(tmp_path):
+    from prefillonly_sgl.scheduler.profiles import profile_key
+
+    (tmp_path / "config.json").write_text('{"torch_dtype": "bfloat16"}')
+    base = profile_key(tmp_path, "cpu", "auto", ["prefill_attention", "prefill_kv"])
+    same = ["hybrid_prefill", "prefill_kv", "jct_scheduler", "prefill_attention"]
+    assert profile_key(tmp_path, "cpu", "auto", same) == base
+    assert base["dtype"] == "bfloat16" and base["features"] == ["prefill_attention", "prefill_kv"]
+    assert profile_key(tmp_path, "cpu", "auto", ["prefill_attention"]) != base

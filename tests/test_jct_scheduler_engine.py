@@ -19,6 +19,7 @@ from conftest import max_abs_diff
 
 from prefillonly_sgl import Engine
 from prefillonly_sgl.cli import main
+from prefillonly_sgl.features import engine_features
 from prefillonly_sgl.scheduler.jct_model import DEFAULT, FitReport
 from prefillonly_sgl.scheduler.profiles import save_profile
 from prefillonly_sgl.scheduler.settings import resolve_settings
@@ -37,7 +38,7 @@ def saved_profile(tiny_llama_path, tmp_path_factory):
         assert main([*argv, "--dtype", "float32", "--max-tokens", "512", "--repeats", "1"]) == 0
         (path,) = (cache / "jct-profiles").glob("*.json")
         found = resolve_settings(
-            tiny_llama_path, "cpu", "float32", ["prefill_attention", "prefill_kv", "jct_scheduler"]
+            tiny_llama_path, "cpu", "float32", engine_features(True, True, True, True)
         )
     return path, found
 

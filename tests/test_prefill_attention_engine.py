@@ -13,7 +13,7 @@ import re
 import pytest
 from conftest import max_abs_diff
 
-from prefillonly_sgl import Engine
+from prefillonly_sgl import STOCK_SGLANG, Engine
 from prefillonly_sgl.reference import TransformersReference
 from prefillonly_sgl.sglang_runtime.prefill_attention import LOG_ENV
 
@@ -55,7 +55,12 @@ def _new_log_lines(log_path, seen: list) -> list[str]:
 
 def test_backend_is_active_and_cold_items_match(setup):
     engine, ref, labels, log_path = setup
-    assert engine.runtime_patches == ("prefill_attention", "prefill_kv", "jct_scheduler")
+    assert engine.runtime_patches == (
+        "prefill_attention",
+        "prefill_kv",
+        "jct_scheduler",
+        "hybrid_prefill",
+    )
     got = engine.score(PROFILE, ITEMS, labels).scores
     assert max_abs_diff(got, ref.score(PROFILE, ITEMS, labels)) < TOLERANCE
     assert "prefill_attention" in log_path.read_text()
@@ -113,9 +118,7 @@ def test_token_ids_and_whole_vocabulary_probabilities(setup):
 def test_switch_off_gives_stock_attention(tiny_llama_path, tmp_path, setup):
     _, ref, labels, _ = setup
     log_path = tmp_path / "stock.log"
-    with _start(
-        tiny_llama_path, log_path, prefill_only_attention=False, schedule_policy="fcfs"
-    ) as stock:
+    with _start(tiny_llama_path, log_path, **STOCK_SGLANG) as stock:
         assert stock.runtime_patches == ()
         got = stock.score(PROFILE, ITEMS, labels).scores
     assert max_abs_diff(got, ref.score(PROFILE, ITEMS, labels)) < TOLERANCE

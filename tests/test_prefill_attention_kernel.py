@@ -93,6 +93,27 @@ def test_matches_naive_attention(prefix_lens, new_lens, limits, stack):
     assert (out.double() - want).abs().max().item() < 1e-5
 
 
+@pytest.mark.parametrize(
+    "prefix_lens, new_lens, single",
+    [
+        ([0], [300], True),  # a cold prompt: one causal call
+        ([50], [900], True),  # a long item behind a prefix: one masked call (not stacked)
+        ([50], [12], False),  # a short item: stacked heads, written into a buffer
+        ([0, 30], [40, 8], False),  # two requests
+    ],
+)
+def test_without_out_one_call_returns_the_kernels_own_output(prefix_lens, new_lens, single):
+    """Without `out`, one SDPA call's output is returned as it is (no second buffer);
+    values are those written into an `out` buffer."""
+    spans, slots, q, k, v, k_pool, v_pool = make_batch(prefix_lens, new_lens)
+    attention = ExtendAttention(spans, slots)
+    got = attention(q, k, v, k_pool, v_pool, None)
+    assert got.shape == q.shape[:2] + (v.shape[2],) and got.is_contiguous()
+    assert (attention._single_call() is not None) == single
+    want = expected(spans, slots, q, k, v, k_pool, v_pool, D**-0.5)
+    assert (got.double() - want).abs().max().item() < 1e-5
+
+
 @pytest.mark.parametrize("limits", [Limits(), NO_GROUPS, SMALL_BLOCKS, GROUPS], ids=str)
 def test_multi_head_attention_without_grouped_heads(limits):
     spans, slots, q, k, v, k_pool, v_pool = make_batch([0, 40, 9], [30, 12, 5], heads=(4, 4))

@@ -18,7 +18,7 @@ import re
 import pytest
 from conftest import max_abs_diff
 
-from prefillonly_sgl import Engine
+from prefillonly_sgl import STOCK_SGLANG, Engine
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.kv.messages import REUSABLE_LEN_KEY
 from prefillonly_sgl.kv.policy import common_prefix_len, reusable_prefix_len
@@ -65,7 +65,7 @@ def setup(tiny_llama_path, tmp_path_factory):
     ref = TransformersReference(tiny_llama_path)
     labels = [ref.tokenizer.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
     stock = {}
-    with _start(tiny_llama_path, prefill_only_attention=False, schedule_policy="fcfs") as engine:
+    with _start(tiny_llama_path, **STOCK_SGLANG) as engine:
         stock["patches"] = engine.runtime_patches
         stock["max_prompt_tokens"] = engine.limits.scoring_prompt_tokens
         for query, items, kwargs in STOCK_CALLS:
@@ -112,7 +112,12 @@ def _cached_tokens(engine, prompt_ids, reusable):
 
 def test_features_and_limits(setup):
     ours, stock, *_ = setup
-    assert ours.runtime_patches == ("prefill_attention", "prefill_kv", "jct_scheduler")
+    assert ours.runtime_patches == (
+        "prefill_attention",
+        "prefill_kv",
+        "jct_scheduler",
+        "hybrid_prefill",
+    )
     assert stock["patches"] == ()
     assert stock["max_prompt_tokens"] < POOL  # stock: bounded by the pool
     assert ours.limits.scoring_prompt_tokens > 3 * POOL  # ours: by the context (4096)

@@ -60,7 +60,11 @@ def test_disable_flags_leave_their_patch_out():
     assert _patch_features(options.patches, options.disabled_patches) == [
         "prefill_attention",
         "jct_scheduler",
+        "hybrid_prefill",
     ]
+    options, _ = parse_serve_argv(["--disable-hybrid-prefill", "--hybrid-prefill-chunk-size", "64"])
+    assert options.hybrid_prefill_chunk_size == 64
+    assert "hybrid_prefill" not in _patch_features(options.patches, options.disabled_patches)
     with pytest.raises(ValueError, match="prefill_kv needs prefill_attention"):
         _patch_features("prefill_kv", ())
     assert _patch_features("prefill_attention", ()) == ["prefill_attention"]
@@ -362,6 +366,12 @@ def test_app_modules_load_by_name_and_cli_rejects_bad_options_before_starting(ca
     assert main(["serve", "--patches", "no-such-patch"]) == 2
     assert "no-such-patch" in capsys.readouterr().err
     assert main(["serve", "--app", "no_such_module_anywhere"]) == 2
+    assert main(["serve", "--max-prompt-tokens", "4096"]) == 2
+    assert "--max-prompt-tokens applies with --memory-budget" in capsys.readouterr().err
+    assert main(["serve", "--memory-budget", "4GiB", "--max-total-tokens", "4096"]) == 2
+    assert "--memory-budget or --max-total-tokens" in capsys.readouterr().err
+    assert main(["serve", "--memory-budget", "lots"]) == 2
+    assert "memory size must be" in capsys.readouterr().err
 
 
 def test_every_error_body_has_sglangs_shape_and_one_type_per_status():

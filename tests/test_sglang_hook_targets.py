@@ -62,10 +62,19 @@ def test_every_hook_table_target_is_listed():
     from sglang.srt.plugins.hook_registry import HookType
 
     from prefillonly_sgl.sglang_runtime import offline_engine, reusable_prefix
+    from prefillonly_sgl.sglang_runtime.hybrid_prefill import scheduler_process as hybrid
     from prefillonly_sgl.sglang_runtime.jct_scheduler import scheduler_process as jct
+    from prefillonly_sgl.sglang_runtime.memory_probe import scheduler_process as probe
     from prefillonly_sgl.sglang_runtime.prefill_kv import scheduler_process as kv
 
-    tables = [offline_engine.SHUTDOWN_HOOKS, kv.HOOKS, reusable_prefix.HOOKS, jct.HOOKS]
+    tables = [
+        offline_engine.SHUTDOWN_HOOKS,
+        kv.HOOKS,
+        reusable_prefix.HOOKS,
+        jct.HOOKS,
+        hybrid.HOOKS,
+        probe.HOOKS,
+    ]
     for table in tables:
         for target, (hook_type, hook) in table.items():
             assert target in HOOK_TARGETS, target

@@ -5,7 +5,7 @@ tensors and each request's cached prefix a tensor of slot indices, so it is test
 against a naive attention on random tensors (tests/test_prefill_attention_kernel.py).
 
     attention = ExtendAttention(spans, prefix_slots)   # once per forward batch
-    attention(q, k, v, k_pool, v_pool, scale, out)      # once per layer
+    out = attention(q, k, v, k_pool, v_pool, scale)     # once per layer (or out=...)
 
 Per request, queries are only the new tokens; keys and values are the cached prefix
 gathered from the pool followed by the new k / v in hand (never read back from the
@@ -112,17 +112,40 @@ class ExtendAttention:
         k_pool: torch.Tensor,  # (slots, Hkv, D)
         v_pool: torch.Tensor,  # (slots, Hkv, Dv)
         scale: float | None,
-        out: torch.Tensor,  # (T, H, Dv), written in place
+        out: torch.Tensor | None = None,  # (T, H, Dv), written in place when given
     ) -> torch.Tensor:
+        """(T, H, Dv) attention output. Without `out`, a batch that is one SDPA call (one
+        request in one query block: a cold prompt, or a long item alone) returns the
+        kernel's own output as it is (laid out (N, H, Dv) underneath): no second
+        (T, H, Dv) buffer and no copy, which matters for long prompts."""
         gqa = q.shape[1] != k.shape[1]
+        if out is None:
+            single = self._single_call()
+            if single is not None:
+                return self._run_alone(*single, q, k, v, k_pool, v_pool, scale, gqa, None)
+            out = q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
         for i, blocks in self.alone:
             self._run_alone(i, blocks, q, k, v, k_pool, v_pool, scale, gqa, out)
         for group in self.groups:
             self._run_group(group, q, k, v, k_pool, v_pool, scale, gqa, out)
         return out
 
+    def _single_call(self):
+        """(request, blocks) when the whole batch is one unstacked SDPA call, else None."""
+        if self.groups or len(self.alone) != 1:
+            return None
+        i, blocks = self.alone[0]
+        span = self.spans[i]
+        if len(blocks) != 1 or span.q_start != 0:
+            return None
+        b = blocks[0]
+        stacked = b.mask is not MaskKind.CAUSAL and b.q_end - b.q_start < self.stack_heads_below
+        return None if stacked else (i, blocks)
+
     # -- one request, query blocks ---------------------------------------------------------
-    def _run_alone(self, i, blocks, q, k, v, k_pool, v_pool, scale, gqa, out) -> None:
+    def _run_alone(self, i, blocks, q, k, v, k_pool, v_pool, scale, gqa, out):
+        """Writes into `out`; with out=None (a single unstacked block, see _single_call)
+        returns the kernel's output as (N, H, Dv)."""
         span = self.spans[i]
         rows = slice(span.q_start, span.q_start + span.n_new)
         if span.prefix_len:
@@ -160,7 +183,10 @@ class ExtendAttention:
                     scale=scale,
                     enable_gqa=gqa,
                 )  # (1, H, block, Dv)
+            if out is None:
+                return o[0].transpose(0, 1)  # (N, H, Dv): the kernel's own (N, H) layout
             out[span.q_start + b.q_start : span.q_start + b.q_end] = o[0].transpose(0, 1)
+        return out
 
     def _tail_mask(self, n_queries, n_keys, dtype, device, groups: int = 1) -> torch.Tensor:
         """The tail mask, its rows repeated `groups` times for stacked heads. Kept for the

@@ -102,8 +102,7 @@ def run(
         )
         with tqdm(total=len(grid), desc="profile", unit="batch") as bar:
             samples = measure(engine, grid, repeats, bar)
-        runtime = [f for f in engine.runtime_patches if f != "jct_scheduler"]
-        key = profile_key(engine.model_path, engine.device, dtype, runtime)
+        key = profile_key(engine.model_path, engine.device, dtype, engine.runtime_patches)
     jct, report = fit(samples, source="profile")
     path = save_profile(key, jct, report, samples, out)
     return JctModel(**jct.coefficients(), source=str(path)), report, str(path)

@@ -29,13 +29,18 @@ def resolved_dtype(model_path: str | Path, dtype: str) -> str:
     return str(config.get("torch_dtype") or config.get("dtype") or "float32")
 
 
+# Runtime features that leave a prompt's job time as it is: the scheduler itself, and
+# hybrid prefilling (same work in chunks; measured equal within noise, docs/hybrid_prefill.md).
+TIME_NEUTRAL_FEATURES = ("jct_scheduler", "hybrid_prefill")
+
+
 def profile_key(model_path: str | Path, device: str, dtype: str, features) -> dict:
-    """What a profile's numbers depend on."""
+    """What a profile's numbers depend on (features: an engine's runtime patches)."""
     return {
         "model": str(Path(model_path).resolve()),
         "device": device,
         "dtype": resolved_dtype(model_path, dtype),
-        "features": sorted(features),
+        "features": sorted(f for f in features if f not in TIME_NEUTRAL_FEATURES),
     }
 
 

@@ -61,6 +61,5 @@ def resolve_settings(
     if profile is not None:
         model = load_profile(profile)
     else:
-        runtime = [name for name in features if name != "jct_scheduler"]
-        model = find_profile(profile_key(model_path, device, dtype, runtime)) or DEFAULT
+        model = find_profile(profile_key(model_path, device, dtype, features)) or DEFAULT
     return JctSettings(model=model, aging=DEFAULT_AGING if aging is None else aging)

@@ -35,6 +35,9 @@ class ServeOptions:
     schedule_policy: str = JCT_POLICY  # "jct", or one of SGLang's (passed on to SGLang)
     jct_aging: float | None = None
     jct_profile: str | None = None
+    hybrid_prefill_chunk_size: int | None = None
+    memory_budget: str | None = None  # e.g. "6GiB": sizes the KV pool (memory/budget.py)
+    max_prompt_tokens: int | None = None  # the longest prompt the budget must fit
 
     @property
     def jct(self) -> bool:
@@ -45,6 +48,7 @@ class ServeOptions:
 DISABLE_FLAGS = {
     "--disable-prefill-only-attention": "prefill_attention",
     "--disable-prefill-only-kv": "prefill_kv",
+    "--disable-hybrid-prefill": "hybrid_prefill",
 }
 
 
@@ -145,6 +149,29 @@ def add_serve_options(parser: argparse.ArgumentParser, group=None) -> None:
         "for this model, device, dtype and features, else the built-in default)",
     )
     group.add_argument(
+        "--hybrid-prefill-chunk-size",
+        type=_positive_int,
+        default=None,
+        metavar="TOKENS",
+        help="hybrid prefilling: tokens per chunk of the MLPs, norms and rotary embeddings "
+        "of a long prompt (default cpu 2048, cuda 4096; docs/hybrid_prefill.md)",
+    )
+    group.add_argument(
+        "--memory-budget",
+        default=None,
+        metavar="SIZE",
+        help="memory (e.g. 6GiB) for the model, the longest prompt's activations and the KV "
+        "pool together: the longest prompt is measured once per settings, the pool gets "
+        "the rest (instead of --max-total-tokens; docs/hybrid_prefill.md)",
+    )
+    group.add_argument(
+        "--max-prompt-tokens",
+        type=_positive_int,
+        default=None,
+        metavar="TOKENS",
+        help="with --memory-budget: the longest prompt it must fit (default: the context)",
+    )
+    group.add_argument(
         "--no-metrics",
         dest="metrics",
         action="store_false",
@@ -170,6 +197,9 @@ def parse_serve_argv(argv: list[str]) -> tuple[ServeOptions, list[str]]:
             schedule_policy=ours.schedule_policy,
             jct_aging=ours.jct_aging,
             jct_profile=ours.jct_profile,
+            hybrid_prefill_chunk_size=ours.hybrid_prefill_chunk_size,
+            memory_budget=ours.memory_budget,
+            max_prompt_tokens=ours.max_prompt_tokens,
         ),
         rest
         if ours.schedule_policy == JCT_POLICY

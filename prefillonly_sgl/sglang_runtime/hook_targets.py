@@ -203,6 +203,23 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.observability.req_time_stats.SchedulerReqTimeStats.set_wait_queue_entry_time": (
         "Req.time_stats.wait_queue_entry_time (perf_counter seconds): when it joined"
     ),
+    # -- hybrid prefilling (sglang_runtime/hybrid_prefill/scheduler_process.py) --
+    "sglang.srt.model_executor.model_runner.ModelRunner.load_model": (
+        "AFTER: the loaded model's token-wise modules run chunk by chunk (hybrid/chunking.py)"
+    ),
+    "sglang.srt.layers.layernorm.RMSNorm": (
+        "chunked: forward(x[, residual[, post_residual_addition]]), attribute variance_epsilon"
+    ),
+    "sglang.srt.layers.rotary_embedding.RotaryEmbedding": (
+        "chunked in place: forward(positions, query, key) -> (query, key), cos_sin_cache"
+    ),
+    "sglang.srt.models.llama.LlamaMLP": "chunked: a gated MLP (gate_up_proj, down_proj)",
+    "sglang.srt.models.qwen2.Qwen2MLP": "chunked: a gated MLP (gate_up_proj, down_proj)",
+    # -- memory probe (sglang_runtime/memory_probe/scheduler_process.py, calibration only) --
+    "sglang.srt.model_executor.model_runner.ModelRunner.forward": (
+        "AROUND: memory resident before each extend forward and its peak (memory budget)"
+    ),
+    "sglang.srt.model_executor.forward_batch_info.ForwardMode.is_extend": "probe: extends only",
     "sglang.srt.mem_cache.common.release_kv_cache": (
         "stock; caches and frees [0, kv_committed_len), hence the boundary above"
     ),

@@ -17,6 +17,7 @@ import logging
 import os
 
 from prefillonly_sgl import features
+from prefillonly_sgl.sglang_runtime.memory_probe import PROBE_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +29,14 @@ FEATURES: dict[str, str] = {
     "prefill_attention": "prefillonly_sgl.sglang_runtime.prefill_attention:register",
     "prefill_kv": "prefillonly_sgl.sglang_runtime.prefill_kv:register",
     "jct_scheduler": "prefillonly_sgl.sglang_runtime.jct_scheduler:register",
+    "hybrid_prefill": "prefillonly_sgl.sglang_runtime.hybrid_prefill:register",
+}
+
+
+# Instruments: measuring hooks, installed (whatever the features) in a prefillonly engine
+# whose environment sets their variable: only prefillonly's own calibration runs do.
+INSTRUMENTS: dict[str, str] = {
+    PROBE_ENV: "prefillonly_sgl.sglang_runtime.memory_probe:register",
 }
 
 
@@ -66,6 +75,10 @@ def load_plugin() -> None:
         module_name, function_name = FEATURES[name].split(":")
         getattr(importlib.import_module(module_name), function_name)()
         logger.info("prefillonly: applied runtime patch %s", name)
+    for variable, entry in INSTRUMENTS.items():
+        if PATCHES_ENV in os.environ and os.environ.get(variable):
+            module_name, function_name = entry.split(":")
+            getattr(importlib.import_module(module_name), function_name)()
 
 
 def _thread_lock_for_progress_bars() -> None:

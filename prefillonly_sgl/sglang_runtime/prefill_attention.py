@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import os
 
-import torch
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
@@ -109,17 +108,15 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
             self.token_to_kv_pool.set_kv_buffer(
                 layer, KVWriteLoc(loc, self.swa_out_cache_loc), k_saved, v_saved
             )
-        o = torch.empty_like(q)
-        self.extend_attention(
+        o = self.extend_attention(  # (T, H, Dv); one SDPA call's own output when it is one
             q.view(-1, layer.tp_q_head_num, layer.qk_head_dim),
             k.view(-1, layer.tp_k_head_num, layer.qk_head_dim),
             v.view(-1, layer.tp_v_head_num, layer.v_head_dim),
             self.token_to_kv_pool.get_key_buffer(layer.layer_id),
             self.token_to_kv_pool.get_value_buffer(layer.layer_id),
             layer.scaling,
-            o.view(-1, layer.tp_q_head_num, layer.v_head_dim),
         )
-        return o
+        return o.view(q.shape[0], layer.tp_q_head_num * layer.v_head_dim)
 
     def _handles(self, layer, k, v) -> bool:
         return (

@@ -1,0 +1,151 @@
+"""Hybrid prefilling: peak memory and prefill time of long prompts, side by side (issue 12).
+
+    .venv/bin/python benchmarks/hybrid_prefill.py                         # 8k 16k 32k, ~40 min
+    .venv/bin/python benchmarks/hybrid_prefill.py --lengths 8192 16384 --configs ours
+
+Default model (SmolLM2-135M) in bfloat16 on CPU; one cold scoring prompt of L random tokens
+(a 256-token query + the item) per run, configurations started one at a time:
+
+  stock                  SGLang as shipped, chunked prefill off (--chunked-prefill-size -1),
+                         a KV pool that fits the prompt
+  stock, chunked         SGLang as shipped with its own chunked prefill (4096 tokens on CPU)
+  ours, no hybrid        prefill-only attention + KV + JCT, hybrid prefilling off (1024-token pool)
+  ours                   everything on: + hybrid prefilling (chunks of 2048), 1024-token pool
+
+Memory: peak RSS of the engine's scheduler process while the call runs (sampled every 10
+ms), minus its RSS just before: the activations (and for stock the KV it writes). Every
+engine runs with MALLOC_MMAP_THRESHOLD_=65536, so that freed tensors go back to the OS and
+RSS follows live memory (glibc otherwise keeps freed chunks of its own choosing; this costs
+some speed, equally for all). Time: the score call's wall seconds; `--timing` repeats the
+two "ours" configurations without that allocator setting, as deployed.
+
+Also: the longest prompt each configuration fits under one memory budget (--budget-mib of
+peak scheduler RSS), read off a straight line through its measured peaks (memory grows
+linearly with the prompt here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+from prefill_only_kv import PeakRss, _engine_processes
+
+CONFIGS = ("stock", "stock, chunked", "ours, no hybrid", "ours")
+QUERY_TOKENS = 256
+MARGIN = 512
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def engine_args(config: str, context: int) -> dict:
+    from prefillonly_sgl import STOCK_SGLANG
+
+    common = dict(dtype="bfloat16", context_length=context, watchdog_timeout=3600)
+    if config == "stock":
+        return dict(**common, **STOCK_SGLANG, max_total_tokens=context, chunked_prefill_size=-1)
+    if config == "stock, chunked":
+        return dict(**common, **STOCK_SGLANG, max_total_tokens=context)
+    return dict(**common, max_total_tokens=1024, hybrid_prefill=config == "ours")
+
+
+def run_config(config: str, lengths: list[int], context: int, allocator: bool) -> list[dict]:
+    import psutil
+
+    from prefillonly_sgl import Engine
+
+    if allocator:
+        os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"
+    seen = {p.pid for p in psutil.Process().children(recursive=True)}
+    try:
+        engine = Engine(**engine_args(config, context))
+    finally:
+        os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
+    scheduler, processes = _engine_processes(seen)
+    rng = random.Random(0)
+    vocab = engine.limits.vocab_size
+    rows = []
+    try:
+        engine.score([rng.randrange(200, vocab - 200) for _ in range(512)], [[7]], [5, 6])
+        for length in lengths:
+            query = [rng.randrange(200, vocab - 200) for _ in range(QUERY_TOKENS)]
+            item = [rng.randrange(200, vocab - 200) for _ in range(length - QUERY_TOKENS)]
+            before = scheduler.memory_info().rss
+            started = time.perf_counter()
+            with PeakRss(scheduler, processes) as rss:
+                scores = engine.score(query, [item], [5, 6]).scores[0]
+            row = dict(
+                config=config,
+                L=length,
+                allocator=allocator,
+                seconds=time.perf_counter() - started,
+                rss_before_mib=before / 2**20,
+                peak_mib=rss.peak_scheduler / 2**20,
+                delta_mib=(rss.peak_scheduler - before) / 2**20,
+                scores=scores,
+            )
+            rows.append(row)
+            print(
+                f"  {config} L={length}: {row['seconds']:.1f} s, peak {row['peak_mib']:.0f} MiB "
+                f"(+{row['delta_mib']:.0f} during the call)",
+                flush=True,
+            )
+    finally:
+        engine.shutdown()
+    return rows
+
+
+def longest_under(rows: list[dict], budget_mib: float) -> float | None:
+    """The prompt length at which a straight line through (L, peak) reaches the budget."""
+    if len(rows) < 2:
+        return None
+    xs, ys = [r["L"] for r in rows], [r["peak_mib"] for r in rows]
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    if slope <= 0:
+        return None
+    return mx + (budget_mib - my) / slope
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[8192, 16384, 32768])
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
+    parser.add_argument("--budget-mib", type=float, default=1536.0)
+    parser.add_argument("--timing", action="store_true", help="also time ours as deployed")
+    args = parser.parse_args()
+    lengths = sorted(args.lengths)
+    context = max(lengths) + MARGIN
+    os.environ["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] = "1"  # past SmolLM2's 8192
+    rows = []
+    for config in args.configs:
+        print(f"[hybrid] {config}", flush=True)
+        rows += run_config(config, lengths, context, allocator=True)
+    if args.timing:
+        for config in ("ours, no hybrid", "ours"):
+            print(f"[hybrid] {config} (glibc's default allocator settings)", flush=True)
+            rows += run_config(config, lengths, context, allocator=False)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"hybrid_prefill-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+
+    print(f"\n{'configuration':<17} {'L':>6} {'seconds':>8} {'peak MiB':>9} {'during call':>12}")
+    for r in rows:
+        tag = "" if r["allocator"] else " *"
+        print(f"{r['config'] + tag:<17} {r['L']:>6} {r['seconds']:>8.1f} {r['peak_mib']:>9.0f} "
+              f"{r['delta_mib']:>12.0f}")  # fmt: skip
+    print(f"(* glibc's default allocator settings)\nLongest prompt under {args.budget_mib:.0f} "
+          "MiB of scheduler RSS (a line through the measured peaks):")  # fmt: skip
+    for config in args.configs:
+        mine = [r for r in rows if r["config"] == config and r["allocator"]]
+        best = longest_under(mine, args.budget_mib)
+        print(f"  {config:<17} {'-' if best is None else f'{best:,.0f} tokens'}")
+    print(f"[hybrid] results: {out}")
+
+
+if __name__ == "__main__":
+    main()

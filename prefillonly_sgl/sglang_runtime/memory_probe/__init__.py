@@ -1,0 +1,26 @@
+"""Memory probe (an instrument, not a feature): when PREFILLONLY_MEMORY_PROBE names a file,
+the scheduler appends one JSON line per extend forward: its tokens, the memory resident
+just before it and the peak during it. Set only by the memory-budget calibration
+(memory/calibration.py), in an engine of its own.
+
+    scheduler_process.py     the hook around ModelRunner.forward
+"""
+
+from __future__ import annotations
+
+import os
+
+from prefillonly_sgl.sglang_runtime.hooks import register_hooks
+
+PROBE_ENV = "PREFILLONLY_MEMORY_PROBE"
+
+
+def requested(environ=os.environ) -> bool:
+    return bool(environ.get(PROBE_ENV))
+
+
+def register() -> None:
+    """Plugin entry (every SGLang process; acts in the scheduler, where the model runs)."""
+    from prefillonly_sgl.sglang_runtime.memory_probe import scheduler_process
+
+    register_hooks("memory_probe.scheduler_process", scheduler_process.HOOKS)

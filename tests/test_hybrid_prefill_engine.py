@@ -1,0 +1,92 @@
+"""Hybrid prefilling on the real engine (tiny Llama, CPU, float32): with small chunks, so
+that these prompts are cut into several, the scores equal the unchunked engine's (float
+rounding) and a plain transformers forward (1e-4): prompt lengths that are and are not a
+multiple of the chunk, several requests in one batch, with and without prefill-only KV."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from conftest import max_abs_diff
+
+from prefillonly_sgl import Engine
+from prefillonly_sgl.sglang_runtime.hybrid_prefill.scheduler_process import LOG_ENV
+
+TOLERANCE = 1e-4  # vs transformers
+SAME = 1e-6  # chunked vs unchunked: the same values up to float rounding
+POOL = 4096
+
+QUERY = "User profile: likes science fiction, history books and long walks.\n" * 6
+ITEMS = [  # different lengths, one of them long: several chunks of every size below
+    "Item: a documentary about the history of the moon landing. Relevant? Answer Yes or No:",
+    "Item: socks. Relevant?",
+    "Item: " + "a long book about the history of science fiction and walks, " * 30 + "Relevant?",
+]
+
+
+def _engine(path, **kwargs):
+    return Engine(path, device="cpu", dtype="float32", max_total_tokens=POOL, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def unchunked(tiny_llama_path, labels):
+    with _engine(tiny_llama_path, hybrid_prefill=False) as engine:
+        yield _scores(engine, labels)
+
+
+def _scores(engine, labels) -> dict:
+    """Each call alone, and all at once (one extend batch of several requests)."""
+    alone = {
+        "cold": engine.score(QUERY, ITEMS, labels).scores,  # cold, then the rest
+        "hit": engine.score(QUERY, ITEMS[::-1], labels).scores,  # behind a cached prefix
+        "no-prefix": engine.score("", ITEMS, labels).scores,
+        "ids": engine.score([5] * 250, [[7] * 64, [9] * 3], labels).scores,
+    }
+
+    async def together():
+        calls = [engine.async_score(f"{i} {QUERY}", ITEMS, labels) for i in range(3)]
+        return [r.scores for r in await asyncio.gather(*calls)]
+
+    engine.score("warm", ["up"], labels)  # SGLang answers on the loop of its first call
+    alone["batch"] = [
+        row for rows in engine._sgl.loop.run_until_complete(together()) for row in rows
+    ]
+    return alone
+
+
+@pytest.mark.parametrize(
+    "chunk, kv",
+    [(64, True), (100, True), (100, False)],
+    ids=["chunk64-kv", "chunk100-kv", "chunk100-stock-kv"],
+)
+def test_chunked_scores_equal_the_unchunked_ones(
+    tiny_llama_path, labels, reference, unchunked, chunk, kv, tmp_path
+):
+    log = tmp_path / "hybrid.log"
+    os.environ[LOG_ENV] = str(log)  # read by the spawned scheduler
+    try:
+        engine = _engine(tiny_llama_path, hybrid_prefill_chunk_size=chunk, prefill_only_kv=kv)
+    finally:
+        del os.environ[LOG_ENV]
+    with engine:
+        assert "hybrid_prefill" in engine.runtime_patches
+        assert engine.hybrid_settings.chunk_size == chunk
+        got = _scores(engine, labels)
+    lines = log.read_text().splitlines()
+    assert lines[0] == f"hybrid_prefill applied chunk={chunk} mlp=2 rms_norm=5 rotary=1"
+    # the long prompts really ran in chunks, in every kind of module
+    for kind in ("LlamaMLP", "RMSNorm", "RotaryEmbedding"):
+        assert any(line.startswith(f"hybrid_prefill {kind} tokens=") for line in lines), kind
+    for case, rows in got.items():
+        assert max_abs_diff(rows, unchunked[case]) < SAME, case
+    assert max_abs_diff(got["cold"], reference.score(QUERY, ITEMS, labels)) < TOLERANCE
+    assert max_abs_diff(got["no-prefix"], reference.score("", ITEMS, labels)) < TOLERANCE
+
+
+def test_the_chunk_size_needs_hybrid_prefilling(tiny_llama_path):
+    with pytest.raises(ValueError, match="hybrid_prefill_chunk_size applies"):
+        _engine(tiny_llama_path, hybrid_prefill=False, hybrid_prefill_chunk_size=64)
+    with pytest.raises(ValueError, match="chunk size must be an integer >= 16"):
+        _engine(tiny_llama_path, hybrid_prefill_chunk_size=4)
