@@ -48,7 +48,14 @@ def engine_args(config: str, context: int) -> dict:
 
     common = dict(dtype="bfloat16", context_length=context, watchdog_timeout=3600)
     if config == "stock":
-        return dict(**common, **STOCK_SGLANG, max_total_tokens=context, chunked_prefill_size=-1)
+        # SGLang derives a negative mem_fraction_static when chunked prefill is off on CPU.
+        return dict(
+            **common,
+            **STOCK_SGLANG,
+            max_total_tokens=context,
+            chunked_prefill_size=-1,
+            mem_fraction_static=0.8,
+        )
     if config == "stock, chunked":
         return dict(**common, **STOCK_SGLANG, max_total_tokens=context)
     return dict(**common, max_total_tokens=1024, hybrid_prefill=config == "ours")
