@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import time
 from pathlib import Path
 
@@ -121,17 +122,49 @@ def run_config(config: str, lengths: list[int], context: int, allocator: bool) -
     return rows
 
 
-def longest_under(rows: list[dict], budget_mib: float) -> float | None:
-    """The prompt length at which a straight line through (L, peak) reaches the budget."""
-    if len(rows) < 2:
-        return None
-    xs, ys = [r["L"] for r in rows], [r["peak_mib"] for r in rows]
+def pool_tokens(config: str, context: int) -> int:
+    return 1024 if config.startswith("ours") else context
+
+
+def longest_under(rows: list[dict], budget_mib: float, kv_mib: float, context: int) -> float:
+    """The longest prompt whose peak fits the budget, with each configuration's pool at
+    its smallest: stock keeps KV for every prompt token, so its pool must hold the prompt;
+    ours keeps the 1024-token pool. Peak = fixed + pool + activations, where fixed = RSS
+    before the call - the pool it had, and activations a straight line through the
+    measured (L, during-call) points."""
+    xs, ys = [r["L"] for r in rows], [r["delta_mib"] for r in rows]
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    if slope <= 0:
-        return None
-    return mx + (budget_mib - my) / slope
+    intercept = my - slope * mx
+    config = rows[0]["config"]
+    fixed = (
+        statistics.median(r["rss_before_mib"] for r in rows) - pool_tokens(config, context) * kv_mib
+    )
+    per_token = slope + (kv_mib if config.startswith("stock") else 0.0)
+    kept = 0.0 if config.startswith("stock") else pool_tokens(config, context) * kv_mib
+    return (budget_mib - fixed - kept - intercept) / per_token
+
+
+def report(rows: list[dict], budget_mib: float, context: int) -> None:
+    print(f"\n{'configuration':<17} {'L':>6} {'seconds':>8} {'peak MiB':>9} {'during call':>12}")
+    for r in rows:
+        tag = "" if r["allocator"] else " *"
+        print(f"{r['config'] + tag:<17} {r['L']:>6} {r['seconds']:>8.1f} {r['peak_mib']:>9.0f} "
+              f"{r['delta_mib']:>12.0f}")  # fmt: skip
+    print("(* glibc's default allocator settings)")
+    from prefillonly_sgl.memory.budget import kv_bytes_per_token
+    from prefillonly_sgl.memory.calibration import model_config
+    from prefillonly_sgl.models.default_model import default_model_path
+
+    kv_mib = kv_bytes_per_token(model_config(default_model_path()), "bfloat16") / 2**20
+    print(f"Longest prompt under {budget_mib:.0f} MiB of scheduler RSS (smallest pool that "
+          f"serves it; KV {kv_mib * 1024:.1f} KiB/token):")  # fmt: skip
+    configs = dict.fromkeys(r["config"] for r in rows)
+    for config in configs:
+        mine = [r for r in rows if r["config"] == config and r["allocator"]]
+        if len(mine) >= 2:
+            print(f"  {config:<17} {longest_under(mine, budget_mib, kv_mib, context):,.0f} tokens")
 
 
 def main() -> None:
@@ -140,7 +173,13 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
     parser.add_argument("--budget-mib", type=float, default=1536.0)
     parser.add_argument("--timing", action="store_true", help="also time ours as deployed")
+    parser.add_argument("--report", type=Path, help="print the report of a saved results file")
     args = parser.parse_args()
+    if args.report:
+        saved = json.loads(args.report.read_text())
+        context = max(saved["args"]["lengths"]) + MARGIN
+        report(saved["rows"], args.budget_mib, context)
+        return
     lengths = sorted(args.lengths)
     context = max(lengths) + MARGIN
     os.environ["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] = "1"  # past SmolLM2's 8192
@@ -156,17 +195,7 @@ def main() -> None:
     out = RESULTS / f"hybrid_prefill-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
 
-    print(f"\n{'configuration':<17} {'L':>6} {'seconds':>8} {'peak MiB':>9} {'during call':>12}")
-    for r in rows:
-        tag = "" if r["allocator"] else " *"
-        print(f"{r['config'] + tag:<17} {r['L']:>6} {r['seconds']:>8.1f} {r['peak_mib']:>9.0f} "
-              f"{r['delta_mib']:>12.0f}")  # fmt: skip
-    print(f"(* glibc's default allocator settings)\nLongest prompt under {args.budget_mib:.0f} "
-          "MiB of scheduler RSS (a line through the measured peaks):")  # fmt: skip
-    for config in args.configs:
-        mine = [r for r in rows if r["config"] == config and r["allocator"]]
-        best = longest_under(mine, args.budget_mib)
-        print(f"  {config:<17} {'-' if best is None else f'{best:,.0f} tokens'}")
+    report(rows, args.budget_mib, context)
     print(f"[hybrid] results: {out}")
 
 
