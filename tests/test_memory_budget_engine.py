@@ -89,3 +89,27 @@ def test_memory_budget_arguments_are_checked_before_anything_starts(tiny_llama_p
         Engine(tiny_llama_path, device="cpu", memory_budget="lots")
     with pytest.raises(ValueError, match="max_prompt_tokens applies"):
         Engine(tiny_llama_path, device="cpu", max_prompt_tokens=4096)
+
+
+def test_without_a_length_the_longest_prompt_the_engine_accepts_is_measured(tiny_llama_path, cache):
+    """The default is the context less the few tokens SGLang keeps back (asking for the
+    context itself would be refused)."""
+    started = []
+
+    def start(pool):
+        started.append(pool)
+        return Engine(tiny_llama_path, device="cpu", dtype="float32", max_total_tokens=pool)
+
+    kwargs = dict(
+        model_path=tiny_llama_path,
+        device="cpu",
+        dtype="float32",
+        features=["prefill_attention", "prefill_kv"],
+        chunk_size=None,
+        log=print,
+    )
+    plan = calibration.plan(2**30, start, **kwargs)
+    assert len(started) == 1 and 4000 < plan.max_prompt_tokens < 4096  # the tiny context: 4096
+    assert calibration.plan(2**30, start, **kwargs) == plan and len(started) == 1  # saved
+    with pytest.raises(ValueError, match="above what this engine accepts"):
+        calibration.plan(2**30, start, **kwargs, max_prompt_tokens=4096)

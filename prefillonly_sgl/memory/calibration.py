@@ -56,7 +56,7 @@ def default_max_prompt(config: dict, context_length: int | None) -> int:
 
 
 def measurement_key(
-    model_path, device: str, dtype: str, features, chunk_size: int | None, max_prompt: int
+    model_path, device: str, dtype: str, features, chunk_size: int | None, max_prompt
 ) -> dict:
     """What a measurement depends on."""
     return {
@@ -102,9 +102,12 @@ def read_probe(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def measure(start_engine: Callable[[int], object], max_prompt: int, pool_tokens: int, log):
+def measure(
+    start_engine: Callable[[int], object], max_prompt: int, pool_tokens: int, log, exact=True
+):
     """Starts an engine with `pool_tokens` of pool and the probe on, scores a short prompt
-    (warm-up), then one of `max_prompt` tokens; returns that call's Measurement."""
+    (warm-up), then one of `max_prompt` tokens (exact=False: at most what the engine
+    accepts, a few tokens under the context); returns that call's Measurement."""
     with tempfile.TemporaryDirectory(prefix="prefillonly-probe-") as folder:
         probe = Path(folder) / "probe.jsonl"
         saved = os.environ.get(PROBE_ENV)
@@ -118,6 +121,8 @@ def measure(start_engine: Callable[[int], object], max_prompt: int, pool_tokens:
                 os.environ[PROBE_ENV] = saved
         try:
             limit = engine.limits.scoring_prompt_tokens
+            if not exact:
+                max_prompt = min(max_prompt, limit)
             if max_prompt > limit:
                 raise ValueError(
                     f"max_prompt_tokens={max_prompt:,} is above what this engine accepts "
@@ -176,7 +181,17 @@ def plan(
     if max_prompt < 1:
         raise ValueError(f"max_prompt_tokens must be a positive number, got {max_prompt}")
     prompt_needs_pool = "prefill_kv" not in features
-    key = measurement_key(model_path, device, dtype, features, chunk_size, max_prompt)
+    # Without a length, the longest prompt the engine accepts (the context, less the few
+    # tokens SGLang keeps back), known once the calibration engine runs.
+    exact = max_prompt_tokens is not None
+    key = measurement_key(
+        model_path,
+        device,
+        dtype,
+        features,
+        chunk_size,
+        max_prompt if exact else f"context:{max_prompt}",
+    )
     path = measurement_path(key)
     measurement = load_measurement(path, key)
     if measurement is None:
@@ -186,7 +201,7 @@ def plan(
             f"(once for these settings; saved to {path})"
         )
         started = time.perf_counter()
-        measurement = measure(start_engine, max_prompt, pool, log)
+        measurement = measure(start_engine, max_prompt, pool, log, exact)
         save_measurement(path, key, measurement)
         log(
             f"measured in {time.perf_counter() - started:.0f} s: activations "

@@ -1,0 +1,135 @@
+"""The systems under test, each a real server started on localhost: stock SGLang
+(`python -m sglang.launch_server`) under its own policies, prefillonly-sgl with everything
+on, and prefillonly-sgl with one feature off in turn. One server at a time (they share
+the machine's cores)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+STOCK = {  # SGLang as shipped: its scheduling policies
+    "stock-fcfs": ["--schedule-policy", "fcfs"],
+    "stock-lpm": ["--schedule-policy", "lpm"],
+    "stock-spf": ["--schedule-policy", "shortest-prefill-first"],
+}
+OURS = {  # prefillonly serve, with one feature off in turn
+    "ours": [],
+    "ours-no-jct": ["--schedule-policy", "shortest-prefill-first"],
+    "ours-no-hybrid": ["--disable-hybrid-prefill"],
+    "ours-no-kv": ["--disable-prefill-only-kv"],
+    "ours-no-attention": ["--disable-prefill-only-attention"],  # takes prefill-only KV too
+}
+SYSTEMS = (*STOCK, *OURS)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(system: str, model: str, port: int, dtype: str, pool: int, device="cpu"):
+    common = ["--model-path", model, "--dtype", dtype, "--port", str(port), "--host",
+              "127.0.0.1", "--max-total-tokens", str(pool), "--skip-server-warmup"]  # fmt: skip
+    if system in STOCK:
+        backend = "torch_native" if device == "cpu" else "flashinfer"
+        stock = ["--device", device, "--attention-backend", backend, "--enable-cache-report"]
+        return [sys.executable, "-m", "sglang.launch_server", *common, *stock, *STOCK[system]]
+    if system in OURS:
+        return [sys.executable, "-m", "prefillonly_sgl", "serve", *common, *OURS[system]]
+    raise ValueError(f"unknown system {system!r}; known: {', '.join(SYSTEMS)}")
+
+
+class Server:
+    def __init__(self, command: list[str], port: int, log: Path) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    @classmethod
+    def start(cls, system: str, model: str, dtype: str, pool: int, log: Path, **kw) -> Server:
+        port = free_port()
+        server = cls(server_command(system, model, port, dtype, pool, **kw), port, log)
+        try:
+            server.wait_ready()
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def wait_ready(self, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited:\n{self.log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(1)
+        raise RuntimeError(f"server not ready:\n{self.log.read_text()[-3000:]}")
+
+    def flush_cache(self, timeout: float = 600) -> None:
+        """Empties the prefix cache, waiting for the server to go idle first (SGLang
+        refuses to flush while requests run, e.g. ones a cut-off run left behind)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            req = urllib.request.Request(self.url + "/flush_cache", method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=60):
+                    return
+            except urllib.error.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+
+    def scheduler(self) -> psutil.Process | None:
+        for child in psutil.Process(self.proc.pid).children(recursive=True):
+            try:
+                if "scheduler" in " ".join(child.cmdline()) or "scheduler" in child.name():
+                    return child
+            except psutil.Error:
+                continue
+        return None
+
+    def reset_peak_memory(self) -> None:
+        """Sets the scheduler's resident high-water mark to its current size."""
+        scheduler = self.scheduler()
+        if scheduler is not None:
+            with open(f"/proc/{scheduler.pid}/clear_refs", "w") as f:
+                f.write("5")
+
+    def peak_memory(self) -> int:
+        """The scheduler's peak resident bytes since the last reset (0 if unknown)."""
+        scheduler = self.scheduler()
+        if scheduler is None:
+            return 0
+        with open(f"/proc/{scheduler.pid}/status") as f:
+            line = next(line for line in f if line.startswith("VmHWM:"))
+        return int(line.split()[1]) * 1024
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()

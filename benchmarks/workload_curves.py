@@ -1,0 +1,259 @@
+"""Workload benchmarks: latency against load, side by side with stock SGLang (issue 13).
+
+    .venv/bin/python benchmarks/workload_curves.py --workload recommendation
+    .venv/bin/python benchmarks/workload_curves.py --workload credit
+    .venv/bin/python benchmarks/workload_curves.py --workload recommendation --smoke  # tiny
+
+For each system (benchmarks/harness/servers.py: stock SGLang under fcfs / lpm /
+shortest-prefill-first, prefillonly-sgl, and prefillonly-sgl with one feature off in turn),
+one real server at a time on localhost, the prefix cache flushed before every run:
+
+  burst      every request of the workload at once (wall time, mean, P99); for `ours` also
+             the ideal order (per user: one request alone, then the others together)
+  Poisson    open-loop arrivals at each rate of --rates, lowest first; a system's sweep
+             stops one rate after the first it cannot sustain (P99 above --p99-bound or
+             requests unfinished at the deadline)
+
+Reported per system: the highest rate sustained, its ratio to stock SGLang's best policy,
+burst latencies, prefix-cache hit share, peak scheduler memory. Written to
+benchmarks/workload_results/<workload>/ (results.json, latency.png, summary.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import loadgen, plots, stats, workloads  # noqa: E402
+from harness.servers import STOCK, SYSTEMS, Server  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "workload_results"
+
+# CPU defaults (default model, bfloat16, 2 cores): each finishes in ~20 minutes.
+DEFAULTS = {
+    "recommendation": dict(
+        groups=8,
+        per_group=8,
+        prefix_tokens=1000,
+        rates=[0.25, 0.5, 1, 2, 4],
+        p99_bound=20.0,
+        poisson_requests=32,
+    ),  # fmt: skip
+    "credit": dict(
+        groups=6,
+        per_group=2,
+        prefix_tokens=3000,
+        rates=[0.05, 0.1, 0.2, 0.4],
+        p99_bound=60.0,
+        poisson_requests=12,
+    ),  # fmt: skip
+}
+SMOKE = dict(groups=2, per_group=2, prefix_tokens=200, rates=[2.0, 8.0], p99_bound=30.0,
+             poisson_requests=4, systems=["stock-fcfs", "ours"], dtype="float32")  # fmt: skip
+
+
+def build_workload(name: str, tokenizer, args) -> workloads.Workload:
+    if name == "recommendation":
+        return workloads.recommendation(tokenizer, args.groups, args.per_group, args.prefix_tokens)
+    return workloads.credit(tokenizer, args.groups, args.per_group, args.prefix_tokens)
+
+
+def ideal_order(workload: workloads.Workload) -> list[list[int]]:
+    """Waves of request indices: per group, one request alone, then the others together."""
+    groups: dict[int, list[int]] = {}
+    for i, r in enumerate(workload.requests):
+        groups.setdefault(r["group"], []).append(i)
+    waves = []
+    for members in groups.values():
+        waves += [members[:1], members[1:]] if len(members) > 1 else [members]
+    return waves
+
+
+async def run_ideal(url: str, bodies: list[dict], waves: list[list[int]]):
+    outcomes, started = [], time.perf_counter()
+    for wave in waves:
+        part, _ = await loadgen.run(url, [bodies[i] for i in wave], [0.0] * len(wave), 3600)
+        offset = time.perf_counter() - started
+        for o in part:  # latency counted from the burst's start, as for the others
+            o.latency = None if o.latency is None else offset
+        outcomes += part
+    return outcomes, time.perf_counter() - started
+
+
+def measure_system(system, server, bodies, waves, args, log) -> dict:
+    result = {"system": system, "poisson": []}
+
+    def fresh():
+        server.flush_cache()
+        server.reset_peak_memory()
+
+    fresh()
+    outcomes, wall = asyncio.run(loadgen.run(server.url, bodies, [0.0] * len(bodies), 3600))
+    result["burst"] = {**stats.summarize(outcomes, wall), "peak_memory": server.peak_memory()}
+    b = result["burst"]
+    log(f"{system} burst: wall {b['wall']:.1f} s, mean {b['mean']:.1f} s, P99 {b['p99']:.1f} s, "
+        f"cache hits {b['cache_hit_share']:.0%}, failed {b['failed']} {b['errors']}")  # fmt: skip
+    if system == "ours":
+        fresh()
+        outcomes, wall = asyncio.run(run_ideal(server.url, bodies, waves))
+        result["ideal"] = stats.summarize(outcomes, wall)
+        log(f"ideal order: wall {wall:.1f} s, mean {result['ideal']['mean']:.1f} s")
+    poisson_bodies = bodies[: args.poisson_requests]
+    missed = 0
+    for rate in sorted(args.rates):
+        fresh()
+        times = loadgen.arrival_times(len(poisson_bodies), rate, seed=args.seed)
+        deadline = times[-1] + args.drain
+        outcomes, wall = asyncio.run(loadgen.run(server.url, poisson_bodies, times, deadline))
+        row = {"system": system, "rate": rate, **stats.summarize(outcomes, wall),
+               "peak_memory": server.peak_memory()}  # fmt: skip
+        result["poisson"].append(row)
+        log(f"{system} at {rate:g}/s: mean {row['mean']:.1f} s, P99 {row['p99']:.1f} s, "
+            f"{row['completed']}/{row['requests']} done, "
+            f"cache hits {row['cache_hit_share']:.0%}")  # fmt: skip
+        if not stats.meets(row, args.p99_bound):
+            missed += 1
+            if missed > 1:  # one point past the knee, then stop
+                break
+    result["sustained_rate"] = stats.sustained_rate(result["poisson"], args.p99_bound)
+    result["peak_memory"] = max(
+        [result["burst"]["peak_memory"]] + [r["peak_memory"] for r in result["poisson"]]
+    )
+    return result
+
+
+def summary_markdown(results: list[dict], args, command: str) -> str:
+    by = {r["system"]: r for r in results}
+    stock = [r for r in results if r["system"] in STOCK]
+    best_stock = max(stock, key=lambda r: r["sustained_rate"], default=None)
+    lines = [
+        f"`{command}`",
+        "",
+        f"Workload {args.workload}: {args.groups} groups x {args.per_group} requests, shared "
+        f"prefixes ~{args.prefix_tokens} tokens; model {args.model_name}, {args.dtype}; "
+        f"Poisson runs of {args.poisson_requests} requests; P99 bound {args.p99_bound:g} s.",
+        "",
+        "| system | sustained rate (req/s) | vs stock's best | burst wall s | burst mean s | "
+        "burst P99 s | cache hits | peak scheduler MiB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        b = r["burst"]
+        ratio = (
+            f"{r['sustained_rate'] / best_stock['sustained_rate']:.2f}x"
+            if best_stock and best_stock["sustained_rate"] > 0
+            else "-"
+        )
+        lines.append(
+            f"| {r['system']} | {r['sustained_rate']:g} | {ratio} | {b['wall']:.1f} | "
+            f"{b['mean']:.1f} | {b['p99']:.1f} | {b['cache_hit_share']:.0%} | "
+            f"{r['peak_memory'] / 2**20:,.0f} |"
+        )
+    if "ours" in by and "ideal" in by["ours"]:
+        ideal = by["ours"]["ideal"]
+        lines.append(f"| ideal order (burst, on ours) | | | {ideal['wall']:.1f} | "
+                     f"{ideal['mean']:.1f} | {ideal['p99']:.1f} | | |")  # fmt: skip
+    if best_stock:
+        lines += ["", f"Stock SGLang's best policy here: {best_stock['system']}."]
+    if "ours" in by and "ours-no-jct" in by and by["ours-no-jct"]["sustained_rate"] > 0:
+        gain = by["ours"]["sustained_rate"] / by["ours-no-jct"]["sustained_rate"]
+        lines.append(
+            f"What the JCT scheduler adds (ours / ours-no-jct sustained rate): {gain:.2f}x."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=sorted(DEFAULTS), required=True)
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, help="default: all")
+    parser.add_argument("--groups", type=int, help="users / applicants")
+    parser.add_argument("--per-group", type=int, help="items per user / questions per applicant")
+    parser.add_argument("--prefix-tokens", type=int, help="profile / history length")
+    parser.add_argument("--rates", type=float, nargs="+", help="Poisson rates (requests/s)")
+    parser.add_argument("--p99-bound", type=float, help="seconds: the sustained-rate bound")
+    parser.add_argument("--poisson-requests", type=int, help="requests per Poisson run")
+    parser.add_argument("--drain", type=float, default=None,
+                        help="seconds after the last arrival before a run is cut off")  # fmt: skip
+    parser.add_argument("--model", default=None, help="default: the embedded default model")
+    parser.add_argument("--dtype", help="default: bfloat16 (smoke: float32)")
+    parser.add_argument("--pool", type=int, default=32768, help="KV pool tokens (every system)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny random model, 2 systems, few requests: checks the harness",
+    )
+    args = parser.parse_args(argv)
+    preset = {"systems": list(SYSTEMS), "dtype": "bfloat16", **DEFAULTS[args.workload],
+              **(SMOKE if args.smoke else {})}  # fmt: skip
+    for key, value in preset.items():
+        if getattr(args, key) is None:  # what the command line leaves open
+            setattr(args, key, value)
+    if args.drain is None:
+        args.drain = 2 * args.p99_bound
+    args.out = args.out or (OUT / (f"{args.workload}-smoke" if args.smoke else args.workload))
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from transformers import AutoTokenizer
+
+    if args.smoke and args.model is None:
+        from prefillonly_sgl.models.tiny import build_tiny_model
+
+        args.model = str(build_tiny_model(Path(tempfile.mkdtemp(prefix="tiny-")), arch="llama"))
+    if args.model is None:
+        from prefillonly_sgl.models.default_model import default_model_path
+
+        args.model = str(default_model_path())
+    args.model_name = "tiny random Llama" if args.smoke else Path(args.model).name
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    workload = build_workload(args.workload, tokenizer, args)
+    label_ids = [tokenizer.encode(w, add_special_tokens=False)[0] for w in workload.labels]
+    bodies = workload.bodies(label_ids)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    def log(message: str) -> None:
+        print(f"[{args.workload}] {message}", flush=True)
+
+    log(f"{len(bodies)} requests, systems: {', '.join(args.systems)}")
+    results = []
+    for system in args.systems:
+        log(f"{system}: starting")
+        server = Server.start(system, args.model, args.dtype, args.pool,
+                              args.out / f"server-{system}.log")  # fmt: skip
+        try:
+            asyncio.run(loadgen.run(server.url, bodies[:1], [0.0], 3600))  # warm-up
+            results.append(measure_system(system, server, bodies, ideal_order(workload), args, log))
+        finally:
+            server.stop()
+        log(f"{system}: sustained {results[-1]['sustained_rate']:g} req/s")
+
+    command = "python benchmarks/workload_curves.py " + " ".join(argv or sys.argv[1:])
+    rows = [row for r in results for row in r["poisson"]]
+    (args.out / "results.json").write_text(
+        json.dumps(
+            {"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1
+        )  # fmt: skip
+    )
+    title = f"{args.workload}: {args.model_name}, {args.dtype}, 2-core CPU"
+    plots.latency_curves(rows, title, args.p99_bound, args.out / "latency.png")
+    summary = summary_markdown(results, args, command.strip())
+    (args.out / "summary.md").write_text(summary)
+    print("\n" + summary)
+    log(f"results, plot and summary in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""The workload benchmark harness end to end in its smoke mode (issue 13): real stock
+SGLang and prefillonly servers on localhost, the tiny random model, a burst and two Poisson
+rates of the MovieLens recommendation workload; the results, plot and summary are written.
+No timing is asserted (the machine is shared); the statistics are checked on their own."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from harness import loadgen, stats  # noqa: E402
+from harness.loadgen import Outcome  # noqa: E402
+
+
+def test_poisson_arrivals_have_the_asked_rate_and_a_burst_is_all_at_once():
+    times = loadgen.arrival_times(4000, 8.0, seed=1)
+    assert times == sorted(times) and abs(len(times) / times[-1] - 8.0) < 0.5
+    assert loadgen.arrival_times(3, None, seed=0) == [0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="rate"):
+        loadgen.arrival_times(3, 0, seed=0)
+
+
+def test_statistics_count_unfinished_requests_against_the_bound():
+    done = [Outcome(i, 0.1 * i, 1.0 + i, prompt_tokens=100, cached_tokens=50) for i in range(9)]
+    row = {"rate": 1.0, **stats.summarize(done + [Outcome(9, 1, None, error="unfinished")], 20)}
+    assert row["completed"] == 9 and row["unfinished"] == 1 and row["cache_hit_share"] == 0.5
+    assert row["p99"] == 9.0 and row["p50"] == 5.0 and row["mean"] == 5.0
+    assert not stats.meets(row, p99_bound=100)  # an unfinished request fails the bound
+    ok = {"rate": 0.5, **stats.summarize(done, 20)}
+    assert stats.sustained_rate([row, ok], 100) == 0.5
+    assert stats.sustained_rate([ok, {**ok, "rate": 2.0}], 8.5) == 0.0  # P99 9 s > 8.5
+    assert stats.quantile([3, 1, 2], 0.5) == 2 and stats.rate_grid(1, 8, 4) == [1, 2, 4, 8]
+
+
+def test_the_recommendation_smoke_run_writes_results_plot_and_summary(tmp_path):
+    import workload_curves
+
+    out = tmp_path / "smoke"
+    assert workload_curves.main(["--workload", "recommendation", "--smoke", "--out", str(out)]) == 0
+    document = json.loads((out / "results.json").read_text())
+    systems = {r["system"]: r for r in document["results"]}
+    assert set(systems) == {"stock-fcfs", "ours"}
+    for result in systems.values():
+        burst = result["burst"]
+        assert burst["completed"] == burst["requests"] == 4 and burst["failed"] == 0
+        assert [row["rate"] for row in result["poisson"]][:1] == [2.0]
+        assert result["peak_memory"] > 100 * 2**20  # the scheduler holds SGLang and torch
+    # Four requests, two users: the second request of a user hits its cached profile.
+    assert systems["ours"]["burst"]["cache_hit_share"] > 0
+    assert systems["ours"]["ideal"]["completed"] == 4
+    assert (out / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = (out / "summary.md").read_text()
+    assert "| ours |" in summary and "| stock-fcfs |" in summary
