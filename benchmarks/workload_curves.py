@@ -42,16 +42,16 @@ DEFAULTS = {
         groups=8,
         per_group=8,
         prefix_tokens=1000,
-        rates=[0.25, 0.5, 1, 2, 4],
-        p99_bound=20.0,
-        poisson_requests=32,
+        rates=[1, 2, 4, 8],
+        p99_bound=5.0,
+        poisson_requests=40,
     ),  # fmt: skip
     "credit": dict(
         groups=6,
         per_group=2,
-        prefix_tokens=3000,
-        rates=[0.05, 0.1, 0.2, 0.4],
-        p99_bound=60.0,
+        prefix_tokens=2000,
+        rates=[0.2, 0.4, 0.8, 1.6],
+        p99_bound=15.0,
         poisson_requests=12,
     ),  # fmt: skip
 }
