@@ -146,7 +146,7 @@ def longest_under(rows: list[dict], budget_mib: float, kv_mib: float, context: i
     return (budget_mib - fixed - kept - intercept) / per_token
 
 
-def report(rows: list[dict], budget_mib: float, context: int) -> None:
+def report(rows: list[dict], budget_mib: float, context: int, plot: Path | None = None) -> None:
     print(f"\n{'configuration':<17} {'L':>6} {'seconds':>8} {'peak MiB':>9} {'during call':>12}")
     for r in rows:
         tag = "" if r["allocator"] else " *"
@@ -160,11 +160,18 @@ def report(rows: list[dict], budget_mib: float, context: int) -> None:
     kv_mib = kv_bytes_per_token(model_config(default_model_path()), "bfloat16") / 2**20
     print(f"Longest prompt under {budget_mib:.0f} MiB of scheduler RSS (smallest pool that "
           f"serves it; KV {kv_mib * 1024:.1f} KiB/token):")  # fmt: skip
-    configs = dict.fromkeys(r["config"] for r in rows)
-    for config in configs:
+    longest = {}
+    for config in dict.fromkeys(r["config"] for r in rows):
         mine = [r for r in rows if r["config"] == config and r["allocator"]]
         if len(mine) >= 2:
-            print(f"  {config:<17} {longest_under(mine, budget_mib, kv_mib, context):,.0f} tokens")
+            longest[config] = longest_under(mine, budget_mib, kv_mib, context)
+            print(f"  {config:<17} {longest[config]:,.0f} tokens")
+    if plot is not None and longest:
+        from harness.plots import max_prompt_bars
+
+        title = (f"Longest prompt under {budget_mib:,.0f} MiB of scheduler memory\n"
+                 "SmolLM2-135M, bf16, 2-core CPU (ours: extrapolated past 32k)")  # fmt: skip
+        print(f"plot: {max_prompt_bars(longest, title, plot)}")
 
 
 def main() -> None:
@@ -174,11 +181,12 @@ def main() -> None:
     parser.add_argument("--budget-mib", type=float, default=1536.0)
     parser.add_argument("--timing", action="store_true", help="also time ours as deployed")
     parser.add_argument("--report", type=Path, help="print the report of a saved results file")
+    parser.add_argument("--plot", type=Path, help="also draw the longest prompts (PNG)")
     args = parser.parse_args()
     if args.report:
         saved = json.loads(args.report.read_text())
         context = max(saved["args"]["lengths"]) + MARGIN
-        report(saved["rows"], args.budget_mib, context)
+        report(saved["rows"], args.budget_mib, context, args.plot)
         return
     lengths = sorted(args.lengths)
     context = max(lengths) + MARGIN
@@ -195,7 +203,7 @@ def main() -> None:
     out = RESULTS / f"hybrid_prefill-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
 
-    report(rows, args.budget_mib, context)
+    report(rows, args.budget_mib, context, args.plot)
     print(f"[hybrid] results: {out}")
 
 

@@ -63,6 +63,7 @@ def max_prompt_bars(longest: dict[str, float], title: str, out: Path) -> Path:
     for bar, name in zip(bars, names):
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {longest[name]:,.0f}",
                 va="center", fontsize=9)  # fmt: skip
+    ax.set_xlim(0, max(longest.values()) * 1.18)  # room for the labels
     ax.set_xlabel("longest prompt (tokens)")
     ax.set_title(title, fontsize=10)
     ax.invert_yaxis()
