@@ -35,6 +35,10 @@ from harness import loadgen, plots, stats, workloads  # noqa: E402
 from harness.servers import STOCK, SYSTEMS, Server  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "workload_results"
+# Sustained rates are reported at the P99 bound and at LOOSE times it: with runs of a few
+# dozen requests and rates a factor 2 apart, one bound alone can fall between two systems'
+# points and hide a difference the curves show.
+LOOSE = 2
 
 # CPU defaults (default model, bfloat16, 2 cores): each finishes in ~20 minutes.
 DEFAULTS = {
@@ -118,9 +122,9 @@ def measure_system(system, server, bodies, waves, args, log) -> dict:
         log(f"{system} at {rate:g}/s: mean {row['mean']:.1f} s, P99 {row['p99']:.1f} s, "
             f"{row['completed']}/{row['requests']} done, "
             f"cache hits {row['cache_hit_share']:.0%}")  # fmt: skip
-        if not stats.meets(row, args.p99_bound):
+        if not stats.meets(row, LOOSE * args.p99_bound):
             missed += 1
-            if missed > 1:  # one point past the knee, then stop
+            if missed > 1:  # one point past the knee of the looser bound, then stop
                 break
     result["sustained_rate"] = stats.sustained_rate(result["poisson"], args.p99_bound)
     result["peak_memory"] = max(
@@ -130,43 +134,47 @@ def measure_system(system, server, bodies, waves, args, log) -> dict:
 
 
 def summary_markdown(results: list[dict], args, command: str) -> str:
-    by = {r["system"]: r for r in results}
-    stock = [r for r in results if r["system"] in STOCK]
-    best_stock = max(stock, key=lambda r: r["sustained_rate"], default=None)
+    bounds = (args.p99_bound, LOOSE * args.p99_bound)
+    rates = {r["system"]: [stats.sustained_rate(r["poisson"], b) for b in bounds] for r in results}
+    stock = [r["system"] for r in results if r["system"] in STOCK]
+    best = [max((rates[s][i] for s in stock), default=0.0) for i in range(2)]
+    best_name = [max(stock, key=lambda s: rates[s][i]) if stock else "" for i in range(2)]
     lines = [
         f"`{command}`",
         "",
         f"Workload {args.workload}: {args.groups} groups x {args.per_group} requests, shared "
         f"prefixes ~{args.prefix_tokens} tokens; model {args.model_name}, {args.dtype}; "
-        f"Poisson runs of {args.poisson_requests} requests; P99 bound {args.p99_bound:g} s.",
+        f"Poisson runs of {args.poisson_requests} requests. Sustained rate: the highest "
+        f"offered rate (req/s) with every request done and P99 <= the bound, every lower "
+        f"rate too; x = its ratio to stock SGLang's best policy.",
         "",
-        "| system | sustained rate (req/s) | vs stock's best | burst wall s | burst mean s | "
-        "burst P99 s | cache hits | peak scheduler MiB |",
+        f"| system | sustained, P99 <= {bounds[0]:g} s | sustained, P99 <= {bounds[1]:g} s | "
+        "burst wall s | burst mean s | burst P99 s | cache hits (burst) | peak scheduler MiB |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+
+    def cell(system, i):
+        rate = rates[system][i]
+        tried = max((r["rate"] for r in by[system]["poisson"]), default=0)
+        shown = f">= {rate:g}" if rate and rate == tried else f"{rate:g}"  # never missed
+        return f"{shown} ({rate / best[i]:.2f}x)" if best[i] else shown
+
+    by = {r["system"]: r for r in results}
     for r in results:
         b = r["burst"]
-        ratio = (
-            f"{r['sustained_rate'] / best_stock['sustained_rate']:.2f}x"
-            if best_stock and best_stock["sustained_rate"] > 0
-            else "-"
-        )
+        # Stock SGLang's /v1/score reports no cached tokens (its hits are not visible).
+        hits = "n/r" if r["system"] in STOCK else f"{b['cache_hit_share']:.0%}"
         lines.append(
-            f"| {r['system']} | {r['sustained_rate']:g} | {ratio} | {b['wall']:.1f} | "
-            f"{b['mean']:.1f} | {b['p99']:.1f} | {b['cache_hit_share']:.0%} | "
+            f"| {r['system']} | {cell(r['system'], 0)} | {cell(r['system'], 1)} | "
+            f"{b['wall']:.1f} | {b['mean']:.1f} | {b['p99']:.1f} | {hits} | "
             f"{r['peak_memory'] / 2**20:,.0f} |"
         )
     if "ours" in by and "ideal" in by["ours"]:
         ideal = by["ours"]["ideal"]
         lines.append(f"| ideal order (burst, on ours) | | | {ideal['wall']:.1f} | "
                      f"{ideal['mean']:.1f} | {ideal['p99']:.1f} | | |")  # fmt: skip
-    if best_stock:
-        lines += ["", f"Stock SGLang's best policy here: {best_stock['system']}."]
-    if "ours" in by and "ours-no-jct" in by and by["ours-no-jct"]["sustained_rate"] > 0:
-        gain = by["ours"]["sustained_rate"] / by["ours-no-jct"]["sustained_rate"]
-        lines.append(
-            f"What the JCT scheduler adds (ours / ours-no-jct sustained rate): {gain:.2f}x."
-        )
+    if stock:
+        lines += ["", f"Stock SGLang's best policy: {best_name[0]} / {best_name[1]} (per bound)."]
     return "\n".join(lines) + "\n"
 
 
@@ -187,6 +195,7 @@ def parse_args(argv=None):
     parser.add_argument("--pool", type=int, default=32768, help="KV pool tokens (every system)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--report", action="store_true", help="re-render the run saved in --out")
     parser.add_argument(
         "--smoke",
         action="store_true",
@@ -204,8 +213,27 @@ def parse_args(argv=None):
     return args
 
 
+def render(results: list[dict], args, command: str) -> str:
+    """Writes the plot and summary.md of `results` into args.out; returns the summary."""
+    rows = [row for r in results for row in r["poisson"]]
+    title = f"{args.workload}: {args.model_name}, {args.dtype}, 2-core CPU"
+    plots.latency_curves(rows, title, args.p99_bound, args.out / "latency.png")
+    summary = summary_markdown(results, args, command)
+    (args.out / "summary.md").write_text(summary)
+    return summary
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.report:  # re-render a saved run
+        saved = json.loads((args.out / "results.json").read_text())
+        for key in ("model_name", "dtype", "groups", "per_group", "prefix_tokens"):
+            setattr(args, key, saved["args"][key])
+        for key in ("p99_bound",):
+            setattr(args, key, float(saved["args"][key]))
+        args.poisson_requests = int(saved["args"]["poisson_requests"])
+        print(render(saved["results"], args, saved.get("command", "")))
+        return 0
     from transformers import AutoTokenizer
 
     if args.smoke and args.model is None:
@@ -240,17 +268,10 @@ def main(argv=None) -> int:
         log(f"{system}: sustained {results[-1]['sustained_rate']:g} req/s")
 
     command = "python benchmarks/workload_curves.py " + " ".join(argv or sys.argv[1:])
-    rows = [row for r in results for row in r["poisson"]]
-    (args.out / "results.json").write_text(
-        json.dumps(
-            {"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1
-        )  # fmt: skip
-    )
-    title = f"{args.workload}: {args.model_name}, {args.dtype}, 2-core CPU"
-    plots.latency_curves(rows, title, args.p99_bound, args.out / "latency.png")
-    summary = summary_markdown(results, args, command.strip())
-    (args.out / "summary.md").write_text(summary)
-    print("\n" + summary)
+    saved = {"args": {k: str(v) for k, v in vars(args).items()}, "command": command.strip(),
+             "results": results}  # fmt: skip
+    (args.out / "results.json").write_text(json.dumps(saved, indent=1))
+    print("\n" + render(results, args, command.strip()))
     log(f"results, plot and summary in {args.out}")
     return 0
 
