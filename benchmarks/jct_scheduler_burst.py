@@ -26,30 +26,20 @@ import argparse
 import asyncio
 import itertools
 import json
-import os
 import random
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import aiohttp
+from harness.servers import Server, free_port
 
 from prefillonly_sgl.data.drug_reviews import load_drug_reviews
 from prefillonly_sgl.models.default_model import default_model_path
 
 SYSTEMS = ("stock-fcfs", "stock-spf", "ours-fcfs", "ours-jct", "ideal")
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def server_command(system: str, model: str, port: int, args) -> list[str]:
@@ -63,43 +53,6 @@ def server_command(system: str, model: str, port: int, args) -> list[str]:
     policy = ["--schedule-policy", "fcfs"] if system == "ours-fcfs" else []
     return [sys.executable, "-m", "prefillonly_sgl", "serve", *common, *policy,
             "--skip-server-warmup"]  # fmt: skip
-
-
-class Server:
-    def __init__(self, command: list[str], port: int, log: Path) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = log
-        with open(log, "w") as out:
-            self.proc = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-
-    def wait_ready(self, timeout: float = 600) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited:\n{self.log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(1)
-        raise RuntimeError(f"server not ready:\n{self.log.read_text()[-3000:]}")
-
-    def flush_cache(self) -> None:
-        req = urllib.request.Request(self.url + "/flush_cache", method="POST")
-        with urllib.request.urlopen(req, timeout=60):
-            pass
-
-    def stop(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
 
 
 def workload(tokenizer, args) -> tuple[list[dict], list[int]]:

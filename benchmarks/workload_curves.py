@@ -217,7 +217,8 @@ def render(results: list[dict], args, command: str) -> str:
     """Writes the plot and summary.md of `results` into args.out; returns the summary."""
     rows = [row for r in results for row in r["poisson"]]
     title = f"{args.workload}: {args.model_name}, {args.dtype}, 2-core CPU"
-    plots.latency_curves(rows, title, args.p99_bound, args.out / "latency.png")
+    bounds = (args.p99_bound, LOOSE * args.p99_bound)
+    plots.latency_curves(rows, title, bounds, args.out / "latency.png")
     summary = summary_markdown(results, args, command)
     (args.out / "summary.md").write_text(summary)
     return summary

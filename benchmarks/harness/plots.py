@@ -26,10 +26,12 @@ def _pyplot():
     return plt
 
 
-def latency_curves(rows: list[dict], title: str, p99_bound: float, out: Path) -> Path:
+def latency_curves(rows: list[dict], title: str, p99_bounds, out: Path) -> Path:
     """rows: one per (system, rate) with keys system, rate, mean, p99, completed, requests.
     A run with unfinished requests is drawn as a hollow marker at its measured value."""
     plt = _pyplot()
+    from matplotlib.ticker import ScalarFormatter
+
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharex=True)
     for ax, metric in zip(axes, ("mean", "p99")):
         for system in dict.fromkeys(r["system"] for r in rows):
@@ -40,9 +42,13 @@ def latency_curves(rows: list[dict], title: str, p99_bound: float, out: Path) ->
             ax.scatter([r["rate"] for r in cut], [r[metric] for r in cut], s=90,
                        facecolors="none", edgecolors="black", zorder=5)  # fmt: skip
         if metric == "p99":
-            ax.axhline(p99_bound, color="gray", linestyle=":", label=f"P99 bound {p99_bound:g} s")
+            for bound in p99_bounds:
+                ax.axhline(bound, color="gray", linestyle=":", label=f"P99 bound {bound:g} s")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):  # plain numbers, not 2 x 10^0
+            axis.set_major_formatter(ScalarFormatter())
+            axis.set_minor_formatter(ScalarFormatter())
         ax.set_xlabel("offered load (requests/s, Poisson)")
         ax.set_ylabel(f"{'mean' if metric == 'mean' else 'P99'} latency (s)")
         ax.grid(True, which="both", alpha=0.3)
