@@ -139,6 +139,7 @@ def summary_markdown(results: list[dict], args, command: str) -> str:
     stock = [r["system"] for r in results if r["system"] in STOCK]
     best = [max((rates[s][i] for s in stock), default=0.0) for i in range(2)]
     best_name = [max(stock, key=lambda s: rates[s][i]) if stock else "" for i in range(2)]
+    command = command or f"python benchmarks/workload_curves.py --workload {args.workload}"
     lines = [
         f"`{command}`",
         "",

@@ -30,7 +30,7 @@ def latency_curves(rows: list[dict], title: str, p99_bounds, out: Path) -> Path:
     """rows: one per (system, rate) with keys system, rate, mean, p99, completed, requests.
     A run with unfinished requests is drawn as a hollow marker at its measured value."""
     plt = _pyplot()
-    from matplotlib.ticker import ScalarFormatter
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharex=True)
     for ax, metric in zip(axes, ("mean", "p99")):
@@ -48,7 +48,9 @@ def latency_curves(rows: list[dict], title: str, p99_bounds, out: Path) -> Path:
         ax.set_yscale("log")
         for axis in (ax.xaxis, ax.yaxis):  # plain numbers, not 2 x 10^0
             axis.set_major_formatter(ScalarFormatter())
-            axis.set_minor_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
+        ax.set_xticks(sorted({r["rate"] for r in rows}))  # the rates measured
         ax.set_xlabel("offered load (requests/s, Poisson)")
         ax.set_ylabel(f"{'mean' if metric == 'mean' else 'P99'} latency (s)")
         ax.grid(True, which="both", alpha=0.3)
