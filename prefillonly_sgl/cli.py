@@ -93,11 +93,7 @@ def _memory_budget_argv(
 
     context = flag_value(sglang_argv, "--context-length")
     model = flag_value(sglang_argv, "--model-path") or flag_value(sglang_argv, "--model")
-    hybrid = None
-    if "hybrid_prefill" in features:
-        from prefillonly_sgl.hybrid.settings import HybridSettings
-
-        hybrid = HybridSettings.for_device(device, options.hybrid_prefill_chunk_size)
+    hybrid = _hybrid_settings(options, features, device)
     settings = dict(
         device=device,
         dtype=flag_value(sglang_argv, "--dtype") or "auto",
@@ -142,15 +138,23 @@ def _feature_environment(options, features: list[str], sglang_argv: list[str], d
         environment[SETTINGS_ENV] = settings.to_env()
     elif options.jct_aging is not None or options.jct_profile is not None:
         raise ValueError("--jct-aging / --jct-profile apply to --schedule-policy jct")
-    if "hybrid_prefill" in features:
+    hybrid = _hybrid_settings(options, features, device)
+    if hybrid is not None:
         from prefillonly_sgl.hybrid.settings import SETTINGS_ENV as HYBRID_ENV
-        from prefillonly_sgl.hybrid.settings import HybridSettings
 
-        hybrid = HybridSettings.for_device(device, options.hybrid_prefill_chunk_size)
         environment[HYBRID_ENV] = hybrid.to_env()
-    elif options.hybrid_prefill_chunk_size is not None:
-        raise ValueError("--hybrid-prefill-chunk-size applies with hybrid prefilling on")
     return environment
+
+
+def _hybrid_settings(options, features: list[str], device: str):
+    """The chunk size serve runs with (None: hybrid prefilling off)."""
+    from prefillonly_sgl.hybrid.settings import HybridSettings
+
+    if "hybrid_prefill" not in features:
+        if options.hybrid_prefill_chunk_size is not None:
+            raise ValueError("--hybrid-prefill-chunk-size applies with hybrid prefilling on")
+        return None
+    return HybridSettings.for_device(device, options.hybrid_prefill_chunk_size)
 
 
 def _serve_help() -> None:

@@ -71,17 +71,18 @@ class Engine:
         request waits about its own predicted time at most behind shorter ones).
     jct_profile: a profile file from `prefillonly profile`; default: the saved profile of
         this model, device, dtype and features, else the built-in default model.
-    hybrid_prefill: run every decoder MLP over long prompts in chunks of
-        hybrid_prefill_chunk_size tokens (attention stays whole): a long prompt's peak
-        activation memory drops, its scores stay the same (docs/hybrid_prefill.md).
+    hybrid_prefill: run the token-wise modules of long prompts (MLPs, RMSNorms, rotary
+        embeddings) in chunks of hybrid_prefill_chunk_size tokens (attention stays whole):
+        a long prompt's peak activation memory drops, its scores stay the same
+        (docs/hybrid_prefill.md).
         False: unchunked (for A/B runs). Chunk size default: cpu 2048, cuda 4096.
     memory_budget: bytes (or "6GiB") for the scheduler's model, activations and KV pool
         together: the engine measures the peak memory of a max_prompt_tokens prompt once
         (saved per settings; minutes on CPU for long prompts), then sizes the pool (the
         prefix cache) to what is left (docs/hybrid_prefill.md). Instead of
         max_total_tokens. The plan is `engine.memory_plan`.
-    max_prompt_tokens: the longest prompt the memory budget must fit (default: the
-        context length).
+    max_prompt_tokens: the longest prompt the memory budget must fit (default: the longest
+        the engine accepts, the context less the few tokens SGLang keeps back).
     **sglang_args: any other sglang ServerArgs field, passed through unchanged.
     """
 

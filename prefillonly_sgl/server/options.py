@@ -169,7 +169,8 @@ def add_serve_options(parser: argparse.ArgumentParser, group=None) -> None:
         type=_positive_int,
         default=None,
         metavar="TOKENS",
-        help="with --memory-budget: the longest prompt it must fit (default: the context)",
+        help="with --memory-budget: the longest prompt it must fit (default: the longest the "
+        "server accepts, about the context)",
     )
     group.add_argument(
         "--no-metrics",

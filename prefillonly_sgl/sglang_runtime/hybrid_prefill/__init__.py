@@ -1,5 +1,6 @@
-"""Hybrid prefilling (plugin feature "hybrid_prefill"): every decoder MLP of the loaded model
-runs over the tokens in chunks, attention over all of them at once.
+"""Hybrid prefilling (plugin feature "hybrid_prefill"): the token-wise modules of the loaded
+model (MLPs, RMSNorms, rotary embeddings) run over a long prompt's tokens in chunks,
+attention over all of them at once.
 
     hybrid/chunking.py       the transform (plain torch)
     hybrid/settings.py       the chunk size, to the scheduler
