@@ -196,10 +196,13 @@ def plan(
     measurement = load_measurement(path, key)
     if measurement is None:
         pool = max_prompt + POOL_SLACK if prompt_needs_pool else CALIBRATION_POOL
-        log(
-            f"memory budget: measuring the peak memory of a {max_prompt:,}-token prompt "
-            f"(once for these settings; saved to {path})"
+        what = (
+            f"a {max_prompt:,}-token prompt"
+            if exact
+            else f"the longest prompt the engine accepts (~{max_prompt:,} tokens)"
         )
+        log(f"memory budget: measuring the peak memory of {what} (once for these settings; "
+            f"saved to {path})")  # fmt: skip
         started = time.perf_counter()
         measurement = measure(start_engine, max_prompt, pool, log, exact)
         save_measurement(path, key, measurement)
