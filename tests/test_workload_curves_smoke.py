@@ -37,6 +37,28 @@ def test_statistics_count_unfinished_requests_against_the_bound():
     assert stats.quantile([3, 1, 2], 0.5) == 2 and stats.rate_grid(1, 8, 4) == [1, 2, 4, 8]
 
 
+def test_the_crossing_rate_interpolates_between_grid_points_and_says_when_it_is_a_bound():
+    def row(rate, p99, completed=10):
+        return {"rate": rate, "p99": p99, "completed": completed, "requests": 10}
+
+    # P99 2 s at 1/s and 8 s at 4/s: P99 grows as rate**1, so it is 4 s at 2/s.
+    rate, exact = stats.crossing_rate([row(4, 8.0), row(1, 2.0)], 4.0)
+    assert exact and rate == pytest.approx(2.0)
+    assert stats.crossing_rate([row(1, 2.0), row(4, 3.0)], 4.0) == (4, False)  # met all
+    assert stats.crossing_rate([row(1, 5.0), row(4, 8.0)], 4.0) == (0.0, False)  # missed first
+    # The next rate left a request unfinished: its P99 is unknown, the last rate met stands.
+    assert stats.crossing_rate([row(1, 2.0), row(4, 3.0, completed=9)], 4.0) == (1, False)
+    assert stats.run_requests(1.0, 20, 12, 64) == 20 and stats.run_requests(0.1, 20, 12, 64) == 12
+    assert stats.run_requests(8.0, 20, 12, 64) == 64
+
+
+def test_cache_hit_share_from_counters_and_its_absence():
+    assert stats.counter_share((1000.0, 200.0), (3000.0, 1200.0)) == 0.5
+    assert stats.counter_share(None, (3000.0, 1200.0)) is None
+    assert stats.counter_share((1000.0, 0.0), (1000.0, 0.0)) is None  # nothing served
+    assert stats.percent(None) == "n/r" and stats.percent(0.854) == "85%"
+
+
 def test_the_recommendation_smoke_run_writes_results_plot_and_summary(tmp_path):
     import workload_curves
 
@@ -52,6 +74,10 @@ def test_the_recommendation_smoke_run_writes_results_plot_and_summary(tmp_path):
         assert result["peak_memory"] > 100 * 2**20  # the scheduler holds SGLang and torch
     # Four requests, two users: the second request of a user hits its cached profile.
     assert systems["ours"]["burst"]["cache_hit_share"] > 0
+    # Stock SGLang's share comes from its /metrics counters (its usage reports none); its
+    # burst batches a user's requests together, each computing the profile, but spaced
+    # Poisson arrivals find the profile cached.
+    assert systems["stock-fcfs"]["poisson"][0]["cache_hit_share"] > 0
     assert systems["ours"]["ideal"]["completed"] == 4
     assert (out / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = (out / "summary.md").read_text()

@@ -43,7 +43,10 @@ def server_command(system: str, model: str, port: int, dtype: str, pool: int, de
               "127.0.0.1", "--max-total-tokens", str(pool), "--skip-server-warmup"]  # fmt: skip
     if system in STOCK:
         backend = "torch_native" if device == "cpu" else "flashinfer"
-        stock = ["--device", device, "--attention-backend", backend, "--enable-cache-report"]
+        # Stock /v1/score reports no cached tokens in its usage, so its prefix-cache hits are
+        # read from the Prometheus counters (--enable-metrics) around a run instead.
+        stock = ["--device", device, "--attention-backend", backend, "--enable-cache-report",
+                 "--enable-metrics"]  # fmt: skip
         return [sys.executable, "-m", "sglang.launch_server", *common, *stock, *STOCK[system]]
     if system in OURS:
         return [sys.executable, "-m", "prefillonly_sgl", "serve", *common, *OURS[system]]
@@ -97,6 +100,23 @@ class Server:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(1)
+
+    def token_counters(self) -> tuple[float, float] | None:
+        """(prompt tokens, cached prompt tokens) served so far, from SGLang's Prometheus
+        counters; None when the server exports no metrics."""
+        try:
+            with urllib.request.urlopen(self.url + "/metrics", timeout=30) as r:
+                text = r.read().decode()
+        except OSError:
+            return None
+        totals = {"sglang:prompt_tokens_total": 0.0, "sglang:cached_tokens_total": 0.0}
+        for line in text.splitlines():
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in totals:
+                totals[name] += float(line.rsplit(" ", 1)[1])
+        if not totals["sglang:prompt_tokens_total"]:
+            return None
+        return totals["sglang:prompt_tokens_total"], totals["sglang:cached_tokens_total"]
 
     def scheduler(self) -> psutil.Process | None:
         for child in psutil.Process(self.proc.pid).children(recursive=True):

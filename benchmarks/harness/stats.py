@@ -63,3 +63,46 @@ def rate_grid(low: float, high: float, points: int) -> list[float]:
         raise ValueError(f"need 2+ points over 0 < low < high, got {points}, {low}, {high}")
     step = (high / low) ** (1 / (points - 1))
     return [round(low * step**i, 4) for i in range(points)]
+
+
+def crossing_rate(rows: list[dict], p99_bound: float) -> tuple[float, bool]:
+    """The rate at which P99 reaches the bound, interpolated on log-log axes between the
+    last rate that meets it and the next one (P99 grows roughly as a power of the load
+    near saturation), so two systems between the same grid points still differ.
+
+    Returns (rate, exact): exact is False when the value is only a bound: the system met
+    every rate tried (rate = the highest, "at least"), missed the lowest (rate 0), or
+    left requests unfinished at the first miss (its P99 is unknown: rate = the last met)."""
+    ordered = sorted(rows, key=lambda r: r["rate"])
+    last = None
+    for row in ordered:
+        if not meets(row, p99_bound):
+            break
+        last = row
+    else:
+        return (last["rate"] if last else 0.0), False
+    if last is None:
+        return 0.0, False
+    if row["completed"] != row["requests"] or not row["p99"] > last["p99"] > 0:
+        return last["rate"], False
+    slope = math.log(row["p99"] / last["p99"]) / math.log(row["rate"] / last["rate"])
+    return last["rate"] * (p99_bound / last["p99"]) ** (1 / slope), True
+
+
+def run_requests(rate: float, seconds: float, least: int, most: int) -> int:
+    """How many requests a Poisson run at `rate` sends: enough for `seconds` of arrivals,
+    at least `least` (a P99 needs a sample) and at most `most` (the workload's size)."""
+    return max(1, min(most, max(least, math.ceil(rate * seconds))))
+
+
+def counter_share(before: tuple | None, after: tuple | None) -> float | None:
+    """The cached share of the prompt tokens served between two readings of a server's
+    (prompt, cached) token counters; None when either reading is missing."""
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return (after[1] - before[1]) / (after[0] - before[0])
+
+
+def percent(share: float | None) -> str:
+    """A share as a whole percentage, "n/r" when it was not reported."""
+    return "n/r" if share is None else f"{share:.0%}"
