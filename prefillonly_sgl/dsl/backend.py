@@ -17,7 +17,18 @@ from prefillonly_sgl.dsl.runner import DEFAULT_IN_FLIGHT, Progress, asend, send
 
 
 class Backend:
-    """Where DSL calls run. Subclasses give ``tokenizer``, ``score`` and ``ascore``."""
+    """Where DSL calls run. Subclasses give ``tokenizer``, ``score`` and ``ascore``.
+
+    ``prompt_tokens`` / ``cached_tokens``: what this backend object's requests used, as the
+    engine or server reported it (0 where it reports none), e.g. for a job's cache-hit
+    share."""
+
+    prompt_tokens = 0
+    cached_tokens = 0
+
+    def count_usage(self, prompt_tokens: int, cached_tokens: int) -> None:
+        self.prompt_tokens += prompt_tokens or 0
+        self.cached_tokens += cached_tokens or 0
 
     @property
     def tokenizer(self) -> Any:
@@ -28,6 +39,11 @@ class Backend:
 
     async def ascore(self, request: ScoreRequest) -> list[list[float]]:
         raise NotImplementedError
+
+    def applies_calibration(self, function) -> bool:
+        """Whether this backend's rows for ``function`` come back already calibrated (a
+        server running the function's own endpoint does it there)."""
+        return False
 
     def run(self, job: Job, progress: Progress | None = None) -> list[list[float]]:
         """Probability rows of the job's inputs, in input order."""

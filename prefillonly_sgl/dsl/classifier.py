@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 
+from prefillonly_sgl.dsl import calibration
 from prefillonly_sgl.dsl.backends import resolve_backend
 from prefillonly_sgl.dsl.endpoint import classifier_endpoints
 from prefillonly_sgl.dsl.function import RESERVED, ScoringFunction
@@ -23,6 +24,7 @@ from prefillonly_sgl.dsl.job import ClassifyJob
 from prefillonly_sgl.dsl.request import CompiledCall
 from prefillonly_sgl.dsl.results import Classification, classification_model, classify_row
 from prefillonly_sgl.dsl.runner import DEFAULT_IN_FLIGHT, Progress
+from prefillonly_sgl.dsl.signature import DeclarationError
 from prefillonly_sgl.errors import InvalidRequestError
 
 DEFAULT_BATCH_SIZE = 64  # inputs per score request in .batch(): a smooth progress bar
@@ -37,10 +39,18 @@ class Classifier(ScoringFunction):
 
     kind = "classifier"
 
-    def __init__(self, fn, labels=None, *, batch_size: int = DEFAULT_BATCH_SIZE, **options):
+    def __init__(
+        self, fn, labels=None, *, batch_size: int = DEFAULT_BATCH_SIZE, calibrate=None, **options
+    ):
         super().__init__(fn, labels, reserved=RESERVED, **options)
         self.batch_size = batch_size
         self.result_model = classification_model(fn.__name__, self.labels)
+        self.content = calibration.content_params(calibrate, self.inputs.params, fn.__qualname__)
+        if self.content and not self.normalize:
+            raise DeclarationError(
+                f"{fn.__qualname__}: calibrate needs normalize=True (probabilities over the labels)"
+            )
+        self._priors: dict[tuple[int, str], tuple[object, list[float]]] = {}
 
     # -- jobs and results (no backend needed) --------------------------------------------
     def job(self, *args, **kwargs) -> ClassifyJob:
@@ -82,14 +92,71 @@ class Classifier(ScoringFunction):
         except InvalidRequestError as e:
             raise InvalidRequestError(f"inputs[{index}]: {e}") from None
 
+    # -- calibration (calibration.py) ----------------------------------------------------
+    def _missing_priors(self, backend, job: ClassifyJob):
+        """The context keys of the job's inputs, the contexts whose prior this backend has
+        not measured yet, and the job of their content-free inputs (None: all known)."""
+        keys = [calibration.context_key(a, self.content) for a in job.inputs]
+        owner = backend_identity(backend)
+        missing: dict[str, dict] = {}
+        for key, arguments in zip(keys, job.inputs):
+            known = self._priors.get((id(owner), key))
+            if (known is None or known[0] is not owner) and key not in missing:
+                missing[key] = arguments
+        if not missing:
+            return keys, [], None
+        free = calibration.content_free_inputs
+        inputs = [x for arguments in missing.values() for x in free(arguments, self.content)]
+        return keys, list(missing), ClassifyJob(self, tuple(inputs))
+
+    def _remember_priors(self, backend, contexts: list[str], rows: list[list[float]]) -> None:
+        owner = backend_identity(backend)
+        if len(self._priors) >= calibration.MAX_PRIORS:
+            self._priors.clear()
+        n = len(calibration.CONTENT_FREE)
+        for i, key in enumerate(contexts):
+            self._priors[(id(owner), key)] = (owner, calibration.average(rows[i * n : (i + 1) * n]))
+
+    def _divide(self, backend, keys: list[str], rows: list[list[float]]) -> list[list[float]]:
+        owner = backend_identity(backend)
+        return [
+            calibration.divide_prior(row, self._priors[(id(owner), key)][1])
+            for row, key in zip(rows, keys)
+        ]
+
+    def rows(self, backend, job: ClassifyJob, progress: Progress | None = None) -> list[list]:
+        """The job's probability rows from ``backend``, calibrated when declared so (the
+        content-free prompts go first, once per context and backend)."""
+        if not self.content or backend.applies_calibration(self):
+            return backend.run(job, progress)
+        keys, contexts, prior_job = self._missing_priors(backend, job)
+        if prior_job is not None:
+            self._remember_priors(backend, contexts, backend.run(prior_job))
+        return self._divide(backend, keys, backend.run(job, progress))
+
+    async def arows(
+        self,
+        backend,
+        job: ClassifyJob,
+        progress: Progress | None = None,
+        max_in_flight: int = DEFAULT_IN_FLIGHT,
+    ) -> list[list[float]]:
+        """``rows`` from asyncio code."""
+        if not self.content or backend.applies_calibration(self):
+            return await backend.arun(job, progress, max_in_flight)
+        keys, contexts, prior_job = self._missing_priors(backend, job)
+        if prior_job is not None:
+            self._remember_priors(backend, contexts, await backend.arun(prior_job))
+        return self._divide(backend, keys, await backend.arun(job, progress, max_in_flight))
+
     # -- run -----------------------------------------------------------------------------
     def __call__(self, *args, engine=None, **kwargs) -> Classification:
         job = self.job(*args, **kwargs)
-        return self.results(resolve_backend(engine).run(job))[0]
+        return self.results(self.rows(resolve_backend(engine), job))[0]
 
     async def acall(self, *args, engine=None, **kwargs) -> Classification:
         job = self.job(*args, **kwargs)
-        return self.results(await resolve_backend(engine).arun(job))[0]
+        return self.results(await self.arows(resolve_backend(engine), job))[0]
 
     def batch(
         self, inputs, *, engine=None, progress: bool = True, batch_size: int | None = None
@@ -98,7 +165,7 @@ class Classifier(ScoringFunction):
         backend = resolve_backend(engine)
         job = self.batch_job(list(inputs), batch_size)
         with Progress(len(job), progress, self.fn.__name__) as bar:
-            return self.results(backend.run(job, bar))
+            return self.results(self.rows(backend, job, bar))
 
     async def abatch(
         self,
@@ -113,7 +180,7 @@ class Classifier(ScoringFunction):
         backend = resolve_backend(engine)
         job = self.batch_job(list(inputs), batch_size)
         with Progress(len(job), progress, self.fn.__name__) as bar:
-            return self.results(await backend.arun(job, bar, max_in_flight))
+            return self.results(await self.arows(backend, job, bar, max_in_flight))
 
     def __prefillonly_endpoint__(self):
         """Its typed endpoints under `prefillonly serve --app` (see endpoint.py)."""
@@ -131,6 +198,7 @@ def classifier(
     leading_space: bool | None = None,
     normalize: bool = True,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    calibrate=None,
     path: str | None = None,
 ):
     """Declare a classifier: the decorated function builds the prompt (a str, or a
@@ -144,6 +212,10 @@ def classifier(
         a space unless the prompt ends with whitespace.
     normalize: probabilities over the labels (True) or over the whole vocabulary.
     batch_size: inputs per score request in ``batch`` / ``abatch``.
+    calibrate: contextual calibration (calibration.py): the parameter(s) holding the
+        content (a name, a list, or True for a one-parameter function). Their values are
+        replaced by content-free texts behind the same other arguments, and the average
+        label probabilities of those (the model's prior lean) divided out of each answer.
     path: its endpoint under ``prefillonly serve --app`` (default ``/apps/<name>``;
         batches at ``<path>/batch``).
 
@@ -155,8 +227,19 @@ def classifier(
         leading_space=leading_space,
         normalize=normalize,
         batch_size=batch_size,
+        calibrate=calibrate,
         path=path,
     )
     if inspect.isfunction(labels):  # @classifier without parentheses
         return Classifier(labels, None, **options)
     return lambda fn: Classifier(fn, labels, **options)
+
+
+def backend_identity(backend):
+    """What a remembered prior belongs to: the engine, server or context behind a backend
+    (backend objects are often made per call), else the backend itself."""
+    for attribute in ("engine", "base_url", "context", "target"):
+        owner = getattr(backend, attribute, None)
+        if owner is not None:
+            return owner
+    return backend

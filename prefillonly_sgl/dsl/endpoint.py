@@ -71,12 +71,12 @@ def classifier_endpoints(function) -> list[EndpointSpec]:
 
     async def classify(body, context):
         job = ClassifyJob(function, (_arguments(function, body),))
-        return function.results(await ServerBackend(context).arun(job))[0]
+        return function.results(await function.arows(ServerBackend(context), job))[0]
 
     async def classify_batch(body, context):
         arguments = tuple(_arguments(function, x) for x in body.inputs)
         job = ClassifyJob(function, arguments, function.batch_size)
-        rows = await ServerBackend(context).arun(job)
+        rows = await function.arows(ServerBackend(context), job)
         return models.batch_response(results=function.results(rows))
 
     check = _label_check(function)

@@ -17,10 +17,14 @@ class LocalEngineBackend(Backend):
         return self.engine.tokenizer
 
     def score(self, request: ScoreRequest) -> list[list[float]]:
-        return self.engine.score(**engine_arguments(request)).scores
+        result = self.engine.score(**engine_arguments(request))
+        self.count_usage(result.prompt_tokens, result.cached_tokens)
+        return result.scores
 
     async def ascore(self, request: ScoreRequest) -> list[list[float]]:
-        return (await self.engine.async_score(**engine_arguments(request))).scores
+        result = await self.engine.async_score(**engine_arguments(request))
+        self.count_usage(result.prompt_tokens, result.cached_tokens)
+        return result.scores
 
     def __repr__(self) -> str:
         return f"LocalEngineBackend({self.engine!r})"

@@ -79,6 +79,10 @@ class RemoteBackend(Backend):
         """Whether this server exposes ``function``'s typed endpoint, as declared here."""
         return app_client.schema_matches(function, self.endpoint_schema(function.path))
 
+    def applies_calibration(self, function) -> bool:
+        """The function's endpoint calibrates on the server (endpoint.py)."""
+        return self.serves(function)
+
     def run(self, job: Job, progress: Progress | None = None) -> list[list[float]]:
         if self.serves(job.function):
             return app_client.rows(self.post, job, progress)
@@ -104,7 +108,11 @@ class RemoteBackend(Backend):
             "label_token_ids": list(request.label_token_ids),
             "apply_softmax": request.apply_softmax,
         }
-        return self._request("POST", "/v1/score", body)["scores"]
+        answer = self._request("POST", "/v1/score", body)
+        usage = answer.get("usage") or {}
+        details = usage.get("prompt_tokens_details") or {}
+        self.count_usage(usage.get("prompt_tokens") or 0, details.get("cached_tokens") or 0)
+        return answer["scores"]
 
     async def ascore(self, request: ScoreRequest) -> list[list[float]]:
         return await asyncio.to_thread(self.score, request)

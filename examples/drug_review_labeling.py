@@ -1,0 +1,26 @@
+"""Pipeline: label drug reviews positive / neutral / negative with a @prefillonly.classifier
+run by the batch runner (prefillonly_sgl/pipelines/drug_reviews.py); prints accuracy and
+the confusion matrix with and without contextual calibration.
+
+    python examples/drug_review_labeling.py [--limit 150] [--shots 2] [--model FOLDER]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from prefillonly_sgl.pipelines import drug_reviews
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=150, help="test reviews to label")
+    parser.add_argument("--shots", type=int, default=2, help="few-shot examples per label")
+    parser.add_argument("--model", help="a Hugging Face model folder (default: SmolLM2-135M)")
+    parser.add_argument("--device", choices=["cpu", "cuda"])
+    parser.add_argument("--out", help="folder for the results (default: a temporary one)")
+    args = parser.parse_args()
+    drug_reviews.print_report(
+        drug_reviews.run(
+            args.limit, args.shots, model=args.model, device=args.device, out=args.out
+        )  # fmt: skip
+    )

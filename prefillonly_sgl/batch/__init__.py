@@ -1,0 +1,15 @@
+"""Batch jobs: a DSL classifier or ranker over records, resumable (issue 14).
+
+    from prefillonly_sgl.batch import run_batch
+    report = run_batch(credit_risk, "applicants.csv", "scores.csv", engine=engine)
+
+sources.py reads records (CSV, JSONL, Parquet, DataFrame, iterables), tasks.py turns a
+record into the function's arguments and a result row, sinks.py writes results durably
+and finds what an earlier run finished, runner.py drives it (prefix-ordered chunks, bad
+records to the errors file, retries). `prefillonly batch` is cli.py. All plain Python: the
+scoring goes through the DSL's backends.
+"""
+
+from prefillonly_sgl.batch.runner import BatchAborted, BatchReport, run_batch
+
+__all__ = ["BatchAborted", "BatchReport", "run_batch"]

@@ -1,0 +1,123 @@
+"""`prefillonly batch`: run a DSL classifier or ranker from an app file over a records file.
+
+prefillonly batch examples/credit_app.py:credit_risk applicants.csv scores.csv
+prefillonly batch app.py:credit_risk applicants.parquet out.jsonl --server http://127.0.0.1:30000
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EPILOG = """\
+The function's parameters are read from the record fields of the same name (--column
+PARAM=FIELD when they differ). Rerunning the same command resumes an interrupted job:
+finished rows are never scored again (--overwrite starts afresh). Bad records go to
+OUTPUT.errors.jsonl with their row and reason; the job goes on.
+"""
+
+
+def add_parser(commands) -> None:
+    batch = commands.add_parser(
+        "batch",
+        help="score a records file with a DSL classifier/ranker (resumable, errors file)",
+        description="Score every record of a CSV / JSONL / Parquet file with a "
+        "@prefillonly.classifier or @prefillonly.ranker; results (JSONL / CSV / Parquet) "
+        "written as they finish.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    batch.add_argument("function", help="FILE.py:NAME or module:NAME (NAME optional if the "
+                       "file declares one function)")  # fmt: skip
+    batch.add_argument("records", help="input: .csv, .jsonl or .parquet")
+    batch.add_argument("output", help="results: .jsonl, .csv or .parquet")
+    where = batch.add_mutually_exclusive_group()
+    where.add_argument("--server", help="a running server's URL (default: a local engine)")
+    where.add_argument("--model", help="local engine's model folder (default: SmolLM2-135M)")
+    batch.add_argument("--device", choices=["cpu", "cuda"], help="local engine's device")
+    batch.add_argument("--dtype", default="auto", help="local engine's dtype (default auto)")
+    batch.add_argument("--column", action="append", default=[], metavar="PARAM=FIELD",
+                       help="read parameter PARAM from field FIELD")  # fmt: skip
+    batch.add_argument("--keep", action="append", default=[], metavar="FIELD",
+                       help="copy FIELD into each result (e.g. an id)")  # fmt: skip
+    batch.add_argument("--errors", help="errors file (default OUTPUT.errors.jsonl)")
+    batch.add_argument("--overwrite", action="store_true", help="discard earlier results")
+    batch.add_argument("--chunk-size", type=int, default=64, help="records per call (64)")
+    batch.add_argument("--no-progress", action="store_true")
+    batch.set_defaults(handler=main)
+
+
+def find_function(target: str):
+    from prefillonly_sgl.server.endpoints import load_app_module
+
+    path, _, name = target.rpartition(":") if ":" in target else (target, "", "")
+    module = load_app_module(path)
+    found = {
+        n: obj
+        for n, obj in vars(module).items()
+        if getattr(obj, "kind", None) in ("classifier", "ranker") and hasattr(obj, "fn")
+    }
+    if name:
+        if name not in found:
+            raise ValueError(
+                f"{path} has no classifier or ranker {name!r} (it has {sorted(found)})"
+            )
+        return found[name]
+    if len(found) != 1:
+        raise ValueError(
+            f"{path} declares {len(found)} classifiers/rankers {sorted(found)}: name one, "
+            f"{path}:NAME"
+        )
+    return next(iter(found.values()))
+
+
+def parse_columns(pairs: list[str]) -> dict[str, str]:
+    columns = {}
+    for pair in pairs:
+        param, sep, field = pair.partition("=")
+        if not sep or not param or not field:
+            raise ValueError(f"--column {pair!r}: expected PARAM=FIELD")
+        columns[param] = field
+    return columns
+
+
+def main(args: argparse.Namespace) -> int:
+    from prefillonly_sgl.batch.runner import BatchAborted, run_batch
+    from prefillonly_sgl.errors import PrefillOnlyError
+
+    try:
+        function = find_function(args.function)
+        columns = parse_columns(args.column)
+    except (ValueError, ImportError, OSError) as e:
+        print(f"prefillonly batch: {e}", file=sys.stderr)
+        return 2
+    options = dict(
+        output_format=None,
+        errors_file=args.errors,
+        columns=columns,
+        keep=args.keep,
+        overwrite=args.overwrite,
+        chunk_size=args.chunk_size,
+        progress=not args.no_progress,
+    )
+    try:
+        if args.server:
+            report = run_batch(function, args.records, args.output, engine=args.server, **options)
+        else:
+            from prefillonly_sgl.engine import Engine
+
+            with Engine(args.model, device=args.device, dtype=args.dtype) as engine:
+                report = run_batch(function, args.records, args.output, engine=engine, **options)
+    except KeyboardInterrupt:
+        print("prefillonly batch: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+    except BatchAborted as e:
+        print(f"prefillonly batch: {e}", file=sys.stderr)
+        return 1
+    except PrefillOnlyError as e:
+        print(f"prefillonly batch: {e}", file=sys.stderr)
+        return 2
+    print(f"[batch] {report.summary()}")
+    for reason in report.error_reasons:
+        print(f"[batch]   {reason}")
+    return 0

@@ -1,0 +1,196 @@
+"""The batch runner: a DSL classifier or ranker over records, results to a file as they
+finish, resumable, bad records reported and skipped.
+
+    report = run_batch(credit_risk, "applicants.csv", "scores.jsonl", engine=engine)
+
+Records are read in windows (``window`` records); within a window they are ordered by
+their prompt's shared prefix (stable) and sent ``chunk_size`` at a time, so records that
+share a prefix go out together and the prefix is computed once. A chunk the backend
+refuses as invalid (e.g. a prompt too long) is split in halves until the bad record is
+alone, which then goes to the errors file; a chunk that fails otherwise (a server gone) is
+retried ``retries`` times, then the job stops with BatchAborted, everything finished so far
+saved: a rerun resumes where it stopped (sinks.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from prefillonly_sgl.batch.sinks import ResultWriter
+from prefillonly_sgl.batch.sources import RecordError, count_records, read_records
+from prefillonly_sgl.batch.tasks import Prepared, Task, task_for
+from prefillonly_sgl.dsl.backends import resolve_backend
+from prefillonly_sgl.errors import InvalidRequestError, PrefillOnlyError
+
+DEFAULT_CHUNK = 64  # records per call to the backend: a smooth progress bar, full batches
+DEFAULT_WINDOW = 4096  # records ordered by prefix at a time (memory stays bounded)
+
+
+class BatchAborted(PrefillOnlyError, RuntimeError):
+    """The backend kept failing; the results so far are saved and a rerun resumes."""
+
+
+@dataclass
+class BatchReport:
+    output: Path
+    errors_file: Path
+    records: int = 0  # rows seen in the input
+    scored: int = 0  # scored by this run
+    skipped: int = 0  # already in the output or the errors file from an earlier run
+    errors: int = 0  # reported to the errors file by this run
+    calls: int = 0  # calls to the backend (chunks, and the halves of refused chunks)
+    prompt_tokens: int = 0  # as the engine / server reported them (0: not reported)
+    cached_tokens: int = 0
+    seconds: float = 0.0
+    error_reasons: list[str] = field(default_factory=list)  # the first few
+
+    @property
+    def cache_hit_share(self) -> float | None:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None
+
+    def summary(self) -> str:
+        rate = self.scored / self.seconds if self.seconds > 0 else 0.0
+        share = self.cache_hit_share
+        hits = "" if share is None else f", prefix-cache hits {share:.0%} of prompt tokens"
+        return (
+            f"{self.scored} scored ({rate:.1f}/s{hits}), {self.skipped} already done, "
+            f"{self.errors} errors ({self.errors_file if self.errors else 'none'}) -> {self.output}"
+        )
+
+
+def run_batch(
+    function,
+    records,
+    output,
+    *,
+    engine=None,
+    output_format: str | None = None,
+    errors_file=None,
+    columns: dict | None = None,
+    keep=(),
+    overwrite: bool = False,
+    chunk_size: int = DEFAULT_CHUNK,
+    window: int = DEFAULT_WINDOW,
+    retries: int = 2,
+    progress: bool = True,
+) -> BatchReport:
+    """Scores every record with ``function`` (a DSL classifier or ranker) into ``output``.
+
+    records: a CSV / JSONL / Parquet path, a pandas DataFrame, or an iterable of dicts;
+        each record's fields are the function's parameters (``columns`` maps a parameter
+        to a differently named field; ``keep`` names fields copied into the results).
+    output: .jsonl, .csv or .parquet (or ``output_format``); results in row order, each
+        with its input ``row`` (from 0). An existing output of the same job is resumed:
+        finished rows are never scored again; ``overwrite=True`` starts afresh.
+    errors_file: where bad records go (default ``<output>.errors.jsonl``).
+    engine: an Engine, a server URL or a Backend (default: ``prefillonly.use``'s).
+    """
+    if chunk_size < 1 or window < 1 or retries < 0:
+        raise InvalidRequestError("chunk_size and window must be >= 1, retries >= 0")
+    task = task_for(function, columns, keep)
+    writer = ResultWriter(output, output_format, errors_file)
+    if overwrite:
+        writer.remove()
+    done, failed = writer.done()
+    _check_same_job(task, done, writer.path)
+    backend = resolve_backend(engine)
+    report = BatchReport(writer.path, writer.errors_path)
+    tokens_before = (getattr(backend, "prompt_tokens", 0), getattr(backend, "cached_tokens", 0))
+    started = time.perf_counter()
+    total = count_records(records)
+    name = getattr(function.fn, "__name__", "batch")
+    with tqdm(total=total, desc=name, unit="record", disable=not progress) as bar:
+        pending: list[Prepared] = []
+        originals: dict[int, dict] = {}
+        for row, record in read_records(records):
+            report.records += 1
+            if row in done or row in failed:
+                report.skipped += 1
+                bar.update(1)
+                continue
+            if isinstance(record, RecordError):
+                _report_errors(writer, report, bar, [(row, record.reason, None)])
+                continue
+            try:
+                pending.append(task.prepare(row, record))
+            except InvalidRequestError as e:
+                _report_errors(writer, report, bar, [(row, str(e), record)])
+                continue
+            originals[row] = record
+            if len(pending) >= window:
+                _run_window(
+                    task, backend, pending, originals, writer, report, bar, chunk_size, retries
+                )
+                pending, originals = [], {}
+        _run_window(task, backend, pending, originals, writer, report, bar, chunk_size, retries)
+    writer.finish()
+    report.seconds = time.perf_counter() - started
+    report.prompt_tokens = getattr(backend, "prompt_tokens", 0) - tokens_before[0]
+    report.cached_tokens = getattr(backend, "cached_tokens", 0) - tokens_before[1]
+    return report
+
+
+def _run_window(task, backend, pending, originals, writer, report, bar, chunk_size, retries):
+    pending = sorted(pending, key=lambda p: p.prefix)  # stable: same prefix, input order
+    for start in range(0, len(pending), chunk_size):
+        chunk = pending[start : start + chunk_size]
+        results, errors = _score(task, backend, chunk, report, retries)
+        writer.write(results)
+        report.scored += len(results)
+        bar.update(len(results))
+        _report_errors(writer, report, bar, [(row, why, originals.get(row)) for row, why in errors])
+
+
+def _score(task: Task, backend, chunk: list[Prepared], report: BatchReport, retries: int):
+    """(results, [(row, reason)]) for a chunk; a refused chunk is split to find the bad
+    record(s); other failures are retried, then abort the job."""
+    for attempt in range(retries + 1):
+        report.calls += 1
+        try:
+            return task.score(backend, chunk), []
+        except InvalidRequestError as e:
+            if len(chunk) == 1:
+                return [], [(chunk[0].row, str(e))]
+            half = len(chunk) // 2
+            first = _score(task, backend, chunk[:half], report, retries)
+            second = _score(task, backend, chunk[half:], report, retries)
+            return first[0] + second[0], first[1] + second[1]
+        except (PrefillOnlyError, OSError, RuntimeError) as e:
+            if attempt == retries:
+                raise BatchAborted(
+                    f"scoring rows {chunk[0].row}..{chunk[-1].row} failed {retries + 1} times "
+                    f"({type(e).__name__}: {e}); {report.scored} rows of this run are saved: "
+                    "rerun the same job to resume"
+                ) from e
+            time.sleep(min(30.0, 2.0**attempt))
+    raise AssertionError("unreachable")
+
+
+def _report_errors(writer, report: BatchReport, bar, errors) -> None:
+    if not errors:
+        return
+    writer.write_errors(errors)
+    report.errors += len(errors)
+    room = max(0, 5 - len(report.error_reasons))
+    report.error_reasons += [f"row {row}: {why}" for row, why, _ in errors[:room]]
+    bar.update(len(errors))
+
+
+def _check_same_job(task: Task, done: dict[int, dict], path: Path) -> None:
+    """An output being resumed must hold this function's kind of results and labels."""
+    if not done:
+        return
+    sample = next(iter(done.values()))
+    expected = "label" if task.kind == "classifier" else "score"
+    labels = set(task.function.labels.texts)
+    found = set(sample.get("probs") or {}) or {k[5:] for k in sample if k.startswith("prob_")}
+    if expected not in sample or found != labels:
+        raise InvalidRequestError(
+            f"{path} holds results of another job (fields {sorted(sample)[:8]}), not of "
+            f"{task.function.fn.__qualname__} (labels {sorted(labels)}): pass overwrite=True "
+            "(--overwrite) or another output"
+        )

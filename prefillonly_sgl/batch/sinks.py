@@ -1,0 +1,150 @@
+"""Results out (plain Python): JSONL, CSV or Parquet, durable as rows finish, resumable.
+
+Rows are appended to a journal of JSON lines as they finish (flushed and fsynced per
+write), each with its input ``row``. For JSONL output the journal is the output itself;
+for CSV and Parquet it is ``<output>.partial.jsonl``, turned into the output (written to a
+temporary file and renamed into place, so the output is never half-written) when the job
+ends. A rerun reads the journal (or a finished output), drops a line a kill cut short, and
+skips the rows already there. When a job ends its output is sorted by row.
+
+Records that could not be scored go to the errors file (``<output>.errors.jsonl``): row,
+reason and the record's fields, so a job never stops for one bad record; a rerun does not
+retry them (delete the file to retry).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from prefillonly_sgl.batch.sources import file_format
+from prefillonly_sgl.errors import InvalidRequestError
+
+MAX_ERROR_FIELD_CHARS = 200  # a record's fields are echoed into the errors file, cut here
+
+
+def flatten(result: dict) -> dict:
+    """A result as one flat row (CSV/Parquet columns): ``probs`` becomes ``prob_<label>``."""
+    flat = {k: v for k, v in result.items() if k != "probs"}
+    for label, p in (result.get("probs") or {}).items():
+        flat[f"prob_{label}"] = p
+    return flat
+
+
+class ResultWriter:
+    def __init__(self, path: str | Path, fmt: str | None = None, errors_path=None) -> None:
+        self.path = Path(path)
+        self.format = file_format(self.path, fmt)
+        self.errors_path = Path(errors_path or f"{self.path}.errors.jsonl")
+        partial = self.path.with_name(self.path.name + ".partial.jsonl")
+        self.journal = self.path if self.format == "jsonl" else partial
+        if self.path.parent and not self.path.parent.is_dir():
+            raise InvalidRequestError(f"{self.path}: the folder {self.path.parent} does not exist")
+
+    # -- what an earlier run left ---------------------------------------------------------
+    def remove(self) -> None:
+        """Forget earlier results (overwrite)."""
+        for p in {self.path, self.journal, self.errors_path}:
+            p.unlink(missing_ok=True)
+
+    def done(self) -> tuple[dict[int, dict], set[int]]:
+        """(results by row, rows in the errors file) from an earlier run."""
+        if self.journal != self.path and self.path.exists() and not self.journal.exists():
+            self._journal_from_output()  # a finished CSV/Parquet: rows may be added to it
+        results = {r["row"]: r for r in _read_journal(self.journal)}
+        errors = {r["row"] for r in _read_journal(self.errors_path)}
+        return results, errors
+
+    def _journal_from_output(self) -> None:
+        if self.format == "csv":
+            with open(self.path, newline="", encoding="utf-8") as f:
+                rows = [{**r, "row": int(r["row"])} for r in csv.DictReader(f)]
+        else:
+            import pyarrow.parquet as pq
+
+            rows = pq.read_table(self.path).to_pylist()
+        _write_lines(self.journal, rows, mode="w")
+
+    # -- this run --------------------------------------------------------------------------
+    def write(self, results: list[dict]) -> None:
+        rows = results if self.format == "jsonl" else [flatten(r) for r in results]
+        _write_lines(self.journal, rows)
+
+    def write_errors(self, errors: list[tuple[int, str, Any]]) -> None:
+        lines = [{"row": r, "reason": reason, "record": _echo(x)} for r, reason, x in errors]
+        _write_lines(self.errors_path, lines)
+
+    def finish(self) -> int:
+        """Writes the output in row order; returns its number of rows."""
+        rows = sorted(_read_journal(self.journal), key=lambda r: r["row"])
+        temporary = self.path.with_name(f".{self.path.name}.tmp")
+        if self.format == "jsonl":
+            _write_lines(temporary, rows, mode="w")
+        elif self.format == "csv":
+            columns = list(dict.fromkeys(k for r in rows for k in r))
+            with open(temporary, "w", newline="", encoding="utf-8") as f:
+                writer = csv.DictWriter(f, fieldnames=columns)
+                writer.writeheader()
+                writer.writerows(rows)
+                f.flush()
+                os.fsync(f.fileno())
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.Table.from_pylist(rows), temporary)
+        os.replace(temporary, self.path)
+        if self.journal != self.path:
+            self.journal.unlink(missing_ok=True)
+        return len(rows)
+
+
+def _write_lines(path: Path, rows: list[dict], mode: str = "a") -> None:
+    if not rows and mode == "a":
+        return
+    text = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows)
+    with open(path, mode, encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _read_journal(path: Path) -> list[dict]:
+    """The complete lines of a journal; a last line a kill cut short is cut off the file
+    (JSON escapes newlines, so one line is one row)."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end < len(data):
+        with open(path, "r+b") as f:
+            f.truncate(end)
+    rows = []
+    for number, line in enumerate(data[:end].decode("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise InvalidRequestError(
+                f"{path}: line {number} is not JSON: not a results file this runner wrote "
+                "(pass overwrite=True / --overwrite to replace it)"
+            ) from None
+        if not isinstance(row, dict) or not isinstance(row.get("row"), int):
+            raise InvalidRequestError(
+                f"{path}: line {number} has no row number: not a results file this runner "
+                "wrote (pass overwrite=True / --overwrite to replace it)"
+            )
+        rows.append(row)
+    return rows
+
+
+def _echo(record: Any) -> Any:
+    if not isinstance(record, dict):
+        return None
+    return {
+        str(k): v[:MAX_ERROR_FIELD_CHARS] if isinstance(v, str) else v for k, v in record.items()
+    }

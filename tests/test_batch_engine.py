@@ -1,0 +1,163 @@
+"""The batch runner on a real Engine and a real server (tiny random Llama, float32):
+results equal the DSL's own calls in input order, records sharing a prefix go out
+together, bad records land in the errors file without stopping the job, a killed
+`prefillonly batch` resumes without rescoring a finished row (the requests are counted),
+and the server backend gives the local results."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from batch_app_example import liked, recommend
+from conftest import max_abs_diff
+from server_process import running_server, serve_env
+
+from prefillonly_sgl import Engine
+from prefillonly_sgl.batch import run_batch
+from prefillonly_sgl.dsl import LocalEngineBackend
+
+APP = Path(__file__).with_name("batch_app_example.py")
+REVIEWS = ["I feel much better now", "would not take it again", "ok", "it worked"]
+RECORDS = [{"id": f"r{i}", "review": REVIEWS[i % 4], "drug": f"drug {i % 3}"} for i in range(12)]
+
+
+class CountingBackend(LocalEngineBackend):
+    """The real local backend, counting the items it sends to SGLang per request."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.items_sent = 0
+        self.requests = []
+
+    def score(self, request):
+        self.items_sent += len(request.items)
+        self.requests.append(request)
+        return super().score(request)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_llama_path):
+    with Engine(tiny_llama_path, device="cpu", dtype="float32", max_total_tokens=4096) as engine:
+        yield engine
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def probs_of(results, labels=("Yes", "No")) -> list[list[float]]:
+    return [[r["probs"][label] for label in labels] for r in results]
+
+
+def test_classifier_results_equal_the_dsl_in_input_order_with_one_request_per_chunk(
+    engine, tmp_path
+):
+    backend = CountingBackend(engine)
+    out = tmp_path / "out.jsonl"
+    report = run_batch(liked, RECORDS, out, engine=backend, keep=["id"], chunk_size=5,
+                       progress=False)  # fmt: skip
+    rows = read_jsonl(out)
+    assert [r["row"] for r in rows] == list(range(12)) and rows[3]["id"] == "r3"
+    want = liked.batch([{"review": r["review"], "drug": r["drug"]} for r in RECORDS],
+                       engine=engine, progress=False)  # fmt: skip
+    assert max_abs_diff(probs_of(rows), [[w.probs["Yes"], w.probs["No"]] for w in want]) < 1e-6
+    assert [r["label"] for r in rows] == [w.label for w in want]
+    # One shared few-shot prefix: each chunk of 5 records is one score request.
+    assert len(backend.requests) == 3 and backend.items_sent == 12
+    assert report.scored == 12 and report.errors == 0 and report.calls == 3
+    assert report.cached_tokens > 0  # the prefix computed once, then served from the cache
+
+
+def test_bad_records_go_to_the_errors_file_and_the_job_goes_on(engine, tmp_path):
+    records = [
+        RECORDS[0],
+        {"id": "no-review", "drug": "x"},  # missing field
+        {"id": "list", "review": ["not", "text"]},  # wrong type
+        {"id": "long", "review": "word " * 5000},  # longer than the engine accepts
+        RECORDS[1],
+    ]
+    out = tmp_path / "out.csv"
+    report = run_batch(liked, records, out, engine=engine, keep=["id"], progress=False)
+    assert report.scored == 2 and report.errors == 3
+    rows = pd.read_csv(out).to_dict("records")
+    assert [r["id"] for r in rows] == ["r0", "r1"] and set(rows[0]) >= {"prob_Yes", "prob_No"}
+    errors = {e["row"]: e["reason"] for e in read_jsonl(report.errors_file)}
+    assert "missing field 'review'" in errors[1]
+    assert "review" in errors[2] and "string" in errors[2]
+    assert "longer than" in errors[3]
+    # A rerun finds everything done: nothing is sent, the errors are not retried.
+    backend = CountingBackend(engine)
+    again = run_batch(liked, records, out, engine=backend, keep=["id"], progress=False)
+    assert again.skipped == 5 and again.scored == 0 and backend.items_sent == 0
+
+
+def test_ranker_records_of_one_user_are_one_ranking_call(engine, tmp_path):
+    users = {"u1": "likes space films", "u2": "likes cooking shows"}
+    records = [
+        {"user": u, "profile": p, "item": item}
+        for item in ("a space opera", "a bake-off", "moon landing")
+        for u, p in users.items()
+    ]
+    backend = CountingBackend(engine)
+    frame = pd.DataFrame(records)
+    out = tmp_path / "ranked.parquet"
+    run_batch(recommend, frame, out, engine=backend, keep=["user"], progress=False)
+    rows = pd.read_parquet(out).to_dict("records")
+    assert len(backend.requests) == 2  # one per user, not one per record
+    for user, profile in users.items():
+        ranking = recommend(profile, items=[r["item"] for r in records if r["user"] == user],
+                            engine=engine)  # fmt: skip
+        got = [r["score"] for r in rows if r["user"] == user]
+        assert max(abs(a - b.score) for a, b in zip(got, ranking.by_input)) < 1e-6
+
+
+def test_a_killed_batch_job_resumes_without_rescoring(engine, tiny_llama_path, tmp_path):
+    records = tmp_path / "reviews.jsonl"
+    many = [{"review": f"{REVIEWS[i % 4]} ({i})", "drug": "d"} for i in range(400)]
+    records.write_text("".join(json.dumps(r) + "\n" for r in many))
+    out = tmp_path / "out.jsonl"
+    command = [sys.executable, "-m", "prefillonly_sgl", "batch", f"{APP}:liked", str(records),
+               str(out), "--model", str(tiny_llama_path), "--device", "cpu", "--dtype", "float32",
+               "--chunk-size",
+               "1", "--no-progress"]  # fmt: skip
+    job = subprocess.Popen(command, env=serve_env(), start_new_session=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and job.poll() is None:
+            if out.exists() and out.read_text().count("\n") >= 20:
+                break
+            time.sleep(0.05)
+        assert job.poll() is None, f"the job ended before it was killed:\n{job.stdout.read()}"
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(60)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    finished = len(out.read_text().splitlines())  # a cut last line is not counted as done
+    assert 20 <= finished < 400
+    backend = CountingBackend(engine)
+    report = run_batch(liked, records, out, engine=backend, progress=False)
+    assert backend.items_sent == report.scored == 400 - report.skipped
+    assert report.skipped >= finished - 1
+    rows = read_jsonl(out)
+    assert [r["row"] for r in rows] == list(range(400))
+    want = liked.batch(many, engine=engine, progress=False)
+    assert max_abs_diff(probs_of(rows), [[w.probs["Yes"], w.probs["No"]] for w in want]) < 1e-5
+
+
+def test_the_server_backend_gives_the_local_results(engine, tiny_llama_path, tmp_path):
+    out_local, out_remote = tmp_path / "local.jsonl", tmp_path / "remote.jsonl"
+    run_batch(liked, RECORDS, out_local, engine=engine, progress=False)
+    with running_server(tiny_llama_path, tmp_path / "server.log") as server:
+        report = run_batch(liked, RECORDS, out_remote, engine=server.url, progress=False)
+    assert report.scored == 12 and report.cached_tokens > 0
+    assert max_abs_diff(probs_of(read_jsonl(out_local)), probs_of(read_jsonl(out_remote))) < 1e-5
