@@ -10,10 +10,14 @@ one real server at a time on localhost, the prefix cache flushed before every ru
 
   burst      every request of the workload at once (wall time, mean, P99); for `ours` also
              the ideal order (per user: one request alone, then the others together)
-  Poisson    open-loop arrivals at each rate of --rates (steps of 1.4x), lowest first, each
-             run --run-seconds of arrivals (at least --min-requests); a system's sweep stops
-             one rate after the first at which it misses twice the P99 bound (or leaves
-             requests unfinished at the deadline)
+  Poisson    open-loop arrivals at each offered rate, lowest first, each run
+             --run-seconds of arrivals (at least --min-requests); a system's sweep stops one
+             rate after the first at which it misses twice the P99 bound (or leaves
+             requests unfinished at the deadline). The rates: --rates, or by default
+             --load-factors (steps of 1.4x, as the paper's 1/4x to 4x of saturation) times
+             the saturation rate of the first system (stock SGLang fcfs): its burst's
+             requests per second. So the sweep fits the machine: the same command covers
+             the same range of load on a slower or faster CPU, or a GPU.
 
 Reported per system and P99 bound (--p99-bound and twice it): the highest rate sustained
 on the grid and the rate at which P99 crosses the bound (interpolated between grid points),
@@ -38,10 +42,15 @@ from harness import loadgen, plots, stats, workloads  # noqa: E402
 from harness.servers import STOCK, SYSTEMS, Server  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "workload_results"
-# Sustained rates are reported at the P99 bound and at LOOSE times it: with runs of a few
-# dozen requests and rates a factor 2 apart, one bound alone can fall between two systems'
-# points and hide a difference the curves show.
+# Rates are reported at the P99 bound and at LOOSE times it: one bound alone can fall
+# where two systems' curves are close and hide a difference at another latency.
 LOOSE = 2
+
+# Hybrid prefilling and prefill-only KV change nothing at 1-2k-token prompts under a 32k
+# pool (measured: benchmarks/README.md), so their ablations run only when asked for
+# (--systems all): each system costs ~4 minutes on the 2-core CPU.
+DEFAULT_SYSTEMS = ["stock-fcfs", "stock-lpm", "stock-spf", "ours", "ours-no-jct",
+                   "ours-no-attention"]  # fmt: skip
 
 # CPU defaults (default model, bfloat16, 2 cores): each finishes in ~20 minutes. Rates
 # step by 1.4x from about half of stock SGLang's saturation to past ours'.
@@ -50,33 +59,24 @@ DEFAULTS = {
         groups=8,
         per_group=8,
         prefix_tokens=1000,
-        rates=[1, 1.4, 2, 2.8, 4, 5.6],
+        load_factors=[0.5, 0.7, 1, 1.4, 2, 2.8, 4],
         p99_bound=5.0,
         run_seconds=20,
-        min_requests=20,
-        systems=list(SYSTEMS),
+        min_requests=12,
+        systems=DEFAULT_SYSTEMS,
     ),  # fmt: skip
     "credit": dict(
         groups=16,
         per_group=2,
         prefix_tokens=2000,
-        rates=[0.3, 0.42, 0.6, 0.84, 1.2],
+        load_factors=[0.5, 0.7, 1, 1.4, 2, 2.8],
         p99_bound=15.0,
         run_seconds=30,
         min_requests=12,
-        # Hybrid prefilling and prefill-only KV change nothing at 2k-token prompts under a
-        # 32k pool (the recommendation run shows it); --systems adds them.
-        systems=[
-            "stock-fcfs",
-            "stock-lpm",
-            "stock-spf",
-            "ours",
-            "ours-no-jct",
-            "ours-no-attention",
-        ],
+        systems=DEFAULT_SYSTEMS,
     ),  # fmt: skip
 }
-SMOKE = dict(groups=2, per_group=2, prefix_tokens=200, rates=[2.0, 8.0], p99_bound=30.0,
+SMOKE = dict(groups=2, per_group=2, prefix_tokens=200, load_factors=[0.5, 2], p99_bound=30.0,
              run_seconds=1, min_requests=4, systems=["stock-fcfs", "ours"],
              dtype="float32")  # fmt: skip
 
@@ -138,6 +138,11 @@ def measure_system(system, server, bodies, waves, args, log) -> dict:
         outcomes, wall = asyncio.run(run_ideal(server.url, bodies, waves))
         result["ideal"] = stats.summarize(outcomes, wall)
         log(f"ideal order: wall {wall:.1f} s, mean {result['ideal']['mean']:.1f} s")
+    if args.rates is None:  # the first system's burst throughput sets the sweep
+        args.saturation = b["completed"] / b["wall"]
+        args.rates = [round(f * args.saturation, 3) for f in sorted(args.load_factors)]
+        log(f"saturation {args.saturation:.3g} req/s ({system}'s burst): offered rates "
+            f"{', '.join(f'{r:g}' for r in args.rates)} req/s")  # fmt: skip
     missed = 0
     for rate in sorted(args.rates):
         fresh()
@@ -171,6 +176,13 @@ def summary_markdown(results: list[dict], args, command: str) -> str:
     best_name = [max(stock, key=lambda s: crossing[s][i][0]) if stock else "" for i in range(2)]
     best = [crossing[best_name[i]][i][0] if stock else 0.0 for i in range(2)]
     command = command or f"python benchmarks/workload_curves.py --workload {args.workload}"
+    sat = getattr(args, "saturation", None)
+    saturation = (
+        f" (load factors x the saturation rate {sat:.3g} req/s: "
+        f"{results[0]['system']}'s burst throughput)"
+        if sat
+        else ""
+    )
     lines = [
         f"`{command}`",
         "",
@@ -178,7 +190,8 @@ def summary_markdown(results: list[dict], args, command: str) -> str:
         f"prefixes ~{args.prefix_tokens} tokens; model {args.model_name}, {args.dtype}; "
         f"Poisson runs of {args.run_seconds:g} s of arrivals (at least {args.min_requests} "
         f"requests, at most {args.groups * args.per_group}), offered rates "
-        f"{', '.join(f'{r:g}' for r in sorted(args.rates))} req/s. Rate at P99 = bound: "
+        f"{', '.join(f'{r:g}' for r in sorted(args.rates))} req/s{saturation}. "
+        "Rate at P99 = bound: "
         "where P99 crosses the bound, interpolated (log-log) between the last rate tried "
         "that meets it (every request done, every lower rate met too) and the next; "
         '">=" the system met every rate tried, "<" it missed the lowest, "~" the next rate '
@@ -228,11 +241,15 @@ def summary_markdown(results: list[dict], args, command: str) -> str:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", choices=sorted(DEFAULTS), required=True)
-    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, help="default: per workload")
+    parser.add_argument("--systems", nargs="+", choices=[*SYSTEMS, "all"],
+                        help=f"default: {' '.join(DEFAULT_SYSTEMS)}; all: all of them")  # fmt: skip
     parser.add_argument("--groups", type=int, help="users / applicants")
     parser.add_argument("--per-group", type=int, help="items per user / questions per applicant")
     parser.add_argument("--prefix-tokens", type=int, help="profile / history length")
     parser.add_argument("--rates", type=float, nargs="+", help="Poisson rates (requests/s)")
+    parser.add_argument("--load-factors", type=float, nargs="+",
+                        help="without --rates: rates as multiples of the first system's "
+                        "burst throughput (its saturation)")  # fmt: skip
     parser.add_argument("--p99-bound", type=float, help="seconds: the sustained-rate bound")
     parser.add_argument("--run-seconds", type=float, help="seconds of arrivals per Poisson run")
     parser.add_argument("--min-requests", type=int, help="fewest requests in a Poisson run")
@@ -257,6 +274,8 @@ def parse_args(argv=None):
     for key, value in preset.items():
         if getattr(args, key) is None:  # what the command line leaves open
             setattr(args, key, value)
+    if args.systems == ["all"]:
+        args.systems = list(SYSTEMS)
     if args.drain is None:
         args.drain = 2 * args.p99_bound
     args.out = args.out or (OUT / (f"{args.workload}-smoke" if args.smoke else args.workload))
@@ -283,6 +302,9 @@ def main(argv=None) -> int:
             setattr(args, key, saved["args"][key])
         for key in ("p99_bound",):
             setattr(args, key, float(saved["args"][key]))
+        args.rates = sorted({row["rate"] for r in saved["results"] for row in r["poisson"]})
+        saturation = saved["args"].get("saturation")
+        args.saturation = float(saturation) if saturation not in (None, "None") else None
         args.run_seconds = float(saved["args"]["run_seconds"])
         args.min_requests = int(saved["args"]["min_requests"])
         print(render(saved["results"], args, saved.get("command", "")))
