@@ -52,6 +52,14 @@ def test_the_crossing_rate_interpolates_between_grid_points_and_says_when_it_is_
     assert stats.run_requests(8.0, 20, 12, 64) == 64
 
 
+def test_a_short_run_takes_whole_groups_and_the_ideal_order_one_request_first():
+    import workload_curves
+
+    assert workload_curves.whole_groups([0, 1, 0, 2, 1, 2], 3, 2) == [0, 1, 2, 4]
+    assert workload_curves.whole_groups([0, 1, 0, 2, 1, 2], 99, 2) == list(range(6))
+    assert workload_curves.ideal_order([0, 1, 0, 0]) == [[0], [2, 3], [1]]
+
+
 def test_cache_hit_share_from_counters_and_its_absence():
     assert stats.counter_share((1000.0, 200.0), (3000.0, 1200.0)) == 0.5
     assert stats.counter_share(None, (3000.0, 1200.0)) is None
