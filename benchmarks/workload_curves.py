@@ -66,13 +66,13 @@ DEFAULTS = {
         systems=DEFAULT_SYSTEMS,
     ),  # fmt: skip
     "credit": dict(
-        groups=16,
+        groups=12,
         per_group=2,
         prefix_tokens=2000,
-        load_factors=[0.5, 0.7, 1, 1.4, 2, 2.8],
+        load_factors=[0.7, 1, 1.4, 2, 2.8],
         p99_bound=15.0,
-        run_seconds=30,
-        min_requests=12,
+        run_seconds=24,
+        min_requests=8,
         systems=DEFAULT_SYSTEMS,
     ),  # fmt: skip
 }
