@@ -66,13 +66,13 @@ DEFAULTS = {
         systems=DEFAULT_SYSTEMS,
     ),  # fmt: skip
     "credit": dict(
-        groups=12,
+        groups=8,
         per_group=2,
-        prefix_tokens=2000,
-        load_factors=[0.7, 1, 1.4, 2, 2.8],
-        p99_bound=15.0,
-        run_seconds=24,
-        min_requests=8,
+        prefix_tokens=1500,
+        load_factors=[0.7, 1, 1.4, 2],
+        p99_bound=20.0,
+        run_seconds=20,
+        min_requests=6,
         systems=DEFAULT_SYSTEMS,
     ),  # fmt: skip
 }
