@@ -133,7 +133,8 @@ def test_a_killed_batch_job_resumes_without_rescoring(engine, tiny_llama_path, t
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and job.poll() is None:
-            if out.exists() and out.read_text().count("\n") >= 20:
+            journal = out.with_name(out.name + ".partial.jsonl")
+            if journal.exists() and journal.read_text().count("\n") >= 20:
                 break
             time.sleep(0.05)
         assert job.poll() is None, f"the job ended before it was killed:\n{job.stdout.read()}"
@@ -142,8 +143,9 @@ def test_a_killed_batch_job_resumes_without_rescoring(engine, tiny_llama_path, t
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
-    finished = len(out.read_text().splitlines())  # a cut last line is not counted as done
-    assert 20 <= finished < 400
+    journal = out.with_name(out.name + ".partial.jsonl")
+    finished = len(journal.read_text().splitlines())  # a cut last line is not counted as done
+    assert 20 <= finished < 400 and not out.exists()  # no half-written output
     backend = CountingBackend(engine)
     report = run_batch(liked, records, out, engine=backend, progress=False)
     assert backend.items_sent == report.scored == 400 - report.skipped
@@ -161,3 +163,36 @@ def test_the_server_backend_gives_the_local_results(engine, tiny_llama_path, tmp
         report = run_batch(liked, RECORDS, out_remote, engine=server.url, progress=False)
     assert report.scored == 12 and report.cached_tokens > 0
     assert max_abs_diff(probs_of(read_jsonl(out_local)), probs_of(read_jsonl(out_remote))) < 1e-5
+
+
+class InterruptingBackend(CountingBackend):
+    """The real local backend, with Ctrl-C pressed during its third request."""
+
+    def score(self, request):
+        if len(self.requests) == 2:
+            raise KeyboardInterrupt
+        return super().score(request)
+
+
+def test_ctrl_c_leaves_a_valid_output_and_a_rerun_scores_only_the_rest(engine, tmp_path):
+    out = tmp_path / "out.csv"
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(liked, RECORDS, out, engine=InterruptingBackend(engine), chunk_size=4,
+                  progress=False)  # fmt: skip
+    assert [r["row"] for r in pd.read_csv(out).to_dict("records")] == list(range(8))
+    backend = CountingBackend(engine)
+    report = run_batch(liked, RECORDS, out, engine=backend, chunk_size=4, progress=False)
+    assert report.skipped == 8 and backend.items_sent == 4
+    assert [r["row"] for r in pd.read_csv(out).to_dict("records")] == list(range(12))
+
+
+def test_a_server_that_is_gone_aborts_the_job_with_what_to_do(tmp_path):
+    from prefillonly_sgl.batch import BatchAborted
+    from prefillonly_sgl.errors import InvalidRequestError
+
+    with pytest.raises(BatchAborted, match="rerun the same job to resume"):
+        run_batch(liked, RECORDS, tmp_path / "out.jsonl", engine="http://127.0.0.1:9",
+                  retries=0, progress=False)  # fmt: skip
+    with pytest.raises(InvalidRequestError, match="no such records file"):
+        run_batch(liked, tmp_path / "missing.csv", tmp_path / "x.jsonl", progress=False)
+    assert not (tmp_path / "x.jsonl").exists()

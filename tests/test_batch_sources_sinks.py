@@ -59,6 +59,7 @@ def test_results_resume_after_a_cut_line_and_end_in_row_order(tmp_path, suffix):
     results = [{"row": r, "label": "Yes", "probs": {"Yes": 0.75, "No": 0.25}} for r in (3, 0)]
     writer.write(results)
     writer.write_errors([(1, "missing field 'review'", {"text": "x" * 500})])
+    assert not out.exists()  # the output appears whole, when the job ends
     with open(writer.journal, "a") as f:  # a kill in the middle of a line
         f.write('{"row": 2, "lab')
     again = ResultWriter(out)
@@ -76,17 +77,17 @@ def test_results_resume_after_a_cut_line_and_end_in_row_order(tmp_path, suffix):
     else:
         rows = pd.read_parquet(out).to_dict("records")
         assert rows[0] == flatten(results[1])
-        assert not writer.journal.exists()
+    assert not writer.journal.exists()
     assert [int(r["row"]) for r in rows] == [0, 2, 3]
     error = json.loads(writer.errors_path.read_text())
     assert error["row"] == 1 and len(error["record"]["text"]) == 200
-    # A finished CSV / Parquet output can be resumed too (more records added later).
+    # A finished output can be resumed too (more records added later).
     assert sorted(ResultWriter(out).done()[0]) == [0, 2, 3]
 
 
 def test_a_file_this_runner_did_not_write_is_not_taken_for_results(tmp_path):
     out = tmp_path / "notes.jsonl"
-    out.write_text('{"hello": 1}\n')
+    out.write_text('{"hello": 1}\n')  # an output of someone else's
     with pytest.raises(InvalidRequestError, match="no row number"):
         ResultWriter(out).done()
     with pytest.raises(InvalidRequestError, match="does not exist"):

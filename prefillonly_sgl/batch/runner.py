@@ -21,7 +21,12 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from prefillonly_sgl.batch.sinks import ResultWriter
-from prefillonly_sgl.batch.sources import RecordError, count_records, read_records
+from prefillonly_sgl.batch.sources import (
+    RecordError,
+    check_source,
+    count_records,
+    read_records,
+)
 from prefillonly_sgl.batch.tasks import Prepared, Task, task_for
 from prefillonly_sgl.dsl.backends import resolve_backend
 from prefillonly_sgl.errors import InvalidRequestError, PrefillOnlyError
@@ -92,6 +97,7 @@ def run_batch(
     if chunk_size < 1 or window < 1 or retries < 0:
         raise InvalidRequestError("chunk_size and window must be >= 1, retries >= 0")
     task = task_for(function, columns, keep)
+    check_source(records)
     writer = ResultWriter(output, output_format, errors_file)
     if overwrite:
         writer.remove()
@@ -103,6 +109,22 @@ def run_batch(
     started = time.perf_counter()
     total = count_records(records)
     name = getattr(function.fn, "__name__", "batch")
+    try:
+        _run(task, backend, records, writer, report, done, failed, total, name, progress,
+             chunk_size, window, retries)  # fmt: skip
+    except BaseException:  # Ctrl-C, an abort: the output still gets every finished row
+        if writer.journal.exists():
+            writer.finish()
+        raise
+    writer.finish()
+    report.seconds = time.perf_counter() - started
+    report.prompt_tokens = getattr(backend, "prompt_tokens", 0) - tokens_before[0]
+    report.cached_tokens = getattr(backend, "cached_tokens", 0) - tokens_before[1]
+    return report
+
+
+def _run(task, backend, records, writer, report, done, failed, total, name, progress,
+         chunk_size, window, retries) -> None:  # fmt: skip
     with tqdm(total=total, desc=name, unit="record", disable=not progress) as bar:
         pending: list[Prepared] = []
         originals: dict[int, dict] = {}
@@ -127,11 +149,6 @@ def run_batch(
                 )
                 pending, originals = [], {}
         _run_window(task, backend, pending, originals, writer, report, bar, chunk_size, retries)
-    writer.finish()
-    report.seconds = time.perf_counter() - started
-    report.prompt_tokens = getattr(backend, "prompt_tokens", 0) - tokens_before[0]
-    report.cached_tokens = getattr(backend, "cached_tokens", 0) - tokens_before[1]
-    return report
 
 
 def _run_window(task, backend, pending, originals, writer, report, bar, chunk_size, retries):

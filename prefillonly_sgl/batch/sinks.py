@@ -1,11 +1,12 @@
-"""Results out (plain Python): JSONL, CSV or Parquet, durable as rows finish, resumable.
+"""Results out (plain Python): JSONL, CSV or Parquet, durable as rows finish, resumable,
+and the output file never half-written.
 
-Rows are appended to a journal of JSON lines as they finish (flushed and fsynced per
-write), each with its input ``row``. For JSONL output the journal is the output itself;
-for CSV and Parquet it is ``<output>.partial.jsonl``, turned into the output (written to a
-temporary file and renamed into place, so the output is never half-written) when the job
-ends. A rerun reads the journal (or a finished output), drops a line a kill cut short, and
-skips the rows already there. When a job ends its output is sorted by row.
+Rows are appended to a journal of JSON lines, ``<output>.partial.jsonl``, as they finish
+(flushed and fsynced per write), each with its input ``row``: that is where a running
+job's results appear. The output itself is written from the journal (to a temporary file,
+renamed into place) when the job ends, also when it is interrupted or aborted, so it only
+ever holds whole rows, in row order. A rerun reads the journal (or, when there is none, a
+finished output), drops a last line a kill cut short, and skips the rows already there.
 
 Records that could not be scored go to the errors file (``<output>.errors.jsonl``): row,
 reason and the record's fields, so a job never stops for one bad record; a rerun does not
@@ -39,8 +40,7 @@ class ResultWriter:
         self.path = Path(path)
         self.format = file_format(self.path, fmt)
         self.errors_path = Path(errors_path or f"{self.path}.errors.jsonl")
-        partial = self.path.with_name(self.path.name + ".partial.jsonl")
-        self.journal = self.path if self.format == "jsonl" else partial
+        self.journal = self.path.with_name(self.path.name + ".partial.jsonl")
         if self.path.parent and not self.path.parent.is_dir():
             raise InvalidRequestError(f"{self.path}: the folder {self.path.parent} does not exist")
 
@@ -52,14 +52,16 @@ class ResultWriter:
 
     def done(self) -> tuple[dict[int, dict], set[int]]:
         """(results by row, rows in the errors file) from an earlier run."""
-        if self.journal != self.path and self.path.exists() and not self.journal.exists():
-            self._journal_from_output()  # a finished CSV/Parquet: rows may be added to it
+        if self.path.exists() and not self.journal.exists():
+            self._journal_from_output()  # an output written before: rows may be added to it
         results = {r["row"]: r for r in _read_journal(self.journal)}
         errors = {r["row"] for r in _read_journal(self.errors_path)}
         return results, errors
 
     def _journal_from_output(self) -> None:
-        if self.format == "csv":
+        if self.format == "jsonl":
+            rows = _read_journal(self.path)
+        elif self.format == "csv":
             with open(self.path, newline="", encoding="utf-8") as f:
                 rows = [{**r, "row": int(r["row"])} for r in csv.DictReader(f)]
         else:
@@ -97,8 +99,7 @@ class ResultWriter:
 
             pq.write_table(pa.Table.from_pylist(rows), temporary)
         os.replace(temporary, self.path)
-        if self.journal != self.path:
-            self.journal.unlink(missing_ok=True)
+        self.journal.unlink(missing_ok=True)
         return len(rows)
 
 

@@ -46,6 +46,20 @@ def file_format(path: str | Path, given: str | None = None) -> str:
     return FORMATS[suffix]
 
 
+def check_source(source: Any) -> None:
+    """Raises InvalidRequestError for a source that cannot be read at all (before a job
+    creates any file)."""
+    if isinstance(source, str | Path):
+        if not Path(source).is_file():
+            raise InvalidRequestError(f"{source}: no such records file")
+        file_format(source)
+    elif isinstance(source, dict) or not (_is_dataframe(source) or isinstance(source, Iterable)):
+        raise InvalidRequestError(
+            "records must be a CSV/JSONL/Parquet path, a pandas DataFrame or an iterable of "
+            f"dicts, got {type(source).__name__}"
+        )
+
+
 def count_records(source: Any) -> int | None:
     """How many records a source holds when that is cheap to know (for the progress bar's
     ETA); None otherwise."""
@@ -66,10 +80,9 @@ def count_records(source: Any) -> int | None:
 
 def read_records(source: Any) -> Iterator[tuple[int, dict | RecordError]]:
     """(row, record) for every record of `source`, row numbers from 0 in source order."""
+    check_source(source)
     if isinstance(source, str | Path):
         path = Path(source)
-        if not path.is_file():
-            raise InvalidRequestError(f"{path}: no such records file")
         reader = {"csv": _csv, "jsonl": _jsonl, "parquet": _parquet}[file_format(path)]
         for row, record in enumerate(reader(path)):
             if isinstance(record, RecordError):
@@ -81,11 +94,6 @@ def read_records(source: Any) -> Iterator[tuple[int, dict | RecordError]]:
         for row, values in enumerate(source.itertuples(index=False, name=None)):
             yield row, {c: _plain(v) for c, v in zip(columns, values)}
         return
-    if isinstance(source, dict) or not isinstance(source, Iterable):
-        raise InvalidRequestError(
-            "records must be a CSV/JSONL/Parquet path, a pandas DataFrame or an iterable of "
-            f"dicts, got {type(source).__name__}"
-        )
     for row, record in enumerate(source):
         if isinstance(record, dict):
             yield row, record
