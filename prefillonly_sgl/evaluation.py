@@ -13,6 +13,17 @@ def accuracy(truth: Sequence, predicted: Sequence) -> float:
     return sum(t == p for t, p in zip(truth, predicted)) / len(truth)
 
 
+def balanced_accuracy(truth: Sequence, predicted: Sequence) -> float:
+    """The mean over the true classes of the share predicted right (recall): a model that
+    always answers the majority label scores 1 / classes, whatever the imbalance."""
+    classes = sorted(set(truth), key=str)
+    recalls = []
+    for c in classes:
+        members = [p for t, p in zip(truth, predicted) if t == c]
+        recalls.append(sum(p == c for p in members) / len(members))
+    return sum(recalls) / len(recalls)
+
+
 def roc_auc(positive: Sequence[bool], scores: Sequence[float]) -> float:
     """The probability that a random positive scores above a random negative (ties count
     half): the area under the ROC curve, by ranks (Mann-Whitney U)."""

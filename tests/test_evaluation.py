@@ -20,6 +20,9 @@ def test_accuracy_and_confusion():
     assert "truth \\ predicted" in ev.format_confusion([[1, 0], [0, 1]], ["a", "b"])
     with pytest.raises(ValueError):
         ev.accuracy([], [])
+    # recalls a 1/1, b 1/2, c 1/1
+    assert ev.balanced_accuracy(truth, predicted) == pytest.approx((1 + 0.5 + 1) / 3)
+    assert ev.balanced_accuracy(["a", "a", "a", "b"], ["a"] * 4) == 0.5
 
 
 def test_roc_auc_counts_pairs_and_ties_half():

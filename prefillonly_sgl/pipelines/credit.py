@@ -14,7 +14,7 @@ import time
 from prefillonly_sgl.batch import run_batch
 from prefillonly_sgl.data.german_credit import load_german_credit
 from prefillonly_sgl.dsl import Prompt, classifier
-from prefillonly_sgl.evaluation import accuracy, roc_auc
+from prefillonly_sgl.evaluation import accuracy, balanced_accuracy, roc_auc
 from prefillonly_sgl.pipelines.common import engine_for, output_dir, read_results
 
 LABELS = ["good", "bad"]
@@ -64,6 +64,7 @@ def metrics(results: list[dict]) -> dict:
     truth = [r["truth"] for r in results]
     return {
         "accuracy": accuracy(truth, [r["label"] for r in results]),
+        "balanced_accuracy": balanced_accuracy(truth, [r["label"] for r in results]),
         "roc_auc": roc_auc([t == "bad" for t in truth], [r["probs"]["bad"] for r in results]),
         "predicted_bad": sum(r["label"] == "bad" for r in results) / len(results),
     }
@@ -95,6 +96,7 @@ def print_report(report: dict) -> None:
           f"{report['majority_accuracy']:.3f}")  # fmt: skip
     for name in ("plain", "calibrated"):
         m = report[name]
-        print(f"[credit] {name:<10} accuracy {m['accuracy']:.3f}  ROC AUC {m['roc_auc']:.3f}  "
+        print(f"[credit] {name:<10} accuracy {m['accuracy']:.3f}  balanced "
+              f"{m['balanced_accuracy']:.3f}  ROC AUC {m['roc_auc']:.3f}  "
               f"predicted bad {m['predicted_bad']:.0%}  {m['seconds']:.1f} s")  # fmt: skip
     print(f"[credit] results in {report['output']}")

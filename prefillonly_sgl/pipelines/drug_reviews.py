@@ -13,7 +13,12 @@ import time
 from prefillonly_sgl.batch import run_batch
 from prefillonly_sgl.data.drug_reviews import load_drug_reviews
 from prefillonly_sgl.dsl import Prompt, classifier
-from prefillonly_sgl.evaluation import accuracy, confusion_matrix, format_confusion
+from prefillonly_sgl.evaluation import (
+    accuracy,
+    balanced_accuracy,
+    confusion_matrix,
+    format_confusion,
+)
 from prefillonly_sgl.pipelines.common import engine_for, output_dir, read_results
 
 LABELS = ["positive", "neutral", "negative"]
@@ -68,6 +73,7 @@ def run(limit=150, shots=2, engine=None, model=None, device=None, out=None, prog
             predicted = [r["label"] for r in results]
             report[name] = {
                 "accuracy": accuracy([r["truth"] for r in results], predicted),
+                "balanced_accuracy": balanced_accuracy([r["truth"] for r in results], predicted),
                 "confusion": confusion_matrix([r["truth"] for r in results], predicted, LABELS),
                 "seconds": time.perf_counter() - started,
             }
@@ -81,6 +87,7 @@ def print_report(report: dict) -> None:
           f"{report['majority_accuracy']:.3f}")  # fmt: skip
     for name in ("plain", "calibrated"):
         m = report[name]
-        print(f"[labeling] {name}: accuracy {m['accuracy']:.3f} ({m['seconds']:.1f} s)")
+        print(f"[labeling] {name}: accuracy {m['accuracy']:.3f}, balanced accuracy "
+              f"{m['balanced_accuracy']:.3f} ({m['seconds']:.1f} s)")  # fmt: skip
         print(format_confusion(m["confusion"], LABELS))
     print(f"[labeling] results in {report['output']}")
