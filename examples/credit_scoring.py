@@ -10,14 +10,13 @@ from __future__ import annotations
 import argparse
 
 from prefillonly_sgl.pipelines import credit
+from prefillonly_sgl.pipelines.common import add_engine_arguments
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=200, help="applicants to score")
     parser.add_argument("--shots", type=int, default=4, help="few-shot examples (half bad)")
-    parser.add_argument("--model", help="a Hugging Face model folder (default: SmolLM2-135M)")
-    parser.add_argument("--device", choices=["cpu", "cuda"])
-    parser.add_argument("--out", help="folder for the results (default: a temporary one)")
+    add_engine_arguments(parser)
     args = parser.parse_args()
     credit.print_report(
         credit.run(args.limit, args.shots, model=args.model, device=args.device, out=args.out)

@@ -10,14 +10,13 @@ from __future__ import annotations
 import argparse
 
 from prefillonly_sgl.pipelines import drug_reviews
+from prefillonly_sgl.pipelines.common import add_engine_arguments
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=150, help="test reviews to label")
     parser.add_argument("--shots", type=int, default=2, help="few-shot examples per label")
-    parser.add_argument("--model", help="a Hugging Face model folder (default: SmolLM2-135M)")
-    parser.add_argument("--device", choices=["cpu", "cuda"])
-    parser.add_argument("--out", help="folder for the results (default: a temporary one)")
+    add_engine_arguments(parser)
     args = parser.parse_args()
     drug_reviews.print_report(
         drug_reviews.run(

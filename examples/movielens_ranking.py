@@ -10,15 +10,14 @@ from __future__ import annotations
 import argparse
 
 from prefillonly_sgl.pipelines import movielens
+from prefillonly_sgl.pipelines.common import add_engine_arguments
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, default=30)
     parser.add_argument("--negatives", type=int, default=9, help="unrated films per user")
     parser.add_argument("--profile-films", type=int, default=40, help="ratings in a profile")
-    parser.add_argument("--model", help="a Hugging Face model folder (default: SmolLM2-135M)")
-    parser.add_argument("--device", choices=["cpu", "cuda"])
-    parser.add_argument("--out", help="folder for the results (default: a temporary one)")
+    add_engine_arguments(parser)
     args = parser.parse_args()
     movielens.print_report(
         movielens.run(

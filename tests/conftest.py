@@ -45,3 +45,21 @@ def labels(yes_no_labels):
 def max_abs_diff(a: list[list[float]], b: list[list[float]]) -> float:
     assert len(a) == len(b), f"{len(a)} rows vs {len(b)}"
     return max(abs(x - y) for row_a, row_b in zip(a, b) for x, y in zip(row_a, row_b, strict=True))
+
+
+def counting_backend(engine):
+    """The real local backend on ``engine``, counting what it sends to SGLang: the
+    requests (``requests``) and their items (``items_sent``)."""
+    from prefillonly_sgl.dsl import LocalEngineBackend
+
+    class CountingBackend(LocalEngineBackend):
+        def __init__(self):
+            super().__init__(engine)
+            self.requests, self.items_sent = [], 0
+
+        def score(self, request):
+            self.requests.append(request)
+            self.items_sent += len(request.items)
+            return super().score(request)
+
+    return CountingBackend()

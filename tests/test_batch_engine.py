@@ -17,30 +17,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from batch_app_example import liked, recommend
-from conftest import max_abs_diff
+from conftest import counting_backend, max_abs_diff
 from server_process import running_server, serve_env
 
 from prefillonly_sgl import Engine
 from prefillonly_sgl.batch import run_batch
-from prefillonly_sgl.dsl import LocalEngineBackend
 
 APP = Path(__file__).with_name("batch_app_example.py")
 REVIEWS = ["I feel much better now", "would not take it again", "ok", "it worked"]
 RECORDS = [{"id": f"r{i}", "review": REVIEWS[i % 4], "drug": f"drug {i % 3}"} for i in range(12)]
-
-
-class CountingBackend(LocalEngineBackend):
-    """The real local backend, counting the items it sends to SGLang per request."""
-
-    def __init__(self, engine):
-        super().__init__(engine)
-        self.items_sent = 0
-        self.requests = []
-
-    def score(self, request):
-        self.items_sent += len(request.items)
-        self.requests.append(request)
-        return super().score(request)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +45,7 @@ def probs_of(results, labels=("Yes", "No")) -> list[list[float]]:
 def test_classifier_results_equal_the_dsl_in_input_order_with_one_request_per_chunk(
     engine, tmp_path
 ):
-    backend = CountingBackend(engine)
+    backend = counting_backend(engine)
     out = tmp_path / "out.jsonl"
     report = run_batch(liked, RECORDS, out, engine=backend, keep=["id"], chunk_size=5,
                        progress=False)  # fmt: skip
@@ -94,7 +79,7 @@ def test_bad_records_go_to_the_errors_file_and_the_job_goes_on(engine, tmp_path)
     assert "review" in errors[2] and "string" in errors[2]
     assert "longer than" in errors[3]
     # A rerun finds everything done: nothing is sent, the errors are not retried.
-    backend = CountingBackend(engine)
+    backend = counting_backend(engine)
     again = run_batch(liked, records, out, engine=backend, keep=["id"], progress=False)
     assert again.skipped == 5 and again.scored == 0 and backend.items_sent == 0
 
@@ -106,7 +91,7 @@ def test_ranker_records_of_one_user_are_one_ranking_call(engine, tmp_path):
         for item in ("a space opera", "a bake-off", "moon landing")
         for u, p in users.items()
     ]
-    backend = CountingBackend(engine)
+    backend = counting_backend(engine)
     frame = pd.DataFrame(records)
     out = tmp_path / "ranked.parquet"
     run_batch(recommend, frame, out, engine=backend, keep=["user"], progress=False)
@@ -146,7 +131,7 @@ def test_a_killed_batch_job_resumes_without_rescoring(engine, tiny_llama_path, t
     journal = out.with_name(out.name + ".partial.jsonl")
     finished = len(journal.read_text().splitlines())  # a cut last line is not counted as done
     assert 20 <= finished < 400 and not out.exists()  # no half-written output
-    backend = CountingBackend(engine)
+    backend = counting_backend(engine)
     report = run_batch(liked, records, out, engine=backend, progress=False)
     assert backend.items_sent == report.scored == 400 - report.skipped
     assert report.skipped >= finished - 1
@@ -165,22 +150,27 @@ def test_the_server_backend_gives_the_local_results(engine, tiny_llama_path, tmp
     assert max_abs_diff(probs_of(read_jsonl(out_local)), probs_of(read_jsonl(out_remote))) < 1e-5
 
 
-class InterruptingBackend(CountingBackend):
+def interrupting_backend(engine):
     """The real local backend, with Ctrl-C pressed during its third request."""
+    backend = counting_backend(engine)
+    score = backend.score
 
-    def score(self, request):
-        if len(self.requests) == 2:
+    def interrupted(request):
+        if len(backend.requests) == 2:
             raise KeyboardInterrupt
-        return super().score(request)
+        return score(request)
+
+    backend.score = interrupted
+    return backend
 
 
 def test_ctrl_c_leaves_a_valid_output_and_a_rerun_scores_only_the_rest(engine, tmp_path):
     out = tmp_path / "out.csv"
     with pytest.raises(KeyboardInterrupt):
-        run_batch(liked, RECORDS, out, engine=InterruptingBackend(engine), chunk_size=4,
+        run_batch(liked, RECORDS, out, engine=interrupting_backend(engine), chunk_size=4,
                   progress=False)  # fmt: skip
     assert [r["row"] for r in pd.read_csv(out).to_dict("records")] == list(range(8))
-    backend = CountingBackend(engine)
+    backend = counting_backend(engine)
     report = run_batch(liked, RECORDS, out, engine=backend, chunk_size=4, progress=False)
     assert report.skipped == 8 and backend.items_sent == 4
     assert [r["row"] for r in pd.read_csv(out).to_dict("records")] == list(range(12))

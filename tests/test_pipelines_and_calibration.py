@@ -7,10 +7,10 @@ limits: the tiny model's quality is random, so only the shapes of the metrics ar
 from __future__ import annotations
 
 import pytest
-from conftest import max_abs_diff
+from conftest import counting_backend, max_abs_diff
 
 from prefillonly_sgl import Engine, Prompt, classifier
-from prefillonly_sgl.dsl import DeclarationError, LocalEngineBackend, calibration
+from prefillonly_sgl.dsl import DeclarationError, calibration
 from prefillonly_sgl.pipelines import credit, drug_reviews, movielens
 
 EXAMPLES = "Review: this medicine worked well\nSentiment: positive\n\n"
@@ -23,16 +23,6 @@ def prompt(review: str, examples: str) -> Prompt:
 
 plain = classifier(labels=["positive", "negative"])(prompt)
 calibrated = classifier(labels=["positive", "negative"], calibrate="review")(prompt)
-
-
-class CountingBackend(LocalEngineBackend):
-    def __init__(self, engine):
-        super().__init__(engine)
-        self.items_sent = 0
-
-    def score(self, request):
-        self.items_sent += len(request.items)
-        return super().score(request)
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +41,14 @@ def test_calibration_divides_out_the_content_free_prior_measured_once(engine):
     prior = calibration.average(rows(plain.batch(free, engine=engine, progress=False)))
     uncalibrated = rows(plain.batch(inputs, engine=engine, progress=False))
     want = [calibration.divide_prior(r, prior) for r in uncalibrated]
-    backend = CountingBackend(engine)
+    backend = counting_backend(engine)
     got = rows(calibrated.batch(inputs, engine=backend, progress=False))
     assert max_abs_diff(got, want) < 1e-6
     assert backend.items_sent == len(REVIEWS) + len(calibration.CONTENT_FREE)
     assert max_abs_diff(got, uncalibrated) > 1e-4
     # The prior is remembered for this engine and context: only the inputs go out now,
     # also for a call through another backend object on the same engine.
-    again = CountingBackend(engine)
+    again = counting_backend(engine)
     calibrated("ok", EXAMPLES, engine=again)
     assert again.items_sent == 1
     # Another context (other few-shot examples) has its own prior.

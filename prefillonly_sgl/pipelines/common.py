@@ -21,6 +21,13 @@ def engine_for(engine=None, model: str | None = None, device: str | None = None)
         yield started
 
 
+def add_engine_arguments(parser) -> None:
+    """The options every pipeline script takes: where to run and where results go."""
+    parser.add_argument("--model", help="a Hugging Face model folder (default: SmolLM2-135M)")
+    parser.add_argument("--device", choices=["cpu", "cuda"])
+    parser.add_argument("--out", help="folder for the results (default: a temporary one)")
+
+
 def output_dir(out: str | Path | None, name: str) -> Path:
     folder = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix=f"{name}-"))
     folder.mkdir(parents=True, exist_ok=True)
