@@ -41,6 +41,19 @@ def test_server_state_carries_the_scheduler_info():
     assert "scheduler_info" in {f.name for f in dataclasses.fields(_GlobalState)}
 
 
+def test_sglang_still_has_the_routes_serve_replaces():
+    """`serve` removes SGLang's /v1/score, /v1/rerank and /v1/classify routes and adds its
+    own (http_server.install): each must still be there, once."""
+    from fastapi.routing import APIRoute
+    from sglang.srt.entrypoints.http_server import app
+
+    from prefillonly_sgl.sglang_runtime.http_server import REPLACED_PATHS
+
+    paths = [r.path for r in app.router.routes if isinstance(r, APIRoute)]
+    for path in {"/v1/score", *REPLACED_PATHS}:
+        assert paths.count(path) == 1, path
+
+
 def test_plugin_entry_point_is_installed():
     names = {ep.name: ep.value for ep in entry_points(group="sglang.srt.plugins")}
     assert names.get("prefillonly") == "prefillonly_sgl.sglang_runtime.plugin:load_plugin"

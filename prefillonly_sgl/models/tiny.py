@@ -20,7 +20,20 @@ CHATML_TEMPLATE = (
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Words that must be single tokens (with and without the leading space).
-LABEL_WORDS = ["Yes", "No", "good", "bad", "positive", "negative", "neutral", "A", "B", "C"]
+LABEL_WORDS = [
+    "Yes",
+    "No",
+    "yes",
+    "no",
+    "good",
+    "bad",
+    "positive",
+    "negative",
+    "neutral",
+    "A",
+    "B",
+    "C",
+]
 _CORPUS = [
     "The applicant has a stable job and pays every bill on time.",
     "Review: this medicine worked well and I feel much better now.",

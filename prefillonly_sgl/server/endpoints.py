@@ -157,6 +157,9 @@ def load_app_module(target: str) -> ModuleType:
         if not path.is_file():
             raise FileNotFoundError(f"--app {target}: no such file")
         name = f"prefillonly_app_{path.stem}"
+        loaded = sys.modules.get(name)
+        if loaded is not None and Path(getattr(loaded, "__file__", "")) == path.resolve():
+            return loaded  # one module object per file: its DSL functions stay the same
         spec = importlib.util.spec_from_file_location(name, path.resolve())
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module

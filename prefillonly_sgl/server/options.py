@@ -25,6 +25,8 @@ class ServeOptions:
     """What `serve` adds on top of SGLang's server (see add_serve_options for meanings)."""
 
     apps: tuple[str, ...] = ()
+    rerank: str | None = None  # a ranker in the --app modules for /v1/rerank
+    classify: str | None = None  # a classifier in the --app modules for /v1/classify
     max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
     max_pending_prompts: int = DEFAULT_MAX_PENDING_PROMPTS
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
@@ -82,6 +84,19 @@ def add_serve_options(parser: argparse.ArgumentParser, group=None) -> None:
         metavar="MODULE_OR_FILE",
         help="a Python module name or .py file whose classifiers/rankers become typed JSON "
         "endpoints (see docs/server.md); repeatable",
+    )
+    group.add_argument(
+        "--rerank",
+        default=None,
+        metavar="NAME",
+        help="the @ranker of the --app modules behind POST /v1/rerank (default: the built-in "
+        "Qwen3-Reranker prompt, yes/no; docs/server.md)",
+    )
+    group.add_argument(
+        "--classify",
+        default=None,
+        metavar="NAME",
+        help="the @classifier of the --app modules behind POST /v1/classify (one input parameter)",
     )
     group.add_argument(
         "--max-pending-requests",
@@ -188,6 +203,8 @@ def parse_serve_argv(argv: list[str]) -> tuple[ServeOptions, list[str]]:
     return (
         ServeOptions(
             apps=tuple(ours.apps),
+            rerank=ours.rerank,
+            classify=ours.classify,
             max_pending_requests=ours.max_pending_requests,
             max_pending_prompts=ours.max_pending_prompts,
             max_request_bytes=ours.max_request_bytes,

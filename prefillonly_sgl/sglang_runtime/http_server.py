@@ -354,12 +354,23 @@ def _guard_metrics(enabled: bool):
     return PrometheusGuardMetrics
 
 
+REPLACED_PATHS = frozenset({"/v1/rerank", "/v1/classify"})
+
+
 def install(app, options: ServeOptions, specs: list[EndpointSpec], enable_metrics: bool):
     """Adds everything `serve` adds to SGLang's FastAPI app (before it starts)."""
     from fastapi.routing import APIRoute
 
     from prefillonly_sgl.server.builtin_endpoints import BUILTIN_ENDPOINTS
 
+    # SGLang's /v1/rerank and /v1/classify serve cross-encoder / classification models
+    # only: ours (server/ranking_apis.py, among `specs`) replace them.
+    ours = {spec.path for spec in specs}
+    app.router.routes[:] = [
+        r
+        for r in app.router.routes
+        if not (isinstance(r, APIRoute) and r.path in REPLACED_PATHS and r.path in ours)
+    ]
     taken = {r.path for r in app.router.routes if isinstance(r, APIRoute)}
     specs = [*BUILTIN_ENDPOINTS, *specs]
     check_unique_paths(specs, taken)

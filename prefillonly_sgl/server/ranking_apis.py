@@ -1,0 +1,275 @@
+"""The standard ranking APIs every client already speaks, for generative scorers:
+
+POST /v1/rerank    Cohere / Jina schema (what TEI, vLLM, SGLang and the LangChain /
+                   LlamaIndex rerank clients send): query, documents, top_n,
+                   return_documents -> results [{index, relevance_score, document?}], usage.
+                   Backed by a DSL ranker called with query= and the documents as items
+                   (one score request: the query's prefix computed once); by default the
+                   built-in Qwen3-Reranker prompt (qwen3_reranker below), or `serve --app
+                   FILE --rerank NAME`.
+POST /v1/classify  SGLang's / vLLM's schema: input (a text or a list) -> data [{index,
+                   label, probs, num_classes}], usage. Backed by a DSL classifier with one
+                   input parameter (`serve --app FILE --classify NAME`).
+
+They replace SGLang's own routes of those paths, which serve cross-encoder and
+sequence-classification models only. Bad input gets a 400 naming the problem.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from prefillonly_sgl.dsl import Prompt, ranker
+from prefillonly_sgl.dsl.endpoint import ServerBackend
+from prefillonly_sgl.dsl.job import ClassifyJob, RankJob
+from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.server.endpoints import EndpointSpec
+
+# Qwen3-Reranker's own prompt (its model card): ChatML, a judging system turn, the query
+# in the user turn and the document last, then an empty thinking block; labels yes / no.
+QWEN3_SYSTEM = (
+    "Judge whether the Document meets the requirements based on the Query and the Instruct "
+    'provided. Note that the answer can only be "yes" or "no".'
+)
+DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
+
+
+@ranker(labels=["yes", "no"], score="yes", item="document", path="/v1/rerank/default")
+def qwen3_reranker(query: str, document: str, instruction: str = DEFAULT_INSTRUCTION) -> Prompt:
+    """Relevance of a document to a query: P(yes) over yes/no, Qwen3-Reranker's format."""
+    return Prompt(
+        prefix=f"<|im_start|>system\n{QWEN3_SYSTEM}<|im_end|>\n<|im_start|>user\n"
+        f"<Instruct>: {instruction}\n<Query>: {query}\n",
+        item=f"<Document>: {document}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+    )
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    total_tokens: int = 0
+    cached_tokens: int = 0
+
+
+class RerankDocument(BaseModel):
+    text: str
+
+
+class RerankRequest(BaseModel):
+    # Clients send fields of their providers (rank_fields, max_tokens_per_doc, ...):
+    # ignored rather than refused, so a Cohere-style request works unchanged.
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    query: str = Field(..., min_length=1, description="what the documents are ranked for")
+    documents: list[str | RerankDocument] = Field(
+        ..., min_length=1, description="texts (or {'text': ...}) to rank"
+    )
+    top_n: int | None = Field(None, description="return the best n (default: all)")
+    return_documents: bool = Field(False, description="echo each document in its result")
+    instruction: str | None = Field(
+        None, description="task instruction, for rankers that take one (also 'instruct')"
+    )
+    instruct: str | None = Field(None, description="SGLang's name for instruction")
+
+
+class RerankResult(BaseModel):
+    index: int
+    relevance_score: float
+    document: RerankDocument | None = None
+
+
+class RerankResponse(BaseModel):
+    id: str
+    model: str
+    results: list[RerankResult]
+    usage: Usage
+
+
+class ClassifyRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    input: str | list[str] = Field(..., description="a text or a list of texts")
+
+
+class ClassifyData(BaseModel):
+    index: int
+    label: str
+    probs: list[float]
+    num_classes: int
+
+
+class ClassifyResponse(BaseModel):
+    id: str
+    object: str = "list"
+    created: int
+    model: str
+    data: list[ClassifyData]
+    usage: Usage
+
+
+def _usage(context) -> Usage:
+    usage = context.usage
+    if usage is None:
+        return Usage()
+    return Usage(prompt_tokens=usage.prompt_tokens, total_tokens=usage.prompt_tokens,
+                 cached_tokens=usage.cached_tokens)  # fmt: skip
+
+
+def _model_name(context, asked: str | None) -> str:
+    served = getattr(getattr(context, "tokenizer_manager", None), "served_model_name", None)
+    return asked or served or "default"
+
+
+def rerank_endpoint(function=qwen3_reranker) -> EndpointSpec:
+    """POST /v1/rerank backed by ``function``, a DSL ranker taking ``query`` (and, when it
+    has one, ``instruction``) and the document as its item."""
+    params = set(function.inputs.params)
+    if "query" not in params:
+        raise ValueError(f"--rerank {function.fn.__name__}: the ranker needs a 'query' parameter")
+    required = {
+        p.name
+        for p in function.inputs.signature.parameters.values()
+        if p.default is p.empty and p.name not in ("query", function.item_param)
+    }
+    if required:
+        raise ValueError(
+            f"--rerank {function.fn.__name__}: /v1/rerank gives only query and documents, but "
+            f"the ranker also requires {sorted(required)} (give them defaults)"
+        )
+
+    async def rerank(request: RerankRequest, context) -> RerankResponse:
+        documents = [d if isinstance(d, str) else d.text for d in request.documents]
+        top_n = len(documents) if request.top_n is None else request.top_n
+        if not 1 <= top_n <= len(documents):
+            raise InvalidRequestError(
+                f"top_n must be between 1 and the number of documents ({len(documents)}), "
+                f"got {top_n}"
+            )
+        shared = {"query": request.query}
+        instruction = request.instruction or request.instruct
+        if instruction is not None:
+            if "instruction" not in params:
+                raise InvalidRequestError(
+                    f"instruction: the reranker {function.fn.__name__} takes none"
+                )
+            shared["instruction"] = instruction
+        job = RankJob(function, function.inputs.validate((), shared), tuple(documents))
+        rows = await ServerBackend(context).arun(job)
+        ranking = function.ranking(documents, rows, top_k=top_n)
+        return RerankResponse(
+            id=f"rerank-{uuid.uuid4().hex}",
+            model=_model_name(context, request.model),
+            results=[
+                RerankResult(
+                    index=r.index,
+                    relevance_score=r.score,
+                    document=RerankDocument(text=r.item) if request.return_documents else None,
+                )
+                for r in ranking.items
+            ],
+            usage=_usage(context),
+        )
+
+    return EndpointSpec(
+        "/v1/rerank",
+        RerankRequest,
+        RerankResponse,
+        rerank,
+        summary=f"Rerank documents for a query (Cohere schema; {function.fn.__name__})",
+        tags=("prefillonly",),
+        count_prompts=lambda body: len(body.get("documents") or []) or 1,
+    )
+
+
+def classify_endpoint(function) -> EndpointSpec:
+    """POST /v1/classify backed by ``function``, a DSL classifier with one required
+    parameter (the input)."""
+    required = [
+        p.name for p in function.inputs.signature.parameters.values() if p.default is p.empty
+    ]
+    if len(required) != 1:
+        raise ValueError(
+            f"--classify {function.fn.__name__}: /v1/classify gives one input text, but the "
+            f"classifier requires {required} (one parameter; give the others defaults)"
+        )
+    (param,) = required
+    labels = [str(t) for t in function.labels.texts]
+
+    async def classify(request: ClassifyRequest, context) -> ClassifyResponse:
+        texts = [request.input] if isinstance(request.input, str) else list(request.input)
+        if not texts:
+            raise InvalidRequestError("input is empty: give a text or a non-empty list")
+        inputs = []
+        for i, text in enumerate(texts):
+            try:
+                inputs.append(function.inputs.validate((), {param: text}))
+            except InvalidRequestError as e:
+                raise InvalidRequestError(f"input[{i}]: {e}") from None
+        rows = await function.arows(ServerBackend(context), ClassifyJob(function, tuple(inputs)))
+        results = function.results(rows)
+        return ClassifyResponse(
+            id=f"classify-{uuid.uuid4().hex}",
+            created=int(time.time()),
+            model=_model_name(context, request.model),
+            data=[
+                ClassifyData(
+                    index=i,
+                    label=max(r.probs, key=r.probs.get),
+                    probs=[r.probs[label] for label in labels],
+                    num_classes=len(labels),
+                )
+                for i, r in enumerate(results)
+            ],
+            usage=_usage(context),
+        )
+
+    return EndpointSpec(
+        "/v1/classify",
+        ClassifyRequest,
+        ClassifyResponse,
+        classify,
+        summary=f"Classify texts ({function.fn.__name__}: {', '.join(labels)})",
+        tags=("prefillonly",),
+        count_prompts=lambda body: len(body["input"]) if isinstance(body.get("input"), list) else 1,
+    )
+
+
+def no_classifier_endpoint() -> EndpointSpec:
+    """/v1/classify on a server started without --classify: a 400 saying how to set one."""
+
+    async def classify(request: ClassifyRequest, context) -> ClassifyResponse:
+        raise InvalidRequestError(
+            "this server has no classifier for /v1/classify: start it with --app FILE "
+            "--classify NAME (a @prefillonly.classifier with one input parameter)"
+        )
+
+    return EndpointSpec("/v1/classify", ClassifyRequest, ClassifyResponse, classify,
+                        summary="Classify texts (no classifier configured)",
+                        tags=("prefillonly",))  # fmt: skip
+
+
+def ranking_api_endpoints(apps, rerank: str | None, classify: str | None) -> list[EndpointSpec]:
+    """/v1/rerank and /v1/classify for `serve`: the named DSL functions of the --app
+    modules, or the defaults (the built-in reranker; a 400 for /v1/classify)."""
+    from prefillonly_sgl.server.endpoints import load_app_module
+
+    def find(name: str, kind: str):
+        if not apps:
+            raise ValueError(f"--{'rerank' if kind == 'ranker' else 'classify'} {name}: "
+                             "needs --app FILE declaring it")  # fmt: skip
+        for target in apps:
+            obj = getattr(load_app_module(target), name, None)
+            if obj is not None:
+                if getattr(obj, "kind", None) != kind:
+                    raise ValueError(f"{name} in {target} is not a @prefillonly.{kind}")
+                return obj
+        raise ValueError(f"no {kind} named {name!r} in --app {', '.join(apps)}")
+
+    return [
+        rerank_endpoint(find(rerank, "ranker") if rerank else qwen3_reranker),
+        classify_endpoint(find(classify, "classifier")) if classify else no_classifier_endpoint(),
+    ]

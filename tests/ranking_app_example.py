@@ -1,0 +1,21 @@
+"""DSL functions behind /v1/rerank and /v1/classify in the ranking-API tests."""
+
+from __future__ import annotations
+
+import prefillonly_sgl as prefillonly
+from prefillonly_sgl import Prompt
+
+
+@prefillonly.classifier(labels=["positive", "negative"])
+def review_sentiment(review: str) -> Prompt:
+    return Prompt(prefix="Review sentiment.\n", item=f"Review: {review}\nSentiment:")
+
+
+@prefillonly.ranker(labels=["Yes", "No"], score="Yes", item="document")
+def relevant(query: str, document: str) -> Prompt:
+    return Prompt(prefix=f"Question: {query}\n", item=f"Item: {document}\nRelevant?")
+
+
+@prefillonly.ranker(labels=["Yes", "No"], score="Yes", item="document")
+def needs_user(query: str, user: str, document: str) -> Prompt:
+    return Prompt(prefix=f"{user}: {query}\n", item=f"Item: {document}\nRelevant?")

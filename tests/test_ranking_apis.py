@@ -1,0 +1,126 @@
+"""/v1/rerank and /v1/classify on a real `prefillonly serve` (tiny random Llama, float32):
+results equal a plain transformers forward of the same prompts (1e-4), a Cohere-style
+request works unchanged, the /v1/score path of the DSL agrees, and malformed requests
+get a 400 naming the problem (never a 5xx)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import requests
+from conftest import max_abs_diff
+from server_process import running_server
+
+from prefillonly_sgl.dsl import RemoteBackend
+from prefillonly_sgl.server.ranking_apis import (
+    classify_endpoint,
+    qwen3_reranker,
+    rerank_endpoint,
+)
+
+APP = Path(__file__).with_name("ranking_app_example.py")
+QUERY = "which film is about space?"
+DOCUMENTS = ["a space opera", "a cooking show", "the moon landing", "socks"]
+TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def server(tiny_llama_path, tmp_path_factory):
+    log = tmp_path_factory.mktemp("ranking-apis") / "server.log"
+    with running_server(tiny_llama_path, log, "--app", str(APP), "--classify",
+                        "review_sentiment") as server:  # fmt: skip
+        yield server
+
+
+def reference_rows(reference, compiled) -> list[list[float]]:
+    """A plain transformers forward of the prompts the DSL compiled, in input order."""
+    return compiled.gather(
+        [
+            reference.score(r.query, list(r.items), list(r.label_token_ids))
+            for r in compiled.requests
+        ]
+    )
+
+
+def test_rerank_with_the_builtin_reranker_equals_transformers(server, reference):
+    body = {"query": QUERY, "documents": DOCUMENTS, "return_documents": True}
+    answer = requests.post(f"{server.url}/v1/rerank", json=body, timeout=120).json()
+    results = answer["results"]
+    assert sorted(r["index"] for r in results) == list(range(4))
+    scores = [r["relevance_score"] for r in results]
+    assert scores == sorted(scores, reverse=True)  # best first
+    assert all(r["document"]["text"] == DOCUMENTS[r["index"]] for r in results)
+    want = reference_rows(
+        reference, qwen3_reranker.compile(reference.tokenizer, QUERY, items=DOCUMENTS)
+    )
+    got = sorted(results, key=lambda r: r["index"])
+    assert max(abs(g["relevance_score"] - w[0]) for g, w in zip(got, want)) < TOLERANCE
+    assert answer["usage"]["prompt_tokens"] > 0 and answer["usage"]["cached_tokens"] > 0
+    # The DSL through the same server's /v1/score gives the same scores.
+    remote = RemoteBackend(server.url, tokenizer=reference.tokenizer, typed_endpoints=False)
+    ranking = qwen3_reranker(QUERY, items=DOCUMENTS, engine=remote)
+    assert max(abs(g["relevance_score"] - r.score) for g, r in zip(got, ranking.by_input)) < 1e-5
+
+
+def test_a_cohere_style_request_works_unchanged(server):
+    body = {  # what Cohere's client sends, provider-specific fields included
+        "model": "rerank-v3.5",
+        "query": QUERY,
+        "documents": [{"text": d} for d in DOCUMENTS],
+        "top_n": 2,
+        "rank_fields": ["text"],
+        "max_tokens_per_doc": 4096,
+    }
+    response = requests.post(f"{server.url}/v1/rerank", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert len(answer["results"]) == 2 and answer["model"] == "rerank-v3.5"
+    assert "document" not in answer["results"][0] or answer["results"][0]["document"] is None
+    with_instruction = {**body, "instruct": "Find films set in space"}
+    assert requests.post(f"{server.url}/v1/rerank", json=with_instruction).status_code == 200
+
+
+def test_classify_equals_transformers(server, reference):
+    from ranking_app_example import review_sentiment
+
+    texts = ["it worked well", "terrible side effects"]
+    answer = requests.post(f"{server.url}/v1/classify", json={"input": texts}).json()
+    assert [d["index"] for d in answer["data"]] == [0, 1]
+    assert all(d["num_classes"] == 2 for d in answer["data"])
+    want = reference_rows(reference, review_sentiment.compile_batch(reference.tokenizer, texts))
+    assert max_abs_diff([d["probs"] for d in answer["data"]], want) < TOLERANCE
+    labels = ["positive", "negative"]
+    assert [d["label"] for d in answer["data"]] == [labels[w.index(max(w))] for w in want]
+    one = requests.post(f"{server.url}/v1/classify", json={"input": texts[0]}).json()
+    assert max_abs_diff([one["data"][0]["probs"]], want[:1]) < 1e-5
+
+
+@pytest.mark.parametrize(
+    "path, body, message",
+    [
+        ("/v1/rerank", {"query": QUERY, "documents": []}, "documents"),
+        ("/v1/rerank", {"query": "", "documents": DOCUMENTS}, "query"),
+        ("/v1/rerank", {"query": QUERY, "documents": DOCUMENTS, "top_n": 0}, "top_n"),
+        ("/v1/rerank", {"query": QUERY, "documents": DOCUMENTS, "top_n": 9}, "top_n"),
+        ("/v1/rerank", {"query": "word " * 5000, "documents": DOCUMENTS}, "longer than"),
+        ("/v1/rerank", {"documents": DOCUMENTS}, "query"),
+        ("/v1/classify", {"input": []}, "input is empty"),
+        ("/v1/classify", {"input": 5}, "input"),
+    ],
+)
+def test_malformed_requests_get_a_400_naming_the_problem(server, path, body, message):
+    response = requests.post(f"{server.url}{path}", json=body, timeout=120)
+    assert response.status_code == 400, response.text
+    assert message in response.text
+
+
+def test_declarations_that_cannot_serve_the_apis_are_refused_at_start():
+    from ranking_app_example import needs_user, relevant, review_sentiment
+
+    rerank_endpoint(relevant)  # query + document: fine
+    with pytest.raises(ValueError, match="also requires \\['user'\\]"):
+        rerank_endpoint(needs_user)
+    with pytest.raises(ValueError, match="one input text"):
+        classify_endpoint(relevant)
+    classify_endpoint(review_sentiment)
