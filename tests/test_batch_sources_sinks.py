@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -92,3 +93,18 @@ def test_a_file_this_runner_did_not_write_is_not_taken_for_results(tmp_path):
         ResultWriter(out).done()
     with pytest.raises(InvalidRequestError, match="does not exist"):
         ResultWriter(tmp_path / "nowhere" / "out.jsonl")
+
+
+def test_the_batch_command_refuses_bad_arguments_before_starting_an_engine(tmp_path, capsys):
+    from prefillonly_sgl.cli import main
+
+    app = str(Path(__file__).with_name("batch_app_example.py"))
+    out = str(tmp_path / "out.csv")
+    assert main(["batch", f"{app}:liked", str(tmp_path / "missing.csv"), out]) == 2
+    assert "no such records file" in capsys.readouterr().err
+    (tmp_path / "r.csv").write_text("review\ngood\n")
+    assert main(["batch", app, str(tmp_path / "r.csv"), out]) == 2  # two functions in it
+    assert "name one" in capsys.readouterr().err
+    assert main(["batch", f"{app}:nope", str(tmp_path / "r.csv"), out]) == 2
+    assert main(["batch", f"{app}:liked", str(tmp_path / "r.csv"), out, "--column", "x"]) == 2
+    assert not Path(out).exists()

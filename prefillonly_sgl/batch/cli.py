@@ -83,11 +83,13 @@ def parse_columns(pairs: list[str]) -> dict[str, str]:
 
 def main(args: argparse.Namespace) -> int:
     from prefillonly_sgl.batch.runner import BatchAborted, run_batch
+    from prefillonly_sgl.batch.sources import check_source
     from prefillonly_sgl.errors import PrefillOnlyError
 
     try:
         function = find_function(args.function)
         columns = parse_columns(args.column)
+        check_source(args.records)  # before an engine starts: fail fast
     except (ValueError, ImportError, OSError) as e:
         print(f"prefillonly batch: {e}", file=sys.stderr)
         return 2
