@@ -108,3 +108,23 @@ def test_the_batch_command_refuses_bad_arguments_before_starting_an_engine(tmp_p
     assert main(["batch", f"{app}:nope", str(tmp_path / "r.csv"), out]) == 2
     assert main(["batch", f"{app}:liked", str(tmp_path / "r.csv"), out, "--column", "x"]) == 2
     assert not Path(out).exists()
+
+
+def test_a_record_that_keeps_failing_aborts_once_without_retrying_its_whole_chunk():
+    """A chunk refused as invalid is split; when a half then fails for another reason its
+    retries are the job's: the abort is not caught and the chunk not retried again."""
+    from prefillonly_sgl.batch import BatchAborted
+    from prefillonly_sgl.batch.runner import BatchReport, _score
+    from prefillonly_sgl.batch.tasks import Prepared
+
+    class Refusing:  # plain stand-in for a task (no engine needed)
+        def score(self, backend, chunk):
+            if len(chunk) > 1:
+                raise InvalidRequestError("one of these is too long")
+            raise OSError("connection refused")
+
+    chunk = [Prepared(row, {}, None, "", {}) for row in range(2)]
+    report = BatchReport(Path("out"), Path("errors"))
+    with pytest.raises(BatchAborted, match="rerun the same job"):
+        _score(Refusing(), None, chunk, report, retries=1)
+    assert report.calls == 3  # the pair once, then the first half twice

@@ -176,6 +176,8 @@ def _score(task: Task, backend, chunk: list[Prepared], report: BatchReport, retr
             first = _score(task, backend, chunk[:half], report, retries)
             second = _score(task, backend, chunk[half:], report, retries)
             return first[0] + second[0], first[1] + second[1]
+        except BatchAborted:  # a half already used up its retries: do not retry the whole
+            raise
         except (PrefillOnlyError, OSError, RuntimeError) as e:
             if attempt == retries:
                 raise BatchAborted(

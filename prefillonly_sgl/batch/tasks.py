@@ -91,7 +91,7 @@ class ClassifierTask(Task):
         job = ClassifyJob(self.function, tuple(p.arguments for p in batch))
         results = self.function.results(self.function.rows(backend, job))
         return [
-            {"row": p.row, **p.kept, "label": _label_text(r.probs), "probs": r.probs}
+            {"row": p.row, **p.kept, "label": r.label_text, "probs": r.probs}
             for p, r in zip(batch, results)
         ]
 
@@ -130,7 +130,3 @@ def task_for(function, columns=None, keep=()) -> Task:
     raise InvalidRequestError(
         f"a batch job runs a @prefillonly.classifier or @prefillonly.ranker, got {function!r}"
     )
-
-
-def _label_text(probs: dict[str, float]) -> str:
-    return max(probs, key=probs.get)  # the first on a tie, as Classification.label

@@ -27,6 +27,11 @@ class Classification(BaseModel):
         """The probability of the chosen label."""
         return max(self.probs.values())
 
+    @property
+    def label_text(self) -> str:
+        """The chosen label as its text (``label`` may be an Enum member or an int)."""
+        return max(self.probs, key=self.probs.get)  # the first on a tie, as ``label``
+
 
 class RankedItem(BaseModel):
     """One candidate: ``index`` is its position in the call's ``items``."""

@@ -218,7 +218,7 @@ def classify_endpoint(function) -> EndpointSpec:
             data=[
                 ClassifyData(
                     index=i,
-                    label=max(r.probs, key=r.probs.get),
+                    label=r.label_text,
                     probs=[r.probs[label] for label in labels],
                     num_classes=len(labels),
                 )
