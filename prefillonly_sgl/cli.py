@@ -267,6 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     batch_cli.add_parser(commands)
 
+    from prefillonly_sgl.replicas import cli as replicas_cli
+
+    replicas_cli.add_parser(commands)
+
     prepare = commands.add_parser(
         "prepare-model", help="convert the embedded default model once and print its folder"
     )

@@ -94,6 +94,27 @@ def test_classify_equals_transformers(server, reference):
     assert [d["label"] for d in answer["data"]] == [labels[w.index(max(w))] for w in want]
     one = requests.post(f"{server.url}/v1/classify", json={"input": texts[0]}).json()
     assert max_abs_diff([one["data"][0]["probs"]], want[:1]) < 1e-5
+    assert answer["function"] == "review_sentiment" and answer["labels"] == labels
+
+
+def test_a_request_carrying_rid_gets_sglangs_native_answer(server):
+    """What SGLang's gateway sends (its RerankRequest always has "rid") and parses: a list
+    of {score, document, index, meta_info}, best first, with the label probabilities."""
+    cohere = requests.post(f"{server.url}/v1/rerank",
+                           json={"query": QUERY, "documents": DOCUMENTS}).json()  # fmt: skip
+    body = {"query": QUERY, "documents": DOCUMENTS, "model": "unknown",
+            "return_documents": True, "rid": None, "user": None}  # fmt: skip
+    native = requests.post(f"{server.url}/v1/rerank", json=body, timeout=120).json()
+    assert isinstance(native, list) and len(native) == len(DOCUMENTS)
+    assert [r["index"] for r in native] == [r["index"] for r in cohere["results"]]
+    for n, c in zip(native, cohere["results"]):
+        assert n["document"] == DOCUMENTS[n["index"]]
+        assert abs(n["score"] - c["relevance_score"]) < 1e-6
+        meta = n["meta_info"]
+        assert meta["function"] == "qwen3_reranker" and meta["labels"] == ["yes", "no"]
+        assert abs(meta["probs"][0] - n["score"]) < 1e-6 and meta["call_prompt_tokens"] > 0
+    top = requests.post(f"{server.url}/v1/rerank", json={**body, "top_k": 1}).json()
+    assert len(top) == 1 and top[0]["index"] == native[0]["index"]
 
 
 @pytest.mark.parametrize(
@@ -105,6 +126,11 @@ def test_classify_equals_transformers(server, reference):
         ("/v1/rerank", {"query": QUERY, "documents": DOCUMENTS, "top_n": 9}, "top_n"),
         ("/v1/rerank", {"query": "word " * 5000, "documents": DOCUMENTS}, "longer than"),
         ("/v1/rerank", {"documents": DOCUMENTS}, "query"),
+        (
+            "/v1/rerank",
+            {"query": QUERY, "documents": DOCUMENTS, "top_n": 1, "top_k": 1},
+            "not both",
+        ),  # fmt: skip
         ("/v1/classify", {"input": []}, "input is empty"),
         ("/v1/classify", {"input": 5}, "input"),
     ],

@@ -9,7 +9,10 @@ machine, a shared volume); otherwise pass ``tokenizer=``.
 
 When the server is ``prefillonly serve --app`` serving the called function itself
 (``serves``: its /openapi.json lists the function's typed endpoint), a job goes to that
-endpoint instead (app_client.py), and needs no tokenizer here.
+endpoint instead (app_client.py), and needs no tokenizer here. When ``base_url`` is
+SGLang's model gateway (`smg`, found by its GET /workers), which routes neither /v1/score
+nor typed endpoints, a job goes through its /v1/rerank or /v1/classify
+(gateway_client.py).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from prefillonly_sgl.dsl import app_client
+from prefillonly_sgl.dsl import app_client, gateway_client
 from prefillonly_sgl.dsl.backend import Backend
 from prefillonly_sgl.dsl.job import Job
 from prefillonly_sgl.dsl.request import ScoreRequest
@@ -41,7 +44,8 @@ class RemoteBackend(Backend):
         server's tokenizer path from ``/model_info``, loaded on first use.
     timeout: seconds per HTTP request.
     typed_endpoints: call a DSL function's own endpoint when the server has it
-        (``prefillonly serve --app``, see app_client.py); False: always /v1/score.
+        (``prefillonly serve --app``, see app_client.py), or the standard route serving it
+        behind a gateway (gateway_client.py); False: always /v1/score.
     """
 
     def __init__(
@@ -79,13 +83,34 @@ class RemoteBackend(Backend):
         """Whether this server exposes ``function``'s typed endpoint, as declared here."""
         return app_client.schema_matches(function, self.endpoint_schema(function.path))
 
+    @functools.cached_property
+    def is_gateway(self) -> bool:
+        """Whether ``base_url`` is SGLang's model gateway: it lists its workers at /workers
+        (a server answers 404 there)."""
+        try:
+            answer = self._request("GET", "/workers")
+        except InvalidRequestError:
+            return False
+        return isinstance(answer, dict) and isinstance(answer.get("workers"), list)
+
+    @functools.cached_property
+    def gateway_model(self) -> str:
+        """The model name the gateway registered its replicas under (its /v1/models)."""
+        models = self._request("GET", "/v1/models").get("data") or []
+        if not models:
+            raise RemoteBackendError(f"the gateway at {self.base_url} has no worker yet")
+        return models[0]["id"]
+
     def applies_calibration(self, function) -> bool:
-        """The function's endpoint calibrates on the server (endpoint.py)."""
-        return self.serves(function)
+        """The function's endpoint, or the replicas' /v1/classify, calibrates there."""
+        return self.serves(function) or (self.typed_endpoints and self.is_gateway)
 
     def run(self, job: Job, progress: Progress | None = None) -> list[list[float]]:
         if self.serves(job.function):
             return app_client.rows(self.post, job, progress)
+        if self.typed_endpoints and self.is_gateway:
+            model = self.gateway_model
+            return gateway_client.rows(self.post, job, model, self.count_usage, progress)
         return super().run(job, progress)
 
     async def arun(
@@ -98,6 +123,11 @@ class RemoteBackend(Backend):
         )
         if served:
             return await app_client.arows(self.post, job, progress, max_in_flight)
+        if self.typed_endpoints and await asyncio.to_thread(lambda: self.is_gateway):
+            model = await asyncio.to_thread(lambda: self.gateway_model)
+            return await gateway_client.arows(
+                self.post, job, model, self.count_usage, progress, max_in_flight
+            )
         return await super().arun(job, progress, max_in_flight)
 
     # -- /v1/score ----------------------------------------------------------------------

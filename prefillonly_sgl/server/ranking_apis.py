@@ -3,6 +3,11 @@
 POST /v1/rerank    Cohere / Jina schema (what TEI, vLLM, SGLang and the LangChain /
                    LlamaIndex rerank clients send): query, documents, top_n,
                    return_documents -> results [{index, relevance_score, document?}], usage.
+                   A request carrying SGLang's own field `rid` (SGLang's gateway `smg`
+                   always sends it, and reads the answer as SGLang's) gets SGLang's native
+                   answer instead: a list of {score, document, index, meta_info}, best
+                   first; meta_info names the ranker, its labels, the document's label
+                   probabilities and the call's token usage.
                    Backed by a DSL ranker called with query= and the documents as items
                    (one score request: the query's prefix computed once); by default the
                    built-in Qwen3-Reranker prompt (qwen3_reranker below), or `serve --app
@@ -20,7 +25,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from prefillonly_sgl.dsl import Prompt, ranker
 from prefillonly_sgl.dsl.endpoint import ServerBackend
@@ -73,6 +78,17 @@ class RerankRequest(BaseModel):
         None, description="task instruction, for rankers that take one (also 'instruct')"
     )
     instruct: str | None = Field(None, description="SGLang's name for instruction")
+    top_k: int | None = Field(None, description="SGLang's gateway's name for top_n")
+    rid: str | list[str] | None = Field(
+        None, description="SGLang's request id; its presence asks for SGLang's native answer"
+    )
+    user: str | None = None
+
+    @property
+    def wants_sglang_answer(self) -> bool:
+        # smg serialises its RerankRequest with "rid" (null or not) and parses the worker's
+        # answer as SGLang's list; Cohere / Jina clients never send "rid".
+        return "rid" in self.model_fields_set
 
 
 class RerankResult(BaseModel):
@@ -86,6 +102,19 @@ class RerankResponse(BaseModel):
     model: str
     results: list[RerankResult]
     usage: Usage
+
+
+class SGLangRerankResult(BaseModel):
+    """One entry of SGLang's native /v1/rerank answer (what smg parses)."""
+
+    score: float
+    document: str | None = None
+    index: int
+    meta_info: dict
+
+
+class RerankAnswer(RootModel[RerankResponse | list[SGLangRerankResult]]):
+    """Cohere's answer, or SGLang's native list for requests carrying ``rid``."""
 
 
 class ClassifyRequest(BaseModel):
@@ -109,6 +138,8 @@ class ClassifyResponse(BaseModel):
     model: str
     data: list[ClassifyData]
     usage: Usage
+    function: str = Field(description="the DSL classifier that answered (its probs' order: labels)")
+    labels: list[str]
 
 
 def _usage(context) -> Usage:
@@ -141,9 +172,12 @@ def rerank_endpoint(function=qwen3_reranker) -> EndpointSpec:
             f"the ranker also requires {sorted(required)} (give them defaults)"
         )
 
-    async def rerank(request: RerankRequest, context) -> RerankResponse:
+    async def rerank(request: RerankRequest, context) -> RerankAnswer:
         documents = [d if isinstance(d, str) else d.text for d in request.documents]
-        top_n = len(documents) if request.top_n is None else request.top_n
+        if request.top_n is not None and request.top_k is not None:
+            raise InvalidRequestError("give top_n or top_k (the same thing), not both")
+        top_n = request.top_n if request.top_n is not None else request.top_k
+        top_n = len(documents) if top_n is None else top_n
         if not 1 <= top_n <= len(documents):
             raise InvalidRequestError(
                 f"top_n must be between 1 and the number of documents ({len(documents)}), "
@@ -160,6 +194,28 @@ def rerank_endpoint(function=qwen3_reranker) -> EndpointSpec:
         job = RankJob(function, function.inputs.validate((), shared), tuple(documents))
         rows = await ServerBackend(context).arun(job)
         ranking = function.ranking(documents, rows, top_k=top_n)
+        usage = _usage(context)
+        if request.wants_sglang_answer:
+            # meta_info passes through smg untouched: the DSL's gateway client rebuilds
+            # its rows from it (gateway_client.py), whatever the ranker's score.
+            labels = [str(t) for t in function.labels.texts]
+            meta = {
+                "function": function.fn.__name__,
+                "labels": labels,
+                "call_prompt_tokens": usage.prompt_tokens,
+                "call_cached_tokens": usage.cached_tokens,
+            }
+            return RerankAnswer(
+                [
+                    SGLangRerankResult(
+                        score=r.score,
+                        document=r.item if request.return_documents else None,
+                        index=r.index,
+                        meta_info={**meta, "probs": [r.probs[t] for t in function.labels.texts]},
+                    )
+                    for r in ranking.items
+                ]
+            )
         return RerankResponse(
             id=f"rerank-{uuid.uuid4().hex}",
             model=_model_name(context, request.model),
@@ -171,13 +227,13 @@ def rerank_endpoint(function=qwen3_reranker) -> EndpointSpec:
                 )
                 for r in ranking.items
             ],
-            usage=_usage(context),
+            usage=usage,
         )
 
     return EndpointSpec(
         "/v1/rerank",
         RerankRequest,
-        RerankResponse,
+        RerankAnswer,
         rerank,
         summary=f"Rerank documents for a query (Cohere schema; {function.fn.__name__})",
         tags=("prefillonly",),
@@ -225,6 +281,8 @@ def classify_endpoint(function) -> EndpointSpec:
                 for i, r in enumerate(results)
             ],
             usage=_usage(context),
+            function=function.fn.__name__,
+            labels=labels,
         )
 
     return EndpointSpec(

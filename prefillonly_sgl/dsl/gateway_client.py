@@ -1,0 +1,163 @@
+"""DSL calls through SGLang's model gateway (`smg`) in front of `prefillonly serve` replicas.
+
+The gateway routes only the routes it knows: /v1/score and the typed `--app` endpoints
+are 404 there (its issue #1017), and of /v1/rerank and /v1/classify it forwards just the
+standard fields (query + documents; model + input). So a DSL function goes through the
+gateway when it is the one those routes serve on the replicas (`serve --rerank NAME`,
+`serve --classify NAME`) and its call needs no other argument:
+
+    a ranker call      -> POST /v1/rerank    {query, documents}: the other shared
+                          arguments must be at their defaults
+    a classifier job   -> POST /v1/classify  {model, input: [texts]}: one parameter given,
+                          the others at their defaults
+
+The replicas name the function and its labels in each answer (rerank: each result's
+meta_info, which the gateway passes through, with the document's label probabilities;
+classify: `function`, `labels`), so a call never silently runs another function; the
+rows are rebuilt from the label probabilities, exactly as after a /v1/score call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from prefillonly_sgl.dsl.job import ClassifyJob, Job, RankJob
+from prefillonly_sgl.errors import InvalidRequestError, PrefillOnlyError
+
+Post = Callable[[str, dict], object]  # (path, JSON body) -> decoded JSON answer
+CountUsage = Callable[[int, int], None]  # (prompt tokens, cached tokens) of one request
+CLASSIFY_CHUNK = 64  # texts per /v1/classify request when the job sets no batch size
+
+
+class GatewayRouteError(PrefillOnlyError, RuntimeError):
+    """The gateway's replicas serve another function at the route this call needs."""
+
+
+def _name(function) -> str:
+    return function.fn.__name__
+
+
+def _labels(function) -> list[str]:
+    return [str(t) for t in function.labels.texts]
+
+
+def _check_served(function, served_name, served_labels, route: str) -> None:
+    if served_name != _name(function) or list(served_labels or []) != _labels(function):
+        raise GatewayRouteError(
+            f"the gateway's {route} is served by {served_name!r} (labels {served_labels}), "
+            f"not {_name(function)!r} (labels {_labels(function)}): start the replicas with "
+            f"--{route.rsplit('/', 1)[-1]} {_name(function)}"
+        )
+
+
+def _require_defaults(function, given: dict, job_arguments: dict, route: str) -> None:
+    """The job's arguments must be what ``given`` alone validates to (the rest at their
+    defaults): the gateway forwards nothing else."""
+    if function.inputs.validate((), given) != job_arguments:
+        extra = sorted(k for k in job_arguments if k not in given)
+        raise InvalidRequestError(
+            f"{_name(function)} through the gateway's {route}: only {sorted(given)} reach "
+            f"the replicas; {extra} must keep their defaults (call a replica directly, or "
+            f"give them defaults that fit)"
+        )
+
+
+def _rank_rows(post: Post, job: RankJob, count_usage: CountUsage) -> list[list[float]]:
+    function = job.function
+    if "query" not in job.shared:
+        raise InvalidRequestError(
+            f"{_name(function)} has no 'query' parameter: /v1/rerank cannot serve it"
+        )
+    _require_defaults(function, {"query": job.shared["query"]}, job.shared, "/v1/rerank")
+    # "rid" asks a replica called directly for the same SGLang-shaped answer as the
+    # gateway gives (server/ranking_apis.py).
+    body = {"query": job.shared["query"], "documents": list(job.items), "rid": None}
+    answer = post("/v1/rerank", body)
+    results = answer["results"] if isinstance(answer, dict) else answer
+    rows: list[list[float] | None] = [None] * len(job.items)
+    for result in results:
+        meta = result.get("meta_info") or {}
+        _check_served(function, meta.get("function"), meta.get("labels"), "/v1/rerank")
+        rows[result["index"]] = list(meta["probs"])
+    if any(row is None for row in rows):
+        raise GatewayRouteError(f"/v1/rerank answered {len(results)} of {len(rows)} documents")
+    meta = results[0].get("meta_info") or {}
+    count_usage(meta.get("call_prompt_tokens") or 0, meta.get("call_cached_tokens") or 0)
+    return rows
+
+
+def _classify_bodies(job: ClassifyJob, model: str) -> list[tuple[dict, int]]:
+    function = job.function
+    required = [
+        p.name for p in function.inputs.signature.parameters.values() if p.default is p.empty
+    ]
+    if len(required) != 1:
+        raise InvalidRequestError(
+            f"{_name(function)} requires {required}: /v1/classify gives one input text"
+        )
+    (param,) = required
+    texts = []
+    for arguments in job.inputs:
+        value = arguments[param]
+        if not isinstance(value, str):
+            raise InvalidRequestError(
+                f"{_name(function)} through /v1/classify: {param} must be a text, got "
+                f"{type(value).__name__}"
+            )
+        _require_defaults(function, {param: value}, arguments, "/v1/classify")
+        texts.append(value)
+    size = job.batch_size or CLASSIFY_CHUNK
+    chunks = [texts[i : i + size] for i in range(0, len(texts), size)]
+    return [({"model": model, "input": chunk}, len(chunk)) for chunk in chunks]
+
+
+def _classify_rows(post: Post, body: dict, function, count_usage: CountUsage):
+    answer = post("/v1/classify", body)
+    _check_served(function, answer.get("function"), answer.get("labels"), "/v1/classify")
+    usage = answer.get("usage") or {}
+    count_usage(usage.get("prompt_tokens") or 0, usage.get("cached_tokens") or 0)
+    data = sorted(answer["data"], key=lambda d: d["index"])
+    return [list(d["probs"]) for d in data]
+
+
+def rows(
+    post: Post, job: Job, model: str, count_usage: CountUsage, progress=None
+) -> list[list[float]]:
+    """The job's probability rows (input order) through the gateway's standard routes;
+    ``model``: the model name the gateway registered the replicas under."""
+    if progress is not None:
+        progress.start()
+    if isinstance(job, RankJob):
+        answer = _rank_rows(post, job, count_usage)
+        if progress is not None:
+            progress.update(len(job))
+        return answer
+    answer = []
+    for body, count in _classify_bodies(job, model):
+        answer += _classify_rows(post, body, job.function, count_usage)
+        if progress is not None:
+            progress.update(count)
+    return answer
+
+
+async def arows(
+    post: Post, job: Job, model: str, count_usage: CountUsage, progress, max_in_flight: int
+) -> list[list[float]]:
+    """``rows`` from asyncio code, up to ``max_in_flight`` requests at once."""
+    if isinstance(job, RankJob):
+        return await asyncio.to_thread(rows, post, job, model, count_usage, progress)
+    if progress is not None:
+        progress.start()
+    gate = asyncio.Semaphore(max_in_flight)
+
+    async def run(body: dict, count: int) -> list[list[float]]:
+        async with gate:
+            answer = await asyncio.to_thread(_classify_rows, post, body, job.function, count_usage)
+        if progress is not None:
+            progress.update(count)
+        return answer
+
+    bodies = _classify_bodies(job, model)
+    done = await asyncio.gather(*(run(body, count) for body, count in bodies))
+    return [row for answer in done for row in answer]

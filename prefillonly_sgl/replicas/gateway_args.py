@@ -1,0 +1,63 @@
+"""The gateway's command line for a set of replicas (plain Python; the decisions live here).
+
+Why these settings (smg 1.13.0, measured on localhost, see docs/server.md):
+- policy cache_aware (default): the gateway keeps a prefix tree of the text it routes on
+  per replica (/v1/rerank: the query; /v1/classify: the input) and sends a request to the
+  replica with the longest match above --cache-threshold, so one query's documents, or
+  one profile's items, land where that prefix is cached. consistent_hashing routes on the
+  `x-smg-routing-key` header instead (clients that know their prefix key), round_robin
+  ignores prefixes (the baseline the affinity test measures against).
+- worker registration is checked every second instead of every 30 s, so the gateway
+  serves as soon as the replicas do.
+- health checks every 2 s, unhealthy after 2 failures: a killed replica leaves the
+  rotation within ~4 s; requests sent to it meanwhile are retried on the others.
+- its Prometheus listener on a port of its own, on 127.0.0.1 (smg binds 0.0.0.0:29000 by
+  default, which a second gateway on the machine would collide with).
+"""
+
+from __future__ import annotations
+
+import sys
+
+POLICIES = ("cache_aware", "consistent_hashing", "prefix_hash", "round_robin", "least_load")
+HEALTH_CHECK_INTERVAL_S = 2
+HEALTH_FAILURE_THRESHOLD = 2
+
+
+def gateway_argv(
+    host: str,
+    port: int,
+    worker_urls: list[str],
+    prometheus_port: int,
+    policy: str = "cache_aware",
+    extra: list[str] | None = None,
+) -> list[str]:
+    """`smg launch ...` for ``worker_urls`` behind ``host:port``."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    if not worker_urls:
+        raise ValueError("the gateway needs at least one replica")
+    argv = [
+        sys.executable, "-m", "smg", "launch",
+        "--host", host,
+        "--port", str(port),
+        "--policy", policy,
+        "--worker-urls", *worker_urls,
+        "--worker-startup-check-interval", "1",
+        "--health-check-interval-secs", str(HEALTH_CHECK_INTERVAL_S),
+        "--health-failure-threshold", str(HEALTH_FAILURE_THRESHOLD),
+        "--health-success-threshold", "1",
+        "--prometheus-host", "127.0.0.1",
+        "--prometheus-port", str(prometheus_port),
+        "--log-level", "warn",
+    ]  # fmt: skip
+    return argv + list(extra or [])
+
+
+def replica_ports(port: int, replicas: int) -> list[int]:
+    """The replicas listen on the ports after the gateway's."""
+    if replicas < 1:
+        raise ValueError(f"--replicas must be at least 1, got {replicas}")
+    if not (0 < port and port + replicas < 65536):
+        raise ValueError(f"port {port} + {replicas} replicas is out of range")
+    return [port + 1 + i for i in range(replicas)]

@@ -1,0 +1,221 @@
+"""Two real `prefillonly serve` replicas behind SGLang's real gateway (`smg` 1.13.0) on
+localhost (`prefillonly replicas`' ReplicaSet; tiny random Llama, float32):
+
+- prefix affinity: queries repeated in shuffled rounds are served where they are cached
+  under the gateway's cache-aware policy (cached-token share >= 80% from round 2), against
+  round-robin over the same replicas, measured in the same run; the gateway's answers
+  equal a single replica's;
+- the DSL's remote backend through the gateway (/v1/rerank, /v1/classify) equals a direct
+  replica, and refuses calls the gateway cannot carry;
+- a replica killed with SIGKILL does not take the service down: the gateway stops routing
+  to it, every request after that succeeds, and the restarted replica comes back.
+No timing is asserted."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from server_process import serve_env
+
+from prefillonly_sgl.dsl import RemoteBackend
+from prefillonly_sgl.dsl.gateway_client import GatewayRouteError
+from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.replicas.launcher import Gateway, ReplicaSet
+from prefillonly_sgl.server.ranking_apis import qwen3_reranker
+
+pytest.importorskip("smg", reason="SGLang's gateway: pip install 'prefillonly-sgl[gateway]'")
+
+APP = Path(__file__).with_name("ranking_app_example.py")
+TOLERANCE = 1e-4
+ROUNDS = 3
+DOCUMENTS = ["a space opera", "a cooking show"]
+# Five long, distinct queries (the shared prefix), so a warm call is mostly cached tokens
+# and round-robin cannot line up with the rounds by accident (an odd count, shuffled).
+TOPICS = ["space travel", "french cooking", "jazz history", "mountain birds", "old trains"]
+QUERIES = [
+    f"user {i} likes {topic}; " + " ".join(f"{topic} note {k}." for k in range(40))
+    for i, topic in enumerate(TOPICS)
+]
+
+
+def _free_base_port(count: int) -> int:
+    """A port p with p .. p+count-1 all free (the gateway and its replicas)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count >= 65535:
+            continue
+        try:
+            with contextlib.ExitStack() as stack:
+                for p in range(base, base + count):
+                    sock = stack.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no run of free ports")
+
+
+@pytest.fixture(scope="module")
+def replicas(tiny_llama_path, tmp_path_factory):
+    serve_args = [
+        "--model-path", str(tiny_llama_path),
+        "--device", "cpu",
+        "--dtype", "float32",
+        "--max-total-tokens", "4096",
+        "--skip-server-warmup",
+        "--app", str(APP),
+        "--classify", "review_sentiment",
+    ]  # fmt: skip
+    logs = tmp_path_factory.mktemp("replicas")
+    replica_set = ReplicaSet(
+        serve_args, replicas=2, port=_free_base_port(3), log_dir=logs, env=serve_env()
+    )
+    replica_set.start()
+    # A second gateway over the same replicas: the round-robin baseline of the same run.
+    rr = Gateway("127.0.0.1", _free_base_port(1), replica_set.replica_urls, "round_robin",
+                 logs / "gateway-rr.log", serve_env())  # fmt: skip
+    try:
+        rr.start()
+        rr.wait_registered()
+        yield replica_set, rr
+    finally:
+        rr.stop()
+        replica_set.stop()
+
+
+def rerank(url: str, query: str, **extra) -> list[dict]:
+    body = {"query": query, "documents": DOCUMENTS, **extra}
+    response = requests.post(f"{url}/v1/rerank", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    return answer["results"] if isinstance(answer, dict) else answer
+
+
+def flush(replica_set: ReplicaSet) -> None:
+    for url in replica_set.replica_urls:
+        assert requests.post(f"{url}/flush_cache", timeout=60).status_code == 200
+
+
+def cached_share_by_round(url: str, seed: int) -> list[float]:
+    """Each round sends every query once, in a shuffled order; per round: cached prompt
+    tokens / prompt tokens, as the replicas reported them for each call."""
+    rng = random.Random(seed)
+    shares = []
+    for _ in range(ROUNDS):
+        order = rng.sample(range(len(QUERIES)), len(QUERIES))
+        cached = prompt = 0
+        for i in order:
+            meta = rerank(url, QUERIES[i])[0]["meta_info"]
+            cached += meta["call_cached_tokens"]
+            prompt += meta["call_prompt_tokens"]
+        shares.append(cached / prompt)
+    return shares
+
+
+def probs_by_index(results: list[dict]) -> list[list[float]]:
+    return [r["meta_info"]["probs"] for r in sorted(results, key=lambda r: r["index"])]
+
+
+def test_cache_aware_routing_keeps_each_query_on_the_replica_that_cached_it(replicas):
+    replica_set, rr = replicas
+    flush(replica_set)
+    affine = cached_share_by_round(replica_set.url, seed=1)
+    flush(replica_set)
+    round_robin = cached_share_by_round(rr.url, seed=1)
+    print(f"cached share by round: cache_aware {affine}, round_robin {round_robin}")
+    assert all(share >= 0.8 for share in affine[1:]), affine
+    assert sum(round_robin[1:]) < sum(affine[1:]), (round_robin, affine)
+    # The gateway's answers are a single replica's.
+    direct = replica_set.replica_urls[0]
+    for query in QUERIES[:2]:
+        via_gateway = probs_by_index(rerank(replica_set.url, query))
+        single = probs_by_index(rerank(direct, query, rid=None))
+        assert max(abs(a - b) for g, s in zip(via_gateway, single) for a, b in zip(g, s)) < (
+            TOLERANCE
+        )
+
+
+def test_through_the_gateway_rerank_answers_in_sglang_shape_and_4xx_pass_through(replicas):
+    replica_set, _ = replicas
+    results = rerank(replica_set.url, QUERIES[0])
+    assert [r["index"] for r in results] != [] and {"score", "index"} <= set(results[0])
+    scores = [r["score"] for r in results]
+    assert scores == sorted(scores, reverse=True)
+    empty = requests.post(
+        f"{replica_set.url}/v1/rerank", json={"query": "q", "documents": []}, timeout=60
+    )
+    assert 400 <= empty.status_code < 500, empty.text
+
+
+def test_the_dsl_through_the_gateway_equals_a_direct_replica(replicas, tiny_llama_path):
+    import ranking_app_example as app
+
+    replica_set, _ = replicas
+    gateway = RemoteBackend(replica_set.url)
+    direct = RemoteBackend(replica_set.replica_urls[0], tokenizer=str(tiny_llama_path),
+                           typed_endpoints=False)  # fmt: skip
+    assert gateway.is_gateway and not direct.is_gateway
+
+    via = qwen3_reranker(QUERIES[3], items=DOCUMENTS, engine=gateway)
+    want = qwen3_reranker(QUERIES[3], items=DOCUMENTS, engine=direct)
+    assert [r.index for r in via.items] == [r.index for r in want.items]
+    assert max(abs(a.score - b.score) for a, b in zip(via.by_input, want.by_input)) < TOLERANCE
+    assert gateway.prompt_tokens > 0
+
+    reviews = ["great film, loved it", "dull and far too long", "fine"]
+    via_c = app.review_sentiment.batch(reviews, engine=gateway)
+    want_c = app.review_sentiment.batch(reviews, engine=direct)
+    for a, b in zip(via_c, want_c, strict=True):
+        assert a.label == b.label
+        assert max(abs(a.probs[k] - b.probs[k]) for k in a.probs) < TOLERANCE
+
+    with pytest.raises(GatewayRouteError, match="qwen3_reranker"):
+        app.relevant("q", items=["x"], engine=gateway)  # the replicas serve another ranker
+    with pytest.raises(InvalidRequestError, match="instruction"):
+        qwen3_reranker("q", items=["x"], instruction="other", engine=gateway)
+
+
+def test_a_killed_replica_does_not_take_the_service_down(replicas):
+    replica_set, _ = replicas
+    stop = threading.Event()
+    supervisor = threading.Thread(target=replica_set.supervise, args=(stop,), daemon=True)
+    supervisor.start()
+    dead = replica_set.replica_urls[1]
+    try:
+        replica_set.kill_replica(1)
+        outcomes = []  # (gateway still lists the dead replica as healthy, status)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            listed_healthy = dead in replica_set.gateway.healthy_workers()
+            response = requests.post(f"{replica_set.url}/v1/rerank",
+                                     json={"query": QUERIES[1], "documents": DOCUMENTS},
+                                     timeout=120)  # fmt: skip
+            outcomes.append((listed_healthy, response.status_code))
+            if not listed_healthy and sum(1 for o in outcomes if not o[0]) >= 5:
+                break
+        after = [status for healthy, status in outcomes if not healthy]
+        before = [status for healthy, status in outcomes if healthy]
+        print(f"while the gateway listed the dead replica: {before}; after: {after}")
+        assert len(after) >= 5, "the gateway never stopped routing to the killed replica"
+        assert after == [200] * len(after)
+        # The supervisor restarted it and the gateway takes it back.
+        deadline = time.monotonic() + 240
+        while dead not in replica_set.gateway.healthy_workers():
+            assert time.monotonic() < deadline, "the restarted replica did not come back"
+            time.sleep(1)
+        assert replica_set.restarts == 1
+        direct = probs_by_index(rerank(dead, QUERIES[2], rid=None))
+        other = probs_by_index(rerank(replica_set.replica_urls[0], QUERIES[2], rid=None))
+        assert max(abs(a - b) for d, o in zip(direct, other) for a, b in zip(d, o)) < TOLERANCE
+    finally:
+        stop.set()
+        supervisor.join(timeout=10)

@@ -1,0 +1,45 @@
+"""The replica launcher's decisions, without starting anything: the gateway's command line,
+the replicas' ports, and options it refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+from prefillonly_sgl.replicas.gateway_args import gateway_argv, replica_ports
+from prefillonly_sgl.replicas.launcher import ReplicaSet
+
+
+def test_gateway_command_line_names_the_replicas_policy_and_health_checks():
+    argv = gateway_argv("127.0.0.1", 30000, ["http://a:1", "http://b:2"], 40000, "round_robin")
+    assert argv[1:4] == ["-m", "smg", "launch"]
+    i = argv.index("--worker-urls")
+    assert argv[i + 1 : i + 3] == ["http://a:1", "http://b:2"]
+    assert argv[argv.index("--policy") + 1] == "round_robin"
+    assert argv[argv.index("--prometheus-port") + 1] == "40000"
+    assert "--health-check-interval-secs" in argv
+    with pytest.raises(ValueError, match="policy must be one of"):
+        gateway_argv("h", 1, ["u"], 2, "fastest")
+    with pytest.raises(ValueError, match="at least one replica"):
+        gateway_argv("h", 1, [], 2)
+
+
+def test_replicas_listen_after_the_gateway_port():
+    assert replica_ports(30000, 3) == [30001, 30002, 30003]
+    with pytest.raises(ValueError, match="at least 1"):
+        replica_ports(30000, 0)
+    with pytest.raises(ValueError, match="out of range"):
+        replica_ports(65534, 2)
+
+
+def test_replica_host_and_port_are_the_launchers(tmp_path):
+    with pytest.raises(ValueError, match="--port"):
+        ReplicaSet(["--model-path", "m", "--port", "5"], log_dir=tmp_path)
+    with pytest.raises(ValueError, match="--host"):
+        ReplicaSet(["--host=0.0.0.0"], log_dir=tmp_path)
+
+
+def test_the_replicas_command_refuses_bad_options(capsys):
+    from prefillonly_sgl.cli import main
+
+    assert main(["replicas", "--replicas", "0", "--", "--model-path", "m"]) == 2
+    assert "at least 1" in capsys.readouterr().out
