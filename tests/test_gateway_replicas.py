@@ -13,9 +13,7 @@ No timing is asserted."""
 
 from __future__ import annotations
 
-import contextlib
 import random
-import socket
 import threading
 import time
 from pathlib import Path
@@ -27,7 +25,7 @@ from server_process import serve_env
 from prefillonly_sgl.dsl import RemoteBackend
 from prefillonly_sgl.dsl.gateway_client import GatewayRouteError
 from prefillonly_sgl.errors import InvalidRequestError
-from prefillonly_sgl.replicas.launcher import Gateway, ReplicaSet
+from prefillonly_sgl.replicas.launcher import Gateway, ReplicaSet, free_port_run
 from prefillonly_sgl.server.ranking_apis import qwen3_reranker
 
 pytest.importorskip("smg", reason="SGLang's gateway: pip install 'prefillonly-sgl[gateway]'")
@@ -45,25 +43,6 @@ QUERIES = [
 ]
 
 
-def _free_base_port(count: int) -> int:
-    """A port p with p .. p+count-1 all free (the gateway and its replicas)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + count >= 65535:
-            continue
-        try:
-            with contextlib.ExitStack() as stack:
-                for p in range(base, base + count):
-                    sock = stack.enter_context(socket.socket())
-                    sock.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no run of free ports")
-
-
 @pytest.fixture(scope="module")
 def replicas(tiny_llama_path, tmp_path_factory):
     serve_args = [
@@ -77,11 +56,11 @@ def replicas(tiny_llama_path, tmp_path_factory):
     ]  # fmt: skip
     logs = tmp_path_factory.mktemp("replicas")
     replica_set = ReplicaSet(
-        serve_args, replicas=2, port=_free_base_port(3), log_dir=logs, env=serve_env()
+        serve_args, replicas=2, port=free_port_run(3), log_dir=logs, env=serve_env()
     )
     replica_set.start()
     # A second gateway over the same replicas: the round-robin baseline of the same run.
-    rr = Gateway("127.0.0.1", _free_base_port(1), replica_set.replica_urls, "round_robin",
+    rr = Gateway("127.0.0.1", free_port_run(1), replica_set.replica_urls, "round_robin",
                  logs / "gateway-rr.log", serve_env())  # fmt: skip
     try:
         rr.start()

@@ -42,6 +42,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def free_port_run(count: int, host: str = "127.0.0.1") -> int:
+    """A port p with p .. p+count-1 all free now (a gateway and its replicas)."""
+    for _ in range(100):
+        base = free_port(host)
+        if base + count >= 65535:
+            continue
+        try:
+            with contextlib.ExitStack() as stack:
+                for p in range(base, base + count):
+                    stack.enter_context(socket.socket()).bind((host, p))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no {count} consecutive free ports on {host}")
+
+
 def get_json(url: str, timeout: float = 5.0):
     """The decoded JSON at ``url``, or None when it cannot be read."""
     try:

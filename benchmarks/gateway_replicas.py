@@ -1,0 +1,329 @@
+"""Replicas behind SGLang's gateway: prefix affinity per routing policy, and a replica killed
+under load.
+
+Two `prefillonly serve` replicas (`prefillonly replicas`' ReplicaSet) with three `smg`
+gateways over the same replicas, one per policy: cache_aware (the default), consistent
+hashing on a client routing key (`x-smg-routing-key: user`), round_robin.
+
+affinity   MovieLens users (rating histories as the query, candidate films as documents,
+           the built-in Qwen3-Reranker prompt) through /v1/rerank, every user once per
+           round in a shuffled order, 2 clients; replicas' caches flushed before each
+           policy. Per round: cached prompt tokens / prompt tokens as the replicas report
+           them; mean latency; the answers' largest difference from one replica's.
+kill       the cache-aware gateway under `--clients` closed-loop clients for `--seconds`;
+           replica 1 SIGKILLed at a third of the run and restarted by the supervisor.
+           Every request's outcome (ok, HTTP error, lost), when the gateway stopped and
+           resumed routing to the replica, its retries (Prometheus), latency per phase.
+
+    python benchmarks/gateway_replicas.py            # default model (~10 min on 2 cores)
+    python benchmarks/gateway_replicas.py --smoke    # tiny model, a few requests
+
+Results: benchmarks/gateway_results/ (summary.md, results.json, kill_timeline.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from harness.stats import quantile  # noqa: E402
+from harness.workloads import recommendation  # noqa: E402
+
+from prefillonly_sgl.replicas.launcher import (  # noqa: E402
+    Gateway,
+    ReplicaSet,
+    free_port,
+    free_port_run,
+)
+
+OUT = ROOT / "benchmarks" / "gateway_results"
+POLICIES = ("cache_aware", "consistent_hashing", "round_robin")
+
+
+def users_from_workload(tokenizer, users: int, items: int, profile_tokens: int) -> list[dict]:
+    """[{user, query, documents}] from the MovieLens recommendation workload."""
+    workload = recommendation(tokenizer, users, items, profile_tokens)
+    by_user: dict[int, dict] = {}
+    for r in workload.requests:
+        document = r["item"].split(". Will this fan")[0].removeprefix("Candidate: ")
+        entry = by_user.setdefault(r["group"], {"user": r["group"], "query": r["query"],
+                                                "documents": []})  # fmt: skip
+        entry["documents"].append(document)
+    return [by_user[k] for k in sorted(by_user)]
+
+
+def call(url: str, user: dict, routing_key: bool = False, timeout: float = 600) -> dict:
+    headers = {"x-smg-routing-key": f"user-{user['user']}"} if routing_key else {}
+    start = time.monotonic()
+    response = requests.post(f"{url}/v1/rerank", json={"query": user["query"],
+                             "documents": user["documents"], "rid": None}, headers=headers,
+                             timeout=timeout)  # fmt: skip
+    latency = time.monotonic() - start
+    response.raise_for_status()
+    answer = response.json()
+    results = answer["results"] if isinstance(answer, dict) else answer
+    meta = results[0]["meta_info"]
+    probs = [r["meta_info"]["probs"] for r in sorted(results, key=lambda r: r["index"])]
+    return {"latency": latency, "prompt": meta["call_prompt_tokens"],
+            "cached": meta["call_cached_tokens"], "probs": probs}  # fmt: skip
+
+
+def flush(urls: list[str]) -> None:
+    for url in urls:
+        requests.post(f"{url}/flush_cache", timeout=600).raise_for_status()
+
+
+def affinity(gateways: dict, replica_urls: list[str], users: list[dict], rounds: int,
+             clients: int) -> dict:  # fmt: skip
+    direct = {u["user"]: call(replica_urls[0], u)["probs"] for u in users}
+    report = {}
+    for policy, gateway in gateways.items():
+        flush(replica_urls)
+        rng = random.Random(7)
+        per_round = []
+        worst = 0.0
+        for _ in range(rounds):
+            order = rng.sample(users, len(users))
+            with ThreadPoolExecutor(clients) as pool:
+                answers = list(pool.map(lambda u, url=gateway.url, p=policy: call(
+                    url, u, routing_key=p == "consistent_hashing"), order))  # fmt: skip
+            for user, answer in zip(order, answers, strict=True):
+                for got, want in zip(answer["probs"], direct[user["user"]], strict=True):
+                    worst = max(worst, max(abs(a - b) for a, b in zip(got, want)))
+            per_round.append({
+                "cached_share": sum(a["cached"] for a in answers)
+                / sum(a["prompt"] for a in answers),
+                "mean_latency_s": sum(a["latency"] for a in answers) / len(answers),
+            })  # fmt: skip
+        report[policy] = {"rounds": per_round, "max_abs_diff_vs_one_replica": worst}
+        shares = ", ".join(f"{r['cached_share']:.0%}" for r in per_round)
+        print(f"[affinity] {policy:18s} cached share by round: {shares}  max|diff| {worst:.1e}")
+    return report
+
+
+def retries(metrics_text: str) -> float:
+    """Sum of the gateway's retry counters (smg_*retr*_total series)."""
+    total = 0.0
+    for line in metrics_text.splitlines():
+        if line.startswith("#") or "retr" not in line.split("{")[0].split(" ")[0]:
+            continue
+        match = re.search(r"\s([0-9.eE+-]+)$", line)
+        if match and line.split("{")[0].split(" ")[0].endswith("_total"):
+            total += float(match.group(1))
+    return total
+
+
+def kill_run(replica_set: ReplicaSet, users: list[dict], clients: int, seconds: float) -> dict:
+    dead = replica_set.replica_urls[1]
+    outcomes: list[dict] = []
+    events: dict[str, float] = {}
+    stop, done = threading.Event(), threading.Event()
+    t0 = time.monotonic()
+    retries_before = retries(replica_set.gateway.metrics())
+
+    def client(k: int) -> None:
+        rng = random.Random(k)
+        while not done.is_set():
+            user = rng.choice(users)
+            start = time.monotonic() - t0
+            try:
+                answer = call(replica_set.url, user, timeout=120)
+                outcomes.append({"t": start, "latency": answer["latency"], "status": "ok"})
+            except requests.HTTPError as e:
+                outcomes.append({"t": start, "latency": time.monotonic() - t0 - start,
+                                 "status": f"http {e.response.status_code}"})  # fmt: skip
+            except requests.RequestException as e:
+                outcomes.append({"t": start, "latency": time.monotonic() - t0 - start,
+                                 "status": f"lost: {type(e).__name__}"})  # fmt: skip
+
+    def monitor() -> None:
+        while not done.is_set():
+            healthy = dead in replica_set.gateway.healthy_workers()
+            now = time.monotonic() - t0
+            if "killed" in events and not healthy and "unrouted" not in events:
+                events["unrouted"] = now
+            if "unrouted" in events and healthy and "back" not in events:
+                events["back"] = now
+            time.sleep(0.25)
+
+    supervisor = threading.Thread(target=replica_set.supervise, args=(stop,), daemon=True)
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    threads.append(threading.Thread(target=monitor))
+    supervisor.start()
+    for t in threads:
+        t.start()
+    time.sleep(seconds / 3)
+    replica_set.kill_replica(1)
+    events["killed"] = time.monotonic() - t0
+    time.sleep(seconds * 2 / 3)
+    done.set()
+    for t in threads:
+        t.join()
+    stop.set()
+    supervisor.join(timeout=10)
+
+    killed, back = events["killed"], events.get("back", float("inf"))
+    phases = {"before the kill": (0, killed), "replica down": (killed, back),
+              "replica back": (back, float("inf"))}  # fmt: skip
+    by_phase = {}
+    for name, (lo, hi) in phases.items():
+        rows = [o for o in outcomes if lo <= o["t"] < hi]
+        ok = [o["latency"] for o in rows if o["status"] == "ok"]
+        by_phase[name] = {
+            "requests": len(rows),
+            "ok": len(ok),
+            "failed": sum(1 for o in rows if o["status"].startswith("http")),
+            "lost": sum(1 for o in rows if o["status"].startswith("lost")),
+            "p50_s": quantile(ok, 0.5) if ok else None,
+            "p99_s": quantile(ok, 0.99) if ok else None,
+        }
+    metrics = replica_set.gateway.metrics()
+    report = {
+        "retry_series": [x for x in metrics.splitlines() if "retr" in x and not x.startswith("#")],
+        "clients": clients,
+        "seconds": seconds,
+        "events_s": events,
+        "gateway_retries": retries(metrics) - retries_before,
+        "phases": by_phase,
+        "statuses": sorted({o["status"] for o in outcomes}),
+        "outcomes": outcomes,
+    }
+    total = {k: sum(p[k] for p in by_phase.values()) for k in ("requests", "ok", "failed", "lost")}
+    print(f"[kill] {total}; events {events}; gateway retries {report['gateway_retries']:g}")
+    return report
+
+
+def markdown(config: dict, affinity_report: dict, kill: dict) -> str:
+    lines = ["# Replicas behind SGLang's gateway", "", "```", json.dumps(config, indent=1),
+             "```", "", "## Prefix affinity (cached-token share per round)", "",
+             "| policy | " + " | ".join(f"round {i + 1}" for i in range(config["rounds"]))
+             + " | mean latency, last round | max abs diff vs one replica |",
+             "|---" * (config["rounds"] + 3) + "|"]  # fmt: skip
+    for policy, r in affinity_report.items():
+        shares = " | ".join(f"{x['cached_share']:.0%}" for x in r["rounds"])
+        lines.append(f"| {policy} | {shares} | {r['rounds'][-1]['mean_latency_s']:.2f} s | "
+                     f"{r['max_abs_diff_vs_one_replica']:.1e} |")  # fmt: skip
+    e = kill["events_s"]
+    lines += ["", f"## Replica 1 killed under load ({kill['clients']} clients, "
+              f"{kill['seconds']:g} s)", "",
+              f"Killed at {e['killed']:.1f} s; the gateway stopped routing to it at "
+              f"{e.get('unrouted', float('nan')):.1f} s and took the restarted replica back "
+              f"at {e.get('back', float('nan')):.1f} s. Gateway retries: "
+              f"{kill['gateway_retries']:g}.", "",
+              "| phase | requests | ok | failed (HTTP error) | lost (no answer) | p50 | p99 |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, p in kill["phases"].items():
+        lines.append(f"| {name} | {p['requests']} | {p['ok']} | {p['failed']} | {p['lost']} | "
+                     f"{_seconds(p['p50_s'])} | {_seconds(p['p99_s'])} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _seconds(value) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def plot(kill: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ok = [o for o in kill["outcomes"] if o["status"] == "ok"]
+    bad = [o for o in kill["outcomes"] if o["status"] != "ok"]
+    ax.scatter([o["t"] for o in ok], [o["latency"] for o in ok], s=8, label="ok")
+    if bad:
+        ax.scatter([o["t"] for o in bad], [o["latency"] for o in bad], s=14, marker="x",
+                   color="red", label="failed / lost")  # fmt: skip
+    for name, style in (("killed", "r--"), ("unrouted", "k:"), ("back", "g--")):
+        if name in kill["events_s"]:
+            ax.axvline(kill["events_s"][name], linestyle=style[1:], color=style[0], label=name)
+    ax.set_xlabel("request sent at (s)")
+    ax.set_ylabel("latency (s)")
+    ax.set_title("One of two replicas SIGKILLed under load (cache_aware gateway)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="model folder (default: the default model)")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--users", type=int, default=16)
+    parser.add_argument("--items", type=int, default=4, help="documents per user")
+    parser.add_argument("--profile-tokens", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=4, help="clients in the kill run")
+    parser.add_argument("--seconds", type=float, default=90, help="length of the kill run")
+    parser.add_argument("--smoke", action="store_true", help="tiny model, a few requests")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+
+    from transformers import AutoTokenizer
+
+    if args.smoke:
+        from prefillonly_sgl.models.tiny import build_tiny_model
+
+        args.model = str(build_tiny_model(Path(tempfile.mkdtemp()) / "tiny"))
+        args.dtype, args.users, args.items, args.profile_tokens = "float32", 3, 2, 100
+        args.rounds, args.seconds, args.clients = 2, 12, 2
+    elif args.model is None:
+        from prefillonly_sgl.models.default_model import default_model_path
+
+        args.model = str(default_model_path())
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    users = users_from_workload(tokenizer, args.users, args.items, args.profile_tokens)
+    serve_args = ["--model-path", args.model, "--device", "cpu", "--dtype", args.dtype]
+    if args.smoke:
+        serve_args += ["--max-total-tokens", "4096", "--skip-server-warmup"]
+    config = {k: v for k, v in vars(args).items() if k != "out"}
+    config["out"] = str(args.out)
+
+    logs = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
+    port = free_port_run(3)
+    replica_set = ReplicaSet(serve_args, replicas=2, port=port, log_dir=logs)
+    extra = {}
+    print(f"[setup] 2 replicas + 3 gateways (logs: {logs})")
+    try:
+        replica_set.start()
+        for policy in POLICIES[1:]:
+            extra[policy] = Gateway("127.0.0.1", free_port(), replica_set.replica_urls,
+                                    policy, logs / f"gateway-{policy}.log")  # fmt: skip
+            extra[policy].start()
+            extra[policy].wait_registered()
+        gateways = {"cache_aware": replica_set.gateway, **extra}
+        affinity_report = affinity(gateways, replica_set.replica_urls, users, args.rounds, 2)
+        for gateway in extra.values():
+            gateway.stop()
+        kill = kill_run(replica_set, users, args.clients, args.seconds)
+    finally:
+        for gateway in extra.values():
+            gateway.stop()
+        replica_set.stop()
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(
+        {"config": config, "affinity": affinity_report, "kill": kill}, indent=1))  # fmt: skip
+    (args.out / "summary.md").write_text(markdown(config, affinity_report, kill))
+    plot(kill, args.out / "kill_timeline.png")
+    print((args.out / "summary.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
