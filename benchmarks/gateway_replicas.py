@@ -6,10 +6,11 @@ gateways over the same replicas, one per policy: cache_aware (the default), cons
 hashing on a client routing key (`x-smg-routing-key: user`), round_robin.
 
 affinity   MovieLens users (rating histories as the query, candidate films as documents,
-           the built-in Qwen3-Reranker prompt) through /v1/rerank, every user once per
-           round in a shuffled order, 2 clients; replicas' caches flushed before each
-           policy. Per round: cached prompt tokens / prompt tokens as the replicas report
-           them; mean latency; the answers' largest difference from one replica's.
+           the workload's prompt as the ranker, harness/rerank_app.py) through
+           /v1/rerank, every user once per round in a shuffled order, 2 clients;
+           replicas' caches flushed before each policy. Per round: cached prompt tokens /
+           prompt tokens as the replicas report them; mean latency; the answers' largest
+           difference from one replica's.
 kill       the cache-aware gateway under `--clients` closed-loop clients for `--seconds`;
            replica 1 SIGKILLed at a third of the run and restarted by the supervisor.
            Every request's outcome (ok, HTTP error, lost), when the gateway stopped and
@@ -73,7 +74,9 @@ def call(url: str, user: dict, routing_key: bool = False, timeout: float = 600) 
                              "documents": user["documents"], "rid": None}, headers=headers,
                              timeout=timeout)  # fmt: skip
     latency = time.monotonic() - start
-    response.raise_for_status()
+    if response.status_code != 200:
+        raise requests.HTTPError(f"{response.status_code}: {response.text[:300]}",
+                                 response=response)  # fmt: skip
     answer = response.json()
     results = answer["results"] if isinstance(answer, dict) else answer
     meta = results[0]["meta_info"]
@@ -288,7 +291,9 @@ def main(argv=None) -> int:
         args.model = str(default_model_path())
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     users = users_from_workload(tokenizer, args.users, args.items, args.profile_tokens)
-    serve_args = ["--model-path", args.model, "--device", "cpu", "--dtype", args.dtype]
+    serve_args = ["--model-path", args.model, "--device", "cpu", "--dtype", args.dtype,
+                  "--app", str(ROOT / "benchmarks" / "harness" / "rerank_app.py"),
+                  "--rerank", "fan_rates_it"]  # fmt: skip
     if args.smoke:
         serve_args += ["--max-total-tokens", "4096", "--skip-server-warmup"]
     config = {k: v for k, v in vars(args).items() if k != "out"}
