@@ -88,6 +88,8 @@ def test_device_defaults_never_override_the_users_flags(tmp_path):
     assert "--model-path" not in argv  # --model is SGLang's alias
     assert argv[argv.index("--max-total-tokens") + 1] == "16384"
     assert "--enable-metrics" in argv and argv[argv.index("--device") + 1] == "cpu"
+    assert "--sleep-on-idle" in argv  # an idle CPU server must not spin a core
+    assert "--sleep-on-idle" not in with_defaults([], "cuda", True, "m")
     config = tmp_path / "c.yaml"
     config.write_text("max-total-tokens: 1000\nenable_metrics: true\n")
     argv = with_defaults(["--config", str(config)], "cpu", True, "m")

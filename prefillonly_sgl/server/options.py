@@ -68,7 +68,8 @@ def serve_options_group(parser: argparse.ArgumentParser):
         "is passed to SGLang unchanged. Defaults filled in when not given: --model-path "
         "(the embedded SmolLM2-135M-Instruct), --device (cuda if available, else cpu), "
         "--attention-backend (cpu: torch_native, cuda: flashinfer), --max-total-tokens "
-        f"(cpu: {CPU_DEFAULT_MAX_TOTAL_TOKENS}), --enable-metrics, --enable-cache-report.",
+        f"(cpu: {CPU_DEFAULT_MAX_TOTAL_TOKENS}), --sleep-on-idle (cpu), --enable-metrics, "
+        "--enable-cache-report.",
     )
 
 
@@ -271,6 +272,10 @@ def server_defaults(device: str, metrics: bool = True) -> list[tuple[str, str | 
         defaults += [
             ("--attention-backend", "torch_native"),
             ("--max-total-tokens", str(CPU_DEFAULT_MAX_TOTAL_TOKENS)),
+            # SGLang's scheduler busy-polls while idle: an idle server took a whole core
+            # (two replicas on a 2-core machine starved each other), ~0 with this.
+            # Requests still wake it at once (zmq poll); the Engine sets the same.
+            ("--sleep-on-idle", None),
         ]
     elif device == "cuda":
         defaults += [("--attention-backend", "flashinfer")]
