@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from prefillonly_sgl.replicas.gateway_args import gateway_argv, replica_ports
+from prefillonly_sgl.replicas.gateway_args import gateway_argv, replica_ports, replica_threads
 from prefillonly_sgl.replicas.launcher import ReplicaSet
 
 
@@ -43,3 +43,12 @@ def test_the_replicas_command_refuses_bad_options(capsys):
 
     assert main(["replicas", "--replicas", "0", "--", "--model-path", "m"]) == 2
     assert "at least 1" in capsys.readouterr().out
+
+
+def test_cpu_replicas_split_the_cores_between_them(tmp_path):
+    assert replica_threads(2, 2) == 1 and replica_threads(16, 3) == 5 and replica_threads(1, 4) == 1
+    replica_set = ReplicaSet(["--device", "cpu"], replicas=2, log_dir=tmp_path, env={})
+    threads = replica_set.replicas[0].env["OMP_NUM_THREADS"]
+    assert threads == str(replica_threads(__import__("os").cpu_count(), 2))
+    mine = ReplicaSet(["--device", "cpu"], log_dir=tmp_path, env={"OMP_NUM_THREADS": "7"})
+    assert mine.replicas[0].env["OMP_NUM_THREADS"] == "7"  # the user's setting wins

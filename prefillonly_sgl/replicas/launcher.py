@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from prefillonly_sgl.replicas.gateway_args import gateway_argv, replica_ports
+from prefillonly_sgl.replicas.gateway_args import gateway_argv, replica_ports, replica_threads
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +74,18 @@ def healthy(url: str) -> bool:
             return response.status == 200
     except (urllib.error.URLError, OSError):
         return False
+
+
+def _on_cpu(serve_args: list[str]) -> bool:
+    """Whether the replicas run on the CPU (``--device cpu``, or no GPU here)."""
+    for i, arg in enumerate(serve_args):
+        if arg == "--device" and i + 1 < len(serve_args):
+            return serve_args[i + 1] == "cpu"
+        if arg.startswith("--device="):
+            return arg.split("=", 1)[1] == "cpu"
+    from prefillonly_sgl.device_defaults import detect_device
+
+    return detect_device() == "cpu"
 
 
 class _Process:
@@ -217,6 +229,8 @@ class ReplicaSet:
         self.replica_urls = [f"http://{host}:{p}" for p in replica_ports(port, replicas)]
         self.url = f"http://{host}:{port}"
         env = dict(os.environ if env is None else env)
+        if _on_cpu(serve_args) and "OMP_NUM_THREADS" not in env:
+            env["OMP_NUM_THREADS"] = str(replica_threads(os.cpu_count() or 1, replicas))
         self.replicas = [
             _Process(
                 f"replica {i}",
