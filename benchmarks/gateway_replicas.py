@@ -11,8 +11,9 @@ affinity   MovieLens users (rating histories as the query, candidate films as do
            replicas' caches flushed before each policy. Per round: cached prompt tokens /
            prompt tokens as the replicas report them; mean latency; the answers' largest
            difference from one replica's.
-kill       the cache-aware gateway under `--clients` closed-loop clients for `--seconds`;
-           replica 1 SIGKILLed at a third of the run and restarted by the supervisor.
+kill       the cache-aware gateway, then the consistent-hashing one (routing key: the
+           user), each under `--clients` closed-loop clients for `--seconds`; replica 1
+           SIGKILLed at a third of the run and restarted by the supervisor.
            Every request's outcome (ok, HTTP error, lost), when the gateway stopped and
            resumed routing to the replica, its retries (Prometheus), latency per phase.
 
@@ -27,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import sys
 import tempfile
 import threading
@@ -119,24 +119,30 @@ def affinity(gateways: dict, replica_urls: list[str], users: list[dict], rounds:
 
 
 def retries(metrics_text: str) -> float:
-    """Sum of the gateway's retry counters (smg_*retr*_total series)."""
+    """Requests the gateway retried on another attempt (smg_worker_retries_total, all
+    series)."""
     total = 0.0
     for line in metrics_text.splitlines():
-        if line.startswith("#") or "retr" not in line.split("{")[0].split(" ")[0]:
-            continue
-        match = re.search(r"\s([0-9.eE+-]+)$", line)
-        if match and line.split("{")[0].split(" ")[0].endswith("_total"):
-            total += float(match.group(1))
+        if line.startswith("smg_worker_retries_total"):
+            total += float(line.rsplit(" ", 1)[1])
     return total
 
 
-def kill_run(replica_set: ReplicaSet, users: list[dict], clients: int, seconds: float) -> dict:
+def kill_run(replica_set: ReplicaSet, gateway: Gateway, users: list[dict], clients: int,
+             seconds: float) -> dict:  # fmt: skip
+    """One kill run through ``gateway`` (its policy; consistent hashing with the user as
+    routing key). A client that gets an error waits 0.2 s before its next request."""
     dead = replica_set.replica_urls[1]
+    keyed = gateway.policy == "consistent_hashing"
+    # The replica back in this gateway's rotation (after an earlier run's restart).
+    deadline = time.monotonic() + 600
+    while not gateway.all_registered() and time.monotonic() < deadline:
+        time.sleep(1)
     outcomes: list[dict] = []
     events: dict[str, float] = {}
     stop, done = threading.Event(), threading.Event()
     t0 = time.monotonic()
-    retries_before = retries(replica_set.gateway.metrics())
+    retries_before = retries(gateway.metrics())
 
     def client(k: int) -> None:
         rng = random.Random(k)
@@ -144,18 +150,20 @@ def kill_run(replica_set: ReplicaSet, users: list[dict], clients: int, seconds: 
             user = rng.choice(users)
             start = time.monotonic() - t0
             try:
-                answer = call(replica_set.url, user, timeout=120)
+                answer = call(gateway.url, user, routing_key=keyed, timeout=120)
                 outcomes.append({"t": start, "latency": answer["latency"], "status": "ok"})
             except requests.HTTPError as e:
                 outcomes.append({"t": start, "latency": time.monotonic() - t0 - start,
                                  "status": f"http {e.response.status_code}"})  # fmt: skip
+                time.sleep(0.2)
             except requests.RequestException as e:
                 outcomes.append({"t": start, "latency": time.monotonic() - t0 - start,
                                  "status": f"lost: {type(e).__name__}"})  # fmt: skip
+                time.sleep(0.2)
 
     def monitor() -> None:
         while not done.is_set():
-            healthy = dead in replica_set.gateway.healthy_workers()
+            healthy = dead in gateway.healthy_workers()
             now = time.monotonic() - t0
             if "killed" in events and not healthy and "unrouted" not in events:
                 events["unrouted"] = now
@@ -194,8 +202,9 @@ def kill_run(replica_set: ReplicaSet, users: list[dict], clients: int, seconds: 
             "p50_s": quantile(ok, 0.5) if ok else None,
             "p99_s": quantile(ok, 0.99) if ok else None,
         }
-    metrics = replica_set.gateway.metrics()
+    metrics = gateway.metrics()
     report = {
+        "policy": gateway.policy,
         "retry_series": [x for x in metrics.splitlines() if "retr" in x and not x.startswith("#")],
         "clients": clients,
         "seconds": seconds,
@@ -206,59 +215,77 @@ def kill_run(replica_set: ReplicaSet, users: list[dict], clients: int, seconds: 
         "outcomes": outcomes,
     }
     total = {k: sum(p[k] for p in by_phase.values()) for k in ("requests", "ok", "failed", "lost")}
-    print(f"[kill] {total}; events {events}; gateway retries {report['gateway_retries']:g}")
+    print(f"[kill] {gateway.policy}: {total}; events {events}; "
+          f"gateway retries {report['gateway_retries']:g}")  # fmt: skip
     return report
 
 
-def markdown(config: dict, affinity_report: dict, kill: dict) -> str:
+def markdown(config: dict, affinity_report: dict, kills: list[dict]) -> str:
+    rounds = config["rounds"]
     lines = ["# Replicas behind SGLang's gateway", "", "```", json.dumps(config, indent=1),
              "```", "", "## Prefix affinity (cached-token share per round)", "",
-             "| policy | " + " | ".join(f"round {i + 1}" for i in range(config["rounds"]))
-             + " | mean latency, last round | max abs diff vs one replica |",
-             "|---" * (config["rounds"] + 3) + "|"]  # fmt: skip
+             "Prefill work: tokens computed (prompt - cached) in rounds 2+, relative to "
+             "cache_aware (the same requests for every policy).", "",
+             "| policy | " + " | ".join(f"round {i + 1}" for i in range(rounds))
+             + " | prefill work, rounds 2+ | mean latency, last round "
+             "| max abs diff vs one replica |",
+             "|---" * (rounds + 4) + "|"]  # fmt: skip
+    base = _uncached(affinity_report["cache_aware"]["rounds"][1:])
     for policy, r in affinity_report.items():
         shares = " | ".join(f"{x['cached_share']:.0%}" for x in r["rounds"])
-        lines.append(f"| {policy} | {shares} | {r['rounds'][-1]['mean_latency_s']:.2f} s | "
+        work = _uncached(r["rounds"][1:]) / base if base else float("nan")
+        lines.append(f"| {policy} | {shares} | {work:.2f}x | "
+                     f"{r['rounds'][-1]['mean_latency_s']:.2f} s | "
                      f"{r['max_abs_diff_vs_one_replica']:.1e} |")  # fmt: skip
-    e = kill["events_s"]
-    lines += ["", f"## Replica 1 killed under load ({kill['clients']} clients, "
-              f"{kill['seconds']:g} s)", "",
-              f"Killed at {e['killed']:.1f} s; the gateway stopped routing to it at "
-              f"{e.get('unrouted', float('nan')):.1f} s and took the restarted replica back "
-              f"at {e.get('back', float('nan')):.1f} s. Gateway retries: "
-              f"{kill['gateway_retries']:g}.", "",
-              "| phase | requests | ok | failed (HTTP error) | lost (no answer) | p50 | p99 |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for name, p in kill["phases"].items():
-        lines.append(f"| {name} | {p['requests']} | {p['ok']} | {p['failed']} | {p['lost']} | "
-                     f"{_seconds(p['p50_s'])} | {_seconds(p['p99_s'])} |")  # fmt: skip
+    for kill in kills:
+        e = kill["events_s"]
+        key = " (routing key: the user)" if kill["policy"] == "consistent_hashing" else ""
+        lines += ["", f"## Replica 1 killed under load: {kill['policy']}{key}, "
+                  f"{kill['clients']} clients, {kill['seconds']:g} s", "",
+                  f"Killed at {e['killed']:.1f} s; the gateway stopped routing to it at "
+                  f"{e.get('unrouted', float('nan')):.1f} s and took the restarted replica "
+                  f"back at {e.get('back', float('nan')):.1f} s. Gateway retries: "
+                  f"{kill['gateway_retries']:g}. A client waits 0.2 s after an error.", "",
+                  "| phase | requests | ok | failed (HTTP error) | lost (no answer) | p50 "
+                  "| p99 |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+        for name, p in kill["phases"].items():
+            p50, p99 = _seconds(p["p50_s"]), _seconds(p["p99_s"])
+            lines.append(f"| {name} | {p['requests']} | {p['ok']} | {p['failed']} | "
+                         f"{p['lost']} | {p50} | {p99} |")  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _uncached(rounds: list[dict]) -> float:
+    """Uncached share summed over rounds (each round sends the same prompt tokens)."""
+    return sum(1 - r["cached_share"] for r in rounds)
 
 
 def _seconds(value) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
 
-def plot(kill: dict, path: Path) -> None:
+def plot(kills: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    ok = [o for o in kill["outcomes"] if o["status"] == "ok"]
-    bad = [o for o in kill["outcomes"] if o["status"] != "ok"]
-    ax.scatter([o["t"] for o in ok], [o["latency"] for o in ok], s=8, label="ok")
-    if bad:
-        ax.scatter([o["t"] for o in bad], [o["latency"] for o in bad], s=14, marker="x",
-                   color="red", label="failed / lost")  # fmt: skip
-    for name, style in (("killed", "r--"), ("unrouted", "k:"), ("back", "g--")):
-        if name in kill["events_s"]:
-            ax.axvline(kill["events_s"][name], linestyle=style[1:], color=style[0], label=name)
-    ax.set_xlabel("request sent at (s)")
-    ax.set_ylabel("latency (s)")
-    ax.set_title("One of two replicas SIGKILLed under load (cache_aware gateway)")
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(len(kills), 1, figsize=(8, 3.2 * len(kills)), squeeze=False)
+    for ax, kill in zip(axes[:, 0], kills, strict=True):
+        ok = [o for o in kill["outcomes"] if o["status"] == "ok"]
+        bad = [o for o in kill["outcomes"] if o["status"] != "ok"]
+        ax.scatter([o["t"] for o in ok], [o["latency"] for o in ok], s=8, label="ok")
+        if bad:
+            ax.scatter([o["t"] for o in bad], [o["latency"] for o in bad], s=14, marker="x",
+                       color="red", label=f"failed / lost ({len(bad)})")  # fmt: skip
+        for name, style in (("killed", "r--"), ("unrouted", "k:"), ("back", "g--")):
+            if name in kill["events_s"]:
+                ax.axvline(kill["events_s"][name], linestyle=style[1:], color=style[0],
+                           label=name)  # fmt: skip
+        ax.set_xlabel("request sent at (s)")
+        ax.set_ylabel("latency (s)")
+        ax.set_title(f"One of two replicas SIGKILLed under load ({kill['policy']} gateway)")
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -313,9 +340,10 @@ def main(argv=None) -> int:
             extra[policy].wait_registered()
         gateways = {"cache_aware": replica_set.gateway, **extra}
         affinity_report = affinity(gateways, replica_set.replica_urls, users, args.rounds, 2)
-        for gateway in extra.values():
-            gateway.stop()
-        kill = kill_run(replica_set, users, args.clients, args.seconds)
+        kills = [
+            kill_run(replica_set, gateways[policy], users, args.clients, args.seconds)
+            for policy in ("cache_aware", "consistent_hashing")
+        ]
     finally:
         for gateway in extra.values():
             gateway.stop()
@@ -323,9 +351,9 @@ def main(argv=None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(
-        {"config": config, "affinity": affinity_report, "kill": kill}, indent=1))  # fmt: skip
-    (args.out / "summary.md").write_text(markdown(config, affinity_report, kill))
-    plot(kill, args.out / "kill_timeline.png")
+        {"config": config, "affinity": affinity_report, "kills": kills}, indent=1))  # fmt: skip
+    (args.out / "summary.md").write_text(markdown(config, affinity_report, kills))
+    plot(kills, args.out / "kill_timeline.png")
     print((args.out / "summary.md").read_text())
     return 0
 

@@ -44,6 +44,14 @@ def add_parser(commands) -> None:
     batch.add_argument("--overwrite", action="store_true", help="discard earlier results")
     batch.add_argument("--chunk-size", type=int, default=64, help="records per call (64)")
     batch.add_argument("--no-progress", action="store_true")
+    ray = batch.add_argument_group("on a Ray cluster (pip install 'prefillonly-sgl[ray]')")
+    ray.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+                     help="score on Ray Data with a pool of engine actors (ADDRESS: the "
+                     "cluster's; default: the running one, else a local one); OUTPUT is "
+                     "then a folder of .parquet / .jsonl files")  # fmt: skip
+    ray.add_argument("--replicas", type=int, default=2, help="engine actors (2)")
+    ray.add_argument("--cpus-per-replica", type=float, default=1, help="(1)")
+    ray.add_argument("--gpus-per-replica", type=float, default=0, help="(0; 1 on GPUs)")
     batch.set_defaults(handler=main)
 
 
@@ -102,6 +110,8 @@ def main(args: argparse.Namespace) -> int:
         chunk_size=args.chunk_size,
         progress=not args.no_progress,
     )
+    if args.ray:
+        return _main_ray(args, function, columns)
     try:
         if args.server:
             report = run_batch(function, args.records, args.output, engine=args.server, **options)
@@ -122,4 +132,42 @@ def main(args: argparse.Namespace) -> int:
     print(f"[batch] {report.summary()}")
     for reason in report.error_reasons:
         print(f"[batch]   {reason}")
+    return 0
+
+
+def _main_ray(args: argparse.Namespace, function, columns: dict) -> int:
+    from prefillonly_sgl.errors import PrefillOnlyError
+
+    if args.server:
+        print("prefillonly batch: --ray starts engines on the cluster; drop --server",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        from prefillonly_sgl.batch.ray_runner import run_batch_ray
+    except ImportError:
+        print("prefillonly batch: --ray needs Ray: pip install 'prefillonly-sgl[ray]'",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    engine = {"model": args.model, "device": args.device, "dtype": args.dtype}
+    try:
+        report = run_batch_ray(
+            function,
+            args.records,
+            args.output,
+            engine={k: v for k, v in engine.items() if v is not None},
+            replicas=args.replicas,
+            num_cpus=args.cpus_per_replica,
+            num_gpus=args.gpus_per_replica,
+            columns=columns,
+            keep=args.keep,
+            errors_file=args.errors,
+            chunk_size=args.chunk_size,
+            address=None if args.ray == "auto" else args.ray,
+        )
+    except PrefillOnlyError as e:
+        print(f"prefillonly batch: {e}", file=sys.stderr)
+        return 2
+    print(f"[batch] {report.summary()}")
+    for error in report.errors[:5]:
+        print(f"[batch]   row {error['row']}: {error['reason']}")
     return 0

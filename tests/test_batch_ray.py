@@ -1,0 +1,107 @@
+"""The batch runner on a real local Ray cluster (2 CPUs, two engine actors, tiny random
+Llama in float32): results equal the local runner's row for row, each prefix group is
+computed once per job (the cached tokens equal the local runner's, whose single engine
+computes each prefix once), bad records go to the errors file, results are written with
+Ray Data's writers, and the `prefillonly batch --ray` command runs the same job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from batch_app_example import liked, recommend
+from server_process import serve_env
+
+from prefillonly_sgl import Engine
+from prefillonly_sgl.batch import run_batch
+
+ray = pytest.importorskip("ray", reason="the Ray extra: pip install 'prefillonly-sgl[ray]'")
+
+from prefillonly_sgl.batch.ray_runner import (  # noqa: E402
+    bucket_count,
+    bucket_of,
+    run_batch_ray,
+)
+
+APP = Path(__file__).with_name("batch_app_example.py")
+TOLERANCE = 1e-4
+# Three users (three prefixes, each starting with its own word so no two share a token)
+# with four items each, interleaved as records arrive; one record lacks its item.
+USERS = {"alice": "likes quiet space films", "bob": "watches every cooking show",
+         "carol": "reads about old trains"}  # fmt: skip
+ITEMS = ["Alien", "Heat", "Chef", "Amelie"]
+RECORDS = [{"id": f"{u}-{i}", "profile": f"{u} {about}", "item": item}
+           for i, item in enumerate(ITEMS) for u, about in USERS.items()]  # fmt: skip
+BAD = {"id": "broken", "profile": "dave likes nothing"}  # no item
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # This checkout's package first in the workers too (as for the servers the tests start).
+    env = {"env_vars": {"PYTHONPATH": serve_env()["PYTHONPATH"]}}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=env)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def engine_options(tiny_llama_path):
+    return {"model": str(tiny_llama_path), "device": "cpu", "dtype": "float32",
+            "max_total_tokens": 4096}  # fmt: skip
+
+
+def test_buckets_keep_a_prefix_together():
+    assert bucket_of("abc", 7) == bucket_of("abc", 7)
+    assert bucket_count(10, 2, 512) == 2 and bucket_count(5000, 2, 512) == 10
+
+
+def test_ray_results_equal_the_local_runner_with_each_prefix_computed_once(
+    cluster, engine_options, tmp_path
+):
+    records = RECORDS[:6] + [BAD] + RECORDS[6:]
+    with Engine(**engine_options) as engine:
+        local_out = tmp_path / "local.jsonl"
+        local = run_batch(recommend, records, local_out, engine=engine, keep=["id"],
+                          progress=False)  # fmt: skip
+    local_rows = [json.loads(line) for line in local_out.read_text().splitlines()]
+
+    out = tmp_path / "ray_results.parquet"
+    result = run_batch_ray(recommend, records, out, engine=engine_options, replicas=2,
+                           keep=["id"], bucket_size=4)  # fmt: skip
+    rows = result.results.take_all()
+    assert [r["row"] for r in rows] == [r["row"] for r in local_rows]
+    assert [r["id"] for r in rows] == [r["id"] for r in local_rows]
+    for got, want in zip(rows, local_rows, strict=True):
+        assert abs(got["score"] - want["score"]) < TOLERANCE
+    # The bad record: reported, with the local runner's reason, not scored.
+    assert [e["row"] for e in result.errors] == [6] and "item" in result.errors[0]["reason"]
+    assert result.errors_file.exists() and local.errors == 1
+    # Each user's prefix computed once in the whole job, as on the single local engine.
+    assert result.prompt_tokens == local.prompt_tokens > 0
+    assert result.cached_tokens == local.cached_tokens > 0
+    # Written with Ray Data's Parquet writer: a folder of files, the same rows.
+    assert out.is_dir() and ray.data.read_parquet(str(out)).count() == len(rows)
+
+
+def test_the_batch_command_runs_on_ray(cluster, engine_options, tmp_path):
+    import pandas as pd
+
+    source = tmp_path / "reviews.csv"
+    pd.DataFrame([{"review": "it worked", "drug": "a"}, {"review": "awful", "drug": "b"}]).to_csv(
+        source, index=False
+    )
+    out = tmp_path / "labels.jsonl"
+    address = ray.get_runtime_context().gcs_address
+    command = [sys.executable, "-m", "prefillonly_sgl", "batch", f"{APP}:liked", str(source),
+               str(out), "--model", engine_options["model"], "--device", "cpu", "--dtype",
+               "float32", "--ray", address, "--replicas", "1"]  # fmt: skip
+    done = subprocess.run(command, env=serve_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "scored on Ray" in done.stdout
+    rows = sorted(ray.data.read_json(str(out)).take_all(), key=lambda r: r["row"])
+    assert [r["row"] for r in rows] == [0, 1]
+    assert all(r["label"] in liked.labels.texts for r in rows)
+    assert all(abs(sum(r["probs"].values()) - 1) < 1e-5 for r in rows)
