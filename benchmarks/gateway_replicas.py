@@ -230,7 +230,7 @@ def markdown(config: dict, affinity_report: dict, kills: list[dict]) -> str:
              + " | prefill work, rounds 2+ | mean latency, last round "
              "| max abs diff vs one replica |",
              "|---" * (rounds + 4) + "|"]  # fmt: skip
-    base = _uncached(affinity_report["cache_aware"]["rounds"][1:])
+    base = _uncached(affinity_report["cache_aware"]["rounds"][1:]) if affinity_report else 0
     for policy, r in affinity_report.items():
         shares = " | ".join(f"{x['cached_share']:.0%}" for x in r["rounds"])
         work = _uncached(r["rounds"][1:]) / base if base else float("nan")
@@ -301,6 +301,9 @@ def main(argv=None) -> int:
     parser.add_argument("--clients", type=int, default=4, help="clients in the kill run")
     parser.add_argument("--seconds", type=float, default=90, help="length of the kill run")
     parser.add_argument("--smoke", action="store_true", help="tiny model, a few requests")
+    parser.add_argument("--kill-only", action="store_true", help="skip the affinity rounds")
+    parser.add_argument("--gateway-arg", action="append", default=[],
+                        help="an extra `smg launch` option for every gateway (repeat)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
 
@@ -328,18 +331,22 @@ def main(argv=None) -> int:
 
     logs = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     port = free_port_run(3)
-    replica_set = ReplicaSet(serve_args, replicas=2, port=port, log_dir=logs)
+    extra_args = [a for arg in args.gateway_arg for a in arg.split()]
+    replica_set = ReplicaSet(serve_args, replicas=2, port=port, log_dir=logs,
+                             gateway_args=extra_args)  # fmt: skip
     extra = {}
     print(f"[setup] 2 replicas + 3 gateways (logs: {logs})")
     try:
         replica_set.start()
         for policy in POLICIES[1:]:
             extra[policy] = Gateway("127.0.0.1", free_port(), replica_set.replica_urls,
-                                    policy, logs / f"gateway-{policy}.log")  # fmt: skip
+                                    policy, logs / f"gateway-{policy}.log",
+                                    extra=extra_args)  # fmt: skip
             extra[policy].start()
             extra[policy].wait_registered()
         gateways = {"cache_aware": replica_set.gateway, **extra}
-        affinity_report = affinity(gateways, replica_set.replica_urls, users, args.rounds, 2)
+        affinity_report = {} if args.kill_only else affinity(
+            gateways, replica_set.replica_urls, users, args.rounds, 2)  # fmt: skip
         kills = [
             kill_run(replica_set, gateways[policy], users, args.clients, args.seconds)
             for policy in ("cache_aware", "consistent_hashing")

@@ -7,7 +7,8 @@ gateway when it is the one those routes serve on the replicas (`serve --rerank N
 `serve --classify NAME`) and its call needs no other argument:
 
     a ranker call      -> POST /v1/rerank    {query, documents}: the other shared
-                          arguments must be at their defaults
+                          arguments must be at their defaults; x-smg-routing-key: a hash
+                          of the query (prefix affinity under consistent hashing)
     a classifier job   -> POST /v1/classify  {model, input: [texts]}: one parameter given,
                           the others at their defaults
 
@@ -20,12 +21,13 @@ rows are rebuilt from the label probabilities, exactly as after a /v1/score call
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Callable
 
 from prefillonly_sgl.dsl.job import ClassifyJob, Job, RankJob
 from prefillonly_sgl.errors import InvalidRequestError, PrefillOnlyError
 
-Post = Callable[[str, dict], object]  # (path, JSON body) -> decoded JSON answer
+Post = Callable[..., object]  # (path, JSON body, headers=None) -> decoded JSON answer
 CountUsage = Callable[[int, int], None]  # (prompt tokens, cached tokens) of one request
 CLASSIFY_CHUNK = 64  # texts per /v1/classify request when the job sets no batch size
 
@@ -73,7 +75,11 @@ def _rank_rows(post: Post, job: RankJob, count_usage: CountUsage) -> list[list[f
     # "rid" asks a replica called directly for the same SGLang-shaped answer as the
     # gateway gives (server/ranking_apis.py).
     body = {"query": job.shared["query"], "documents": list(job.items), "rid": None}
-    answer = post("/v1/rerank", body)
+    # A gateway routing by consistent hashing keeps one query on one replica with this
+    # key (and walks to the next healthy replica when that one dies); cache_aware
+    # routing ignores it.
+    key = hashlib.sha1(body["query"].encode()).hexdigest()[:16]
+    answer = post("/v1/rerank", body, headers={"x-smg-routing-key": key})
     results = answer["results"] if isinstance(answer, dict) else answer
     rows: list[list[float] | None] = [None] * len(job.items)
     for result in results:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -43,6 +44,10 @@ class RemoteBackend(Backend):
     tokenizer: a tokenizer object, or a folder / name for AutoTokenizer; None: the
         server's tokenizer path from ``/model_info``, loaded on first use.
     timeout: seconds per HTTP request.
+    unavailable_retries: how often a request answered 503 (an overloaded server, or a
+        gateway with no replica to route to while one restarts) is sent again, after
+        Retry-After or 1, 2, 4, ... s (at most 30 s); scoring is idempotent, so this is
+        safe. 0: never.
     typed_endpoints: call a DSL function's own endpoint when the server has it
         (``prefillonly serve --app``, see app_client.py), or the standard route serving it
         behind a gateway (gateway_client.py); False: always /v1/score.
@@ -54,9 +59,11 @@ class RemoteBackend(Backend):
         tokenizer: Any = None,
         timeout: float = 600.0,
         typed_endpoints: bool = True,
+        unavailable_retries: int = 6,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.unavailable_retries = unavailable_retries
         self.typed_endpoints = typed_endpoints
         self._tokenizer_source = tokenizer
         self._openapi: dict | None = None
@@ -169,23 +176,40 @@ class RemoteBackend(Backend):
             schema = schemas.get(schema["$ref"][len(prefix) :]) or {}
         return schema or None
 
-    def post(self, path: str, body: dict) -> Any:
-        """``POST path`` with a JSON body; the decoded JSON answer."""
-        return self._request("POST", path, body)
+    def post(self, path: str, body: dict, headers: dict | None = None) -> Any:
+        """``POST path`` with a JSON body (and extra headers); the decoded JSON answer."""
+        return self._request("POST", path, body, headers)
 
-    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
+    def _request(
+        self, method: str, path: str, body: dict | None = None, headers: dict | None = None
+    ) -> dict:
+        for attempt in range(self.unavailable_retries + 1):
+            try:
+                return self._request_once(method, path, body, headers)
+            except _Unavailable as e:
+                if attempt == self.unavailable_retries:
+                    raise RemoteBackendError(
+                        f"{self.base_url}{path}: HTTP 503 after {attempt + 1} tries: {e.message}"
+                    ) from None
+                wait = 2.0**attempt if e.retry_after is None else e.retry_after
+                time.sleep(min(30.0, wait))
+        raise AssertionError("unreachable")
+
+    def _request_once(self, method: str, path: str, body, headers) -> dict:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(
             self.base_url + path,
             data=data,
             method=method,
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", **(headers or {})},
         )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as e:
             message = _error_message(e)
+            if e.code == 503:
+                raise _Unavailable(message, _retry_after(e)) from None
             if 400 <= e.code < 500:
                 raise InvalidRequestError(f"{self.base_url}{path}: {message}") from None
             raise RemoteBackendError(f"{self.base_url}{path}: HTTP {e.code}: {message}") from None
@@ -194,6 +218,18 @@ class RemoteBackend(Backend):
 
     def __repr__(self) -> str:
         return f"RemoteBackend({self.base_url!r})"
+
+
+class _Unavailable(Exception):
+    def __init__(self, message: str, retry_after: float | None) -> None:
+        self.message, self.retry_after = message, retry_after
+
+
+def _retry_after(error: urllib.error.HTTPError) -> float | None:
+    try:
+        return float(error.headers.get("Retry-After"))
+    except (TypeError, ValueError):
+        return None
 
 
 def _error_message(error: urllib.error.HTTPError) -> str:
