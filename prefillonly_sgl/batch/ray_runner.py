@@ -7,8 +7,8 @@ pool of engine actors, for jobs beyond one machine.
 The driver reads the records (anything ``run_batch`` reads, or a Ray Dataset) and
 prepares them exactly as the local runner does (arguments validated, bad records to the
 errors file, each record's prompt prefix). Records are then put in buckets by prefix
-(every record of one prefix in one bucket; buckets ~``bucket_size`` records) and Ray
-Data's ``groupby(bucket).map_groups`` hands whole buckets to an actor pool of
+(every record of one prefix in one bucket; buckets ~``bucket_size`` records), one Ray
+Data block each, and ``map_batches`` hands whole blocks to an actor pool of
 ``replicas`` engines (``concurrency``, each with ``num_cpus`` / ``num_gpus``), each
 engine started once per actor. An actor scores its bucket in prefix order, ``chunk_size``
 records per call, with the local runner's bisection of refused chunks, so each prefix is
@@ -83,6 +83,7 @@ class _Scorer:
         self.chunk_size, self.retries = chunk_size, retries
 
     def __call__(self, bucket: dict) -> dict:
+        """Scores one bucket (a whole block: ``prepared`` records)."""
         from prefillonly_sgl.batch.runner import BatchReport, _score
         from prefillonly_sgl.dsl.backends import resolve_backend
 
@@ -196,22 +197,30 @@ def run_batch_ray(
     from ray import cloudpickle  # the user's module by value, where _ship_by_value said so
 
     buckets = bucket_count(len(prepared), replicas, bucket_size)
-    items = [{"bucket": bucket_of(p.prefix, buckets), "prepared": cloudpickle.dumps(p)}
-             for p in prepared]  # fmt: skip
+    by_bucket: dict[int, list[bytes]] = {}
+    for p in prepared:
+        by_bucket.setdefault(bucket_of(p.prefix, buckets), []).append(cloudpickle.dumps(p))
     scored_rows = []
     prompt_tokens = cached_tokens = 0
-    if items:
-        dataset = ray.data.from_items(items)
+    if by_bucket:
+        # One block per bucket, each handed whole to an actor (batch_size=None). The
+        # buckets are made here rather than with Ray's groupby: its shuffle needs CPUs of
+        # its own beside the actors' (on a cluster the actors fill, it never runs).
+        import pyarrow as pa
+
+        blocks = [pa.table({"prepared": pa.array(items, pa.binary())})
+                  for items in by_bucket.values()]  # fmt: skip
         scored = (
-            dataset.groupby("bucket")
-            .map_groups(
+            ray.data.from_arrow(blocks)
+            .map_batches(
                 _Scorer,
                 fn_constructor_args=(
                     cloudpickle.dumps(task),
                     dict(engine or {}),
                     chunk_size,
                     retries,
-                ),
+                ),  # fmt: skip
+                batch_size=None,
                 batch_format="numpy",
                 concurrency=replicas,
                 num_cpus=num_cpus,
