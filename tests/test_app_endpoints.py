@@ -66,9 +66,9 @@ class RecordingBackend(RemoteBackend):
         super().__init__(*args, **kwargs)
         self.paths: list[str] = []
 
-    def _request(self, method, path, body=None):
+    def _request(self, method, path, body=None, headers=None):
         self.paths.append(path)
-        return super()._request(method, path, body)
+        return super()._request(method, path, body, headers)
 
 
 def post(server, path, body):
@@ -224,7 +224,8 @@ def test_remote_backend_falls_back_to_v1_score(server, via_score):
     backend = RecordingBackend(server.url, tokenizer=via_score.tokenizer)
     assert sentiment("ok", engine=backend).label in ("good", "bad")
     assert spam("win money", engine=backend).label in ("Yes", "No")
-    assert backend.paths == ["/openapi.json", "/v1/score", "/v1/score"]
+    # /workers once: the backend checks whether it talks to a gateway (gateway_client.py)
+    assert backend.paths == ["/openapi.json", "/workers", "/v1/score", "/v1/score"]
     assert not via_score.serves(app.sentiment)  # typed_endpoints=False
 
 
