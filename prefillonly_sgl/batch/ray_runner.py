@@ -54,11 +54,12 @@ class RayBatchResult:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None
 
     def summary(self) -> str:
-        rate = self.scored / self.seconds if self.seconds > 0 else 0.0
-        share = self.cache_hit_share
-        hits = "" if share is None else f", prefix-cache hits {share:.0%} of prompt tokens"
+        from prefillonly_sgl.batch.runner import rate_and_hits
+
         where = f" -> {self.output}" if self.output else ""
-        return f"{self.scored} scored on Ray ({rate:.1f}/s{hits}), {len(self.errors)} errors{where}"
+        return (
+            f"{self.scored} scored on Ray ({rate_and_hits(self)}), {len(self.errors)} errors{where}"
+        )
 
 
 def bucket_of(prefix: str, buckets: int) -> int:

@@ -58,13 +58,19 @@ class BatchReport:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None
 
     def summary(self) -> str:
-        rate = self.scored / self.seconds if self.seconds > 0 else 0.0
-        share = self.cache_hit_share
-        hits = "" if share is None else f", prefix-cache hits {share:.0%} of prompt tokens"
         return (
-            f"{self.scored} scored ({rate:.1f}/s{hits}), {self.skipped} already done, "
+            f"{self.scored} scored ({rate_and_hits(self)}), {self.skipped} already done, "
             f"{self.errors} errors ({self.errors_file if self.errors else 'none'}) -> {self.output}"
         )
+
+
+def rate_and_hits(report) -> str:
+    """ "12.3/s, prefix-cache hits 86% of prompt tokens" for a report with scored, seconds
+    and cache_hit_share (the local and the Ray runner's)."""
+    rate = report.scored / report.seconds if report.seconds > 0 else 0.0
+    share = report.cache_hit_share
+    hits = "" if share is None else f", prefix-cache hits {share:.0%} of prompt tokens"
+    return f"{rate:.1f}/s{hits}"
 
 
 def run_batch(
