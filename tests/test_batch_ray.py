@@ -20,11 +20,7 @@ from prefillonly_sgl.batch import run_batch
 
 ray = pytest.importorskip("ray", reason="the Ray extra: pip install 'prefillonly-sgl[ray]'")
 
-from prefillonly_sgl.batch.ray_runner import (  # noqa: E402
-    bucket_count,
-    bucket_of,
-    run_batch_ray,
-)
+from prefillonly_sgl.batch.ray_runner import bucket_count, bucket_of  # noqa: E402
 
 APP = Path(__file__).with_name("batch_app_example.py")
 TOLERANCE = 1e-4
@@ -58,6 +54,15 @@ def test_buckets_keep_a_prefix_together():
     assert bucket_count(10, 2, 512) == 2 and bucket_count(5000, 2, 512) == 10
 
 
+def test_the_ray_executor_needs_engine_options_not_an_engine(engine_options):
+    from prefillonly_sgl.errors import InvalidRequestError
+
+    with pytest.raises(InvalidRequestError, match="keyword arguments"):
+        run_batch(recommend, RECORDS, "x.parquet", executor="ray", engine="http://x:1")
+    with pytest.raises(InvalidRequestError, match="'local' or 'ray'"):
+        run_batch(recommend, RECORDS, "x.parquet", executor="dask")
+
+
 def test_ray_results_equal_the_local_runner_with_each_prefix_computed_once(
     cluster, engine_options, tmp_path
 ):
@@ -69,8 +74,8 @@ def test_ray_results_equal_the_local_runner_with_each_prefix_computed_once(
     local_rows = [json.loads(line) for line in local_out.read_text().splitlines()]
 
     out = tmp_path / "ray_results.parquet"
-    result = run_batch_ray(recommend, records, out, engine=engine_options, replicas=2,
-                           keep=["id"], bucket_size=4)  # fmt: skip
+    result = run_batch(recommend, records, out, executor="ray", engine=engine_options,
+                       keep=["id"], ray={"replicas": 2, "bucket_size": 4})  # fmt: skip
     rows = result.results.take_all()
     assert [r["row"] for r in rows] == [r["row"] for r in local_rows]
     assert [r["id"] for r in rows] == [r["id"] for r in local_rows]

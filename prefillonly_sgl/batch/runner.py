@@ -88,6 +88,8 @@ def run_batch(
     window: int = DEFAULT_WINDOW,
     retries: int = 2,
     progress: bool = True,
+    executor: str = "local",
+    ray: dict | None = None,
 ) -> BatchReport:
     """Scores every record with ``function`` (a DSL classifier or ranker) into ``output``.
 
@@ -98,8 +100,25 @@ def run_batch(
         with its input ``row`` (from 0). An existing output of the same job is resumed:
         finished rows are never scored again; ``overwrite=True`` starts afresh.
     errors_file: where bad records go (default ``<output>.errors.jsonl``).
-    engine: an Engine, a server URL or a Backend (default: ``prefillonly.use``'s).
+    engine: an Engine, a server URL or a Backend (default: ``prefillonly.use``'s); with
+        ``executor="ray"``, the keyword arguments of each actor's Engine (a dict).
+    executor: "local" (this process) or "ray": the same job on Ray Data with a pool of
+        engine actors (ray_runner.run_batch_ray; ``ray``: its options, e.g.
+        ``{"replicas": 4, "num_gpus": 1, "address": ...}``); returns its RayBatchResult.
     """
+    if executor == "ray":
+        if engine is not None and not isinstance(engine, dict):
+            raise InvalidRequestError(
+                "executor='ray' starts its engines on the cluster: pass engine= as the "
+                "Engine's keyword arguments (a dict), not an engine or a URL"
+            )
+        from prefillonly_sgl.batch.ray_runner import run_batch_ray
+
+        return run_batch_ray(function, records, output, engine=engine, columns=columns,
+                             keep=keep, errors_file=errors_file, chunk_size=chunk_size,
+                             retries=retries, **(ray or {}))  # fmt: skip
+    if executor != "local":
+        raise InvalidRequestError(f"executor must be 'local' or 'ray', got {executor!r}")
     if chunk_size < 1 or window < 1 or retries < 0:
         raise InvalidRequestError("chunk_size and window must be >= 1, retries >= 0")
     task = task_for(function, columns, keep)
