@@ -171,21 +171,25 @@ def test_a_killed_replica_does_not_take_the_service_down(replicas):
     dead = replica_set.replica_urls[1]
     try:
         replica_set.kill_replica(1)
-        outcomes = []  # (gateway still lists the dead replica as healthy, status)
+        # smg 1.13 may answer a fast 503 no_available_workers while a replica is down
+        # (benchmarks/README.md); the DSL's client resends those, as any client should.
+        client = RemoteBackend(replica_set.url)
+        outcomes = []  # (gateway still lists the dead replica as healthy, outcome)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             listed_healthy = dead in replica_set.gateway.healthy_workers()
-            response = requests.post(f"{replica_set.url}/v1/rerank",
-                                     json={"query": QUERIES[1], "documents": DOCUMENTS},
-                                     timeout=120)  # fmt: skip
-            outcomes.append((listed_healthy, response.status_code))
+            try:
+                client.post("/v1/rerank", {"query": QUERIES[1], "documents": DOCUMENTS})
+                outcomes.append((listed_healthy, "ok"))
+            except Exception as e:  # noqa: BLE001 - every failure is reported below
+                outcomes.append((listed_healthy, f"{type(e).__name__}: {e}"))
             if not listed_healthy and sum(1 for o in outcomes if not o[0]) >= 5:
                 break
-        after = [status for healthy, status in outcomes if not healthy]
-        before = [status for healthy, status in outcomes if healthy]
+        after = [outcome for healthy, outcome in outcomes if not healthy]
+        before = [outcome for healthy, outcome in outcomes if healthy]
         print(f"while the gateway listed the dead replica: {before}; after: {after}")
         assert len(after) >= 5, "the gateway never stopped routing to the killed replica"
-        assert after == [200] * len(after)
+        assert after == ["ok"] * len(after)
         # The supervisor restarted it and the gateway takes it back.
         deadline = time.monotonic() + 240
         while dead not in replica_set.gateway.healthy_workers():
