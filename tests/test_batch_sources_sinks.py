@@ -114,7 +114,7 @@ def test_a_record_that_keeps_failing_aborts_once_without_retrying_its_whole_chun
     """A chunk refused as invalid is split; when a half then fails for another reason its
     retries are the job's: the abort is not caught and the chunk not retried again."""
     from prefillonly_sgl.batch import BatchAborted
-    from prefillonly_sgl.batch.runner import BatchReport, _score
+    from prefillonly_sgl.batch.scoring import BatchReport, score_chunk
     from prefillonly_sgl.batch.tasks import Prepared
 
     class Refusing:  # plain stand-in for a task (no engine needed)
@@ -126,5 +126,5 @@ def test_a_record_that_keeps_failing_aborts_once_without_retrying_its_whole_chun
     chunk = [Prepared(row, {}, None, "", {}) for row in range(2)]
     report = BatchReport(Path("out"), Path("errors"))
     with pytest.raises(BatchAborted, match="rerun the same job"):
-        _score(Refusing(), None, chunk, report, retries=1)
+        score_chunk(Refusing(), None, chunk, report, retries=1)
     assert report.calls == 3  # the pair once, then the first half twice

@@ -90,7 +90,8 @@ def parse_columns(pairs: list[str]) -> dict[str, str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from prefillonly_sgl.batch.runner import BatchAborted, run_batch
+    from prefillonly_sgl.batch.runner import run_batch
+    from prefillonly_sgl.batch.scoring import BatchAborted
     from prefillonly_sgl.batch.sources import check_source
     from prefillonly_sgl.errors import PrefillOnlyError
 

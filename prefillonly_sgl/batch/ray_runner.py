@@ -54,7 +54,7 @@ class RayBatchResult:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None
 
     def summary(self) -> str:
-        from prefillonly_sgl.batch.runner import rate_and_hits
+        from prefillonly_sgl.batch.scoring import rate_and_hits
 
         where = f" -> {self.output}" if self.output else ""
         return (
@@ -85,7 +85,7 @@ class _Scorer:
 
     def __call__(self, bucket: dict) -> dict:
         """Scores one bucket (a whole block: ``prepared`` records)."""
-        from prefillonly_sgl.batch.runner import BatchReport, _score
+        from prefillonly_sgl.batch.scoring import BatchReport, score_chunk
         from prefillonly_sgl.dsl.backends import resolve_backend
 
         prepared = sorted((pickle.loads(b) for b in bucket["prepared"]), key=lambda p: p.prefix)
@@ -95,7 +95,7 @@ class _Scorer:
         rows, payloads, failed = [], [], []
         for start in range(0, len(prepared), self.chunk_size):
             chunk = prepared[start : start + self.chunk_size]
-            results, errors = _score(self.task, backend, chunk, report, self.retries)
+            results, errors = score_chunk(self.task, backend, chunk, report, self.retries)
             rows += [r["row"] for r in results]
             payloads += [json.dumps(r, default=str) for r in results]
             failed += [json.dumps({"row": row, "reason": why}) for row, why in errors]

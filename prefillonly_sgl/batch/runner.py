@@ -15,11 +15,12 @@ saved: a rerun resumes where it stopped (sinks.py).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
+# BatchAborted and BatchReport are part of this module's API (re-exported).
+from prefillonly_sgl.batch.scoring import BatchAborted, BatchReport, score_chunk
 from prefillonly_sgl.batch.sinks import ResultWriter
 from prefillonly_sgl.batch.sources import (
     RecordError,
@@ -29,48 +30,12 @@ from prefillonly_sgl.batch.sources import (
 )
 from prefillonly_sgl.batch.tasks import Prepared, Task, task_for
 from prefillonly_sgl.dsl.backends import resolve_backend
-from prefillonly_sgl.errors import InvalidRequestError, PrefillOnlyError
+from prefillonly_sgl.errors import InvalidRequestError
+
+__all__ = ["BatchAborted", "BatchReport", "run_batch"]
 
 DEFAULT_CHUNK = 64  # records per call to the backend: a smooth progress bar, full batches
 DEFAULT_WINDOW = 4096  # records ordered by prefix at a time (memory stays bounded)
-
-
-class BatchAborted(PrefillOnlyError, RuntimeError):
-    """The backend kept failing; the results so far are saved and a rerun resumes."""
-
-
-@dataclass
-class BatchReport:
-    output: Path
-    errors_file: Path
-    records: int = 0  # rows seen in the input
-    scored: int = 0  # scored by this run
-    skipped: int = 0  # already in the output or the errors file from an earlier run
-    errors: int = 0  # reported to the errors file by this run
-    calls: int = 0  # calls to the backend (chunks, and the halves of refused chunks)
-    prompt_tokens: int = 0  # as the engine / server reported them (0: not reported)
-    cached_tokens: int = 0
-    seconds: float = 0.0
-    error_reasons: list[str] = field(default_factory=list)  # the first few
-
-    @property
-    def cache_hit_share(self) -> float | None:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None
-
-    def summary(self) -> str:
-        return (
-            f"{self.scored} scored ({rate_and_hits(self)}), {self.skipped} already done, "
-            f"{self.errors} errors ({self.errors_file if self.errors else 'none'}) -> {self.output}"
-        )
-
-
-def rate_and_hits(report) -> str:
-    """ "12.3/s, prefix-cache hits 86% of prompt tokens" for a report with scored, seconds
-    and cache_hit_share (the local and the Ray runner's)."""
-    rate = report.scored / report.seconds if report.seconds > 0 else 0.0
-    share = report.cache_hit_share
-    hits = "" if share is None else f", prefix-cache hits {share:.0%} of prompt tokens"
-    return f"{rate:.1f}/s{hits}"
 
 
 def run_batch(
@@ -180,38 +145,11 @@ def _run_window(task, backend, pending, originals, writer, report, bar, chunk_si
     pending = sorted(pending, key=lambda p: p.prefix)  # stable: same prefix, input order
     for start in range(0, len(pending), chunk_size):
         chunk = pending[start : start + chunk_size]
-        results, errors = _score(task, backend, chunk, report, retries)
+        results, errors = score_chunk(task, backend, chunk, report, retries)
         writer.write(results)
         report.scored += len(results)
         bar.update(len(results))
         _report_errors(writer, report, bar, [(row, why, originals.get(row)) for row, why in errors])
-
-
-def _score(task: Task, backend, chunk: list[Prepared], report: BatchReport, retries: int):
-    """(results, [(row, reason)]) for a chunk; a refused chunk is split to find the bad
-    record(s); other failures are retried, then abort the job."""
-    for attempt in range(retries + 1):
-        report.calls += 1
-        try:
-            return task.score(backend, chunk), []
-        except InvalidRequestError as e:
-            if len(chunk) == 1:
-                return [], [(chunk[0].row, str(e))]
-            half = len(chunk) // 2
-            first = _score(task, backend, chunk[:half], report, retries)
-            second = _score(task, backend, chunk[half:], report, retries)
-            return first[0] + second[0], first[1] + second[1]
-        except BatchAborted:  # a half already used up its retries: do not retry the whole
-            raise
-        except (PrefillOnlyError, OSError, RuntimeError) as e:
-            if attempt == retries:
-                raise BatchAborted(
-                    f"scoring rows {chunk[0].row}..{chunk[-1].row} failed {retries + 1} times "
-                    f"({type(e).__name__}: {e}); {report.scored} rows of this run are saved: "
-                    "rerun the same job to resume"
-                ) from e
-            time.sleep(min(30.0, 2.0**attempt))
-    raise AssertionError("unreachable")
 
 
 def _report_errors(writer, report: BatchReport, bar, errors) -> None:
