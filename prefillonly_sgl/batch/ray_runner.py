@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prefillonly_sgl.batch.sinks import write_errors
 from prefillonly_sgl.batch.sources import RecordError, check_source, read_records
 from prefillonly_sgl.batch.tasks import Prepared, task_for
 from prefillonly_sgl.errors import InvalidRequestError
@@ -92,28 +93,25 @@ class _Scorer:
         backend = resolve_backend(self.engine)
         before = (backend.prompt_tokens, backend.cached_tokens)
         report = BatchReport(Path("-"), Path("-"))
-        rows, payloads, failed = [], [], []
+        rows, kinds, payloads = [], [], []
         for start in range(0, len(prepared), self.chunk_size):
             chunk = prepared[start : start + self.chunk_size]
             results, errors = score_chunk(self.task, backend, chunk, report, self.retries)
-            rows += [r["row"] for r in results]
-            payloads += [json.dumps(r, default=str) for r in results]
-            failed += [json.dumps({"row": row, "reason": why}) for row, why in errors]
-        # Failures ride along as rows of their own (kind "error"); the tokens of the whole
-        # bucket on its first row, so the driver can add them up.
-        kinds = ["result"] * len(rows) + ["error"] * len(failed)
-        tokens = [0] * len(kinds)
-        cached = [0] * len(kinds)
-        if kinds:
+            for r in results:
+                rows.append(r["row"])
+                kinds.append("result")
+                payloads.append(json.dumps(r, default=str))
+            for row, why in errors:  # failures ride along as rows of their own
+                rows.append(row)
+                kinds.append("error")
+                payloads.append(json.dumps({"row": row, "reason": why}))
+        # The tokens of the whole bucket on its first row, so the driver can add them up.
+        tokens, cached = [0] * len(rows), [0] * len(rows)
+        if rows:
             tokens[0] = backend.prompt_tokens - before[0]
             cached[0] = backend.cached_tokens - before[1]
-        return {
-            "row": rows + [json.loads(f)["row"] for f in failed],
-            "kind": kinds,
-            "payload": payloads + failed,
-            "prompt_tokens": tokens,
-            "cached_tokens": cached,
-        }
+        return {"row": rows, "kind": kinds, "payload": payloads, "prompt_tokens": tokens,
+                "cached_tokens": cached}  # fmt: skip
 
     def __del__(self) -> None:
         engine = getattr(self, "engine", None)
@@ -243,14 +241,13 @@ def run_batch_ray(
                 scored_rows.append(payload)
     scored_rows.sort(key=lambda r: r["row"])
     errors.sort(key=lambda e: e["row"])
-    results = ray.data.from_items(scored_rows) if scored_rows else ray.data.from_items([])
+    results = ray.data.from_items(scored_rows)
     out_path = _write(results, output) if output is not None and scored_rows else None
     errors_path = None
     if errors:
         errors_path = Path(errors_file) if errors_file else _errors_path(output)
-        with open(errors_path, "w") as f:
-            for e in errors:
-                f.write(json.dumps(e, default=str) + "\n")
+        errors_path.unlink(missing_ok=True)  # this run's errors only (no resume on Ray)
+        write_errors(errors_path, [(e["row"], e["reason"], e["record"]) for e in errors])
     return RayBatchResult(results, errors, count, len(scored_rows), prompt_tokens,
                           cached_tokens, time.perf_counter() - started, out_path,
                           errors_path)  # fmt: skip

@@ -76,8 +76,7 @@ class ResultWriter:
         _write_lines(self.journal, rows)
 
     def write_errors(self, errors: list[tuple[int, str, Any]]) -> None:
-        lines = [{"row": r, "reason": reason, "record": _echo(x)} for r, reason, x in errors]
-        _write_lines(self.errors_path, lines)
+        write_errors(self.errors_path, errors)
 
     def finish(self) -> int:
         """Writes the output in row order; returns its number of rows."""
@@ -101,6 +100,12 @@ class ResultWriter:
         os.replace(temporary, self.path)
         self.journal.unlink(missing_ok=True)
         return len(rows)
+
+
+def write_errors(path: Path, errors: list[tuple[int, str, Any]]) -> None:
+    """Appends (row, reason, record) lines to an errors file, the record's texts cut."""
+    lines = [{"row": r, "reason": reason, "record": _echo(x)} for r, reason, x in errors]
+    _write_lines(path, lines)
 
 
 def _write_lines(path: Path, rows: list[dict], mode: str = "a") -> None:
