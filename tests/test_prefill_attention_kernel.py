@@ -15,6 +15,7 @@ from prefillonly_sgl.attention.plan import (
     Span,
     plan_groups,
     plan_query_blocks,
+    plan_shared_prefix,
 )
 
 H, HKV, D = 6, 2, 16
@@ -185,5 +186,131 @@ def test_bfloat16(limits):
     )
     out = torch.empty_like(q)
     ExtendAttention(spans, slots, limits=limits)(q, k, v, k_pool, v_pool, None, out)
+    want = expected(spans, slots, q, k, v, k_pool, v_pool, D**-0.5)
+    assert (out.double() - want).abs().max().item() < 2e-2
+
+
+def make_shared_batch(shared_prefix, new_lens, others=(), seed=7, dtype=torch.float32):
+    """Requests whose cached prefixes are the SAME pool slots (hits on one prefix, as the
+    radix cache hands them out), then `others` (prefix_len, n_new) with their own."""
+    spans, slots, q, k, v, k_pool, v_pool = make_batch(
+        [shared_prefix] + [p for p, _ in others],
+        [new_lens[0]] + [n for _, n in others],
+        seed=seed,
+        dtype=dtype,
+    )
+    gen = torch.Generator().manual_seed(seed + 1)
+    n_heads, n_kv_heads = q.shape[1], k.shape[1]
+    extra = sum(new_lens[1:])
+    q = torch.cat(
+        [
+            q[: new_lens[0]],
+            torch.randn(extra, n_heads, D, generator=gen, dtype=dtype),
+            q[new_lens[0] :],
+        ]
+    )
+    k = torch.cat(
+        [
+            k[: new_lens[0]],
+            torch.randn(extra, n_kv_heads, D, generator=gen, dtype=dtype),
+            k[new_lens[0] :],
+        ]
+    )
+    v = torch.cat(
+        [
+            v[: new_lens[0]],
+            torch.randn(extra, n_kv_heads, D, generator=gen, dtype=dtype),
+            v[new_lens[0] :],
+        ]
+    )
+    shared_spans, start = [], 0
+    for n in new_lens:
+        shared_spans.append(Span(start, shared_prefix, n))
+        start += n
+    other_spans = [Span(start + s.q_start - new_lens[0], s.prefix_len, s.n_new) for s in spans[1:]]
+    return (
+        shared_spans + other_spans,
+        [slots[0]] * len(new_lens) + slots[1:],
+        q,
+        k,
+        v,
+        k_pool,
+        v_pool,
+    )
+
+
+@pytest.mark.parametrize(
+    "new_lens, others",
+    [
+        ([20, 20, 20, 20], []),  # k equal items behind one prefix: dense own part
+        ([30, 7, 1, 25, 64], []),  # items of different lengths: padded own runs
+        ([12, 40], [(0, 33), (25, 9)]),  # a shared group beside a cold request and another hit
+        ([1, 1, 1], []),  # one new token each
+    ],
+)
+@pytest.mark.parametrize("limits", [Limits(), GROUPS], ids=str)
+def test_shared_prefix_group_matches_naive_attention(new_lens, others, limits):
+    spans, slots, q, k, v, k_pool, v_pool = make_shared_batch(60, new_lens, others)
+    attention = ExtendAttention(spans, slots, limits=limits)
+    assert [sorted(g.group.members) for g in attention.shared] == [list(range(len(new_lens)))]
+    out = torch.full_like(q, float("nan"))
+    attention(q, k, v, k_pool, v_pool, D**-0.5, out)
+    want = expected(spans, slots, q, k, v, k_pool, v_pool, D**-0.5)
+    assert (out.double() - want).abs().max().item() < 1e-5
+    got = attention(q, k, v, k_pool, v_pool, None)  # without `out` too
+    assert (got.double() - want).abs().max().item() < 1e-5
+
+
+def test_shared_prefix_group_out_of_order_rows_and_bf16_pool():
+    """Members not adjacent in the batch (another request between them), a bf16 pool."""
+    spans, slots, q, k, v, k_pool, v_pool = make_shared_batch(50, [10, 14], [(30, 6)])
+    spans = [spans[0], Span(10, 30, 6), Span(16, 50, 14)]  # shared, other, shared
+    slots = [slots[0], slots[2], slots[0]]
+    attention = ExtendAttention(spans, slots)
+    assert [g.group.members for g in attention.shared] == [(0, 2)]
+    assert not attention.shared[0].contiguous
+    out = torch.empty_like(q)
+    attention(q, k, v, k_pool.bfloat16(), v_pool.bfloat16(), None, out)
+    want = expected(
+        spans, slots, q, k, v, k_pool.bfloat16().float(), v_pool.bfloat16().float(), D**-0.5
+    )
+    assert (out.double() - want).abs().max().item() < 1e-5
+
+
+def test_equal_prefix_lengths_in_different_slots_are_not_shared():
+    """Two hits of the same length on different prefixes (other users) stay apart."""
+    spans, slots, q, k, v, k_pool, v_pool = make_batch([40, 40], [10, 10])
+    attention = ExtendAttention(spans, slots)
+    assert attention.shared == []
+    out = torch.empty_like(q)
+    attention(q, k, v, k_pool, v_pool, None, out)
+    want = expected(spans, slots, q, k, v, k_pool, v_pool, D**-0.5)
+    assert (out.double() - want).abs().max().item() < 1e-5
+
+
+def test_plan_shared_prefix_runs():
+    news = [300, 290, 10, 10, 10, 10]
+    spans, start = [], 0
+    for n in news:
+        spans.append(Span(start, 100, n))
+        start += n
+    spans.append(Span(start, 0, 9))
+    limits = Limits(padding_slack=1000)
+    rest, groups = plan_shared_prefix(spans, ["u1"] * len(news) + [None], limits)
+    assert rest == [len(news)]
+    (group,) = groups
+    assert group.prefix_len == 100 and sorted(group.members) == list(range(len(news)))
+    assert sorted(i for run in group.own_runs for i in run) == list(range(len(news)))
+    assert len(group.own_runs) == 2  # the short items do not all pad to 300
+    for run in group.own_runs:  # padding at most doubles a run's causal area
+        padded = len(run) * max(news[i] for i in run) ** 2
+        assert padded <= 2 * sum(news[i] ** 2 for i in run)
+    assert plan_shared_prefix(spans[:3], ["a", "b", "c"]) == ([0, 1, 2], [])
+
+
+def test_bfloat16_shared_prefix():
+    spans, slots, q, k, v, k_pool, v_pool = make_shared_batch(80, [25, 25, 9], dtype=torch.bfloat16)
+    out = torch.empty_like(q)
+    ExtendAttention(spans, slots)(q, k, v, k_pool, v_pool, None, out)
     want = expected(spans, slots, q, k, v, k_pool, v_pool, D**-0.5)
     assert (out.double() - want).abs().max().item() < 2e-2

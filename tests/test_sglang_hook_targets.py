@@ -75,6 +75,7 @@ def test_every_hook_table_target_is_listed():
     from sglang.srt.plugins.hook_registry import HookType
 
     from prefillonly_sgl.sglang_runtime import offline_engine, reusable_prefix
+    from prefillonly_sgl.sglang_runtime.forward_profile import scheduler_process as profile
     from prefillonly_sgl.sglang_runtime.hybrid_prefill import scheduler_process as hybrid
     from prefillonly_sgl.sglang_runtime.jct_scheduler import scheduler_process as jct
     from prefillonly_sgl.sglang_runtime.memory_probe import scheduler_process as probe
@@ -87,6 +88,7 @@ def test_every_hook_table_target_is_listed():
         jct.HOOKS,
         hybrid.HOOKS,
         probe.HOOKS,
+        profile.HOOKS,
     ]
     for table in tables:
         for target, (hook_type, hook) in table.items():

@@ -15,9 +15,17 @@ when P == 0 (cold request). Otherwise the mask is given explicitly, and to keep 
 for long requests the queries are split into blocks: block [s, e) reads keys
 [0, P + e) and needs a mask only over its own last e - s keys.
 
-Small requests are batched: the fused kernel's fixed cost per call (~2-10 ms on the
-2-core dev machine, measured) dominates a 100-token item, so requests of similar size are
-padded to one shape and run as one call with a per-request mask.
+Requests behind the same cached prefix (one user's items, scored together) share it:
+their attention is split in two exact parts merged by log-sum-exp: every member's queries
+against the prefix keys, gathered once, in ONE unmasked call (the kernel's best case: G x
+sum(n_new) query rows per KV head, no mask), and each member's queries against its own new
+keys (causal, members of similar length padded into one call: top-left causal keeps the
+padding out of real rows). Without this, k items behind one prefix gathered it k times and
+ran k masked calls: a batch cost more than the same items one by one.
+
+Other small requests are batched too: the fused kernel's fixed cost per call (~2-10 ms on
+the 2-core dev machine, measured) dominates a 100-token item, so requests of similar size
+are padded to one shape and run as one call with a per-request mask.
 """
 
 from __future__ import annotations
@@ -98,6 +106,66 @@ def plan_query_blocks(
         end = min(n_new, start + block)
         blocks.append(QueryBlock(start, end, prefix_len + end, MaskKind.TAIL))
     return blocks
+
+
+@dataclass(frozen=True)
+class SharedPrefixGroup:
+    """Requests (indices into the batch's spans) behind one identical cached prefix: the
+    prefix part is one call; the own parts run in `own_runs` (members of similar new
+    length, each run one padded causal call)."""
+
+    members: tuple[int, ...]
+    prefix_len: int
+    own_runs: tuple[tuple[int, ...], ...]
+
+
+def plan_shared_prefix(
+    spans: list[Span], prefix_keys: list, limits: Limits = DEFAULT_LIMITS
+) -> tuple[list[int], list[SharedPrefixGroup]]:
+    """Splits off the requests that share a cached prefix with another one.
+
+    prefix_keys: per request, a hashable identity of its cached prefix (equal keys: the
+    same pool slots), or None. Returns (the other requests' indices, the groups). A run of
+    own parts pads members to the longest new length while that at most doubles the run's
+    own-part area (or adds at most `padding_slack` pairs).
+    """
+    by_key: dict = {}
+    for i, (span, key) in enumerate(zip(spans, prefix_keys)):
+        if key is not None and span.prefix_len > 0 and span.n_new > 0:
+            by_key.setdefault(key, []).append(i)
+    grouped: set[int] = set()
+    groups = []
+    for members in by_key.values():
+        if len(members) < 2:
+            continue
+        grouped.update(members)
+        groups.append(
+            SharedPrefixGroup(
+                members=tuple(members),
+                prefix_len=spans[members[0]].prefix_len,
+                own_runs=_own_runs(spans, members, limits),
+            )
+        )
+    rest = [i for i in range(len(spans)) if i not in grouped]
+    return rest, groups
+
+
+def _own_runs(spans: list[Span], members: list[int], limits: Limits) -> tuple:
+    """Members sorted by new length, cut where padding to the run's longest would more
+    than double the causal area n^2 / 2 of the run."""
+    order = sorted(members, key=lambda i: spans[i].n_new, reverse=True)
+    runs, current = [], []
+    for i in order:
+        candidate = current + [i]
+        n_max = spans[candidate[0]].n_new
+        padded = len(candidate) * n_max * n_max
+        useful = sum(spans[j].n_new ** 2 for j in candidate)
+        if current and padded > 2 * useful and padded > useful + limits.padding_slack:
+            runs.append(tuple(current))
+            candidate = [i]
+        current = candidate
+    runs.append(tuple(current))
+    return tuple(runs)
 
 
 @dataclass(frozen=True)

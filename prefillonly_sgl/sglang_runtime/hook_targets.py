@@ -220,6 +220,10 @@ HOOK_TARGETS: dict[str, str] = {
         "AROUND: memory resident before each extend forward and its peak (memory budget)"
     ),
     "sglang.srt.model_executor.forward_batch_info.ForwardMode.is_extend": "probe: extends only",
+    # -- forward profile (sglang_runtime/forward_profile/scheduler_process.py, benchmarks) --
+    "sglang.srt.managers.scheduler.Scheduler.run_batch": (
+        "AROUND: wall time of an extend step (forward, then the label logprobs)"
+    ),
     "sglang.srt.mem_cache.common.release_kv_cache": (
         "stock; caches and frees [0, kv_committed_len), hence the boundary above"
     ),

@@ -17,6 +17,7 @@ import logging
 import os
 
 from prefillonly_sgl import features
+from prefillonly_sgl.sglang_runtime.forward_profile import PROFILE_ENV
 from prefillonly_sgl.sglang_runtime.memory_probe import PROBE_ENV
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ FEATURES: dict[str, str] = {
 # whose environment sets their variable: only prefillonly's own calibration runs do.
 INSTRUMENTS: dict[str, str] = {
     PROBE_ENV: "prefillonly_sgl.sglang_runtime.memory_probe:register",
+    PROFILE_ENV: "prefillonly_sgl.sglang_runtime.forward_profile:register",
 }
 
 

@@ -1,0 +1,29 @@
+"""Forward profile (an instrument, not a feature): when PREFILLONLY_FORWARD_PROFILE names a
+file, the scheduler appends one JSON line per extend batch: its requests' prefix and new
+tokens, the wall seconds of the scheduler's step (the forward, the label logprobs), of
+the forward itself, of the attention plan, and of each kind of module inside the forward
+(linear layers, attention, norms, rotary, activation, logits). Set by
+benchmarks/forward_profile.py, in an engine of its own; the module timers add ~1 ms per
+forward.
+
+    scheduler_process.py     the hooks around Scheduler.run_batch and ModelRunner.forward
+"""
+
+from __future__ import annotations
+
+import os
+
+from prefillonly_sgl.sglang_runtime.hooks import register_hooks
+
+PROFILE_ENV = "PREFILLONLY_FORWARD_PROFILE"
+
+
+def requested(environ=os.environ) -> bool:
+    return bool(environ.get(PROFILE_ENV))
+
+
+def register() -> None:
+    """Plugin entry (every SGLang process; acts in the scheduler, where the model runs)."""
+    from prefillonly_sgl.sglang_runtime.forward_profile import scheduler_process
+
+    register_hooks("forward_profile.scheduler_process", scheduler_process.HOOKS)
