@@ -97,6 +97,25 @@ def test_device_defaults_never_override_the_users_flags(tmp_path):
     assert "--enable-metrics" not in with_defaults([], "cuda", False, "m")
 
 
+def test_cpu_dtype_auto_is_the_folders_own_never_float16(tmp_path):
+    """SGLang's "auto" runs a float32 folder in float16, which has no fast CPU kernels
+    (3.5x slower than float32 here): on CPU, serve and the Engine ask for the folder's."""
+    from prefillonly_sgl.device_defaults import resolve_dtype, sglang_engine_args
+
+    (tmp_path / "config.json").write_text('{"torch_dtype": "float32"}')
+    model = str(tmp_path)
+    assert resolve_dtype(model, "cpu", "auto") == "float32"
+    assert resolve_dtype(model, "cpu", "bfloat16") == "bfloat16"  # the user's choice
+    assert resolve_dtype(model, "cuda", "auto") == "auto"  # float16 is fast there
+    assert resolve_dtype(tmp_path / "missing", "cpu", "auto") == "auto"
+    assert sglang_engine_args(model, "cpu", dtype="auto")["dtype"] == "float32"
+    argv = with_defaults(["--model-path", model], "cpu", True, None)
+    assert argv[argv.index("--dtype") + 1] == "float32"
+    argv = with_defaults(["--model", model, "--dtype", "bfloat16"], "cpu", True, None)
+    assert argv.count("--dtype") == 1 and "bfloat16" in argv
+    assert "--dtype" not in with_defaults([], "cuda", True, model)
+
+
 # -- request checks --------------------------------------------------------------------------
 
 

@@ -97,17 +97,24 @@ class ExtendAttention:
         tokens of all requests).
     prefix_slots: per request, the pool slots of its cached prefix (prefix_len long), or
         None when prefix_len == 0.
+    shared_prefix: requests behind the same prefix slots run as shared-prefix groups
+        (False: each on its own, for A/B measurements).
     """
 
     def __init__(
-        self, spans: list[Span], prefix_slots: list, device="cpu", limits: Limits = DEFAULT_LIMITS
+        self,
+        spans: list[Span],
+        prefix_slots: list,
+        device="cpu",
+        limits: Limits = DEFAULT_LIMITS,
+        shared_prefix: bool = True,
     ) -> None:
         self.spans = spans
         self.prefix_slots = prefix_slots
         self.stack_heads_below = limits.stack_heads_below
         self.shared: list[_SharedGroup] = []
         others = list(range(len(spans)))
-        if _FLASH_WITH_LSE is not None and torch.device(device).type == "cpu":
+        if shared_prefix and _FLASH_WITH_LSE is not None and torch.device(device).type == "cpu":
             others, shared = plan_shared_prefix(spans, _prefix_keys(prefix_slots), limits)
             self.shared = [_SharedGroup(g, spans, prefix_slots, device) for g in shared]
         rest = [spans[i] for i in others]

@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from prefillonly_sgl.device_defaults import folder_dtype
 from prefillonly_sgl.scheduler.jct_model import FitReport, JctModel, Sample
 
 FORMAT = 1
@@ -22,11 +23,9 @@ def resolved_dtype(model_path: str | Path, dtype: str) -> str:
     """dtype as the engine runs it: "auto" is the folder's own (config.json)."""
     if dtype != "auto":
         return dtype
-    try:
-        config = json.loads((Path(model_path) / "config.json").read_text())
-    except (OSError, ValueError):
+    if not (Path(model_path) / "config.json").exists():
         return "auto"
-    return str(config.get("torch_dtype") or config.get("dtype") or "float32")
+    return folder_dtype(model_path) or "float32"
 
 
 # Runtime features that leave a prompt's job time as it is: the scheduler itself, and

@@ -11,7 +11,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from prefillonly_sgl.device_defaults import CPU_DEFAULT_MAX_TOTAL_TOKENS
+from prefillonly_sgl.device_defaults import CPU_DEFAULT_MAX_TOTAL_TOKENS, resolve_dtype
 from prefillonly_sgl.scheduler.settings import JCT_POLICY
 
 DEFAULT_MAX_PENDING_REQUESTS = 256
@@ -68,7 +68,8 @@ def serve_options_group(parser: argparse.ArgumentParser):
         "is passed to SGLang unchanged. Defaults filled in when not given: --model-path "
         "(the embedded SmolLM2-135M-Instruct), --device (cuda if available, else cpu), "
         "--attention-backend (cpu: torch_native, cuda: flashinfer), --max-total-tokens "
-        f"(cpu: {CPU_DEFAULT_MAX_TOTAL_TOKENS}), --sleep-on-idle (cpu), --enable-metrics, "
+        f"(cpu: {CPU_DEFAULT_MAX_TOTAL_TOKENS}), --dtype (cpu: the model folder's own, never "
+        "float16), --sleep-on-idle (cpu), --enable-metrics, "
         "--enable-cache-report.",
     )
 
@@ -298,4 +299,13 @@ def with_defaults(
     for flag, value in server_defaults(device, metrics):
         if flag not in given:
             added += [flag] if value is None else [flag, value]
+    model = (
+        flag_value(sglang_argv, "--model-path")
+        or flag_value(sglang_argv, "--model")  # SGLang's alias
+        or default_model
+    )
+    if "--dtype" not in given and model is not None:
+        dtype = resolve_dtype(model, device, "auto")  # cpu: the folder's, never float16
+        if dtype != "auto":
+            added += ["--dtype", dtype]
     return list(sglang_argv) + added

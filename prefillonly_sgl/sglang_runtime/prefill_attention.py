@@ -27,6 +27,9 @@ would.
 
 Debugging: PREFILLONLY_ATTENTION_LOG=<file> appends one line per extend batch with the
 plan (which requests ran alone, in how many blocks, and which were batched).
+PREFILLONLY_SHARED_PREFIX_ATTENTION=0 turns the shared-prefix groups off (each hit then
+gathers and attends to its prefix on its own, as before): for A/B measurements
+(benchmarks/forward_profile.py).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from prefillonly_sgl.kv.policy import DROPPED_SLOT
 from prefillonly_sgl.sglang_runtime.prefill_kv.scheduler_process import active_in_this_process
 
 LOG_ENV = "PREFILLONLY_ATTENTION_LOG"
+SHARED_PREFIX_ENV = "PREFILLONLY_SHARED_PREFIX_ATTENTION"
 _SUPPORTED_MODES = (ForwardMode.EXTEND, ForwardMode.MIXED)
 
 
@@ -90,7 +94,8 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
             spans.append(Span(start, prefix_len, n_new))
             slots.append(req_to_token[pool_index, :prefix_len].long() if prefix_len else None)
             start += n_new
-        attention = ExtendAttention(spans, slots, device=self.device)
+        shared = os.environ.get(SHARED_PREFIX_ENV, "1") != "0"
+        attention = ExtendAttention(spans, slots, device=self.device, shared_prefix=shared)
         _log_plan(attention)
         return attention
 
@@ -164,9 +169,11 @@ def _log_plan(attention: ExtendAttention) -> None:
     spans = [(s.prefix_len, s.n_new) for s in attention.spans]
     alone = {i: len(blocks) for i, blocks in attention.alone}
     groups = [list(g.group.members) for g in attention.groups]
+    shared = [list(g.group.members) for g in attention.shared]
     with open(path, "a") as f:
         f.write(
-            f"prefill_attention spans(prefix,new)={spans} alone(blocks)={alone} groups={groups}\n"
+            f"prefill_attention spans(prefix,new)={spans} alone(blocks)={alone} groups={groups}"
+            f" shared_prefix={shared}\n"
         )
 
 
