@@ -5,7 +5,7 @@
     .venv/bin/python benchmarks/workload_curves.py --workload recommendation --smoke  # tiny
 
 For each system (benchmarks/harness/servers.py: stock SGLang under fcfs / lpm /
-shortest-prefill-first, prefillonly-sgl, and prefillonly-sgl with one feature off in turn),
+shortest-prefill-first / hrrn, prefillonly-sgl, and prefillonly-sgl with one feature off in turn),
 one real server at a time on localhost, the prefix cache flushed before every run:
 
   burst      every request of the workload at once (wall time, mean, P99); for `ours` also
@@ -49,8 +49,8 @@ LOOSE = 2
 # Hybrid prefilling and prefill-only KV change nothing at 1-2k-token prompts under a 32k
 # pool (measured: benchmarks/README.md), so their ablations run only when asked for
 # (--systems all): each system costs ~4 minutes on the 2-core CPU.
-DEFAULT_SYSTEMS = ["stock-fcfs", "stock-lpm", "stock-spf", "ours", "ours-no-jct",
-                   "ours-no-attention"]  # fmt: skip
+DEFAULT_SYSTEMS = ["stock-fcfs", "stock-lpm", "stock-spf", "stock-hrrn", "ours",
+                   "ours-no-jct", "ours-no-attention"]  # fmt: skip
 
 # CPU defaults (default model, bfloat16, 2 cores): each finishes in ~20 minutes. Rates
 # step by 1.4x from about half of stock SGLang's saturation to past ours'.
@@ -59,7 +59,7 @@ DEFAULTS = {
         groups=8,
         per_group=8,
         prefix_tokens=1000,
-        load_factors=[0.5, 0.7, 1, 1.4, 2, 2.8, 4],
+        load_factors=[0.5, 0.7, 1, 1.4, 2, 2.8, 4, 5.6],
         p99_bound=5.0,
         run_seconds=20,
         min_requests=12,

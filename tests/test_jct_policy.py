@@ -221,3 +221,29 @@ def test_profile_key_ignores_features_that_leave_job_time_as_it_is(tmp_path):
     assert profile_key(tmp_path, "cpu", "auto", same) == base
     assert base["dtype"] == "bfloat16" and base["features"] == ["prefill_attention", "prefill_kv"]
     assert profile_key(tmp_path, "cpu", "auto", ["prefill_attention"]) != base
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_the_built_in_models_pack_cache_hits_and_run_a_cold_profile_alone(dtype):
+    """With each dtype's built-in model, short items behind a cached 1k-token profile are
+    one batch (measured: 8 of them together cost 0.5x eight alone), and an uncached
+    1k-token profile runs alone. (The float32 model used for every dtype before predicted
+    bfloat16 hits as long jobs, so they ran one by one.)"""
+    model = jct_model.default_model(dtype)
+    profile = tokens(1, 1000)
+    hits = [job(f"hit{i}", 1030 + i, cached=1000, prefix=profile) for i in range(8)]
+    cold = job("cold", 1030, prefix=tokens(50_000, 1000))
+    plan = JctPolicy(model, aging=1.0, token_budget=16384).plan(hits + [cold])
+    assert sorted(plan.batch) == sorted(h.key for h in hits)
+    plan = JctPolicy(model, aging=1.0, token_budget=16384).plan([cold, job("x", 1030)])
+    assert len(plan.batch) == 1
+
+
+def test_resolve_settings_takes_the_engines_dtype_model(tmp_path, monkeypatch):
+    from prefillonly_sgl.scheduler.settings import resolve_settings
+
+    monkeypatch.setenv("PREFILLONLY_CACHE", str(tmp_path / "cache"))  # no saved profiles
+    (tmp_path / "config.json").write_text('{"torch_dtype": "float32"}')
+    for dtype, expected in (("auto", "float32"), ("bfloat16", "bfloat16")):
+        settings = resolve_settings(tmp_path, "cpu", dtype, ["prefill_attention"])
+        assert settings.model == jct_model.DEFAULTS[expected]

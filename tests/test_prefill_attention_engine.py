@@ -7,6 +7,7 @@ the engine runs stock SGLang attention (the log stays empty)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 
@@ -79,6 +80,21 @@ def test_cache_hit_computes_only_the_item_and_matches(setup):
     prefixes = [int(p) for p in re.findall(r"\((\d+), \d+\)", plans)]
     assert len(prefixes) == len(OTHER_ITEMS), plans
     assert min(prefixes) >= profile_tokens - 2, plans  # the profile was not recomputed
+
+
+def test_hits_behind_one_prefix_share_its_attention_and_match(setup):
+    """Items behind the cached profile run as one batch whose attention to the profile is
+    one shared-prefix group (plan log), and still equal transformers (1e-4)."""
+    engine, ref, labels, log_path = setup
+    engine.score(PROFILE, ITEMS[:1], labels)  # cached
+    seen: list = []
+    _new_log_lines(log_path, seen)
+    items = [f"Item: gadget number {i}. Relevant?" for i in range(4)] + OTHER_ITEMS
+    got = engine.score(PROFILE, items, labels).scores
+    assert max_abs_diff(got, ref.score(PROFILE, items, labels)) < TOLERANCE
+    plans = _new_log_lines(log_path, seen)
+    shared = [json.loads(re.search(r"shared_prefix=(\[.*\])", line).group(1)) for line in plans]
+    assert any(groups and len(groups[0]) >= 2 for groups in shared), plans
 
 
 def test_same_request_twice_is_identical(setup):

@@ -21,6 +21,8 @@ STOCK = {  # SGLang as shipped: its scheduling policies
     "stock-fcfs": ["--schedule-policy", "fcfs"],
     "stock-lpm": ["--schedule-policy", "lpm"],
     "stock-spf": ["--schedule-policy", "shortest-prefill-first"],
+    # highest response-ratio next: (wait + prefill) / prefill, cache-aware like lpm
+    "stock-hrrn": ["--schedule-policy", "hrrn"],
 }
 OURS = {  # prefillonly serve, with one feature off in turn
     "ours": [],

@@ -12,7 +12,8 @@ A prefill-only request's cost is known before it runs. For a batch of requests, 
 The last two are the attention term (new * cached + new^2 / 2 pairs of tokens).
 `prefillonly profile` measures batches on the running engine and fits the four numbers by
 non-negative least squares: every cost grows with tokens, so a fit on a noisy machine can
-never predict a longer prompt as cheaper. Without a profile DEFAULT applies.
+never predict a longer prompt as cheaper. Without a profile the built-in model of the
+engine's dtype applies (DEFAULTS).
 """
 
 from __future__ import annotations
@@ -58,17 +59,31 @@ class JctModel:
         return values
 
 
-# Without a profile: the default model (SmolLM2-135M, float32) as `prefillonly profile`
-# measured it on the 2-core CPU development machine with prefill-only attention and KV
-# (R^2 0.992, benchmarks/README.md). Only the ratios matter for the order; the scale
-# matters for aging (seconds waited against seconds predicted). Run `prefillonly profile`
-# once per model, device and dtype for real numbers.
-DEFAULT = JctModel(
-    per_batch=0.023,
-    per_token=6.0e-3,
-    per_token_cached=2.0e-6,
-    per_token_squared=4.5e-7,
-)
+# Without a profile: the default model (SmolLM2-135M) as `prefillonly profile` measured it
+# on the 2-core CPU development machine with prefill-only attention and KV, per dtype
+# (2026-11-24, 25 batches each: cold and cached prompts of 128-2048 tokens, 1-16 hits
+# behind one cached prefix; R^2 0.998 / 0.996 / 0.998, benchmarks/README.md). Only the
+# ratios matter for the order and for whether a batch pays; the scale matters for aging
+# (seconds waited against seconds predicted). Run `prefillonly profile` once per model,
+# device and dtype for real numbers.
+DEFAULTS = {
+    "float32": JctModel(
+        per_batch=0.1095, per_token=1.435e-3, per_token_cached=4.17e-7, per_token_squared=3.70e-7
+    ),
+    "bfloat16": JctModel(
+        per_batch=0.0628, per_token=7.89e-4, per_token_cached=5.60e-7, per_token_squared=2.98e-7
+    ),
+    # No fast float16 kernels on this CPU: ~4x float32's time per token.
+    "float16": JctModel(
+        per_batch=0.0467, per_token=5.68e-3, per_token_cached=1.90e-6, per_token_squared=7.07e-7
+    ),
+}
+DEFAULT = DEFAULTS["float32"]
+
+
+def default_model(dtype: str) -> JctModel:
+    """The built-in model for a dtype ("auto" or another: float32's)."""
+    return DEFAULTS.get(dtype, DEFAULT)
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,14 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from prefillonly_sgl.scheduler.jct_model import DEFAULT, JctModel
+from prefillonly_sgl.scheduler.jct_model import DEFAULT, JctModel, default_model
 from prefillonly_sgl.scheduler.policy import DEFAULT_AGING, DEFAULT_LONG_FACTOR, DEFAULT_SIZE_RATIO
-from prefillonly_sgl.scheduler.profiles import find_profile, load_profile, profile_key
+from prefillonly_sgl.scheduler.profiles import (
+    find_profile,
+    load_profile,
+    profile_key,
+    resolved_dtype,
+)
 
 SETTINGS_ENV = "PREFILLONLY_JCT_SETTINGS"
 JCT_POLICY = "jct"  # --schedule-policy jct / Engine(schedule_policy="jct"): the default
@@ -57,9 +62,11 @@ def resolve_settings(
 ) -> JctSettings:
     """The settings an engine starts with: the profile given, else the saved profile of
     this model / device / dtype / runtime features (`prefillonly profile` writes it), else
-    the default model; aging None: DEFAULT_AGING."""
+    the built-in model of that dtype; aging None: DEFAULT_AGING."""
     if profile is not None:
         model = load_profile(profile)
     else:
-        model = find_profile(profile_key(model_path, device, dtype, features)) or DEFAULT
+        model = find_profile(profile_key(model_path, device, dtype, features)) or default_model(
+            resolved_dtype(model_path, dtype)
+        )
     return JctSettings(model=model, aging=DEFAULT_AGING if aging is None else aging)
