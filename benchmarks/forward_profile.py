@@ -4,17 +4,19 @@
     .venv/bin/python benchmarks/forward_profile.py                 # ~4 min on the 2-core CPU
     .venv/bin/python benchmarks/forward_profile.py --dtype float32
 
-Two engines on the default model, one after the other, SGLang's fcfs order (so k items
-sent in one call run as ONE extend batch): "before", prefill-only attention with every
-hit attending to its prefix on its own (PREFILLONLY_SHARED_PREFIX_ATTENTION=0, the path
-before issue 22), and "after", hits behind one cached prefix as a shared-prefix group.
+Two engines on the default model, both running, taking turns call by call on the same
+prompts (an idle engine sleeps; drifts in the machine's speed hit both alike), SGLang's
+fcfs order (so k items sent in one call run as ONE extend batch): "before", prefill-only
+attention with every hit attending to its prefix on its own
+(PREFILLONLY_SHARED_PREFIX_ATTENTION=0, the path before issue 22), and "after", hits
+behind one cached prefix as a shared-prefix group.
 Each scores, behind a cached prefix of P random tokens, k items of n tokens in one call
 (k = 1, 2, 4, 8, 16), for (P, n) = (1000, 30): MovieLens-like film lines, and (1500,
 128); then cold prompts of 1k and 2k tokens. The forward-profile instrument
 (sglang_runtime/forward_profile/) records, per extend batch, the scheduler step, the
 forward, the attention plan and each kind of module inside it.
 
-The floor, measured in this process after the engines: the four linear layers at the
+The floor, measured in this process after the sweep: the four linear layers at the
 batch's tokens (matmuls of the model's shapes, a weight set per layer as in the model, so
 small batches pay for reading the weights) plus its attention at the fused SDPA
 kernel's own rate, times the layers. Attention for hits: all the batch's queries
@@ -45,17 +47,26 @@ KINDS = ("linear", "attention", "norm", "rotary", "activation", "logits", "embed
 SYSTEMS = {"before": "0", "after": "1"}
 
 
-def run_engine(name: str, dtype: str, reps: int, profile: Path) -> list[dict]:
-    """Scores the sweep on a fresh engine; returns one row per measured call, each with
-    the forward profile of its (single) extend batch."""
+def start_engine(name: str, dtype: str, profile: Path):
+    """An engine for `name`; its scheduler inherits the two variables at start."""
     import prefillonly_sgl
 
     os.environ["PREFILLONLY_FORWARD_PROFILE"] = str(profile)
     os.environ["PREFILLONLY_SHARED_PREFIX_ATTENTION"] = SYSTEMS[name]
     profile.unlink(missing_ok=True)
-    engine = prefillonly_sgl.Engine(dtype=dtype, schedule_policy="fcfs", max_total_tokens=32768)
+    try:
+        return prefillonly_sgl.Engine(dtype=dtype, schedule_policy="fcfs", max_total_tokens=32768)
+    finally:
+        del os.environ["PREFILLONLY_FORWARD_PROFILE"]
+        del os.environ["PREFILLONLY_SHARED_PREFIX_ATTENTION"]
+
+
+def run_sweep(engines: dict, profiles: dict, reps: int) -> list[dict]:
+    """The sweep on both engines at once, taking turns call by call on the same prompts
+    (an idle engine sleeps), so drifts in the machine's speed hit both alike. One row per
+    measured call, with the forward profile of its extend batch(es)."""
     rng = random.Random(0)
-    vocab = engine.tokenizer.vocab_size
+    vocab = next(iter(engines.values())).tokenizer.vocab_size
 
     def ids(n):
         return [rng.randrange(1000, vocab - 1) for _ in range(n)]
@@ -64,25 +75,24 @@ def run_engine(name: str, dtype: str, reps: int, profile: Path) -> list[dict]:
     rows = []
 
     def timed(kind, prefix, items, **key):
-        lines_before = _lines(profile)
-        start = time.perf_counter()
-        engine.score(prefix, items, labels)
-        seconds = time.perf_counter() - start
-        batches = _lines(profile)[len(lines_before) :]
-        rows.append(dict(system=name, kind=kind, call_s=seconds, batches=batches, **key))
+        for name, engine in engines.items():
+            lines_before = _lines(profiles[name])
+            start = time.perf_counter()
+            engine.score(prefix, items, labels)
+            seconds = time.perf_counter() - start
+            batches = _lines(profiles[name])[len(lines_before) :]
+            rows.append(dict(system=name, kind=kind, call_s=seconds, batches=batches, **key))
 
-    try:
-        for prefix_len, n in HIT_SHAPES:
-            prefix = ids(prefix_len)
+    for prefix_len, n in HIT_SHAPES:
+        prefix = ids(prefix_len)
+        for engine in engines.values():
             engine.score(prefix, [ids(8)], labels)  # cache the prefix
+        for _ in range(reps):
             for k in KS:
-                for _ in range(reps):
-                    timed("hit", prefix, [ids(n) for _ in range(k)], P=prefix_len, n=n, k=k)
+                timed("hit", prefix, [ids(n) for _ in range(k)], P=prefix_len, n=n, k=k)
+    for _ in range(reps):
         for length in COLD:
-            for _ in range(reps):
-                timed("cold", ids(length), [ids(8)], P=0, n=length + 8, k=1)
-    finally:
-        engine.shutdown()
+            timed("cold", ids(length), [ids(8)], P=0, n=length + 8, k=1)
     return rows
 
 
@@ -227,11 +237,17 @@ def main() -> None:
 
     config = json.loads((Path(default_model_path()) / "config.json").read_text())
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for system in SYSTEMS:
-            print(f"[forward_profile] {system} ...", flush=True)
-            rows += run_engine(system, args.dtype, args.reps, Path(tmp) / f"{system}.jsonl")
+        profiles = {name: Path(tmp) / f"{name}.jsonl" for name in SYSTEMS}
+        engines = {}
+        try:
+            for name in SYSTEMS:
+                engines[name] = start_engine(name, args.dtype, profiles[name])
+            print("[forward_profile] sweep, engines taking turns ...", flush=True)
+            rows = run_sweep(engines, profiles, args.reps)
+        finally:
+            for engine in engines.values():
+                engine.shutdown()
     print("[forward_profile] floor ...", flush=True)
     floor = floors(args.dtype, config, args.reps)
     load = os.getloadavg()[0]

@@ -16,6 +16,7 @@ from conftest import max_abs_diff
 
 from prefillonly_sgl import STOCK_SGLANG, Engine
 from prefillonly_sgl.reference import TransformersReference
+from prefillonly_sgl.sglang_runtime.forward_profile import PROFILE_ENV
 from prefillonly_sgl.sglang_runtime.prefill_attention import LOG_ENV
 
 TOLERANCE = 1e-4
@@ -40,7 +41,12 @@ def _start(path, log_path, **kwargs):
 @pytest.fixture(scope="module")
 def setup(tiny_llama_path, tmp_path_factory):
     log_path = tmp_path_factory.mktemp("attention-log") / "plan.log"
-    engine = _start(tiny_llama_path, log_path)
+    # the forward-profile instrument rides along (benchmarks/forward_profile.py's engines)
+    os.environ[PROFILE_ENV] = str(log_path.with_name("forward-profile.jsonl"))
+    try:
+        engine = _start(tiny_llama_path, log_path)
+    finally:
+        del os.environ[PROFILE_ENV]
     ref = TransformersReference(tiny_llama_path)
     labels = [ref.tokenizer.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
     yield engine, ref, labels, log_path
@@ -95,6 +101,24 @@ def test_hits_behind_one_prefix_share_its_attention_and_match(setup):
     plans = _new_log_lines(log_path, seen)
     shared = [json.loads(re.search(r"shared_prefix=(\[.*\])", line).group(1)) for line in plans]
     assert any(groups and len(groups[0]) >= 2 for groups in shared), plans
+
+
+def test_forward_profile_records_each_extend_batch(setup):
+    """The instrument's line per extend batch: the requests' prefix / new tokens, and
+    seconds of the step, the forward and the module kinds inside it (which cannot add up
+    to more than the forward)."""
+    engine, ref, labels, log_path = setup
+    profile = log_path.with_name("forward-profile.jsonl")
+    before = len(profile.read_text().splitlines()) if profile.exists() else 0
+    engine.score(PROFILE, ITEMS[:2], labels)
+    records = [json.loads(line) for line in profile.read_text().splitlines()[before:]]
+    assert records, "no extend batch was profiled"
+    assert sum(len(r["new"]) for r in records) == 2
+    for r in records:
+        assert len(r["prefix"]) == len(r["new"]) and min(r["new"]) > 0
+        assert 0 < r["forward_s"] <= r["step_s"]
+        assert {"linear", "attention", "norm"} <= set(r["modules_s"])
+        assert sum(r["modules_s"].values()) <= r["forward_s"]
 
 
 def test_same_request_twice_is_identical(setup):
