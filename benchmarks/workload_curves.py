@@ -69,7 +69,7 @@ DEFAULTS = {
         groups=8,
         per_group=2,
         prefix_tokens=1500,
-        load_factors=[0.7, 1, 1.4, 2],
+        load_factors=[0.7, 1, 1.4, 2, 2.8, 4],
         p99_bound=20.0,
         run_seconds=20,
         min_requests=6,
@@ -312,8 +312,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.report:  # re-render a saved run
         saved = json.loads((args.out / "results.json").read_text())
-        for key in ("model_name", "dtype", "groups", "per_group", "prefix_tokens"):
+        for key in ("model_name", "dtype"):
             setattr(args, key, saved["args"][key])
+        for key in ("groups", "per_group", "prefix_tokens"):  # saved as text
+            setattr(args, key, int(saved["args"][key]))
         for key in ("p99_bound",):
             setattr(args, key, float(saved["args"][key]))
         args.rates = sorted({row["rate"] for r in saved["results"] for row in r["poisson"]})

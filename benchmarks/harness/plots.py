@@ -14,6 +14,7 @@ STYLE = {  # stock dashed, ours solid; the full system stands out
     "stock-fcfs": dict(color="tab:blue", linestyle="--", marker="o"),
     "stock-lpm": dict(color="tab:cyan", linestyle="--", marker="s"),
     "stock-spf": dict(color="tab:green", linestyle="--", marker="^"),
+    "stock-hrrn": dict(color="tab:olive", linestyle="--", marker="v"),
 }
 
 
