@@ -303,7 +303,8 @@ class _SharedGroup:
         for i, s in zip(group.members, member_spans):
             local_start[i] = start
             start += s.n_new
-        # per own run: (n_max, members' (local start, n_new), padded index -> local row)
+        # per own run: (members, padded length, their rows in the padded call, the same
+        # rows in the group's local order, whether both orders coincide: no copies)
         self.runs = []
         for run in group.own_runs:
             n_max = spans[run[0]].n_new
