@@ -25,9 +25,12 @@ from prefillonly_sgl.batch.ray_runner import bucket_count, bucket_of  # noqa: E4
 APP = Path(__file__).with_name("batch_app_example.py")
 TOLERANCE = 1e-4
 # Three users (three prefixes, each starting with its own word so no two share a token)
-# with four items each, interleaved as records arrive; one record lacks its item.
-USERS = {"alice": "likes quiet space films", "bob": "watches every cooking show",
-         "carol": "reads about old trains"}  # fmt: skip
+# with four items each, interleaved as records arrive; one record lacks its item. The
+# profiles are long enough (>= 64 tokens) for the JCT scheduler to treat each as a prefix
+# group: one item computes it, the others follow as cache hits, so the cached tokens are
+# the same in every run (short shared prefixes are batched, hits then depend on timing).
+USERS = {"alice": "likes quiet space films. " * 12, "bob": "watches every cooking show. " * 12,
+         "carol": "reads about old trains. " * 12}  # fmt: skip
 ITEMS = ["Alien", "Heat", "Chef", "Amelie"]
 RECORDS = [{"id": f"{u}-{i}", "profile": f"{u} {about}", "item": item}
            for i, item in enumerate(ITEMS) for u, about in USERS.items()]  # fmt: skip

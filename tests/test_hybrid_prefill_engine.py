@@ -15,7 +15,11 @@ from prefillonly_sgl import Engine
 from prefillonly_sgl.sglang_runtime.hybrid_prefill.scheduler_process import LOG_ENV
 
 TOLERANCE = 1e-4  # vs transformers
-SAME = 1e-6  # chunked vs unchunked: the same values up to float rounding
+# chunked vs unchunked: the same values up to float rounding. 1e-5, not 1e-6: the
+# scheduler may batch a call's items differently in the two engines (timing), and a
+# batch's hits behind one prefix sum their attention in another order (shared-prefix
+# groups): ~1e-6 apart in float32 probabilities.
+SAME = 1e-5
 POOL = 4096
 
 QUERY = "User profile: likes science fiction, history books and long walks.\n" * 6
