@@ -88,8 +88,12 @@ def test_ray_results_equal_the_local_runner_with_each_prefix_computed_once(
     assert [e["row"] for e in result.errors] == [6] and "item" in result.errors[0]["reason"]
     assert result.errors_file.exists() and local.errors == 1
     # Each user's prefix computed once in the whole job, as on the single local engine.
+    # A prefix computed twice (a user split across actors) would add a whole profile
+    # (>= 64 tokens) of uncached work; scheduling timing moves item tokens only.
     assert result.prompt_tokens == local.prompt_tokens > 0
-    assert result.cached_tokens == local.cached_tokens > 0
+    assert result.cached_tokens > 0 and local.cached_tokens > 0
+    uncached, local_uncached = (r.prompt_tokens - r.cached_tokens for r in (result, local))
+    assert uncached < local_uncached + 64, (result.cached_tokens, local.cached_tokens)
     # Written with Ray Data's Parquet writer: a folder of files, the same rows.
     assert out.is_dir() and ray.data.read_parquet(str(out)).count() == len(rows)
 
