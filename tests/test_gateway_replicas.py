@@ -25,7 +25,12 @@ from server_process import serve_env
 from prefillonly_sgl.dsl import RemoteBackend
 from prefillonly_sgl.dsl.gateway_client import GatewayRouteError
 from prefillonly_sgl.errors import InvalidRequestError
-from prefillonly_sgl.replicas.launcher import Gateway, ReplicaSet, free_port_run
+from prefillonly_sgl.replicas.launcher import (
+    Gateway,
+    ReplicaSet,
+    ReplicaStartError,
+    free_port_run,
+)
 from prefillonly_sgl.server.ranking_apis import qwen3_reranker
 
 pytest.importorskip("smg", reason="SGLang's gateway: pip install 'prefillonly-sgl[gateway]'")
@@ -55,10 +60,18 @@ def replicas(tiny_llama_path, tmp_path_factory):
         "--classify", "review_sentiment",
     ]  # fmt: skip
     logs = tmp_path_factory.mktemp("replicas")
-    replica_set = ReplicaSet(
-        serve_args, replicas=2, port=free_port_run(3), log_dir=logs, env=serve_env()
-    )
-    replica_set.start()
+    for attempt in range(2):
+        replica_set = ReplicaSet(
+            serve_args, replicas=2, port=free_port_run(3), log_dir=logs, env=serve_env()
+        )
+        try:
+            replica_set.start()
+            break
+        except ReplicaStartError as error:
+            # The ports were free when chosen; another process (seen once in CI, right
+            # after the Ray tests) can take one while the replicas start. Once more.
+            if attempt or "Address already in use" not in str(error):
+                raise
     # A second gateway over the same replicas: the round-robin baseline of the same run.
     rr = Gateway("127.0.0.1", free_port_run(1), replica_set.replica_urls, "round_robin",
                  logs / "gateway-rr.log", serve_env())  # fmt: skip
