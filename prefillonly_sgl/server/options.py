@@ -68,8 +68,9 @@ def serve_options_group(parser: argparse.ArgumentParser):
         "is passed to SGLang unchanged. Defaults filled in when not given: --model-path "
         "(the embedded SmolLM2-135M-Instruct), --device (cuda if available, else cpu), "
         "--attention-backend (cpu: torch_native, cuda: flashinfer), --max-total-tokens "
-        f"(cpu: {CPU_DEFAULT_MAX_TOTAL_TOKENS}), --dtype (cpu: the model folder's own, never "
-        "float16), --sleep-on-idle (cpu), --enable-metrics, "
+        f"(cpu: {CPU_DEFAULT_MAX_TOTAL_TOKENS}), --dtype (cpu: the model folder's own; "
+        "SGLang's auto would run a float32 folder in float16), --sleep-on-idle (cpu), "
+        "--enable-metrics, "
         "--enable-cache-report.",
     )
 
@@ -305,7 +306,7 @@ def with_defaults(
         or default_model
     )
     if "--dtype" not in given and model is not None:
-        dtype = resolve_dtype(model, device, "auto")  # cpu: the folder's, never float16
+        dtype = resolve_dtype(model, device, "auto")  # cpu: the folder's own
         if dtype != "auto":
             added += ["--dtype", dtype]
     return list(sglang_argv) + added

@@ -54,7 +54,7 @@ def _install_timers(runner) -> None:
         if kind is None:
             continue
 
-        def pre(_module, _args, kind=kind):
+        def pre(_module, _args):
             _module._prefillonly_t0 = _clock(cuda)
 
         def post(_module, _args, _out, kind=kind):
