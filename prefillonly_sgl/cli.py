@@ -108,6 +108,7 @@ def _memory_budget_argv(
         jct_profile=options.jct_profile,
         hybrid_prefill=hybrid is not None,
         hybrid_prefill_chunk_size=hybrid.chunk_size if hybrid else None,
+        hybrid_prefill_mode=hybrid.mode if hybrid else None,
     )
     plan = plan_memory(
         options.memory_budget,
@@ -115,6 +116,7 @@ def _memory_budget_argv(
         model_path=model or default_model,
         features=features,
         chunk_size=hybrid.chunk_size if hybrid else None,
+        hybrid_mode=hybrid.mode if hybrid else None,
         engine_settings=settings,
     )
     extra = ["--max-total-tokens", str(plan.pool_tokens)]
@@ -156,8 +158,12 @@ def _hybrid_settings(options, features: list[str], device: str):
     if "hybrid_prefill" not in features:
         if options.hybrid_prefill_chunk_size is not None:
             raise ValueError("--hybrid-prefill-chunk-size applies with hybrid prefilling on")
+        if options.hybrid_prefill_mode is not None:
+            raise ValueError("--hybrid-prefill-mode applies with hybrid prefilling on")
         return None
-    return HybridSettings.for_device(device, options.hybrid_prefill_chunk_size)
+    return HybridSettings.for_device(
+        device, options.hybrid_prefill_chunk_size, options.hybrid_prefill_mode
+    )
 
 
 def _serve_help() -> None:

@@ -71,11 +71,13 @@ class Engine:
         request waits about its own predicted time at most behind shorter ones).
     jct_profile: a profile file from `prefillonly profile`; default: the saved profile of
         this model, device, dtype and features, else the built-in default model.
-    hybrid_prefill: run the token-wise modules of long prompts (MLPs, RMSNorms, rotary
-        embeddings) in chunks of hybrid_prefill_chunk_size tokens (attention stays whole):
-        a long prompt's peak activation memory drops, its scores stay the same
-        (docs/hybrid_prefill.md).
-        False: unchunked (for A/B runs). Chunk size default: cpu 2048, cuda 4096.
+    hybrid_prefill: run long prompts in chunks of hybrid_prefill_chunk_size tokens: a long
+        prompt's peak activation memory drops, its scores stay the same
+        (docs/hybrid_prefill.md). hybrid_prefill_mode "layer" (default): whole decoder
+        layers in query chunks, only the residual stream and one layer's K/V whole
+        (Llama / Qwen2 layers on CPU); "token": only the token-wise modules (MLPs, norms,
+        rotary embeddings), attention whole. False: unchunked (for A/B runs). Chunk size
+        default: cpu 2048, cuda 4096.
     memory_budget: bytes (or "6GiB") for the scheduler's model, activations and KV pool
         together: the engine measures the peak memory of a max_prompt_tokens prompt once
         (saved per settings; minutes on CPU for long prompts), then sizes the pool (the
@@ -101,6 +103,7 @@ class Engine:
         jct_profile: str | Path | None = None,
         hybrid_prefill: bool = True,
         hybrid_prefill_chunk_size: int | None = None,
+        hybrid_prefill_mode: str | None = None,
         memory_budget: int | str | None = None,
         max_prompt_tokens: int | None = None,
         **sglang_args,
@@ -129,6 +132,8 @@ class Engine:
             )
         if not hybrid_prefill and hybrid_prefill_chunk_size is not None:
             raise ValueError("hybrid_prefill_chunk_size applies to hybrid_prefill=True")
+        if not hybrid_prefill and hybrid_prefill_mode is not None:
+            raise ValueError("hybrid_prefill_mode applies to hybrid_prefill=True")
         # Runtime patches reach SGLang's worker processes through the environment.
         self.runtime_patches: tuple[str, ...] = tuple(
             engine_features(prefill_only_attention, prefill_only_kv, jct, hybrid_prefill)
@@ -139,7 +144,9 @@ class Engine:
         # Hybrid prefilling's chunk size (None when it is off).
         self.hybrid_settings: HybridSettings | None = None
         if hybrid_prefill:
-            self.hybrid_settings = HybridSettings.for_device(self.device, hybrid_prefill_chunk_size)
+            self.hybrid_settings = HybridSettings.for_device(
+                self.device, hybrid_prefill_chunk_size, hybrid_prefill_mode
+            )
             environment[HYBRID_ENV] = self.hybrid_settings.to_env()
         if jct:
             self.jct_settings = resolve_settings(
@@ -164,6 +171,7 @@ class Engine:
                 jct_profile=jct_profile,
                 hybrid_prefill=hybrid_prefill,
                 hybrid_prefill_chunk_size=hybrid_prefill_chunk_size,
+                hybrid_prefill_mode=hybrid_prefill_mode,
                 **sglang_args,
             )
             self.memory_plan = plan_memory(
@@ -172,6 +180,7 @@ class Engine:
                 model_path=self.model_path,
                 features=self.runtime_patches,
                 chunk_size=self.hybrid_settings.chunk_size if self.hybrid_settings else None,
+                hybrid_mode=self.hybrid_settings.mode if self.hybrid_settings else None,
                 engine_settings=settings,
             )
             max_total_tokens = self.memory_plan.pool_tokens
@@ -301,6 +310,7 @@ def plan_memory(
     features,
     chunk_size: int | None,
     engine_settings: dict,
+    hybrid_mode: str | None = None,
 ) -> MemoryPlan:
     """The KV pool a memory budget leaves (memory/calibration.py), measured if needed with
     an Engine(model_path, **engine_settings) of a small pool: what Engine(memory_budget=)
@@ -315,6 +325,7 @@ def plan_memory(
         dtype=engine_settings["dtype"],
         features=features,
         chunk_size=chunk_size,
+        hybrid_mode=hybrid_mode,
         max_prompt_tokens=max_prompt_tokens,
         context_length=engine_settings["context_length"],
     )

@@ -1,5 +1,6 @@
 """Engine.score on tiny random-weight Llama and Qwen2 models: parity with a transformers
-forward (float32, 1e-4), bad requests rejected with clear errors, engine still usable."""
+forward (float32, 1e-4; long batches in hybrid prefilling's query chunks), bad requests
+rejected with clear errors, engine still usable."""
 
 from __future__ import annotations
 
@@ -22,7 +23,12 @@ ITEMS = [  # different lengths in one call
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
 def model_and_engine(request, tiny_llama_path, tiny_qwen2_path):
     path = tiny_llama_path if request.param == "llama" else tiny_qwen2_path
-    with Engine(path, device="cpu", dtype="float32", max_total_tokens=4096) as engine:
+    # 64-token chunks: a call's batch (and the long item) runs its decoder layers in query
+    # chunks (hybrid prefilling, mode "layer"), so both families' layer forwards are checked
+    # against transformers here.
+    with Engine(
+        path, device="cpu", dtype="float32", max_total_tokens=4096, hybrid_prefill_chunk_size=64
+    ) as engine:
         yield path, engine
 
 

@@ -1,7 +1,9 @@
 """Hybrid prefilling on the real engine (tiny Llama, CPU, float32): with small chunks, so
 that these prompts are cut into several, the scores equal the unchunked engine's (float
 rounding) and a plain transformers forward (1e-4): prompt lengths that are and are not a
-multiple of the chunk, several requests in one batch, with and without prefill-only KV."""
+multiple of the chunk, several requests in one batch, cache hits, with and without
+prefill-only KV, whole layers in query chunks (mode "layer", the default) and token-wise
+modules only (mode "token")."""
 
 from __future__ import annotations
 
@@ -61,17 +63,22 @@ def _scores(engine, labels) -> dict:
 
 
 @pytest.mark.parametrize(
-    "chunk, kv",
-    [(64, True), (100, True), (100, False)],
-    ids=["chunk64-kv", "chunk100-kv", "chunk100-stock-kv"],
+    "chunk, mode, kv",
+    [(64, "layer", True), (100, "layer", False), (100, "token", True)],
+    ids=["chunk64-layer-kv", "chunk100-layer-stock-kv", "chunk100-token-kv"],
 )
 def test_chunked_scores_equal_the_unchunked_ones(
-    tiny_llama_path, labels, reference, unchunked, chunk, kv, tmp_path
+    tiny_llama_path, labels, reference, unchunked, chunk, mode, kv, tmp_path
 ):
     log = tmp_path / "hybrid.log"
     os.environ[LOG_ENV] = str(log)  # read by the spawned scheduler
     try:
-        engine = _engine(tiny_llama_path, hybrid_prefill_chunk_size=chunk, prefill_only_kv=kv)
+        engine = _engine(
+            tiny_llama_path,
+            hybrid_prefill_chunk_size=chunk,
+            hybrid_prefill_mode=mode,
+            prefill_only_kv=kv,
+        )
     finally:
         del os.environ[LOG_ENV]
     with engine:
@@ -79,10 +86,18 @@ def test_chunked_scores_equal_the_unchunked_ones(
         assert engine.hybrid_settings.chunk_size == chunk
         got = _scores(engine, labels)
     lines = log.read_text().splitlines()
-    assert lines[0] == f"hybrid_prefill applied chunk={chunk} mlp=2 rms_norm=5 rotary=1"
-    # the long prompts really ran in chunks, in every kind of module
-    for kind in ("LlamaMLP", "RMSNorm", "RotaryEmbedding"):
+    layers = 2 if mode == "layer" else 0
+    assert lines[0] == (
+        f"hybrid_prefill applied chunk={chunk} mode={mode} mlp=2 rms_norm=5 rotary=1 "
+        f"layers={layers}"
+    )
+    # the long prompts really ran in chunks: whole layers (their modules then see one
+    # chunk at a time; the final norm still chunks), or every kind of token-wise module
+    kinds = ("layers", "RMSNorm") if mode == "layer" else ("LlamaMLP", "RMSNorm", "RotaryEmbedding")
+    for kind in kinds:
         assert any(line.startswith(f"hybrid_prefill {kind} tokens=") for line in lines), kind
+    if mode == "layer":
+        assert not any(line.startswith("hybrid_prefill LlamaMLP") for line in lines)
     for case, rows in got.items():
         assert max_abs_diff(rows, unchunked[case]) < SAME, case
     assert max_abs_diff(got["cold"], reference.score(QUERY, ITEMS, labels)) < TOLERANCE
@@ -92,5 +107,9 @@ def test_chunked_scores_equal_the_unchunked_ones(
 def test_the_chunk_size_needs_hybrid_prefilling(tiny_llama_path):
     with pytest.raises(ValueError, match="hybrid_prefill_chunk_size applies"):
         _engine(tiny_llama_path, hybrid_prefill=False, hybrid_prefill_chunk_size=64)
+    with pytest.raises(ValueError, match="hybrid_prefill_mode applies"):
+        _engine(tiny_llama_path, hybrid_prefill=False, hybrid_prefill_mode="token")
+    with pytest.raises(ValueError, match="mode must be one of layer, token, got 'rows'"):
+        _engine(tiny_llama_path, hybrid_prefill_mode="rows")
     with pytest.raises(ValueError, match="chunk size must be an integer >= 16"):
         _engine(tiny_llama_path, hybrid_prefill_chunk_size=4)

@@ -34,7 +34,7 @@ from prefillonly_sgl.attention.plan import (
 # PyTorch's fused CPU attention, which also returns each query row's log-sum-exp (what
 # merging two parts of one softmax needs). Private but stable since torch 2.2; without
 # it requests behind a shared prefix run as before (padded groups).
-_FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
 def tail_mask(n_queries: int, n_keys: int, dtype: torch.dtype, device) -> torch.Tensor:
@@ -114,7 +114,7 @@ class ExtendAttention:
         self.stack_heads_below = limits.stack_heads_below
         self.shared: list[_SharedGroup] = []
         others = list(range(len(spans)))
-        if shared_prefix and _FLASH_WITH_LSE is not None and torch.device(device).type == "cpu":
+        if shared_prefix and FLASH_WITH_LSE is not None and torch.device(device).type == "cpu":
             others, shared = plan_shared_prefix(spans, _prefix_keys(prefix_slots), limits)
             self.shared = [_SharedGroup(g, spans, prefix_slots, device) for g in shared]
         rest = [spans[i] for i in others]
@@ -331,7 +331,7 @@ class _SharedGroup:
         k_pre = k_pool.index_select(0, self.slots).to(q.dtype).transpose(0, 1).unsqueeze(0)
         v_pre = v_pool.index_select(0, self.slots).to(q.dtype).transpose(0, 1).unsqueeze(0)
         q_stacked = q_g.reshape(t, kv_heads, g, d).permute(1, 2, 0, 3).reshape(1, kv_heads, -1, d)
-        o_pre, lse_pre = _FLASH_WITH_LSE(q_stacked, k_pre, v_pre, scale=scale)
+        o_pre, lse_pre = FLASH_WITH_LSE(q_stacked, k_pre, v_pre, scale=scale)
         o_pre = o_pre.view(kv_heads, g, t, -1).permute(2, 0, 1, 3).reshape(t, heads, -1)
         lse_pre = lse_pre.view(kv_heads, g, t).permute(2, 0, 1).reshape(t, heads)
         # own parts
@@ -345,7 +345,7 @@ class _SharedGroup:
                 q_r, k_r, v_r = (
                     _padded(x, local_idx, pad_idx, n_run * n_max) for x in (q_g, k_g, v_g)
                 )
-            o_r, lse_r = _FLASH_WITH_LSE(  # contiguous heads: ~1.4x faster at these sizes
+            o_r, lse_r = FLASH_WITH_LSE(  # contiguous heads: ~1.4x faster at these sizes
                 q_r.view(n_run, n_max, heads, d).transpose(1, 2).contiguous(),
                 k_r.view(n_run, n_max, kv_heads, d).transpose(1, 2).contiguous(),
                 v_r.view(n_run, n_max, kv_heads, -1).transpose(1, 2).contiguous(),

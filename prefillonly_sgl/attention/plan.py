@@ -222,3 +222,41 @@ def _group(spans: list[Span], members: list[int]) -> Group:
         n_max=max(spans[j].n_new for j in members),
         kv_max=max(spans[j].kv_len for j in members),
     )
+
+
+@dataclass(frozen=True)
+class QueryChunkPlan:
+    """The batch's query rows [start, end) (one chunk of a layer run in query chunks,
+    hybrid/layer_chunks.py), split by request.
+
+    head: the request whose new tokens began before the chunk (None: the chunk starts at
+        a request's first new token). Its queries are the chunk's first `head_rows` rows;
+        it also sees its own `head_before` earlier new tokens, whose k / v the layer keeps
+        whole, and its cached prefix.
+    rest: the requests whose first new token is in the chunk, as spans in chunk-local rows
+        (n_new cut at the chunk's end): to them the chunk is an ordinary extend batch.
+    """
+
+    start: int
+    end: int
+    head: int | None
+    head_before: int
+    head_rows: int
+    rest: tuple[tuple[int, Span], ...]
+
+
+def plan_query_chunk(spans: list[Span], start: int, end: int) -> QueryChunkPlan:
+    """Which request's queries are where in the batch's rows [start, end)."""
+    if not 0 <= start < end:
+        raise ValueError(f"query chunk [{start}, {end}) is empty or negative")
+    head, head_before, head_rows, rest = None, 0, 0, []
+    for i, span in enumerate(spans):
+        first, last = span.q_start, span.q_start + span.n_new
+        if span.n_new == 0 or last <= start or first >= end:
+            continue
+        if first < start:
+            head, head_before, head_rows = i, start - first, min(last, end) - start
+        else:
+            local = Span(first - start, span.prefix_len, min(last, end) - first)
+            rest.append((i, local))
+    return QueryChunkPlan(start, end, head, head_before, head_rows, tuple(rest))

@@ -1,5 +1,6 @@
-"""Hybrid prefilling's setting (the chunk size), from the Engine's argument or serve's flag
-to SGLang's scheduler process, in one environment variable set while SGLang starts."""
+"""Hybrid prefilling's settings (the chunk size, whole layers or token-wise modules only),
+from the Engine's arguments or serve's flags to SGLang's scheduler process, in one
+environment variable set while SGLang starts."""
 
 from __future__ import annotations
 
@@ -14,10 +15,19 @@ SETTINGS_ENV = "PREFILLONLY_HYBRID_PREFILL"
 # a long prompt's memory (benchmarks/README.md measures both).
 DEFAULT_CHUNK_SIZE = {"cpu": 2048, "cuda": 4096}
 
+# "layer": whole decoder layers run in query chunks, only the residual stream and one
+#   layer's K / V whole (hybrid/layer_chunks.py; Llama / Qwen2 layers, where the attention
+#   backend can attend a query range), the token-wise modules chunked elsewhere;
+# "token": only the token-wise modules (MLPs, norms, rotary) chunked, attention whole
+#   (hybrid/chunking.py; any model with recognised MLPs).
+MODES = ("layer", "token")
+DEFAULT_MODE = "layer"
+
 
 @dataclass(frozen=True)
 class HybridSettings:
     chunk_size: int
+    mode: str = DEFAULT_MODE
 
     def __post_init__(self) -> None:
         if type(self.chunk_size) is not int or self.chunk_size < 16:
@@ -25,10 +35,19 @@ class HybridSettings:
                 f"hybrid prefill chunk size must be an integer >= 16 tokens, got "
                 f"{self.chunk_size!r}"
             )
+        if self.mode not in MODES:
+            raise ValueError(
+                f"hybrid prefill mode must be one of {', '.join(MODES)}, got {self.mode!r}"
+            )
 
     @classmethod
-    def for_device(cls, device: str, chunk_size: int | None = None) -> HybridSettings:
-        return cls(chunk_size if chunk_size is not None else DEFAULT_CHUNK_SIZE.get(device, 4096))
+    def for_device(
+        cls, device: str, chunk_size: int | None = None, mode: str | None = None
+    ) -> HybridSettings:
+        return cls(
+            chunk_size if chunk_size is not None else DEFAULT_CHUNK_SIZE.get(device, 4096),
+            mode if mode is not None else DEFAULT_MODE,
+        )
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))

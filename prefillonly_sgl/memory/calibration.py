@@ -56,7 +56,13 @@ def default_max_prompt(config: dict, context_length: int | None) -> int:
 
 
 def measurement_key(
-    model_path, device: str, dtype: str, features, chunk_size: int | None, max_prompt
+    model_path,
+    device: str,
+    dtype: str,
+    features,
+    chunk_size: int | None,
+    max_prompt,
+    hybrid_mode: str | None = None,
 ) -> dict:
     """What a measurement depends on."""
     return {
@@ -66,6 +72,7 @@ def measurement_key(
         "dtype": dtype,
         "features": sorted(features),
         "hybrid_chunk_size": chunk_size,
+        "hybrid_mode": hybrid_mode,
         "max_prompt_tokens": max_prompt,
     }
 
@@ -167,6 +174,7 @@ def plan(
     dtype: str,
     features,
     chunk_size: int | None,
+    hybrid_mode: str | None = None,
     max_prompt_tokens: int | None = None,
     context_length: int | None = None,
     log: Callable[[str], None] | None = None,
@@ -191,6 +199,7 @@ def plan(
         features,
         chunk_size,
         max_prompt if exact else f"context:{max_prompt}",
+        hybrid_mode,
     )
     path = measurement_path(key)
     measurement = load_measurement(path, key)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prefillonly_sgl.device_defaults import CPU_DEFAULT_MAX_TOTAL_TOKENS, resolve_dtype
+from prefillonly_sgl.hybrid.settings import MODES
 from prefillonly_sgl.scheduler.settings import JCT_POLICY
 
 DEFAULT_MAX_PENDING_REQUESTS = 256
@@ -38,6 +39,7 @@ class ServeOptions:
     jct_aging: float | None = None
     jct_profile: str | None = None
     hybrid_prefill_chunk_size: int | None = None
+    hybrid_prefill_mode: str | None = None
     memory_budget: str | None = None  # e.g. "6GiB": sizes the KV pool (memory/budget.py)
     max_prompt_tokens: int | None = None  # the longest prompt the budget must fit
 
@@ -171,8 +173,16 @@ def add_serve_options(parser: argparse.ArgumentParser, group=None) -> None:
         type=_positive_int,
         default=None,
         metavar="TOKENS",
-        help="hybrid prefilling: tokens per chunk of the MLPs, norms and rotary embeddings "
-        "of a long prompt (default cpu 2048, cuda 4096; docs/hybrid_prefill.md)",
+        help="hybrid prefilling: tokens per chunk of a long prompt (default cpu 2048, "
+        "cuda 4096; docs/hybrid_prefill.md)",
+    )
+    group.add_argument(
+        "--hybrid-prefill-mode",
+        choices=MODES,
+        default=None,
+        help="hybrid prefilling: 'layer' (default) runs whole decoder layers in query "
+        "chunks, only the residual stream and one layer's K/V whole; 'token' chunks only "
+        "the MLPs, norms and rotary embeddings",
     )
     group.add_argument(
         "--memory-budget",
@@ -219,6 +229,7 @@ def parse_serve_argv(argv: list[str]) -> tuple[ServeOptions, list[str]]:
             jct_aging=ours.jct_aging,
             jct_profile=ours.jct_profile,
             hybrid_prefill_chunk_size=ours.hybrid_prefill_chunk_size,
+            hybrid_prefill_mode=ours.hybrid_prefill_mode,
             memory_budget=ours.memory_budget,
             max_prompt_tokens=ours.max_prompt_tokens,
         ),

@@ -215,6 +215,25 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.models.llama.LlamaMLP": "chunked: a gated MLP (gate_up_proj, down_proj)",
     "sglang.srt.models.qwen2.Qwen2MLP": "chunked: a gated MLP (gate_up_proj, down_proj)",
+    "sglang.srt.models.llama.LlamaDecoderLayer.forward": (
+        "replaced per instance in mode 'layer' (hybrid/layer_chunks.py): (positions, "
+        "hidden_states, forward_batch, capture_output) -> hidden_states; input_layernorm, "
+        "self_attn.{qkv_proj, q_size, kv_size, rotary_emb, attn, o_proj}, "
+        "post_attention_layernorm, mlp(x, forward_batch=)"
+    ),
+    "sglang.srt.models.qwen2.Qwen2DecoderLayer.forward": "the same, for Qwen2 layers",
+    "sglang.srt.models.llama.LlamaAttention.forward_prepare_native": (
+        "what the layer forward does per chunk: qkv_proj, split, rotary_emb"
+    ),
+    "sglang.srt.layers.layer_boundary.residual.batch.fold": (
+        "the residual stream as one complete tensor, left as the stream's written residual"
+    ),
+    "sglang.srt.model_executor.forward_context.get_attn_backend": (
+        "the batch's attention backend (forward_query_chunk), as RadixAttention finds it"
+    ),
+    "sglang.srt.layers.radix_attention.RadixAttention": (
+        "tp_q_head_num, tp_k_head_num, tp_v_head_num, qk_head_dim, v_head_dim, scaling, layer_id"
+    ),
     # -- memory probe (sglang_runtime/memory_probe/scheduler_process.py, calibration only) --
     "sglang.srt.model_executor.model_runner.ModelRunner.forward": (
         "AROUND: memory resident before each extend forward and its peak (memory budget)"

@@ -42,7 +42,8 @@ from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
 from prefillonly_sgl.attention.cpu_extend import ExtendAttention
-from prefillonly_sgl.attention.plan import Span
+from prefillonly_sgl.attention.plan import Span, plan_query_chunk
+from prefillonly_sgl.attention.query_chunk import QueryChunkAttention, query_chunks_supported
 from prefillonly_sgl.kv.policy import DROPPED_SLOT
 from prefillonly_sgl.sglang_runtime.prefill_kv.scheduler_process import active_in_this_process
 
@@ -74,6 +75,7 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
         super().init_forward_metadata(forward_batch)
         self.extend_attention = None
         self.kept_rows = None
+        self._query_chunks = {}
         if (
             forward_batch.forward_mode in _SUPPORTED_MODES
             and forward_batch.encoder_lens is None
@@ -122,6 +124,53 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
             layer.scaling,
         )
         return o.view(q.shape[0], layer.tp_q_head_num * layer.v_head_dim)
+
+    def supports_query_chunks(self, forward_batch) -> bool:
+        """Whether this extend batch's layers may run in query chunks (hybrid prefilling,
+        hybrid/layer_chunks.py): planned by this backend, no sliding-window pool."""
+        return (
+            getattr(self, "extend_attention", None) is not None
+            and not self.use_sliding_window_kv_pool
+            and str(self.device).startswith("cpu")  # the chunk kernels are torch's CPU ones
+            and query_chunks_supported()
+        )
+
+    def forward_query_chunk(self, q, k_all, v_all, layer, forward_batch, start, end):
+        """forward_extend for the batch's rows [start, end) of a layer run in query
+        chunks: saves the chunk's k / v to the pool (rows prefill-only KV keeps) and returns
+        the attention of its queries against every key so far, (end - start, H * Dv).
+        k_all / v_all: the layer's (T, Hkv, D) buffers, rows before `end` computed."""
+        if not self._handles(layer, k_all, v_all):
+            raise RuntimeError(f"layer {layer.layer_id} cannot run in query chunks")
+        loc = forward_batch.out_cache_loc[start:end]
+        k_new, v_new = k_all[start:end], v_all[start:end]
+        if active_in_this_process():
+            kept = loc != DROPPED_SLOT
+            if not bool(kept.all()):
+                rows = kept.nonzero().squeeze(1)
+                loc, k_new, v_new = loc[rows], k_new[rows], v_new[rows]
+        if loc.numel():
+            self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(loc, None), k_new, v_new)
+        chunk = self._query_chunks.get((start, end))
+        if chunk is None:  # planned once per forward, used by every layer
+            plan = plan_query_chunk(self.extend_attention.spans, start, end)
+            chunk = QueryChunkAttention(
+                plan,
+                self.extend_attention.spans,
+                self.extend_attention.prefix_slots,
+                device=self.device,
+                shared_prefix=os.environ.get(SHARED_PREFIX_ENV, "1") != "0",
+            )
+            self._query_chunks[start, end] = chunk
+        o = chunk(
+            q.view(end - start, layer.tp_q_head_num, layer.qk_head_dim),
+            k_all,
+            v_all,
+            self.token_to_kv_pool.get_key_buffer(layer.layer_id),
+            self.token_to_kv_pool.get_value_buffer(layer.layer_id),
+            layer.scaling,
+        )
+        return o.reshape(end - start, layer.tp_q_head_num * layer.v_head_dim)
 
     def _handles(self, layer, k, v) -> bool:
         return (
