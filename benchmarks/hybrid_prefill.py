@@ -1,7 +1,7 @@
-"""Hybrid prefilling: peak memory and prefill time of long prompts, side by side (issue 12).
+"""Hybrid prefilling: peak memory and prefill time of long prompts, side by side (issues 12, 23).
 
-    .venv/bin/python benchmarks/hybrid_prefill.py                         # 8k 16k 32k, ~40 min
-    .venv/bin/python benchmarks/hybrid_prefill.py --lengths 8192 16384 --configs ours
+    .venv/bin/python benchmarks/hybrid_prefill.py                         # 8k 16k 32k, ~45 min
+    .venv/bin/python benchmarks/hybrid_prefill.py --lengths 8192 16384 --configs "ours, layers"
 
 Default model (SmolLM2-135M) in bfloat16 on CPU; one cold scoring prompt of L random tokens
 (a 256-token query + the item) per run, configurations started one at a time:
@@ -10,7 +10,10 @@ Default model (SmolLM2-135M) in bfloat16 on CPU; one cold scoring prompt of L ra
                          a KV pool that fits the prompt
   stock, chunked         SGLang as shipped with its own chunked prefill (4096 tokens on CPU)
   ours, no hybrid        prefill-only attention + KV + JCT, hybrid prefilling off (1024-token pool)
-  ours                   everything on: + hybrid prefilling (chunks of 2048), 1024-token pool
+  ours, token-wise       + hybrid prefilling of the token-wise modules only (mode "token",
+                         chunks of 2048), attention whole
+  ours, layers           everything on: whole decoder layers in query chunks of 2048 (mode
+                         "layer", the default)
 
 Memory: peak RSS of the engine's scheduler process while the call runs (its kernel
 high-water mark, VmHWM, reset just before the call through /proc/<pid>/clear_refs: exact,
@@ -19,7 +22,7 @@ it writes). Every
 engine runs with MALLOC_MMAP_THRESHOLD_=65536, so that freed tensors go back to the OS and
 RSS follows live memory (glibc otherwise keeps freed chunks of its own choosing; this costs
 some speed, equally for all). Time: the score call's wall seconds; `--timing` repeats the
-two "ours" configurations without that allocator setting, as deployed.
+"ours" configurations without that allocator setting, as deployed.
 
 Also: the longest prompt each configuration fits under one memory budget (--budget-mib of
 peak scheduler RSS), read off a straight line through its measured peaks (memory grows
@@ -38,13 +41,14 @@ from pathlib import Path
 
 from prefill_only_kv import PeakRss, _engine_processes
 
-CONFIGS = ("stock", "stock, chunked", "ours, no hybrid", "ours")
+CONFIGS = ("stock", "stock, chunked", "ours, no hybrid", "ours, token-wise", "ours, layers")
+HYBRID_MODES = {"ours, token-wise": "token", "ours, layers": "layer"}
 QUERY_TOKENS = 256
 MARGIN = 512
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def engine_args(config: str, context: int) -> dict:
+def engine_args(config: str, context: int, chunk: int | None = None) -> dict:
     from prefillonly_sgl import STOCK_SGLANG
 
     common = dict(dtype="bfloat16", context_length=context, watchdog_timeout=3600)
@@ -59,7 +63,14 @@ def engine_args(config: str, context: int) -> dict:
         )
     if config == "stock, chunked":
         return dict(**common, **STOCK_SGLANG, max_total_tokens=context)
-    return dict(**common, max_total_tokens=1024, hybrid_prefill=config == "ours")
+    if config in HYBRID_MODES:
+        return dict(
+            **common,
+            max_total_tokens=1024,
+            hybrid_prefill_mode=HYBRID_MODES[config],
+            hybrid_prefill_chunk_size=chunk,
+        )
+    return dict(**common, max_total_tokens=1024, hybrid_prefill=False)
 
 
 def reset_peak(pid: int) -> None:
@@ -74,7 +85,9 @@ def read_peak(pid: int) -> int:
     return int(line.split()[1]) * 1024
 
 
-def run_config(config: str, lengths: list[int], context: int, allocator: bool) -> list[dict]:
+def run_config(
+    config: str, lengths: list[int], context: int, allocator: bool, chunk: int | None = None
+) -> list[dict]:
     import psutil
 
     from prefillonly_sgl import Engine
@@ -83,7 +96,7 @@ def run_config(config: str, lengths: list[int], context: int, allocator: bool) -
         os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"
     seen = {p.pid for p in psutil.Process().children(recursive=True)}
     try:
-        engine = Engine(**engine_args(config, context))
+        engine = Engine(**engine_args(config, context, chunk))
     finally:
         os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
     scheduler, processes = _engine_processes(seen)
@@ -147,10 +160,10 @@ def longest_under(rows: list[dict], budget_mib: float, kv_mib: float, context: i
 
 
 def report(rows: list[dict], budget_mib: float, context: int, plot: Path | None = None) -> None:
-    print(f"\n{'configuration':<17} {'L':>6} {'seconds':>8} {'peak MiB':>9} {'during call':>12}")
+    print(f"\n{'configuration':<18} {'L':>6} {'seconds':>8} {'peak MiB':>9} {'during call':>12}")
     for r in rows:
         tag = "" if r["allocator"] else " *"
-        print(f"{r['config'] + tag:<17} {r['L']:>6} {r['seconds']:>8.1f} {r['peak_mib']:>9.0f} "
+        print(f"{r['config'] + tag:<18} {r['L']:>6} {r['seconds']:>8.1f} {r['peak_mib']:>9.0f} "
               f"{r['delta_mib']:>12.0f}")  # fmt: skip
     print("(* glibc's default allocator settings)")
     from prefillonly_sgl.memory.budget import kv_bytes_per_token
@@ -165,7 +178,7 @@ def report(rows: list[dict], budget_mib: float, context: int, plot: Path | None 
         mine = [r for r in rows if r["config"] == config and r["allocator"]]
         if len(mine) >= 2:
             longest[config] = longest_under(mine, budget_mib, kv_mib, context)
-            print(f"  {config:<17} {longest[config]:,.0f} tokens")
+            print(f"  {config:<18} {longest[config]:,.0f} tokens")
     if plot is not None and longest:
         from harness.plots import max_prompt_bars
 
@@ -180,6 +193,9 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
     parser.add_argument("--budget-mib", type=float, default=1536.0)
     parser.add_argument("--timing", action="store_true", help="also time ours as deployed")
+    parser.add_argument(
+        "--chunk-size", type=int, help="ours' hybrid chunk size (default: the engine's, 2048)"
+    )
     parser.add_argument("--report", type=Path, help="print the report of a saved results file")
     parser.add_argument("--plot", type=Path, help="also draw the longest prompts (PNG)")
     args = parser.parse_args()
@@ -194,11 +210,11 @@ def main() -> None:
     rows = []
     for config in args.configs:
         print(f"[hybrid] {config}", flush=True)
-        rows += run_config(config, lengths, context, allocator=True)
+        rows += run_config(config, lengths, context, allocator=True, chunk=args.chunk_size)
     if args.timing:
-        for config in ("ours, no hybrid", "ours"):
+        for config in [c for c in args.configs if c.startswith("ours")]:
             print(f"[hybrid] {config} (glibc's default allocator settings)", flush=True)
-            rows += run_config(config, lengths, context, allocator=False)
+            rows += run_config(config, lengths, context, allocator=False, chunk=args.chunk_size)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"hybrid_prefill-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))

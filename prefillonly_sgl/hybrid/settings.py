@@ -12,8 +12,12 @@ SETTINGS_ENV = "PREFILLONLY_HYBRID_PREFILL"
 
 # Tokens per chunk: large enough that a chunk's matmuls run at full speed (the time stays
 # that of the unchunked prefill), small enough that its intermediates are a small share of
-# a long prompt's memory (benchmarks/README.md measures both).
+# a long prompt's memory (benchmarks/README.md measures both). Whole layers in chunks
+# leave only ~1.5 KiB per token whole (SmolLM2, bf16), so there a chunk's own ~20 KiB
+# per token of intermediates weighs more: CPU 1024 (measured: the same time as 2048,
+# 32 vs 45 MiB of activations for an 8k prompt).
 DEFAULT_CHUNK_SIZE = {"cpu": 2048, "cuda": 4096}
+LAYER_CHUNK_SIZE = {"cpu": 1024, "cuda": 4096}
 
 # "layer": whole decoder layers run in query chunks, only the residual stream and one
 #   layer's K / V whole (hybrid/layer_chunks.py; Llama / Qwen2 layers, where the attention
@@ -44,10 +48,9 @@ class HybridSettings:
     def for_device(
         cls, device: str, chunk_size: int | None = None, mode: str | None = None
     ) -> HybridSettings:
-        return cls(
-            chunk_size if chunk_size is not None else DEFAULT_CHUNK_SIZE.get(device, 4096),
-            mode if mode is not None else DEFAULT_MODE,
-        )
+        mode = mode if mode is not None else DEFAULT_MODE
+        defaults = LAYER_CHUNK_SIZE if mode == "layer" else DEFAULT_CHUNK_SIZE
+        return cls(chunk_size if chunk_size is not None else defaults.get(device, 4096), mode)
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
