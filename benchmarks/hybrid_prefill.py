@@ -12,8 +12,8 @@ Default model (SmolLM2-135M) in bfloat16 on CPU; one cold scoring prompt of L ra
   ours, no hybrid        prefill-only attention + KV + JCT, hybrid prefilling off (1024-token pool)
   ours, token-wise       + hybrid prefilling of the token-wise modules only (mode "token",
                          chunks of 2048), attention whole
-  ours, layers           everything on: whole decoder layers in query chunks of 2048 (mode
-                         "layer", the default)
+  ours, layers           everything on: whole decoder layers in query chunks of 1024 (mode
+                         "layer", the default; its CPU default chunk)
 
 Memory: peak RSS of the engine's scheduler process while the call runs (its kernel
 high-water mark, VmHWM, reset just before the call through /proc/<pid>/clear_refs: exact,
@@ -194,7 +194,7 @@ def main() -> None:
     parser.add_argument("--budget-mib", type=float, default=1536.0)
     parser.add_argument("--timing", action="store_true", help="also time ours as deployed")
     parser.add_argument(
-        "--chunk-size", type=int, help="ours' hybrid chunk size (default: the engine's, 2048)"
+        "--chunk-size", type=int, help="ours' hybrid chunk size (default: each mode's)"
     )
     parser.add_argument("--report", type=Path, help="print the report of a saved results file")
     parser.add_argument("--plot", type=Path, help="also draw the longest prompts (PNG)")
@@ -217,7 +217,7 @@ def main() -> None:
             rows += run_config(config, lengths, context, allocator=False, chunk=args.chunk_size)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"hybrid_prefill-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+    out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1, default=str))
 
     report(rows, args.budget_mib, context, args.plot)
     print(f"[hybrid] results: {out}")

@@ -93,8 +93,15 @@ def rerank(url: str, query: str, **extra) -> list[dict]:
 
 
 def flush(replica_set: ReplicaSet) -> None:
+    # SGLang refuses a flush (400) while its scheduler still holds a request; the last
+    # answer can reach the client a moment before the scheduler has let its request go.
     for url in replica_set.replica_urls:
-        assert requests.post(f"{url}/flush_cache", timeout=60).status_code == 200
+        deadline = time.monotonic() + 30
+        while (status := requests.post(f"{url}/flush_cache", timeout=60).status_code) == 400:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert status == 200
 
 
 def cached_share_by_round(url: str, seed: int) -> list[float]:

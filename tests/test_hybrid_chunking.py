@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from prefillonly_sgl.hybrid import chunking
-from prefillonly_sgl.hybrid.settings import DEFAULT_CHUNK_SIZE, HybridSettings
+from prefillonly_sgl.hybrid.settings import DEFAULT_CHUNK_SIZE, LAYER_CHUNK_SIZE, HybridSettings
 
 HIDDEN, INTERMEDIATE, HEADS, HEAD_DIM = 32, 80, 4, 8
 
@@ -160,10 +160,15 @@ def test_outputs_that_are_not_per_token_are_passed_through():
 
 
 def test_settings_and_defaults():
-    assert HybridSettings.for_device("cpu").chunk_size == DEFAULT_CHUNK_SIZE["cpu"]
+    assert HybridSettings.for_device("cpu") == HybridSettings(LAYER_CHUNK_SIZE["cpu"], "layer")
+    assert HybridSettings.for_device("cpu", mode="token").chunk_size == DEFAULT_CHUNK_SIZE["cpu"]
     assert HybridSettings.for_device("cuda", 512).chunk_size == 512
     assert HybridSettings.from_env({"PREFILLONLY_HYBRID_PREFILL": '{"chunk_size": 96}'}) == (
-        HybridSettings(96)
+        HybridSettings(96, "layer")
     )
+    settings = HybridSettings(200, "token")
+    assert HybridSettings.from_env({"PREFILLONLY_HYBRID_PREFILL": settings.to_env()}) == settings
+    with pytest.raises(ValueError, match="mode must be one of layer, token"):
+        HybridSettings(200, "attention")
     with pytest.raises(ValueError, match="chunk size must be an integer >= 16"):
         HybridSettings(8)

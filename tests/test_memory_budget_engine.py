@@ -47,7 +47,9 @@ def test_the_measurement_is_of_the_promised_prompt_in_the_scheduler(measured):
     assert m.resident_before > 200 * 2**20 and m.peak >= m.resident_before
     assert m.activation > 0
     assert {"hybrid_prefill", "prefill_kv"} <= set(key["features"])
-    assert key["max_prompt_tokens"] == MAX_PROMPT and key["hybrid_chunk_size"] == 2048
+    assert key["max_prompt_tokens"] == MAX_PROMPT
+    # the default hybrid prefilling (whole layers in 1024-token query chunks) is what ran
+    assert key["hybrid_chunk_size"] == 1024 and key["hybrid_mode"] == "layer"
     assert "activations" in error and "KV pool of at least 256 tokens" in error
 
 
@@ -77,7 +79,8 @@ def test_the_plan_is_reused_without_starting_an_engine(tiny_llama_path, measured
 
     plan = calibration.plan(
         2**30, no_engine, model_path=tiny_llama_path, device="cpu", dtype="float32",
-        features=key["features"], chunk_size=2048, max_prompt_tokens=MAX_PROMPT, log=print,
+        features=key["features"], chunk_size=1024, hybrid_mode="layer",
+        max_prompt_tokens=MAX_PROMPT, log=print,
     )  # fmt: skip
     assert plan == plan_pool(2**30, m, plan.kv_bytes_per_token, source=str(path))
 

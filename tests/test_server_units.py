@@ -65,6 +65,9 @@ def test_disable_flags_leave_their_patch_out():
     options, _ = parse_serve_argv(["--disable-hybrid-prefill", "--hybrid-prefill-chunk-size", "64"])
     assert options.hybrid_prefill_chunk_size == 64
     assert "hybrid_prefill" not in _patch_features(options.patches, options.disabled_patches)
+    options, _ = parse_serve_argv(["--hybrid-prefill-mode", "token"])
+    assert options.hybrid_prefill_mode == "token"
+    assert "hybrid_prefill" in _patch_features(options.patches, options.disabled_patches)
     with pytest.raises(ValueError, match="prefill_kv needs prefill_attention"):
         _patch_features("prefill_kv", ())
     assert _patch_features("prefill_attention", ()) == ["prefill_attention"]

@@ -25,6 +25,10 @@ LAYER_CHUNK_SIZE = {"cpu": 1024, "cuda": 4096}
 # "token": only the token-wise modules (MLPs, norms, rotary) chunked, attention whole
 #   (hybrid/chunking.py; any model with recognised MLPs).
 MODES = ("layer", "token")
+# Mode "layer" on CUDA attends through FlashInfer's ragged prefill per query chunk
+# (attention/flashinfer_chunk.py), opt-in with this variable set to 1 until that path has
+# run on a GPU; without it CUDA layers keep SGLang's forward (token-wise chunks only).
+CUDA_QUERY_CHUNKS_ENV = "PREFILLONLY_CUDA_QUERY_CHUNKS"
 DEFAULT_MODE = "layer"
 
 

@@ -141,6 +141,9 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.layers.attention.flashinfer_backend.FlashInferAttnBackend.forward_extend": (
         "stock: ragged over new k/v in hand + paged over the cached prefix"
     ),
+    "sglang.srt.layers.attention.flashinfer_backend.FlashInferAttnBackend._kv_write_scales": (
+        "forward_query_chunk saves a chunk's k / v with the layer's scales, as forward_extend"
+    ),
     "sglang.srt.model_executor.cuda_graph_config.check_cuda_graph_backend": (
         "full / tc_piecewise prefill CUDA graphs plan FlashInfer's paged-only prefill"
     ),

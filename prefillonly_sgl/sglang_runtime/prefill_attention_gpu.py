@@ -15,6 +15,13 @@ the paged-only path, and prefill_kv keeps every request stock there. As a last l
 defence, an extend batch planned without ragged while prefill-only KV is active raises
 instead of returning wrong probabilities.
 
+Hybrid prefilling's layers in query chunks (hybrid/layer_chunks.py) attend through
+forward_query_chunk: FlashInfer's ragged prefill over a query range (qo_indptr) merged with
+the paged prefix, attention/flashinfer_chunk.py. Opt-in (PREFILLONLY_CUDA_QUERY_CHUNKS=1)
+until tests/test_flashinfer_query_chunk.py has passed on a GPU: scores must not come from
+a kernel path nobody has run; without it the layers keep SGLang's forward (with the
+token-wise chunks of mode "token").
+
 Not run on a GPU yet (no GPU was lent to this project's sessions); the decision logic
 is tested on CPU (tests/test_prefill_kv_backend_support.py) and tests/test_gpu_engine.py
 runs the parity checks wherever CUDA is present.
@@ -22,9 +29,16 @@ runs the parity checks wherever CUDA is present.
 
 from __future__ import annotations
 
+import os
+
 from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
+from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
+from prefillonly_sgl.attention.flashinfer_chunk import FlashInferQueryChunk
+from prefillonly_sgl.attention.plan import Span, plan_query_chunk
+from prefillonly_sgl.hybrid.settings import CUDA_QUERY_CHUNKS_ENV
+from prefillonly_sgl.kv.policy import DROPPED_SLOT
 from prefillonly_sgl.sglang_runtime.prefill_kv.scheduler_process import active_in_this_process
 
 # The forward modes prefill-only KV requests run in (no speculative / dLLM modes here).
@@ -66,6 +80,9 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
 
     def init_forward_metadata(self, forward_batch) -> None:
         super().init_forward_metadata(forward_batch)
+        self._query_chunks = {}
+        self._chunk_spans = None
+        self._chunk_wrappers = {}
         paged_only = forward_batch.forward_mode in _PLAIN_EXTEND and not getattr(
             self.forward_metadata, "use_ragged", True
         )
@@ -76,3 +93,62 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
                 "--disable-prefill-only-kv (Engine(prefill_only_kv=False)) and report "
                 "this configuration"
             )
+
+    def supports_query_chunks(self, forward_batch) -> bool:
+        """Whether this extend batch's layers may run in query chunks: a plain ragged +
+        paged-prefix extend (what forward_query_chunk reproduces per chunk)."""
+        return (
+            os.environ.get(CUDA_QUERY_CHUNKS_ENV) == "1"
+            and forward_batch.forward_mode in _PLAIN_EXTEND
+            and getattr(self.forward_metadata, "use_ragged", False)
+            and flashinfer_pool_reads(self, _prefill_graph_backend()) is None
+        )
+
+    def forward_query_chunk(self, q, k_all, v_all, layer, forward_batch, start, end):
+        """forward_extend for the batch's rows [start, end) of a layer run in query chunks
+        (the CPU backend's method of the same name, with FlashInfer)."""
+        loc = forward_batch.out_cache_loc[start:end]
+        k_new, v_new = k_all[start:end], v_all[start:end]
+        if active_in_this_process():
+            kept = loc != DROPPED_SLOT
+            loc, k_new, v_new = loc[kept], k_new[kept], v_new[kept]
+        if loc.numel():
+            self.token_to_kv_pool.set_kv_buffer(
+                layer, KVWriteLoc(loc, None), k_new, v_new, *self._kv_write_scales(layer)
+            )
+        chunk = self._query_chunks.get((start, end))
+        if chunk is None:
+            spans, slots = self._spans(forward_batch)
+            chunk = FlashInferQueryChunk(
+                plan_query_chunk(spans, start, end),
+                spans,
+                slots,
+                self.workspace_buffer,
+                self._chunk_wrappers,
+            )
+            self._query_chunks[start, end] = chunk
+        k_pool, v_pool = self.token_to_kv_pool.get_kv_buffer(layer.layer_id)
+        o = chunk(
+            q.view(end - start, layer.tp_q_head_num, layer.head_dim),
+            k_all,
+            v_all,
+            k_pool,
+            v_pool,
+            layer.scaling,
+        )
+        return o.view(end - start, layer.tp_q_head_num * layer.head_dim)
+
+    def _spans(self, forward_batch):
+        """The batch's requests as plan.Span rows and their prefix slots (once per forward)."""
+        if self._chunk_spans is None:
+            prefix_lens = list(forward_batch.extend_prefix_lens_cpu)
+            new_lens = list(forward_batch.extend_seq_lens_cpu)
+            req_to_token = self.req_to_token_pool.req_to_token
+            spans, slots, row = [], [], 0
+            pool_indices = forward_batch.req_pool_indices.tolist()
+            for pool_index, p, n in zip(pool_indices, prefix_lens, new_lens):
+                spans.append(Span(row, p, n))
+                slots.append(req_to_token[pool_index, :p] if p else None)
+                row += n
+            self._chunk_spans = (spans, slots)
+        return self._chunk_spans

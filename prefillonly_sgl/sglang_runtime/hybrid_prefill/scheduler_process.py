@@ -30,7 +30,7 @@ from sglang.srt.layers.layer_boundary.residual import batch as residual_batch
 from sglang.srt.model_executor.forward_context import get_attn_backend
 
 from prefillonly_sgl.hybrid import chunking, layer_chunks
-from prefillonly_sgl.hybrid.settings import HybridSettings
+from prefillonly_sgl.hybrid.settings import CUDA_QUERY_CHUNKS_ENV, HybridSettings
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,12 @@ def _after_load_model(result, self, *args, **kwargs):
             "prefillonly: hybrid prefilling found no Llama / Qwen2 decoder layer in %s: "
             "attention stays whole (token-wise chunks only)",
             type(self.model).__name__,
+        )
+    if layers and "cuda" in str(self.device) and os.environ.get(CUDA_QUERY_CHUNKS_ENV) != "1":
+        logger.warning(
+            "prefillonly: hybrid prefilling mode 'layer' on CUDA is opt-in until its FlashInfer "
+            "path has run on a GPU (set %s=1): attention stays whole (token-wise chunks only)",
+            CUDA_QUERY_CHUNKS_ENV,
         )
     return result
 
