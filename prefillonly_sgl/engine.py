@@ -236,25 +236,34 @@ class Engine:
         self,
         query: TextOrIds | None,
         items: list[TextOrIds] | TextOrIds,
-        label_token_ids: list[int],
+        label_token_ids: list[int | list[int]],
         apply_softmax: bool = True,
         item_first: bool = False,
+        length_normalize: bool = False,
     ) -> ScoreResult:
-        """Probabilities of ``label_token_ids`` at the last position of each query+item
-        prompt (item+query with item_first). apply_softmax=True normalises over the labels;
-        False gives each label's probability over the whole vocabulary (SGLang's meaning).
-        The result also reads as SGLang's list of per-item rows (result[i], len, iter)."""
+        """Probabilities of the labels after each query+item prompt (item+query with
+        item_first). A label is a token id, or a list of token ids (a label of several
+        tokens: the product of its tokens' conditional probabilities, the prompt computed
+        once and each label prefix a cache hit of it; docs/labels.md).
+        apply_softmax=True normalises over the labels; False gives each label's
+        probability over everything the model could write (SGLang's meaning).
+        length_normalize: a label's per-token (geometric mean) probability instead of
+        the product, before normalising. The result also reads as SGLang's list of
+        per-item rows (result[i], len, iter)."""
         sgl = self._require_running()
-        call = self._front.score(query, items, label_token_ids, apply_softmax, item_first)
+        call = self._front.score(
+            query, items, label_token_ids, apply_softmax, item_first, None, length_normalize
+        )
         return sgl.loop.run_until_complete(call)  # what SGLang's own Engine.score does
 
     async def async_score(
         self,
         query: TextOrIds | None,
         items: list[TextOrIds] | TextOrIds,
-        label_token_ids: list[int],
+        label_token_ids: list[int | list[int]],
         apply_softmax: bool = True,
         item_first: bool = False,
+        length_normalize: bool = False,
     ) -> ScoreResult:
         """``score`` for asyncio code; must run on the event loop of the thread that
         created the engine (SGLang's tokenizer manager lives there): a RuntimeError
@@ -262,7 +271,9 @@ class Engine:
         from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
 
         check_running_loop_is_served(self._require_running())
-        return await self._front.score(query, items, label_token_ids, apply_softmax, item_first)
+        return await self._front.score(
+            query, items, label_token_ids, apply_softmax, item_first, None, length_normalize
+        )
 
     @property
     def tokenizer(self):

@@ -5,6 +5,10 @@ tokenized with the model folder's own tokenizer the way SGLang documents it (que
 item concatenated as text, special tokens added), the model runs one full forward, and
 the label logits at the last position are softmaxed over the labels (apply_softmax=True)
 or over the whole vocabulary (apply_softmax=False), as SGLang defines the two modes.
+
+Labels of several tokens (score_sequences): one forward of the prompt followed by the
+whole label per label, the log-probabilities of its tokens read at the positions before
+each and summed: the chain rule, computed without the engine's trie or prefix cache.
 """
 
 from __future__ import annotations
@@ -52,4 +56,31 @@ class TransformersReference:
                 rows.append(torch.softmax(logits[label_token_ids], dim=-1).tolist())
             else:
                 rows.append(torch.softmax(logits, dim=-1)[label_token_ids].tolist())
+        return rows
+
+    def score_sequences(
+        self,
+        query,
+        items,
+        labels,
+        apply_softmax: bool = True,
+        length_normalize: bool = False,
+        item_first: bool = False,
+    ):
+        """Engine.score with labels of any length (each a list of token ids)."""
+        import torch
+
+        rows = []
+        for item in items:
+            prompt = self.prompt_ids(query, item, item_first)
+            sums = []
+            for label in labels:
+                ids = torch.tensor([prompt + list(label)])
+                with torch.no_grad():
+                    logits = self.model(input_ids=ids).logits[0].double()
+                logprobs = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+                total = logprobs[torch.arange(len(label)), torch.tensor(label)].sum()
+                sums.append(total / len(label) if length_normalize else total)
+            s = torch.stack(sums)
+            rows.append((torch.softmax(s, dim=0) if apply_softmax else s.exp()).tolist())
         return rows

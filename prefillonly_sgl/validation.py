@@ -33,23 +33,48 @@ class ModelLimits:
 
 
 def validate_label_token_ids(label_token_ids: object, vocab_size: int) -> list[int]:
+    """Single-token labels (SGLang's label_token_ids): a list of distinct token ids."""
+    labels = validate_labels(label_token_ids, vocab_size)
+    for label in labels:
+        if len(label) != 1:
+            raise InvalidRequestError(
+                f"label_token_ids must be integers, got {list(label)!r} (labels of several "
+                "tokens: Engine.score or /v1/score_labels)"
+            )
+    return [label[0] for label in labels]
+
+
+def validate_labels(label_token_ids: object, vocab_size: int) -> list[tuple[int, ...]]:
+    """Labels as token-id tuples: each label one token id, or a list of them (a label of
+    several tokens). Distinct labels; every id inside the vocabulary."""
     if not isinstance(label_token_ids, Sequence) or isinstance(label_token_ids, str | bytes):
         raise InvalidRequestError(
             f"label_token_ids must be a list of token ids, got {type(label_token_ids).__name__}"
         )
-    labels = list(label_token_ids)
-    if not labels:
+    if not label_token_ids:
         raise InvalidRequestError("label_token_ids is empty: give at least one label token id")
-    for token in labels:
-        if type(token) is not int:
-            raise InvalidRequestError(f"label_token_ids must be integers, got {token!r}")
-        if not 0 <= token < vocab_size:
+    labels = []
+    for label in label_token_ids:
+        if type(label) is int:
+            label = (label,)
+        elif isinstance(label, list | tuple) and label and all(type(t) is int for t in label):
+            label = tuple(label)
+        else:
             raise InvalidRequestError(
-                f"label token id {token} is outside the vocabulary (valid ids: 0..{vocab_size - 1})"
+                "label_token_ids must be integers (a label of several tokens: a non-empty "
+                f"list of them), got {label!r}"
             )
+        for token in label:
+            if not 0 <= token < vocab_size:
+                raise InvalidRequestError(
+                    f"label token id {token} is outside the vocabulary (valid ids: "
+                    f"0..{vocab_size - 1})"
+                )
+        labels.append(label)
     duplicates = sorted({t for t in labels if labels.count(t) > 1})
     if duplicates:
-        raise InvalidRequestError(f"label_token_ids has duplicates: {duplicates}")
+        shown = [t[0] if len(t) == 1 else list(t) for t in duplicates]
+        raise InvalidRequestError(f"label_token_ids has duplicates: {shown}")
     return labels
 
 
@@ -94,14 +119,15 @@ def validate_score_request(
     limits: ModelLimits,
     count_tokens: Callable[[TextOrIds, TextOrIds], int],
     item_first: bool = False,
-) -> tuple[TextOrIds, list[TextOrIds], list[int]]:
-    """Returns (query, items, labels) normalised; raises InvalidRequestError.
+) -> tuple[TextOrIds, list[TextOrIds], list[tuple[int, ...]]]:
+    """Returns (query, items, labels) normalised (labels: token-id tuples, see
+    validate_labels); raises InvalidRequestError.
 
     count_tokens(first, second) gives the length of the prompt joined in that order
     (prompt_token_counter; the caller owns the tokenizer). SGLang joins query + item, or
     item + query with item_first.
     """
-    labels = validate_label_token_ids(label_token_ids, limits.vocab_size)
+    labels = validate_labels(label_token_ids, limits.vocab_size)
     if query is None:
         query = ""
     _check_text_or_ids(query, "query", limits.vocab_size)

@@ -136,3 +136,87 @@ def test_item_first_prompts_are_counted_in_sglangs_order(model_and_engine, label
     assert len(engine.score(query, ["the"], labels).scores) == 1  # query + item fits
     with pytest.raises(InvalidRequestError, match=f"is {limit + 1} tokens, longer than the"):
         engine.score(query, ["the"], labels, item_first=True)
+
+
+# -- labels of several tokens (docs/labels.md) -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sequences(labels):
+    """Labels of 1-4 tokens: three share their first token, one is another's prefix."""
+    yes, no, good = labels
+    return [[yes], [yes, no], [yes, good, no], [no, good, yes, good], [good]]
+
+
+def test_multi_token_labels_match_transformers(model_and_engine, sequences):
+    path, engine = model_and_engine
+    ref = TransformersReference(path)
+    got = engine.score(QUERY, ITEMS, sequences).scores
+    want = ref.score_sequences(QUERY, ITEMS, sequences)
+    assert max_abs_diff(got, want) < TOLERANCE
+    assert all(abs(sum(row) - 1.0) < 1e-6 for row in got)
+    assert max_abs_diff([got[0]], [got[1]]) > 1e-3  # rows differ: items not mixed up
+    raw = engine.score(QUERY, ITEMS, sequences, apply_softmax=False).scores
+    assert max_abs_diff(raw, ref.score_sequences(QUERY, ITEMS, sequences, False)) < TOLERANCE
+    # a longer label is a product of more factors: P(yes no) < P(yes)
+    assert all(row[1] < row[0] for row in raw)
+
+
+def test_length_normalised_and_token_id_prompts_match(model_and_engine, sequences):
+    path, engine = model_and_engine
+    ref = TransformersReference(path)
+    query_ids = ref.tokenizer.encode(QUERY)
+    item_ids = [ref.tokenizer.encode(item, add_special_tokens=False) for item in ITEMS]
+    for apply_softmax in (True, False):
+        got = engine.score(
+            query_ids, item_ids, sequences, apply_softmax, length_normalize=True
+        ).scores
+        want = ref.score_sequences(query_ids, item_ids, sequences, apply_softmax, True)
+        assert max_abs_diff(got, want) < TOLERANCE
+
+
+def test_multi_token_labels_after_a_chat_prompt_and_item_first(model_and_engine, sequences):
+    path, engine = model_and_engine
+    ref = TransformersReference(path)
+    chat = ref.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Is this relevant? " + ITEMS[0]}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    got = engine.score(chat, [""], sequences).scores
+    assert max_abs_diff(got, ref.score_sequences(chat, [""], sequences)) < TOLERANCE
+    got = engine.score(QUERY, ITEMS[:2], sequences, item_first=True).scores
+    want = ref.score_sequences(QUERY, ITEMS[:2], sequences, item_first=True)
+    assert max_abs_diff(got, want) < TOLERANCE
+
+
+def test_label_prefixes_are_cache_hits_of_their_prompt(model_and_engine, sequences, labels):
+    """Each continuation (prompt + label prefix) finds the whole prompt cached: the
+    prompt is computed once per item, the labels' tokens are the only new work."""
+    _, engine = model_and_engine
+    items = [f"Fresh item {i}: {ITEMS[0]}" for i in range(2)]
+    prompts = [len(engine.tokenizer.encode(QUERY + item)) for item in items]
+    node_lengths = [1, 2, 1, 2, 3]  # yes; yes good; no; no good; no good yes
+    result = engine.score(QUERY, items, sequences)
+    continuation_tokens = sum(p + n for p in prompts for n in node_lengths)
+    assert result.prompt_tokens == sum(prompts) + continuation_tokens
+    assert result.cached_tokens >= len(node_lengths) * sum(prompts)
+    # one-token labels: one forward per prompt, as before
+    single = engine.score(QUERY, items, labels)
+    assert single.prompt_tokens == sum(prompts)
+
+
+@pytest.mark.parametrize(
+    "labels_given, message",
+    [
+        ([[5, 6], [5, 6]], "duplicates: [[5, 6]]"),
+        ([[5, 6], []], "a non-empty list of them), got []"),
+        ([[5, 10**6]], "label token id 1000000 is outside the vocabulary"),
+        ([[5, "6"]], "must be integers"),
+    ],
+)
+def test_bad_multi_token_labels_raise_clear_errors(model_and_engine, labels_given, message):
+    _, engine = model_and_engine
+    with pytest.raises(InvalidRequestError) as error:
+        engine.score(QUERY, ITEMS[:1], labels_given)
+    assert message in str(error.value)

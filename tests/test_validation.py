@@ -19,9 +19,11 @@ def check(query, items, labels):
 
 
 def test_valid_request_is_normalised():
-    assert check("ab", "c", (1, 2)) == ("ab", ["c"], [1, 2])
-    assert check(None, ["x", "yz"], [3]) == ("", ["x", "yz"], [3])
-    assert check([1, 2], [[3], [4, 5]], [9]) == ([1, 2], [[3], [4, 5]], [9])
+    assert check("ab", "c", (1, 2)) == ("ab", ["c"], [(1,), (2,)])
+    assert check(None, ["x", "yz"], [3]) == ("", ["x", "yz"], [(3,)])
+    assert check([1, 2], [[3], [4, 5]], [9]) == ([1, 2], [[3], [4, 5]], [(9,)])
+    # labels of several tokens: a list of ids per label, mixed with single ids
+    assert check("ab", "c", [[4, 5], 6, (4,)]) == ("ab", ["c"], [(4, 5), (6,), (4,)])
 
 
 @pytest.mark.parametrize(
@@ -34,6 +36,9 @@ def test_valid_request_is_normalised():
         ("q", ["a"], [1, True], "must be integers"),
         ("q", ["a"], [100], "label token id 100 is outside the vocabulary (valid ids: 0..99)"),
         ("q", ["a"], [2, 3, 2, 3], "duplicates: [2, 3]"),
+        ("q", ["a"], [[2, 3], 4, [2, 3]], "duplicates: [[2, 3]]"),
+        ("q", ["a"], [[2, 3], []], "a non-empty list of them), got []"),
+        ("q", ["a"], [[2, 1000]], "label token id 1000 is outside the vocabulary"),
         ("", [""], [1], "items[0]: the prompt (query + item) is empty"),
         ("q", ["a", "b" * 10], [1], "items[1]: the prompt (query + item) is 11 tokens"),
         ([], [[1, 200]], [1], "items[0] has token ids outside the vocabulary"),

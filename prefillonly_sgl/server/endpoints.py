@@ -76,9 +76,10 @@ class ServerContext(Protocol):
         self,
         query: Any,
         items: Any,
-        label_token_ids: list[int],
+        label_token_ids: list,  # per label a token id, or a list of them (several tokens)
         apply_softmax: bool = True,
         item_first: bool = False,
+        length_normalize: bool = False,
     ) -> Any: ...  # prefillonly_sgl.score_result.ScoreResult
 
 

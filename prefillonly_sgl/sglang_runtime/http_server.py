@@ -181,12 +181,24 @@ class ServerContext:
         return record.usage if record is not None else None
 
     async def score(
-        self, query, items, label_token_ids, apply_softmax=True, item_first=False
+        self,
+        query,
+        items,
+        label_token_ids,
+        apply_softmax=True,
+        item_first=False,
+        length_normalize=False,
     ) -> ScoreResult:
         """prefillonly_sgl.Engine.score semantics, on the server's engine (the same
         ScoringFront, so the same checks, result and cached_tokens)."""
         return await self._runtime.front.score(
-            query, items, label_token_ids, apply_softmax, item_first, self._raw_request
+            query,
+            items,
+            label_token_ids,
+            apply_softmax,
+            item_first,
+            self._raw_request,
+            length_normalize,
         )
 
 

@@ -9,10 +9,15 @@ tokens), so the query is tokenized once per score call, in the AROUND hook, and 
 AFTER hook of each prompt compares against it. The query's tokens pass from one to the
 other in _SCORE_CALL, scoped to the score call's asyncio task (SGLang tokenizes the
 prompts inside it, so the value never leaks to another call).
+
+keep_whole_prompts(): within it, a score call's prompts are reusable whole (R = the
+prompt's length), for labels of several tokens (label_sequences.py), whose continuation
+requests then find each prompt in the prefix cache.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import inspect
 
@@ -23,6 +28,10 @@ from prefillonly_sgl.kv.policy import reusable_prefix_len
 # None outside score calls (generate requests stay stock).
 _SCORE_CALL: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
     "prefillonly_score_call_query_ids", default=None
+)
+# True inside keep_whole_prompts(): R = the whole prompt.
+_KEEP_WHOLE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "prefillonly_keep_whole_prompts", default=False
 )
 _EMBED_OVERRIDES = (
     "query_embed_overrides",
@@ -39,6 +48,17 @@ async def _around_score_request(original, self, *args, **kwargs):
         return await original(*bound.args, **bound.kwargs)
     finally:
         _SCORE_CALL.reset(token)
+
+
+@contextlib.contextmanager
+def keep_whole_prompts():
+    """Score calls made inside keep every prompt's KV (prefill-only KV otherwise keeps
+    only the query's): a later request extending a prompt finds all of it cached."""
+    token = _KEEP_WHOLE.set(True)
+    try:
+        yield
+    finally:
+        _KEEP_WHOLE.reset(token)
 
 
 def query_token_ids(tokenizer, arguments: dict) -> list[int]:
@@ -66,7 +86,10 @@ def _after_create_tokenized_object(result, *args, **kwargs):
     params = result.sampling_params
     if result.input_ids is None or params.max_new_tokens != 0:
         return result
-    r = reusable_prefix_len(query_ids, result.input_ids)
+    if _KEEP_WHOLE.get():
+        r = len(result.input_ids)
+    else:
+        r = reusable_prefix_len(query_ids, result.input_ids)
     params.custom_params = with_reusable_len(params.custom_params, r)
     return result
 

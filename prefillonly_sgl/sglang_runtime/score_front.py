@@ -6,13 +6,19 @@ TokenizerManager, return a ScoreResult with its usage.
     server: /v1/score's checks   ─┘   (ScoringFront.check)
 
 SGLang's own /v1/score handler still answers /v1/score (its response format, with every
-SGLang field), after the guard has run ScoringFront.check on the body.
+SGLang field), after the guard has run its checks on the body.
+
+Labels of one token each go to score_request as one call (one forward per prompt);
+labels of several tokens go through label_sequences.py (the prompts, then the label
+prefixes as cache hits of them).
 """
 
 from __future__ import annotations
 
 from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.label_trie import build_trie
 from prefillonly_sgl.score_result import ScoreResult
+from prefillonly_sgl.sglang_runtime.label_sequences import score_label_sequences
 from prefillonly_sgl.sglang_runtime.request_recording import record_generate_requests
 from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord
 from prefillonly_sgl.validation import (
@@ -38,8 +44,9 @@ class ScoringFront:
 
     def check(
         self, query, items, label_token_ids, item_first: bool = False
-    ) -> tuple[TextOrIds, list[TextOrIds], list[int]]:
-        """(query, items, labels) normalised; InvalidRequestError naming the problem."""
+    ) -> tuple[TextOrIds, list[TextOrIds], list[tuple[int, ...]]]:
+        """(query, items, labels as token-id tuples) normalised; InvalidRequestError
+        naming the problem."""
         return validate_score_request(
             query, items, label_token_ids, self.limits, self.count_prompt_tokens, item_first
         )
@@ -52,29 +59,44 @@ class ScoringFront:
         apply_softmax: bool = True,
         item_first: bool = False,
         request=None,
+        length_normalize: bool = False,
     ) -> ScoreResult:
         """prefillonly_sgl.Engine.score semantics. request: the HTTP request, if any (SGLang
         watches it for disconnects)."""
         query, items, labels = self.check(query, items, label_token_ids, item_first)
+        trie = build_trie(labels)
         # This call's own record; an HTTP request's record (the guard's) is its parent.
         outer = CURRENT_REQUEST.get()
         record = outer.child("score") if outer is not None else RequestRecord("score")
         token = CURRENT_REQUEST.set(record)  # SGLang's tasks below copy this context
         try:
-            result = await self.tokenizer_manager.score_request(
-                query=query,
-                items=items,
-                label_token_ids=labels,
-                apply_softmax=apply_softmax,
-                item_first=item_first,
-                request=request,
-            )
+            if trie.single_token:  # per token, a length is 1: nothing to normalise
+                result = await self.tokenizer_manager.score_request(
+                    query=query,
+                    items=items,
+                    label_token_ids=[label[0] for label in labels],
+                    apply_softmax=apply_softmax,
+                    item_first=item_first,
+                    request=request,
+                )
+                scores, prompt_tokens = result.scores, result.prompt_tokens
+            else:
+                scores, prompt_tokens = await score_label_sequences(
+                    self.tokenizer_manager,
+                    query,
+                    items,
+                    trie,
+                    apply_softmax,
+                    length_normalize,
+                    item_first,
+                    request,
+                )
         except ValueError as e:  # SGLang's way of refusing a request
             raise InvalidRequestError(str(e)) from e
         finally:
             CURRENT_REQUEST.reset(token)
         return ScoreResult(
-            scores=result.scores,
-            prompt_tokens=result.prompt_tokens,
+            scores=scores,
+            prompt_tokens=prompt_tokens,
             cached_tokens=record.usage.cached_tokens,
         )

@@ -1,0 +1,85 @@
+"""Labels of several tokens, on SGLang's TokenizerManager (what to compute: label_trie.py).
+
+A score call whose labels are not all single tokens runs as two rounds of ordinary score
+requests (max_new_tokens=0, prefill-only):
+
+1. the roots: the call itself (query, items) as a single-token call would send it, reading
+   the labels' first tokens, with each prompt's KV kept whole in the prefix cache
+   (reusable_prefix.keep_whole_prompts; otherwise prefill-only KV keeps only the query's);
+2. the continuations, all at once: per item one request whose query is the prompt's own
+   token ids and whose items are the label prefixes (the trie's nodes), each reading the
+   next tokens below its node. SGLang's prefix cache then holds the prompt, so each
+   continuation computes only its few label tokens; their reusable prefix is the prompt
+   (R = len(query) for token-id queries), so the JCT scheduler groups each with its
+   prompt and predicts it as a cache hit.
+
+Log-probabilities come from SGLang's return_token_logprobs (over the whole vocabulary, as
+apply_softmax=False reads them); the products and the normalisation are label_trie's.
+If the pool cannot hold every prompt of the call, the oldest are evicted before their
+continuations run, which then recompute them: slower, never different.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from prefillonly_sgl.label_trie import LabelTrie, label_scores, sequence_logprobs
+from prefillonly_sgl.sglang_runtime.reusable_prefix import keep_whole_prompts
+from prefillonly_sgl.validation import TextOrIds
+
+
+def prompt_token_ids(
+    tokenizer, query: TextOrIds, items: list[TextOrIds], item_first: bool
+) -> list[list[int]]:
+    """Each prompt's token ids as SGLang's score_request builds them: text joined and
+    tokenized whole (special tokens included), token ids concatenated."""
+    if isinstance(query, str):
+        texts = [f"{item}{query}" if item_first else f"{query}{item}" for item in items]
+        return [list(tokenizer.encode(text)) for text in texts]
+    return [list(item) + list(query) if item_first else list(query) + list(item) for item in items]
+
+
+async def score_label_sequences(
+    tokenizer_manager,
+    query: TextOrIds,
+    items: list[TextOrIds],
+    trie: LabelTrie,
+    apply_softmax: bool,
+    length_normalize: bool,
+    item_first: bool,
+    request=None,
+) -> tuple[list[list[float]], int]:
+    """(scores per item in label order, prompt tokens of every request sent)."""
+    prompts = prompt_token_ids(tokenizer_manager.tokenizer, query, items, item_first)
+    with keep_whole_prompts():
+        roots = await tokenizer_manager.score_request(
+            query=query,
+            items=items,
+            label_token_ids=list(trie.next_tokens[()]),
+            apply_softmax=False,
+            item_first=item_first,
+            request=request,
+            return_token_logprobs=True,
+        )
+    nodes = trie.continuations
+    continued = await asyncio.gather(
+        *(
+            tokenizer_manager.score_request(
+                query=prompt,
+                items=[list(node) for node in nodes],
+                label_token_ids=[list(trie.next_tokens[node]) for node in nodes],
+                apply_softmax=False,
+                request=request,
+                return_token_logprobs=True,
+            )
+            for prompt in prompts
+        )
+    )
+    lengths = [len(label) for label in trie.labels]
+    scores = []
+    for root_logprobs, more in zip(roots.token_logprobs, continued, strict=True):
+        by_node = {(): root_logprobs, **dict(zip(nodes, more.token_logprobs, strict=True))}
+        logprobs = sequence_logprobs(trie, by_node)
+        scores.append(label_scores(logprobs, lengths, apply_softmax, length_normalize))
+    prompt_tokens = roots.prompt_tokens + sum(c.prompt_tokens for c in continued)
+    return scores, prompt_tokens
