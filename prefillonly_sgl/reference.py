@@ -67,9 +67,10 @@ class TransformersReference:
         length_normalize: bool = False,
         item_first: bool = False,
     ):
-        """Engine.score with labels of any length (each a list of token ids)."""
+        """Engine.score with labels of any length (each a token id or a list of them)."""
         import torch
 
+        labels = [[label] if isinstance(label, int) else list(label) for label in labels]
         rows = []
         for item in items:
             prompt = self.prompt_ids(query, item, item_first)

@@ -17,6 +17,12 @@ def liked(review: str, drug: str = "") -> Prompt:
     return Prompt(prefix=FEW_SHOT, item=f"Drug: {drug}\nReview: {review}\nSentiment:")
 
 
+@prefillonly.classifier(labels=["Yes", "history books", "No thanks"])
+def verdict(review: str, drug: str = "") -> Prompt:
+    """Labels of several tokens (the tiny tokenizer: 1, 4 and 5 tokens)."""
+    return Prompt(prefix=FEW_SHOT, item=f"Drug: {drug}\nReview: {review}\nVerdict:")
+
+
 @prefillonly.ranker(labels=["Yes", "No"], score="Yes")
 def recommend(profile: str, item: str) -> Prompt:
     return Prompt(prefix=f"User profile: {profile}\n", item=f"Item: {item}\nRelevant?")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from batch_app_example import liked, recommend
+from batch_app_example import liked, recommend, verdict
 from conftest import counting_backend, max_abs_diff
 from server_process import running_server, serve_env
 
@@ -59,6 +59,18 @@ def test_classifier_results_equal_the_dsl_in_input_order_with_one_request_per_ch
     assert len(backend.requests) == 3 and backend.items_sent == 12
     assert report.scored == 12 and report.errors == 0 and report.calls == 3
     assert report.cached_tokens > 0  # the prefix computed once, then served from the cache
+
+
+def test_labels_of_several_tokens_in_a_batch_job(engine, tmp_path):
+    out = tmp_path / "out.jsonl"
+    records = RECORDS[:5]
+    run_batch(verdict, records, out, engine=engine, chunk_size=3, progress=False)
+    rows = read_jsonl(out)
+    inputs = [{"review": r["review"], "drug": r["drug"]} for r in records]
+    want = verdict.batch(inputs, engine=engine, progress=False)
+    labels = ("Yes", "history books", "No thanks")
+    assert max_abs_diff(probs_of(rows, labels), [[w.probs[x] for x in labels] for w in want]) < 1e-6
+    assert [r["label"] for r in rows] == [w.label for w in want]
 
 
 def test_bad_records_go_to_the_errors_file_and_the_job_goes_on(engine, tmp_path):

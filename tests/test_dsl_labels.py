@@ -104,13 +104,22 @@ def test_leading_space_follows_the_prompt_end(tok):
     assert compile_labels(label_set([" good"]), tok, "x\n") == [one_token(tok, " good")]
 
 
-def test_multi_token_label_error_names_label_and_tokenization(tok):
-    with pytest.raises(LabelError) as info:
-        compile_labels(label_set(["good", "excellent"]), tok, "Credit risk:")
-    message = str(info.value)
-    assert "label 'excellent' is not one token" in message
-    assert "' excellent'" in message and "7 token(s)" in message
-    assert "[' e', 'x', 'c', 'el', 'l', 'en', 't']" in message
+def test_labels_of_several_tokens_compile_to_their_tokens_in_context(tok):
+    ids = compile_labels(label_set(["good", "excellent"]), tok, "Credit risk:")
+    assert ids == [
+        one_token(tok, " good"),
+        tuple(tok.encode(" excellent", add_special_tokens=False)),
+    ]
+    assert len(ids[1]) == 7
+    # after whitespace, no space is added: "excellent" as its own tokens
+    assert compile_labels(label_set(["excellent"]), tok, "Risk:\n") == [
+        tuple(tok.encode("excellent", add_special_tokens=False))
+    ]
+
+
+def test_labels_of_several_tokens_must_differ(tok):
+    with pytest.raises(LabelError, match="labels ' excellent' and 'excellent' collide"):
+        compile_labels(label_set([" excellent", "excellent"]), tok, "Answer:")
 
 
 def test_colliding_labels_error(tok):
@@ -127,9 +136,9 @@ def test_label_merging_with_a_trailing_space_is_an_error(tok):
 def test_label_error_at_first_use(tok):
     @prefillonly.classifier(labels=["good", "wonderful"])
     def review(text: str) -> str:
-        return f"Review: {text}\nSentiment:"
+        return f"Review: {text}\nSentiment: "  # the trailing space merges with " good"
 
-    with pytest.raises(LabelError, match="'wonderful' is not one token"):
+    with pytest.raises(LabelError, match="'good' merges with the prompt's last characters"):
         review.compile(tok, "fine")
 
 

@@ -159,9 +159,9 @@ def test_async_variants_from_any_loop(server):
 def test_errors(server):
     @prefillonly.classifier(labels=["Yes", "Maybe"])
     def unsure(x: str) -> str:
-        return f"{x}\nAnswer:"
+        return f"{x}\nAnswer: "  # the trailing space merges with the label
 
-    with pytest.raises(LabelError, match="'Maybe' is not one token"):
+    with pytest.raises(LabelError, match="'Yes' merges with the prompt's last characters"):
         unsure("x", engine=server)
     backend = RemoteBackend(server)
     with pytest.raises(InvalidRequestError, match="/v1/score"):  # the server rejects it
@@ -171,3 +171,15 @@ def test_errors(server):
             ScoreRequest(query="x", items=("y",), label_token_ids=(1,))
         )
     assert relevant(PROFILE, "tea", engine=server).label in ("Yes", "No")  # server still up
+
+
+@prefillonly.classifier(labels=["Yes", "history books"])
+def relevant_in_words(profile: str, item: str) -> Prompt:
+    return Prompt(prefix=profile, item=f"Item: {item}\nRelevant? Answer Yes or history books:")
+
+
+def test_labels_of_several_tokens_need_prefillonly_serve(server):
+    """SGLang's /v1/score carries one token per label; a stock server has no
+    /v1/score_labels: a clear error, not a wrong answer."""
+    with pytest.raises(RemoteBackendError, match="need a `prefillonly serve` server"):
+        relevant_in_words(PROFILE, FILMS[0], engine=server)

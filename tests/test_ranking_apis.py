@@ -12,6 +12,8 @@ import requests
 from conftest import max_abs_diff
 from server_process import running_server
 
+import prefillonly_sgl as prefillonly
+from prefillonly_sgl import Prompt
 from prefillonly_sgl.dsl import RemoteBackend
 from prefillonly_sgl.server.ranking_apis import (
     classify_endpoint,
@@ -61,6 +63,29 @@ def test_rerank_with_the_builtin_reranker_equals_transformers(server, reference)
     remote = RemoteBackend(server.url, tokenizer=reference.tokenizer, typed_endpoints=False)
     ranking = qwen3_reranker(QUERY, items=DOCUMENTS, engine=remote)
     assert max(abs(g["relevance_score"] - r.score) for g, r in zip(got, ranking.by_input)) < 1e-5
+
+
+@prefillonly.classifier(labels=["Yes", "history books", "No thanks"])
+def verdict(profile: str, item: str) -> Prompt:
+    return Prompt(prefix=profile, item=f"Item: {item}\nVerdict:")
+
+
+def test_labels_of_several_tokens_through_the_dsl_remote_backend(server, reference):
+    """A classifier whose labels are several tokens, over prefillonly serve's
+    /v1/score_labels (the DSL's remote path for them), equals the chain-rule reference."""
+    remote = RemoteBackend(server.url, tokenizer=reference.tokenizer, typed_endpoints=False)
+    inputs = [("Likes space films.\n", d) for d in DOCUMENTS]
+    results = verdict.batch(inputs, engine=remote, progress=False)
+    compiled = verdict.compile_batch(reference.tokenizer, inputs)
+    assert any(isinstance(x, tuple) for x in compiled.requests[0].label_token_ids)
+    want = compiled.gather(
+        [
+            reference.score_sequences(r.query, list(r.items), list(r.label_token_ids))
+            for r in compiled.requests
+        ]
+    )
+    got = [[r.probs[label] for label in ("Yes", "history books", "No thanks")] for r in results]
+    assert max_abs_diff(got, want) < TOLERANCE
 
 
 def test_a_cohere_style_request_works_unchanged(server):

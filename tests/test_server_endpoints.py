@@ -194,7 +194,25 @@ def test_score_labels_builtin(server, reference):
     ids = [reference.tokenizer.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
     want = reference.score(QUERY, ITEMS, ids)
     assert max_abs_diff([list(row.values()) for row in got["scores"]], want) < TOLERANCE
+    assert got["rows"] == [list(row.values()) for row in got["scores"]]
     assert got["usage"]["prompt_tokens"] > 0
+
+
+def test_score_labels_of_several_tokens(server, reference):
+    words = [" Yes", " history books", " No thanks"]
+    body = {"query": QUERY, "items": ITEMS, "labels": words}
+    response = post(server, "/v1/score_labels", body)
+    assert response.status_code == 200, response.text
+    ids = [reference.tokenizer.encode(w, add_special_tokens=False) for w in words]
+    assert [len(x) for x in ids] == [1, 4, 5]  # the tiny tokenizer's pieces
+    want = reference.score_sequences(QUERY, ITEMS, ids)
+    assert max_abs_diff(response.json()["rows"], want) < TOLERANCE
+    # the same labels as token ids, raw and per token
+    body = {"query": QUERY, "items": ITEMS, "label_token_ids": ids, "apply_softmax": False}
+    response = post(server, "/v1/score_labels", {**body, "length_normalize": True})
+    assert response.status_code == 200, response.text
+    want = reference.score_sequences(QUERY, ITEMS, ids, apply_softmax=False, length_normalize=True)
+    assert max_abs_diff(response.json()["rows"], want) < TOLERANCE
 
 
 # -- malformed requests: 4xx naming the problem, never a 500 or a crash -----------------------
@@ -234,10 +252,12 @@ BAD_REQUESTS = [
     ("chat-absurd-n", "/v1/chat/completions", {"model": "default", "messages": [], "n": 10**6}, 413, "at most"),  # noqa: E501
     ("generate-absurd-n", "/generate", {"text": "hi", "sampling_params": {"n": 10**6}}, 413, "at most"),  # noqa: E501
     ("chat-wrong-type", "/v1/chat/completions", {"model": "default", "messages": "hi"}, 400, "messages"),  # noqa: E501
-    ("label-not-one-token", "/v1/score_labels", {"items": ["a"], "labels": [" Yes", "history books"]}, 400, "not one"),  # noqa: E501
-    ("label-words-duplicate", "/v1/score_labels", {"items": ["a"], "labels": [" Yes", " Yes"]}, 400, "same token"),  # noqa: E501
-    # "s" is one token alone, but after "walk" the tokenizer writes "walks" differently
-    ("label-merges-with-prompt", "/v1/score_labels", {"query": "They like to walk", "items": [""], "labels": ["s", " No"]}, 400, "label 's' is not one token"),  # noqa: E501
+    ("label-words-and-ids", "/v1/score_labels", {"items": ["a"], "labels": [" Yes"], "label_token_ids": [5]}, 400, "exactly one of labels"),  # noqa: E501
+    ("label-no-labels", "/v1/score_labels", {"items": ["a"]}, 400, "exactly one of labels"),
+    ("label-ids-empty-label", "/v1/score_labels", {"items": ["a"], "label_token_ids": [[5], []]}, 400, "non-empty list"),  # noqa: E501
+    ("label-words-duplicate", "/v1/score_labels", {"items": ["a"], "labels": [" Yes", " Yes"]}, 400, "must be distinct"),  # noqa: E501
+    # after a trailing space the tokenizer writes " s" as one token: the prompt's space changes
+    ("label-merges-with-prompt", "/v1/score_labels", {"query": "They like to walk ", "items": [""], "labels": ["s", " No"]}, 400, "label 's' merges with the prompt's last characters"),  # noqa: E501
     ("app-missing-field", "/classify/sentiment", {}, 400, "text: Field required"),
     ("app-empty-field", "/classify/sentiment", {"text": ""}, 400, "text"),
     ("app-wrong-type", "/rank/relevance", {"profile": "x", "items": "abc"}, 400, "items"),

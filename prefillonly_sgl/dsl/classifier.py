@@ -197,6 +197,7 @@ def classifier(
     system: str | None = None,
     leading_space: bool | None = None,
     normalize: bool = True,
+    length_normalize: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
     calibrate=None,
     path: str | None = None,
@@ -205,12 +206,15 @@ def classifier(
     ``Prompt(prefix=..., item=...)`` to mark a prefix shared across calls).
 
     labels: a list (str or int), an Enum class or a Literal[...] type; default: the
-        function's return annotation (Literal[...] or an Enum). Each must be one token.
+        function's return annotation (Literal[...] or an Enum). A label may be several
+        tokens: its probability is then the product of its tokens' (docs/labels.md).
     chat: render the prompt as the user turn of the model's chat template, after a
         ``system`` turn when given, ending with the opening of the assistant turn.
     leading_space: force (True) or forbid (False) a space before each label; default:
         a space unless the prompt ends with whitespace.
     normalize: probabilities over the labels (True) or over the whole vocabulary.
+    length_normalize: score a label of several tokens by its per-token (geometric mean)
+        probability instead of the product, before normalize.
     batch_size: inputs per score request in ``batch`` / ``abatch``.
     calibrate: contextual calibration (calibration.py): the parameter(s) holding the
         content (a name, a list, or True for a one-parameter function). Their values are
@@ -226,6 +230,7 @@ def classifier(
         system=system,
         leading_space=leading_space,
         normalize=normalize,
+        length_normalize=length_normalize,
         batch_size=batch_size,
         calibrate=calibrate,
         path=path,

@@ -8,7 +8,7 @@ import enum
 import functools
 import typing
 
-from prefillonly_sgl.dsl.labels import TAIL_CHARS, LabelSet, compile_labels, label_set
+from prefillonly_sgl.dsl.labels import TAIL_CHARS, LabelIds, LabelSet, compile_labels, label_set
 from prefillonly_sgl.dsl.prompt import ChatFormat, Prompt
 from prefillonly_sgl.dsl.request import CompiledCall, group_requests
 from prefillonly_sgl.dsl.signature import DeclarationError, Signature, type_hints
@@ -45,6 +45,7 @@ class ScoringFunction:
         system: str | None,
         leading_space: bool | None,
         normalize: bool,
+        length_normalize: bool = False,
         reserved: tuple[str, ...],
         exclude: tuple[str, ...] = (),
         path: str | None = None,
@@ -62,6 +63,7 @@ class ScoringFunction:
         self.chat = ChatFormat(system) if chat else None
         self.leading_space = leading_space
         self.normalize = normalize
+        self.length_normalize = length_normalize  # per-token probability of a label
         self.inputs = Signature(fn, reserved=reserved, exclude=exclude)
         self._label_ids: dict[tuple[int, str], tuple[object, list[int]]] = {}
         functools.update_wrapper(self, fn)
@@ -86,8 +88,9 @@ class ScoringFunction:
             value = self.chat.render(value, tokenizer)
         return value
 
-    def label_ids(self, tokenizer, prompt: Prompt) -> list[int]:
-        """Label token ids after this prompt (cached per tokenizer and prompt ending)."""
+    def label_ids(self, tokenizer, prompt: Prompt) -> list[LabelIds]:
+        """Label token ids after this prompt (cached per tokenizer and prompt ending): per
+        label a token id, or a tuple of them for a label of several tokens."""
         tail = prompt.text[-TAIL_CHARS:]
         key = (id(tokenizer), tail)
         cached = self._label_ids.get(key)
@@ -107,4 +110,4 @@ class ScoringFunction:
         limit); see request.group_requests."""
         prompts = [self.prompt(tokenizer, **a) for a in arguments]
         label_ids = [self.label_ids(tokenizer, p) for p in prompts]
-        return group_requests(prompts, label_ids, self.normalize, max_items)
+        return group_requests(prompts, label_ids, self.normalize, max_items, self.length_normalize)

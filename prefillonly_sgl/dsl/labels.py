@@ -13,8 +13,13 @@ follow *that* text:
 - otherwise ("Credit risk:") it is written with a leading space (" good");
 - a label that starts with whitespace is taken verbatim; ``leading_space`` forces either.
 
-Each label must then be exactly one token in context (the prompt's tail followed by the
-label tokenizes as the tail's tokens plus one), and no two labels may share a token.
+A label is then the tokens that follow the tail's own tokens when the tail and the label
+are tokenized together: one token (one forward scores it), or several (the product of
+their conditional probabilities: label_trie.py). Where the two re-split at the boundary
+(a newline run before a word, a word continued by the label), the label is its own
+tokens after the prompt's: what the model writes when it generates from the prompt as
+SGLang tokenizes it. A prompt ending in a space before a label without one is refused
+(the model writes the space with the word). No two labels may be the same tokens.
 Errors name the label and show how it tokenizes.
 """
 
@@ -31,7 +36,12 @@ TAIL_CHARS = 32  # how much of the prompt's end is re-tokenized to check a label
 
 
 class LabelError(InvalidRequestError):
-    """A label set that cannot be scored: empty, duplicated, not one token, or colliding."""
+    """A label set that cannot be scored: empty, duplicated, merging with the prompt's end,
+    or colliding."""
+
+
+# A compiled label: its token id, or its token ids when it is several tokens.
+LabelIds = int | tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -78,10 +88,7 @@ def label_set(labels) -> LabelSet:
             raise LabelError(f"label {text!r} is blank")
     duplicates = sorted({t for t in texts if texts.count(t) > 1})
     if duplicates:
-        raise LabelError(
-            f"labels must be distinct (each its own token, never the same token twice); "
-            f"repeated: {duplicates}"
-        )
+        raise LabelError(f"labels must be distinct; repeated: {duplicates}")
     return LabelSet(values=values, texts=texts, label_type=label_type)
 
 
@@ -106,48 +113,47 @@ def label_form(text: str, prompt: str, leading_space: bool | None = None) -> str
 
 def compile_labels(
     labels: LabelSet, tokenizer, prompt: str, leading_space: bool | None = None
-) -> list[int]:
-    """One token id per label, in label order, for a prompt ending like ``prompt``.
+) -> list[LabelIds]:
+    """Per label, in label order, its token id (one token) or token-id tuple (several
+    tokens) after a prompt ending like ``prompt``.
 
-    Only the prompt's last TAIL_CHARS characters matter. Raises LabelError when a label is
-    not one token in context or two labels compile to the same token.
+    Only the prompt's last TAIL_CHARS characters matter. Raises LabelError when a label
+    merges with the prompt's end or two labels compile to the same tokens.
     """
     tail = prompt[-TAIL_CHARS:]
     base = _encode(tokenizer, tail)
-    ids = []
+    ids: list[LabelIds] = []
     for text in labels.texts:
         form = label_form(text, tail, leading_space)
         full = _encode(tokenizer, tail + form)
-        if len(full) == len(base) + 1 and full[: len(base)] == base:
-            ids.append(full[-1])
-            continue
-        alone = _encode(tokenizer, form)
-        raise LabelError(
-            f"label {text!r} is not one token of this tokenizer after the prompt's end "
-            f"{tail[-12:]!r}: it is written {form!r}, which tokenizes as "
-            f"{_show(tokenizer, alone)}"
-            + (
-                ""
-                if len(alone) != 1
-                else f", and in context the prompt end and label tokenize as "
-                f"{_show(tokenizer, full[-len(alone) - 2 :])} (the label merges with the "
-                f"prompt's last characters; end the prompt differently, e.g. without a "
-                f"trailing space)"
+        if len(full) > len(base) and full[: len(base)] == base:
+            new = full[len(base) :]  # the label's tokens in context
+        elif not tail[-1:].isspace() or tail[-1:] in "\n\r":
+            # The boundary re-splits (SmolLM2: "\n\n" then "yes" is "\n", "\n", "yes"):
+            # the prompt keeps its own tokens, as SGLang scores it, and the label is its
+            # own tokens after them, what the model writes when it generates from there.
+            new = _encode(tokenizer, form)
+        else:
+            alone = _encode(tokenizer, form)
+            raise LabelError(
+                f"label {text!r} merges with the prompt's last characters {tail[-12:]!r}: "
+                f"it is written {form!r} ({_show(tokenizer, alone)}), and in context the "
+                f"prompt end and label tokenize as {_show(tokenizer, full[-len(alone) - 2 :])}: "
+                "the model would write the space and the label as one token; end the prompt "
+                "without the trailing space (the label then gets its leading space)"
             )
-            + ". Choose a label that is a single token, e.g. a shorter word or a letter."
-        )
+        ids.append(new[0] if len(new) == 1 else tuple(new))
     _check_collisions(labels, ids, tokenizer, tail, leading_space)
     return ids
 
 
-def label_word_ids(tokenizer, words, prompts=("",)) -> list[int]:
+def label_word_ids(tokenizer, words, prompts=("",)) -> list[LabelIds]:
     """Token ids of label words written verbatim (no space added) after each of
     ``prompts``, by the same compiler as the DSL's labels: for callers that give words
     rather than a declared label set (/v1/score_labels). Raises LabelError naming a word
-    that is not one token after a prompt's end (e.g. it merges with it), or two words that
-    are the same token."""
+    that merges with a prompt's end, or two words that are the same tokens."""
     labels = label_set(list(words) if isinstance(words, list | tuple) else words)
-    ids: list[int] | None = None
+    ids: list[LabelIds] | None = None
     for tail in dict.fromkeys(prompt[-TAIL_CHARS:] for prompt in prompts):
         got = compile_labels(labels, tokenizer, tail, leading_space=False)
         if ids is not None and got != ids:
@@ -160,13 +166,14 @@ def label_word_ids(tokenizer, words, prompts=("",)) -> list[int]:
 
 
 def _check_collisions(labels, ids, tokenizer, tail, leading_space) -> None:
-    seen: dict[int, str] = {}
+    seen: dict[LabelIds, str] = {}
     for text, token in zip(labels.texts, ids):
         if token in seen:
             form = label_form(text, tail, leading_space)
+            tokens = list(token) if isinstance(token, tuple) else [token]
             raise LabelError(
-                f"labels {seen[token]!r} and {text!r} collide: both compile to the token "
-                f"{_show(tokenizer, [token])} (written {form!r}); give labels that "
+                f"labels {seen[token]!r} and {text!r} collide: both compile to "
+                f"{_show(tokenizer, tokens)} (written {form!r}); give labels that "
                 f"tokenize differently"
             )
         seen[token] = text

@@ -155,6 +155,7 @@ def ranker(
     system: str | None = None,
     leading_space: bool | None = None,
     normalize: bool = True,
+    length_normalize: bool = False,
     path: str | None = None,
 ):
     """Declare a ranker. The decorated function takes the shared arguments and one item
@@ -174,6 +175,7 @@ def ranker(
         system=system,
         leading_space=leading_space,
         normalize=normalize,
+        length_normalize=length_normalize,
         path=path,
     )
     if inspect.isfunction(labels):

@@ -139,6 +139,8 @@ class RemoteBackend(Backend):
 
     # -- /v1/score ----------------------------------------------------------------------
     def score(self, request: ScoreRequest) -> list[list[float]]:
+        if not request.single_token_labels or request.length_normalize:
+            return self._score_labels(request)
         body = {
             "query": request.query,
             "items": list(request.items),
@@ -150,6 +152,32 @@ class RemoteBackend(Backend):
         details = usage.get("prompt_tokens_details") or {}
         self.count_usage(usage.get("prompt_tokens") or 0, details.get("cached_tokens") or 0)
         return answer["scores"]
+
+    def _score_labels(self, request: ScoreRequest) -> list[list[float]]:
+        """Labels of several tokens (or length_normalize): prefillonly serve's
+        /v1/score_labels with token ids; SGLang's /v1/score carries one token per label."""
+        body = {
+            "query": request.query,
+            "items": list(request.items),
+            "label_token_ids": [
+                list(x) if isinstance(x, tuple) else x for x in request.label_token_ids
+            ],
+            "apply_softmax": request.apply_softmax,
+            "length_normalize": request.length_normalize,
+        }
+        try:
+            answer = self._request("POST", "/v1/score_labels", body)
+        except InvalidRequestError as e:
+            if "404" not in str(e) and "Not Found" not in str(e):
+                raise
+            raise RemoteBackendError(
+                f"{self.base_url} has no /v1/score_labels: labels of several tokens (and "
+                "length_normalize) need a `prefillonly serve` server; SGLang's /v1/score "
+                "scores one token per label"
+            ) from None
+        usage = answer.get("usage") or {}
+        self.count_usage(usage.get("prompt_tokens") or 0, usage.get("cached_tokens") or 0)
+        return answer["rows"]
 
     async def ascore(self, request: ScoreRequest) -> list[list[float]]:
         return await asyncio.to_thread(self.score, request)

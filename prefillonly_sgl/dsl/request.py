@@ -1,8 +1,9 @@
 """Compiled score requests: what a DSL call sends to a backend (plain Python).
 
 A call (or a batch of calls) compiles to a list of ``ScoreRequest`` — SGLang's score
-request fields exactly (query, items, label_token_ids, apply_softmax) — plus, for each
-input, where its answer will be: (request index, item index).
+request fields (query, items, label_token_ids, apply_softmax), where a label of several
+tokens is a tuple of ids, and length_normalize — plus, for each input, where its answer
+will be: (request index, item index).
 """
 
 from __future__ import annotations
@@ -20,8 +21,14 @@ class ScoreRequest:
 
     query: str
     items: tuple[str, ...]
-    label_token_ids: tuple[int, ...]
+    label_token_ids: tuple[int | tuple[int, ...], ...]  # a tuple: a label of several tokens
     apply_softmax: bool = True
+    length_normalize: bool = False  # a label's per-token probability (Engine.score)
+
+    @property
+    def single_token_labels(self) -> bool:
+        """Every label is one token: what SGLang's /v1/score carries."""
+        return all(isinstance(label, int) for label in self.label_token_ids)
 
 
 @dataclass(frozen=True)
@@ -38,9 +45,10 @@ class CompiledCall:
 
 def group_requests(
     prompts: list[Prompt],
-    label_ids: list[list[int]],
+    label_ids: list[list],
     apply_softmax: bool,
     max_items: int | None,
+    length_normalize: bool = False,
 ) -> CompiledCall:
     """Inputs sharing a prefix (and label ids) become the items of one request, at most
     ``max_items`` each (None: no limit), requests in order of first appearance. Inputs
@@ -54,13 +62,13 @@ def group_requests(
     Under SGLang's own FCFS policy (schedule_policy="fcfs", or a stock SGLang server) the
     items of one request are prefilled together and each computes the prefix again.
     """
-    by_prefix: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+    by_prefix: dict[tuple[str, tuple], list[int]] = {}
     for i, (prompt, ids) in enumerate(zip(prompts, label_ids)):
         if not prompt.text:
             raise InvalidRequestError(f"input {i}: the prompt is empty")
         by_prefix.setdefault((prompt.prefix, tuple(ids)), []).append(i)
     lone = Counter(ids for (prefix, ids), m in by_prefix.items() if prefix and len(m) == 1)
-    groups: dict[tuple[str, tuple[int, ...]], list[tuple[int, str]]] = {}
+    groups: dict[tuple[str, tuple], list[tuple[int, str]]] = {}
     for (prefix, ids), members in by_prefix.items():
         if prefix and len(members) == 1 and lone[ids] > 1:
             groups.setdefault(("", ids), []).append((members[0], prompts[members[0]].text))
@@ -76,5 +84,5 @@ def group_requests(
             for position, (i, _) in enumerate(chunk):
                 where[i] = (len(requests), position)
             items = tuple(item for _, item in chunk)
-            requests.append(ScoreRequest(prefix, items, ids, apply_softmax))
+            requests.append(ScoreRequest(prefix, items, ids, apply_softmax, length_normalize))
     return CompiledCall(requests=tuple(requests), where=tuple(where))
