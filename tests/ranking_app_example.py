@@ -6,7 +6,9 @@ import prefillonly_sgl as prefillonly
 from prefillonly_sgl import Prompt
 
 
-@prefillonly.classifier(labels=["positive", "negative"])
+# "very negative" is 4 tokens of the tiny tokenizer: /v1/classify (and the gateway's path
+# to it) scores a label of several tokens.
+@prefillonly.classifier(labels=["positive", "very negative"])
 def review_sentiment(review: str) -> Prompt:
     return Prompt(prefix="Review sentiment.\n", item=f"Review: {review}\nSentiment:")
 

@@ -37,7 +37,7 @@ class SentimentClassifier:
         return f"Review: {text}\nSentiment:"
 
     def startup(self, context) -> None:
-        # Fails at server start if a label is not one token of this model's tokenizer.
+        # Fails at server start if a label cannot be scored with this model's tokenizer.
         self.label_ids = label_word_ids(context.tokenizer, list(self.labels.values()))
 
     async def classify(self, request: Review, context) -> Sentiment:

@@ -3,7 +3,8 @@ Llama (CPU, float32) exposes the classifier and the ranker declared there as typ
 endpoints listed in /openapi.json; their answers equal the DSL's own compilation scored
 via /v1/score on the same server; bad bodies get a 400 naming the field; the remote
 backend calls the typed endpoints (no tokenizer needed) and falls back to /v1/score for
-functions the server does not serve; a label that is not one token stops the start-up.
+functions the server does not serve; a label that cannot be scored after the function's
+prompt (it merges with a trailing space) stops the start-up.
 One server for the module, plus one that fails to start."""
 
 from __future__ import annotations
@@ -232,13 +233,13 @@ def test_remote_backend_falls_back_to_v1_score(server, via_score):
 # -- start-up ------------------------------------------------------------------------------
 
 
-def test_a_label_that_is_not_one_token_stops_the_start_up(tiny_llama_path, tmp_path):
+def test_a_label_that_cannot_be_scored_stops_the_start_up(tiny_llama_path, tmp_path):
     bad_app = tmp_path / "bad_app.py"
     bad_app.write_text(
         "import prefillonly_sgl as prefillonly\n\n\n"
         '@prefillonly.classifier(labels=["Yes", "Maybe"])\n'
         "def unsure(question: str) -> str:\n"
-        '    return f"Question: {question}\\nAnswer:"\n'
+        '    return f"Question: {question}\\nAnswer: "\n'  # a trailing space
     )
     args = [
         "--model-path", str(tiny_llama_path), "--device", "cpu", "--dtype", "float32",
@@ -256,7 +257,7 @@ def test_a_label_that_is_not_one_token_stops_the_start_up(tiny_llama_path, tmp_p
     )
     log = out.stdout + out.stderr
     assert out.returncode != 0, log[-3000:]
-    assert "/apps/unsure (unsure) cannot be served by this model: label 'Maybe'" in log, log[-3000:]
+    assert "/apps/unsure (unsure) cannot be served by this model: label 'Yes'" in log, log[-3000:]
 
 
 # -- no server: models, sample arguments, declaration errors --------------------------------
@@ -305,9 +306,9 @@ def test_start_up_label_check_on_a_sample_prompt():
 
     @prefillonly.ranker(labels=["Yes", "Maybe"])
     def unsure(profile, item):  # unannotated: sample strings
-        return f"{profile} {item}?"
+        return f"{profile} {item}? "  # a trailing space: "Yes" would merge with it
 
-    with pytest.raises(LabelError, match=r"/apps/unsure \(.*unsure\) cannot be served.*'Maybe'"):
+    with pytest.raises(LabelError, match=r"/apps/unsure \(.*unsure\) cannot be served.*'Yes'"):
         unsure.__prefillonly_endpoint__().on_startup(context)
 
     @prefillonly.classifier(labels=["Yes", "Maybe"])

@@ -14,7 +14,7 @@ does.
 
 Labels are checked once at server start-up (``on_startup``): the function is called with
 sample arguments (defaults, else "example" / 0 / the first Literal value ...) and its
-labels compiled after that prompt, so a label that is not one token stops the server with
+labels compiled after that prompt, so a label that cannot be scored there stops the server with
 a message naming it. When no sample call can be made the check is left to the requests,
 which then get a 400 naming the label.
 """

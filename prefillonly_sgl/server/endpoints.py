@@ -91,7 +91,7 @@ class EndpointSpec:
     count_prompts(body_json) -> int: how many prompts a request costs for admission control
         (default 1); it gets the raw JSON object, before validation.
     on_startup(context): called once when the server is ready (e.g. to turn label words
-        into token ids and fail at start-up if one is not a single token).
+        into token ids and fail at start-up if one cannot be scored).
     """
 
     path: str
