@@ -8,10 +8,11 @@ import sys
 
 SERVE_DESCRIPTION = """\
 Serve a model over HTTP with SGLang's server: SGLang's endpoints (/v1/score, /generate,
-/health, /get_model_info, /metrics, ...) unchanged, plus request checks (4xx naming the
-problem instead of a crash), bounded admission (503 when overloaded), per-request usage
-(cached tokens, queue and running time), clean SIGTERM shutdown, and typed endpoints from
---app modules.
+/health, /get_model_info, /metrics, ...) in their own formats, plus request checks (4xx
+naming the problem instead of a crash), bounded admission (503 when overloaded),
+per-request usage (cached tokens, queue and running time), clean SIGTERM shutdown,
+/v1/score_labels (label words, any number of tokens), /v1/rerank and /v1/classify served by
+DSL functions, and typed endpoints from --app modules.
 
 examples:
   prefillonly serve --port 30000                      # the embedded default model

@@ -6,7 +6,9 @@ Plain Python (no SGLang import at module level), testable without starting a ser
 - options.py: our `serve` options and the per-device SGLang flags filled in by default.
 - request_checks.py: what a request body must look like before SGLang sees it.
 - admission.py: the bound on admitted work (503 beyond it).
-- endpoints.py: the extension point for typed endpoints (EndpointSpec, --app loading).
+- endpoints.py: the extension point for typed endpoints (EndpointSpec, --app loading);
+  builtin_endpoints.py (/v1/score_labels) and ranking_apis.py (/v1/rerank, /v1/classify)
+  use it.
 - errors.py: the JSON error body every refusal of this server has.
 - guard.py: the ASGI middleware that applies all of the above to every work request
   (per-request usage records live in prefillonly_sgl/usage.py, shared with the Engine).

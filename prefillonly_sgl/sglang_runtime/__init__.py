@@ -1,6 +1,7 @@
 """Everything that imports or patches SGLang lives in this package.
 
-- score_front.py: the scoring path of the main process (Engine and server).
+- score_front.py: the scoring path of the main process (Engine and server);
+  label_sequences.py: labels of several tokens (the prompt, then the label prefixes).
 - offline_engine.py: starting and stopping SGLang's offline Engine; model_limits.py: the
   limits its scheduler reported; event_loop.py: which loop it answers on.
 - http_server.py: `prefillonly serve` on SGLang's HTTP server (guard, usage, typed
@@ -8,7 +9,9 @@
   and rids from the TokenizerManager.
 - plugin.py: the SGLang plugin that installs the runtime features in every SGLang process;
   hooks.py: their hook tables. Features: prefill_attention*.py (attention backends),
-  prefill_kv/ (one module per process).
+  prefill_kv/ with reusable_prefix.py (its tokenizer-process side), jct_scheduler/,
+  hybrid_prefill/ (one module per process); memory_probe/ (the memory budget's peak) and
+  forward_profile/ (benchmarks) measure.
 - cpu_support/: what SGLang 0.5.23 needs to run on a CPU-only machine (activated at
   interpreter start by a .pth file that only the CPU install writes).
 - hook_targets.py: every SGLang symbol this project calls or hooks, checked by a test so
