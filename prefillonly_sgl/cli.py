@@ -133,7 +133,7 @@ def _feature_environment(options, features: list[str], sglang_argv: list[str], d
 
     environment = {PATCHES_ENV: ",".join(features)}
     if "jct_scheduler" in features:
-        from prefillonly_sgl.scheduler.settings import SETTINGS_ENV, resolve_settings
+        from prefillonly_sgl.scheduler.settings import JCT_SETTINGS_ENV, resolve_settings
 
         model = flag_value(sglang_argv, "--model-path") or flag_value(sglang_argv, "--model")
         dtype = flag_value(sglang_argv, "--dtype") or "auto"
@@ -141,14 +141,14 @@ def _feature_environment(options, features: list[str], sglang_argv: list[str], d
             model, device, dtype, features, options.jct_aging, options.jct_profile
         )
         print(f"prefillonly serve: JCT scheduler, job-time model from {settings.model.source}")
-        environment[SETTINGS_ENV] = settings.to_env()
+        environment[JCT_SETTINGS_ENV] = settings.to_env()
     elif options.jct_aging is not None or options.jct_profile is not None:
         raise ValueError("--jct-aging / --jct-profile apply to --schedule-policy jct")
     hybrid = _hybrid_settings(options, features, device)
     if hybrid is not None:
-        from prefillonly_sgl.hybrid.settings import SETTINGS_ENV as HYBRID_ENV
+        from prefillonly_sgl.hybrid.settings import HYBRID_SETTINGS_ENV
 
-        environment[HYBRID_ENV] = hybrid.to_env()
+        environment[HYBRID_SETTINGS_ENV] = hybrid.to_env()
     return environment
 
 

@@ -24,12 +24,11 @@ from pathlib import Path
 from prefillonly_sgl.device_defaults import detect_device, sglang_engine_args
 from prefillonly_sgl.errors import EngineClosedError
 from prefillonly_sgl.features import engine_features, reads_reusable_len
-from prefillonly_sgl.hybrid.settings import SETTINGS_ENV as HYBRID_ENV
-from prefillonly_sgl.hybrid.settings import HybridSettings
+from prefillonly_sgl.hybrid.settings import HYBRID_SETTINGS_ENV, HybridSettings
 from prefillonly_sgl.memory.budget import MemoryPlan, parse_size
 from prefillonly_sgl.scheduler.settings import (
     JCT_POLICY,
-    SETTINGS_ENV,
+    JCT_SETTINGS_ENV,
     JctSettings,
     resolve_settings,
 )
@@ -147,12 +146,12 @@ class Engine:
             self.hybrid_settings = HybridSettings.for_device(
                 self.device, hybrid_prefill_chunk_size, hybrid_prefill_mode
             )
-            environment[HYBRID_ENV] = self.hybrid_settings.to_env()
+            environment[HYBRID_SETTINGS_ENV] = self.hybrid_settings.to_env()
         if jct:
             self.jct_settings = resolve_settings(
                 self.model_path, self.device, dtype, self.runtime_patches, jct_aging, jct_profile
             )
-            environment[SETTINGS_ENV] = self.jct_settings.to_env()
+            environment[JCT_SETTINGS_ENV] = self.jct_settings.to_env()
         self._lock = threading.Lock()
         self._sgl = None
         # How the memory budget was split (None without one).

@@ -1,6 +1,7 @@
 """The runtime features prefillonly applies to SGLang, and which one needs which (plain
 Python). The Engine's switches and `serve`'s flags both resolve here, so the rules have
-one owner; sglang_runtime/plugin.py maps each name to the code that installs it.
+one owner; each feature also names the function that installs it in an SGLang process
+("module:function", imported only there), which sglang_runtime/plugin.py calls.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ class Feature:
     name: str  # in PREFILLONLY_PATCHES and `serve --patches`
     engine_arg: str  # the Engine's switch
     summary: str
+    register: str  # "module:function" registering its SGLang hooks in the calling process
     needs: tuple[str, ...] = ()
     why_needed: str = ""
     # Reads each score prompt's reusable-prefix length, which the tokenizer process
@@ -29,11 +31,13 @@ FEATURES: dict[str, Feature] = {
             "prefill_attention",
             "prefill_only_attention",
             "attention of new tokens only (a cache hit skips the prefix)",
+            "prefillonly_sgl.sglang_runtime.prefill_attention:register",
         ),
         Feature(
             "prefill_kv",
             "prefill_only_kv",
             "scoring requests keep pool KV only for their reusable prefix",
+            "prefillonly_sgl.sglang_runtime.prefill_kv:register",
             needs=("prefill_attention",),
             why_needed="stock attention reads the new tokens back from the KV pool, where "
             "prefill_kv no longer writes them",
@@ -43,12 +47,15 @@ FEATURES: dict[str, Feature] = {
             "jct_scheduler",
             "schedule_policy",
             "shortest remaining job first on a job-time model, with aging and prefix groups",
+            "prefillonly_sgl.sglang_runtime.jct_scheduler:register",
             reads_reusable_len=True,
         ),
         Feature(
             "hybrid_prefill",
             "hybrid_prefill",
-            "token-wise modules (the MLPs) run in chunks, attention over the whole prompt",
+            "long prompts run in chunks: whole decoder layers in query chunks (mode layer) "
+            "or the token-wise modules only (mode token)",
+            "prefillonly_sgl.sglang_runtime.hybrid_prefill:register",
         ),
     )
 }

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import importlib
 
+from prefillonly_sgl.features import FEATURES
 from prefillonly_sgl.sglang_runtime import plugin
 
 
 def test_feature_is_declared_and_resolves():
-    module_name, function_name = plugin.FEATURES["prefill_attention"].split(":")
+    module_name, function_name = FEATURES["prefill_attention"].register.split(":")
     assert callable(getattr(importlib.import_module(module_name), function_name))
 
 

@@ -48,7 +48,7 @@ def test_serve_argv_is_split_into_ours_and_sglangs():
 
 def test_disable_flags_leave_their_patch_out():
     from prefillonly_sgl.cli import _patch_features
-    from prefillonly_sgl.sglang_runtime.plugin import FEATURES
+    from prefillonly_sgl.features import FEATURES
 
     options, rest = parse_serve_argv(["--disable-prefill-only-attention", "--port", "1"])
     assert options.disabled_patches == ("prefill_attention",) and rest == ["--port", "1"]

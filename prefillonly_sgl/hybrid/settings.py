@@ -8,7 +8,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
-SETTINGS_ENV = "PREFILLONLY_HYBRID_PREFILL"
+HYBRID_SETTINGS_ENV = "PREFILLONLY_HYBRID_PREFILL"
 
 # Tokens per chunk: large enough that a chunk's matmuls run at full speed (the time stays
 # that of the unchunked prefill), small enough that its intermediates are a small share of
@@ -61,5 +61,5 @@ class HybridSettings:
 
     @classmethod
     def from_env(cls, environ=os.environ) -> HybridSettings | None:
-        raw = environ.get(SETTINGS_ENV)
+        raw = environ.get(HYBRID_SETTINGS_ENV)
         return cls(**json.loads(raw)) if raw else None

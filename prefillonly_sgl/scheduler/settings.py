@@ -19,7 +19,7 @@ from prefillonly_sgl.scheduler.profiles import (
     resolved_dtype,
 )
 
-SETTINGS_ENV = "PREFILLONLY_JCT_SETTINGS"
+JCT_SETTINGS_ENV = "PREFILLONLY_JCT_SETTINGS"
 JCT_POLICY = "jct"  # --schedule-policy jct / Engine(schedule_policy="jct"): the default
 
 
@@ -45,7 +45,7 @@ class JctSettings:
 
     @classmethod
     def from_env(cls, environ=os.environ) -> JctSettings | None:
-        raw = environ.get(SETTINGS_ENV)
+        raw = environ.get(JCT_SETTINGS_ENV)
         if not raw:
             return None
         values = json.loads(raw)

@@ -24,16 +24,6 @@ logger = logging.getLogger(__name__)
 
 PATCHES_ENV = "PREFILLONLY_PATCHES"
 
-# feature name (prefillonly_sgl/features.py, which says what each does and needs) ->
-# "module:function" that registers its SGLang hooks in the calling process.
-FEATURES: dict[str, str] = {
-    "prefill_attention": "prefillonly_sgl.sglang_runtime.prefill_attention:register",
-    "prefill_kv": "prefillonly_sgl.sglang_runtime.prefill_kv:register",
-    "jct_scheduler": "prefillonly_sgl.sglang_runtime.jct_scheduler:register",
-    "hybrid_prefill": "prefillonly_sgl.sglang_runtime.hybrid_prefill:register",
-}
-
-
 # Instruments: measuring hooks, installed (whatever the features) in a prefillonly engine
 # whose environment sets their variable: only prefillonly's own calibration runs do.
 INSTRUMENTS: dict[str, str] = {
@@ -74,7 +64,7 @@ def load_plugin() -> None:
     if PATCHES_ENV in os.environ and multiprocessing.parent_process() is not None:
         _thread_lock_for_progress_bars()  # a worker of an engine prefillonly started
     for name in requested_features():
-        module_name, function_name = FEATURES[name].split(":")
+        module_name, function_name = features.FEATURES[name].register.split(":")
         getattr(importlib.import_module(module_name), function_name)()
         logger.info("prefillonly: applied runtime patch %s", name)
     for variable, entry in INSTRUMENTS.items():
