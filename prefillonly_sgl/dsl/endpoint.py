@@ -54,7 +54,7 @@ class ServerBackend(Backend):
         result = await self.context.score(
             request.query,
             list(request.items),
-            [list(x) if isinstance(x, tuple) else x for x in request.label_token_ids],
+            list(request.label_token_ids),
             apply_softmax=request.apply_softmax,
             length_normalize=request.length_normalize,
         )

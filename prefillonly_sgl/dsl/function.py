@@ -65,7 +65,7 @@ class ScoringFunction:
         self.normalize = normalize
         self.length_normalize = length_normalize  # per-token probability of a label
         self.inputs = Signature(fn, reserved=reserved, exclude=exclude)
-        self._label_ids: dict[tuple[int, str], tuple[object, list[int]]] = {}
+        self._label_ids: dict[tuple[int, str], tuple[object, list[LabelIds]]] = {}
         functools.update_wrapper(self, fn)
 
     def prompt(self, tokenizer=None, /, **arguments) -> Prompt:

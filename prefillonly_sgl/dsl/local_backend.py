@@ -35,7 +35,7 @@ def engine_arguments(request: ScoreRequest) -> dict:
     return dict(
         query=request.query,
         items=list(request.items),
-        label_token_ids=[list(x) if isinstance(x, tuple) else x for x in request.label_token_ids],
+        label_token_ids=list(request.label_token_ids),
         apply_softmax=request.apply_softmax,
         length_normalize=request.length_normalize,
     )

@@ -139,7 +139,7 @@ class RemoteBackend(Backend):
 
     # -- /v1/score ----------------------------------------------------------------------
     def score(self, request: ScoreRequest) -> list[list[float]]:
-        if not request.single_token_labels or request.length_normalize:
+        if not request.single_token_labels:  # (length_normalize is moot for one token)
             return self._score_labels(request)
         body = {
             "query": request.query,
@@ -154,26 +154,21 @@ class RemoteBackend(Backend):
         return answer["scores"]
 
     def _score_labels(self, request: ScoreRequest) -> list[list[float]]:
-        """Labels of several tokens (or length_normalize): prefillonly serve's
-        /v1/score_labels with token ids; SGLang's /v1/score carries one token per label."""
+        """Labels of several tokens: prefillonly serve's /v1/score_labels with token ids;
+        SGLang's /v1/score carries one token per label."""
         body = {
             "query": request.query,
             "items": list(request.items),
-            "label_token_ids": [
-                list(x) if isinstance(x, tuple) else x for x in request.label_token_ids
-            ],
+            "label_token_ids": list(request.label_token_ids),  # JSON writes tuples as lists
             "apply_softmax": request.apply_softmax,
             "length_normalize": request.length_normalize,
         }
         try:
             answer = self._request("POST", "/v1/score_labels", body)
-        except InvalidRequestError as e:
-            if "404" not in str(e) and "Not Found" not in str(e):
-                raise
+        except _NotFound:
             raise RemoteBackendError(
-                f"{self.base_url} has no /v1/score_labels: labels of several tokens (and "
-                "length_normalize) need a `prefillonly serve` server; SGLang's /v1/score "
-                "scores one token per label"
+                f"{self.base_url} has no /v1/score_labels: labels of several tokens need a "
+                "`prefillonly serve` server; SGLang's /v1/score scores one token per label"
             ) from None
         usage = answer.get("usage") or {}
         self.count_usage(usage.get("prompt_tokens") or 0, usage.get("cached_tokens") or 0)
@@ -238,6 +233,8 @@ class RemoteBackend(Backend):
             message = _error_message(e)
             if e.code == 503:
                 raise _Unavailable(message, _retry_after(e)) from None
+            if e.code == 404:
+                raise _NotFound(f"{self.base_url}{path}: {message}") from None
             if 400 <= e.code < 500:
                 raise InvalidRequestError(f"{self.base_url}{path}: {message}") from None
             raise RemoteBackendError(f"{self.base_url}{path}: HTTP {e.code}: {message}") from None
@@ -246,6 +243,10 @@ class RemoteBackend(Backend):
 
     def __repr__(self) -> str:
         return f"RemoteBackend({self.base_url!r})"
+
+
+class _NotFound(InvalidRequestError):
+    """HTTP 404: no such endpoint on this server (callers that can say more catch it)."""
 
 
 class _Unavailable(Exception):

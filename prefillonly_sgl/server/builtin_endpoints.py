@@ -74,7 +74,6 @@ async def score_labels(request: ScoreLabelsRequest, context) -> ScoreLabelsRespo
     else:
         label_ids = request.label_token_ids
         names = [str(label) for label in label_ids]
-    label_ids = [list(x) if isinstance(x, tuple) else x for x in label_ids]
     result = await context.score(
         request.query,
         request.items,
