@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 SERVE_DESCRIPTION = """\
@@ -23,26 +22,22 @@ examples:
 
 
 def _serve(argv: list[str]) -> int:
-    from prefillonly_sgl.server.options import device_of, parse_serve_argv, with_defaults
+    from prefillonly_sgl.server.options import parse_serve_argv, serve_config, server_argv
 
     if "-h" in argv or "--help" in argv:
         _serve_help()
         return 0
     options, sglang_argv = parse_serve_argv(argv)
-    from prefillonly_sgl.device_defaults import detect_device
-    from prefillonly_sgl.server.options import given_flags
-
-    device = device_of(sglang_argv) or detect_device()
-    default_model = None
-    if "--model-path" not in given_flags(sglang_argv):
-        from prefillonly_sgl.models.default_model import default_model_path
-
-        default_model = str(default_model_path())
     try:
-        features = _patch_features(options.patches, options.disabled_patches, options.jct)
-        sglang_argv += _memory_budget_argv(options, features, sglang_argv, device, default_model)
-        sglang_argv = with_defaults(sglang_argv, device, options.metrics, default_model)
-        environment = _feature_environment(options, features, sglang_argv, device)
+        config = serve_config(options, sglang_argv)  # every rule: runtime_config.py
+        if config.memory is not None:
+            from prefillonly_sgl.engine import plan_memory
+
+            config = config.planned(plan_memory(config))
+        sglang_argv = server_argv(config, sglang_argv, options.metrics)
+        if config.settings("jct_scheduler") is not None:
+            source = config.settings("jct_scheduler").model.source
+            print(f"prefillonly serve: JCT scheduler, job-time model from {source}")
         from prefillonly_sgl.server.endpoints import load_app_endpoints
 
         specs = load_app_endpoints(options.apps)  # before SGLang starts: fail fast
@@ -52,119 +47,11 @@ def _serve(argv: list[str]) -> int:
     except (ValueError, TypeError, ImportError, OSError) as e:
         print(f"prefillonly serve: {e}", file=sys.stderr)
         return 2
-    # The runtime patches (and their settings) reach SGLang's workers through the
-    # environment (see plugin.py).
-    os.environ.update(environment)
-    from prefillonly_sgl.features import reads_reusable_len
-
-    if reads_reusable_len(features):
-        # Tokenizer-side hooks run in this (the HTTP server's) process, where SGLang's
-        # plugin loader may already have run (see reusable_prefix.install_in_this_process).
-        from prefillonly_sgl.sglang_runtime import reusable_prefix
-
-        reusable_prefix.install_in_this_process()
     from prefillonly_sgl.sglang_runtime.http_server import serve
+    from prefillonly_sgl.sglang_runtime.plugin import runtime_enabled
 
-    return serve(sglang_argv, options, specs)
-
-
-def _patch_features(
-    patches: str | None, disabled: tuple[str, ...] = (), jct: bool = True
-) -> list[str]:
-    """serve's --patches / --disable-* / --schedule-policy flags as the features to apply
-    (features.py)."""
-    from prefillonly_sgl.features import select_features
-    from prefillonly_sgl.sglang_runtime.plugin import PATCHES_ENV, requested_features
-
-    requested = None if patches is None else requested_features({PATCHES_ENV: patches})
-    return select_features(requested, list(disabled) + ([] if jct else ["jct_scheduler"]))
-
-
-def _memory_budget_argv(
-    options, features: list[str], sglang_argv: list[str], device: str, default_model
-) -> list[str]:
-    """--memory-budget as SGLang flags: the pool from the plan (memory/calibration.py,
-    measured with an Engine of these features and model flags)."""
-    from prefillonly_sgl.server.options import flag_value, given_flags
-
-    if options.memory_budget is None:
-        if options.max_prompt_tokens is not None:
-            raise ValueError("--max-prompt-tokens applies with --memory-budget")
-        return []
-    if "--max-total-tokens" in given_flags(sglang_argv):
-        raise ValueError("give --memory-budget or --max-total-tokens, not both")
-    from prefillonly_sgl.engine import plan_memory
-
-    context = flag_value(sglang_argv, "--context-length")
-    model = flag_value(sglang_argv, "--model-path") or flag_value(sglang_argv, "--model")
-    hybrid = _hybrid_settings(options, features, device)
-    settings = dict(
-        device=device,
-        dtype=flag_value(sglang_argv, "--dtype") or "auto",
-        context_length=int(context) if context else None,
-        prefill_only_attention="prefill_attention" in features,
-        prefill_only_kv="prefill_kv" in features,
-        schedule_policy="jct" if options.jct else options.schedule_policy,
-        jct_aging=options.jct_aging,
-        jct_profile=options.jct_profile,
-        hybrid_prefill=hybrid is not None,
-        hybrid_prefill_chunk_size=hybrid.chunk_size if hybrid else None,
-        hybrid_prefill_mode=hybrid.mode if hybrid else None,
-    )
-    plan = plan_memory(
-        options.memory_budget,
-        options.max_prompt_tokens,
-        model_path=model or default_model,
-        features=features,
-        chunk_size=hybrid.chunk_size if hybrid else None,
-        hybrid_mode=hybrid.mode if hybrid else None,
-        engine_settings=settings,
-    )
-    extra = ["--max-total-tokens", str(plan.pool_tokens)]
-    if device == "cuda" and "--mem-fraction-static" not in given_flags(sglang_argv):
-        extra += ["--mem-fraction-static", "0.95"]  # see Engine: the plan holds the reserve
-    return extra
-
-
-def _feature_environment(options, features: list[str], sglang_argv: list[str], device: str):
-    """The environment variables that carry the features and their settings to SGLang."""
-    from prefillonly_sgl.server.options import flag_value
-    from prefillonly_sgl.sglang_runtime.plugin import PATCHES_ENV
-
-    environment = {PATCHES_ENV: ",".join(features)}
-    if "jct_scheduler" in features:
-        from prefillonly_sgl.scheduler.settings import JCT_SETTINGS_ENV, resolve_settings
-
-        model = flag_value(sglang_argv, "--model-path") or flag_value(sglang_argv, "--model")
-        dtype = flag_value(sglang_argv, "--dtype") or "auto"
-        settings = resolve_settings(
-            model, device, dtype, features, options.jct_aging, options.jct_profile
-        )
-        print(f"prefillonly serve: JCT scheduler, job-time model from {settings.model.source}")
-        environment[JCT_SETTINGS_ENV] = settings.to_env()
-    elif options.jct_aging is not None or options.jct_profile is not None:
-        raise ValueError("--jct-aging / --jct-profile apply to --schedule-policy jct")
-    hybrid = _hybrid_settings(options, features, device)
-    if hybrid is not None:
-        from prefillonly_sgl.hybrid.settings import HYBRID_SETTINGS_ENV
-
-        environment[HYBRID_SETTINGS_ENV] = hybrid.to_env()
-    return environment
-
-
-def _hybrid_settings(options, features: list[str], device: str):
-    """The chunk size serve runs with (None: hybrid prefilling off)."""
-    from prefillonly_sgl.hybrid.settings import HybridSettings
-
-    if "hybrid_prefill" not in features:
-        if options.hybrid_prefill_chunk_size is not None:
-            raise ValueError("--hybrid-prefill-chunk-size applies with hybrid prefilling on")
-        if options.hybrid_prefill_mode is not None:
-            raise ValueError("--hybrid-prefill-mode applies with hybrid prefilling on")
-        return None
-    return HybridSettings.for_device(
-        device, options.hybrid_prefill_chunk_size, options.hybrid_prefill_mode
-    )
+    with runtime_enabled(config):  # SGLang's workers inherit the configuration
+        return serve(sglang_argv, options, specs)
 
 
 def _serve_help() -> None:
@@ -199,6 +86,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
+    from prefillonly_sgl.engine import Engine
     from prefillonly_sgl.scheduler import profiler
 
     engine_args = {}
@@ -206,9 +94,11 @@ def _profile(args: argparse.Namespace) -> int:
         engine_args["prefill_only_kv"] = False
     if args.disable_prefill_only_attention:
         engine_args["prefill_only_attention"] = False
-    model, report, path = profiler.run(
-        args.model, args.device, args.dtype, args.max_tokens, args.repeats, args.out, **engine_args
-    )
+    engine_args["schedule_policy"] = profiler.MEASURING_POLICY
+    with Engine(args.model, device=args.device, dtype=args.dtype, **engine_args) as engine:
+        model, report, path = profiler.run(
+            engine, args.dtype, args.max_tokens, args.repeats, args.out
+        )
     print(f"[profile] fit: {report.summary()}")
     print(
         f"[profile] seconds = {model.per_batch:.4g} per batch + {model.per_token:.4g} x new "

@@ -9,8 +9,9 @@ GPU: flashinfer attention, SGLang's own pool sizing.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from prefillonly_sgl import environment
 
 # 16k tokens of KV: ~0.75 GB for the default model in float32, enough for its 8k context.
 CPU_DEFAULT_MAX_TOTAL_TOKENS = 16384
@@ -18,7 +19,7 @@ CPU_DEFAULT_MAX_TOTAL_TOKENS = 16384
 
 def detect_device() -> str:
     """ "cuda" when a CUDA GPU is usable, else "cpu". PREFILLONLY_DEVICE overrides."""
-    forced = os.environ.get("PREFILLONLY_DEVICE")
+    forced = environment.read(environment.DEVICE)
     if forced:
         return forced
     import torch
@@ -48,23 +49,18 @@ def resolve_dtype(model_path: str | Path, device: str, dtype: str | None) -> str
     return folder_dtype(model_path) or dtype
 
 
-def sglang_engine_args(model_path: str, device: str, **overrides) -> dict:
-    """Keyword arguments for sglang's Engine; explicit overrides win over the defaults."""
-    args: dict = {"model_path": model_path, "device": device, "log_level": "error"}
-    if "dtype" in overrides:
-        overrides["dtype"] = resolve_dtype(model_path, device, overrides["dtype"])
+def sglang_defaults(device: str) -> dict:
+    """The ServerArgs fields prefillonly sets for `device` unless the user gave them (the
+    Engine as keyword arguments, `serve` as flags: runtime_config.py)."""
     if device == "cpu":
-        args.update(
+        return dict(
             attention_backend="torch_native",
             max_total_tokens=CPU_DEFAULT_MAX_TOTAL_TOKENS,
             # SGLang's scheduler busy-polls while idle unless told to sleep: measured 7.35
-            # CPU seconds in 8 idle seconds (a whole core), ~0.1 with this. Requests still
-            # wake it at once (zmq poll).
+            # CPU seconds in 8 idle seconds (a whole core), ~0.1 with this (two replicas on
+            # a 2-core machine starved each other). Requests still wake it at once (zmq).
             sleep_on_idle=True,
         )
-    elif device == "cuda":
-        args.update(attention_backend="flashinfer")
-    else:
-        raise ValueError(f"unsupported device {device!r}: expected 'cpu' or 'cuda'")
-    args.update({k: v for k, v in overrides.items() if v is not None})
-    return args
+    if device == "cuda":
+        return dict(attention_backend="flashinfer")
+    raise ValueError(f"unsupported device {device!r}: expected 'cpu' or 'cuda'")

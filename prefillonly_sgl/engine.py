@@ -21,27 +21,15 @@ import warnings
 import weakref
 from pathlib import Path
 
-from prefillonly_sgl.device_defaults import detect_device, sglang_engine_args
+from prefillonly_sgl import runtime_config
 from prefillonly_sgl.errors import EngineClosedError
-from prefillonly_sgl.features import engine_features, reads_reusable_len
-from prefillonly_sgl.hybrid.settings import HYBRID_SETTINGS_ENV, HybridSettings
-from prefillonly_sgl.memory.budget import MemoryPlan, parse_size
-from prefillonly_sgl.scheduler.settings import (
-    JCT_POLICY,
-    JCT_SETTINGS_ENV,
-    JctSettings,
-    resolve_settings,
-)
+from prefillonly_sgl.features import STOCK_SGLANG  # noqa: F401  (re-exported)
+from prefillonly_sgl.hybrid.settings import HybridSettings
+from prefillonly_sgl.memory.budget import MemoryPlan
+from prefillonly_sgl.runtime_config import RuntimeConfig
+from prefillonly_sgl.scheduler.settings import JctSettings
 from prefillonly_sgl.score_result import ScoreResult
 from prefillonly_sgl.validation import ModelLimits, TextOrIds
-
-# Engine(model, **STOCK_SGLANG): SGLang as it ships, every runtime feature off (A/B runs).
-STOCK_SGLANG = dict(
-    prefill_only_attention=False,
-    prefill_only_kv=False,
-    schedule_policy="fcfs",
-    hybrid_prefill=False,
-)
 
 
 class Engine:
@@ -84,7 +72,11 @@ class Engine:
         max_total_tokens. The plan is `engine.memory_plan`.
     max_prompt_tokens: the longest prompt the memory budget must fit (default: the longest
         the engine accepts, the context less the few tokens SGLang keeps back).
-    **sglang_args: any other sglang ServerArgs field, passed through unchanged.
+    **settings: the features' switches and options above (the feature registry,
+        features.py, says which keywords are; runtime_config.py checks them together),
+        and any other sglang ServerArgs field, passed through unchanged.
+
+    The resolved configuration is ``engine.config`` (runtime_config.RuntimeConfig).
     """
 
     def __init__(
@@ -95,116 +87,57 @@ class Engine:
         dtype: str = "auto",
         max_total_tokens: int | None = None,
         context_length: int | None = None,
-        prefill_only_attention: bool = True,
-        prefill_only_kv: bool | None = None,
-        schedule_policy: str = JCT_POLICY,
-        jct_aging: float | None = None,
-        jct_profile: str | Path | None = None,
-        hybrid_prefill: bool = True,
-        hybrid_prefill_chunk_size: int | None = None,
-        hybrid_prefill_mode: str | None = None,
         memory_budget: int | str | None = None,
         max_prompt_tokens: int | None = None,
-        **sglang_args,
+        **settings,
     ) -> None:
+        config, sglang_args = runtime_config.from_engine_args(
+            model,
+            device=device,
+            dtype=dtype,
+            max_total_tokens=max_total_tokens,
+            context_length=context_length,
+            memory_budget=memory_budget,
+            max_prompt_tokens=max_prompt_tokens,
+            **settings,
+        )
+        if config.memory is not None:
+            config = config.planned(plan_memory(config))
+        self._start(config, sglang_args)
+
+    @classmethod
+    def from_config(cls, config: RuntimeConfig, **sglang_args) -> Engine:
+        """An engine of a resolved configuration (runtime_config.resolve), e.g. `serve`'s
+        memory calibration; a configuration with an unplanned memory budget is planned."""
+        if config.memory is not None and config.memory_plan is None:
+            config = config.planned(plan_memory(config))
+        engine = cls.__new__(cls)
+        engine._start(config, sglang_args)
+        return engine
+
+    def _start(self, config: RuntimeConfig, sglang_args: dict) -> None:
         from prefillonly_sgl.sglang_runtime.offline_engine import (
             read_limits,
             shutdown_sglang_engine,
             start_sglang_engine,
         )
-        from prefillonly_sgl.sglang_runtime.plugin import patches_enabled
+        from prefillonly_sgl.sglang_runtime.plugin import runtime_enabled
         from prefillonly_sgl.sglang_runtime.score_front import ScoringFront
 
-        if model is None:
-            from prefillonly_sgl.models.default_model import default_model_path
-
-            model = default_model_path()
-        self.model_path = str(model)
-        if not Path(self.model_path).is_dir():
-            raise FileNotFoundError(f"model folder not found: {self.model_path}")
-        self.device = device or detect_device()
-        jct = schedule_policy == JCT_POLICY
-        if not jct and (jct_aging is not None or jct_profile is not None):
-            raise ValueError(
-                f"jct_aging / jct_profile apply to schedule_policy={JCT_POLICY!r}, "
-                f"not {schedule_policy!r}"
-            )
-        if not hybrid_prefill and hybrid_prefill_chunk_size is not None:
-            raise ValueError("hybrid_prefill_chunk_size applies to hybrid_prefill=True")
-        if not hybrid_prefill and hybrid_prefill_mode is not None:
-            raise ValueError("hybrid_prefill_mode applies to hybrid_prefill=True")
-        # Runtime patches reach SGLang's worker processes through the environment.
-        self.runtime_patches: tuple[str, ...] = tuple(
-            engine_features(prefill_only_attention, prefill_only_kv, jct, hybrid_prefill)
-        )
-        # The scheduler's settings (its job-time model): None under SGLang's policies.
-        self.jct_settings: JctSettings | None = None
-        environment = {}
-        # Hybrid prefilling's chunk size (None when it is off).
-        self.hybrid_settings: HybridSettings | None = None
-        if hybrid_prefill:
-            self.hybrid_settings = HybridSettings.for_device(
-                self.device, hybrid_prefill_chunk_size, hybrid_prefill_mode
-            )
-            environment[HYBRID_SETTINGS_ENV] = self.hybrid_settings.to_env()
-        if jct:
-            self.jct_settings = resolve_settings(
-                self.model_path, self.device, dtype, self.runtime_patches, jct_aging, jct_profile
-            )
-            environment[JCT_SETTINGS_ENV] = self.jct_settings.to_env()
+        self.config = config
+        self.model_path = config.model_path
+        self.device = config.device
         self._lock = threading.Lock()
         self._sgl = None
-        # How the memory budget was split (None without one).
-        self.memory_plan: MemoryPlan | None = None
-        if memory_budget is not None:
-            if max_total_tokens is not None:
-                raise ValueError("give memory_budget or max_total_tokens, not both")
-            settings = dict(
-                device=self.device,
-                dtype=dtype,
-                context_length=context_length,
-                prefill_only_attention=prefill_only_attention,
-                prefill_only_kv=prefill_only_kv,
-                schedule_policy=schedule_policy,
-                jct_aging=jct_aging,
-                jct_profile=jct_profile,
-                hybrid_prefill=hybrid_prefill,
-                hybrid_prefill_chunk_size=hybrid_prefill_chunk_size,
-                hybrid_prefill_mode=hybrid_prefill_mode,
-                **sglang_args,
-            )
-            self.memory_plan = plan_memory(
-                memory_budget,
-                max_prompt_tokens,
-                model_path=self.model_path,
-                features=self.runtime_patches,
-                chunk_size=self.hybrid_settings.chunk_size if self.hybrid_settings else None,
-                hybrid_mode=self.hybrid_settings.mode if self.hybrid_settings else None,
-                engine_settings=settings,
-            )
-            max_total_tokens = self.memory_plan.pool_tokens
-            if self.device == "cuda":
-                # SGLang caps the pool at its own profile (free memory minus a reserve of
-                # 1 - mem_fraction_static): a high fraction leaves the budget's pool as the
-                # cap, since the reserve for activations is in the plan already.
-                sglang_args.setdefault("mem_fraction_static", 0.95)
-        elif max_prompt_tokens is not None:
-            raise ValueError("max_prompt_tokens applies with a memory_budget")
-        args = sglang_engine_args(
-            self.model_path,
-            self.device,
-            dtype=dtype,
-            max_total_tokens=max_total_tokens,
-            context_length=context_length,
-            # The JCT policy replaces SGLang's inside its scheduler (FCFS underneath).
-            schedule_policy="fcfs" if jct else schedule_policy,
+        # User values win over the device defaults; the configuration's own fields (the
+        # model, the pool of a memory plan, SGLang's policy under JCT) over both.
+        args = {
+            **config.sglang_defaults(),
+            "log_level": "error",
             **sglang_args,
-        )
-        if reads_reusable_len(self.runtime_patches):
-            from prefillonly_sgl.sglang_runtime import reusable_prefix
-
-            reusable_prefix.install_in_this_process()
-        with patches_enabled(list(self.runtime_patches), environment):
+            **config.sglang_fields(),
+        }
+        with runtime_enabled(config):
             self._sgl, owned_processes = start_sglang_engine(args)
         # An Engine the user forgets to shut down must not leave SGLang processes behind.
         self._finalizer = weakref.finalize(
@@ -213,7 +146,7 @@ class Engine:
         self.limits: ModelLimits = read_limits(self._sgl)
         self._front = ScoringFront(self._sgl.tokenizer_manager, self.limits)
         atexit.register(self._finalizer)
-        if "prefill_kv" in self.runtime_patches and not self.prefill_only_kv_active:
+        if "prefill_kv" in config.features and not self.prefill_only_kv_active:
             # A warning, not a log line: SGLang sets the root logger to its log level
             # ("error" by default) in this process.
             warnings.warn(
@@ -221,8 +154,28 @@ class Engine:
                 "this model / backend (its log says why, at level warning): score prompts "
                 "keep KV for every token and are bounded by the KV pool",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The runtime features this engine runs with (features.py), in order."""
+        return self.config.features
+
+    @property
+    def jct_settings(self) -> JctSettings | None:
+        """The JCT scheduler's settings (its job-time model); None under SGLang's policies."""
+        return self.config.settings("jct_scheduler")
+
+    @property
+    def hybrid_settings(self) -> HybridSettings | None:
+        """Hybrid prefilling's chunk size and mode; None when it is off."""
+        return self.config.settings("hybrid_prefill")
+
+    @property
+    def memory_plan(self) -> MemoryPlan | None:
+        """How the memory budget was split (None without one)."""
+        return self.config.memory_plan
 
     @property
     def prefill_only_kv_active(self) -> bool:
@@ -312,30 +265,22 @@ def _shutdown_quietly(shutdown, sgl_engine, owned_processes) -> None:
         pass
 
 
-def plan_memory(
-    budget: int | str,
-    max_prompt_tokens: int | None,
-    *,
-    model_path: str,
-    features,
-    chunk_size: int | None,
-    engine_settings: dict,
-    hybrid_mode: str | None = None,
-) -> MemoryPlan:
-    """The KV pool a memory budget leaves (memory/calibration.py), measured if needed with
-    an Engine(model_path, **engine_settings) of a small pool: what Engine(memory_budget=)
-    and `serve --memory-budget` start with."""
+def plan_memory(config: RuntimeConfig) -> MemoryPlan:
+    """The KV pool the configuration's memory budget leaves (memory/calibration.py),
+    measured if needed with an engine of the same configuration and a small pool: what
+    Engine(memory_budget=) and `serve --memory-budget` start with."""
     from prefillonly_sgl.memory import calibration
 
+    hybrid = config.settings("hybrid_prefill")
     return calibration.plan(
-        parse_size(budget),
-        lambda pool: Engine(model_path, max_total_tokens=pool, **engine_settings),
-        model_path=model_path,
-        device=engine_settings["device"],
-        dtype=engine_settings["dtype"],
-        features=features,
-        chunk_size=chunk_size,
-        hybrid_mode=hybrid_mode,
-        max_prompt_tokens=max_prompt_tokens,
-        context_length=engine_settings["context_length"],
+        config.memory.budget,
+        lambda pool: Engine.from_config(config.with_pool(pool)),
+        model_path=config.model_path,
+        device=config.device,
+        dtype=config.dtype,
+        features=config.features,
+        chunk_size=hybrid.chunk_size if hybrid else None,
+        hybrid_mode=hybrid.mode if hybrid else None,
+        max_prompt_tokens=config.memory.max_prompt_tokens,
+        context_length=config.context_length,
     )

@@ -1,26 +1,83 @@
-"""The runtime features prefillonly applies to SGLang, and which one needs which (plain
-Python). The Engine's switches and `serve`'s flags both resolve here, so the rules have
-one owner; each feature also names the function that installs it in an SGLang process
-("module:function", imported only there), which sglang_runtime/plugin.py calls.
+"""The feature registry: every runtime feature prefillonly applies to SGLang, with every name
+it goes by (plain Python, no SGLang).
+
+A feature has one row here: its name (``Engine.features``, ``serve --features``), its
+Engine switch, its ``serve`` flag, its options (Engine argument and flag each), the class
+of its resolved settings, the function that installs its hooks in an SGLang process and
+the features it needs. The Engine's arguments, serve's flags, the worker configuration
+(runtime_config.py) and the plugin's install loop (sglang_runtime/plugin.py) are all read
+from this table, so adding a feature is a row here plus the feature's own modules
+(ARCHITECTURE.md, "Adding a feature").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+
+def positive_int(value) -> int:
+    """An option's converter: an int > 0 (from an int, or a flag's text)."""
+    number = int(value)
+    if number <= 0 or (isinstance(value, float) and value != number):
+        raise ValueError(f"must be a positive integer, got {value!r}")
+    return number
+
+
+@dataclass(frozen=True)
+class Option:
+    """A setting of one feature: an Engine argument and a `serve` flag."""
+
+    engine_arg: str
+    flag: str
+    help: str
+    type: Callable[[Any], Any] = str  # converts the flag's text (and checks Engine values)
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+
+
+def _bool_switch(value) -> bool | None:
+    """An Engine switch: True asks for the feature (an error if it cannot have it), False
+    switches it off, None leaves it at its default (on, unless a dependency is off)."""
+    if value is None or isinstance(value, bool):
+        return value
+    raise TypeError(f"must be True, False or None, got {value!r}")
 
 
 @dataclass(frozen=True)
 class Feature:
-    name: str  # in PREFILLONLY_PATCHES and `serve --patches`
+    name: str  # in Engine.features, serve --features, the worker configuration
     engine_arg: str  # the Engine's switch
     summary: str
-    register: str  # "module:function" registering its SGLang hooks in the calling process
+    # "module:function()" installing its SGLang hooks in a process; the hooks read the
+    # feature's settings from sglang_runtime/process_state.py.
+    register: str
+    # `serve`'s flag switching it off (None: another serve option switches it).
+    disable_flag: str | None = None
+    # The Engine switch's value -> True / False / None (see _bool_switch).
+    switch: Callable[[Any], bool | None] = _bool_switch
+    engine_default: Any = None  # the switch's default in Engine(...)
+    off_value: Any = False  # the switch's value for stock SGLang (STOCK_SGLANG)
+    options: tuple[Option, ...] = ()
+    # "module:Class" of its settings: a frozen dataclass with resolve(context, **options),
+    # to_dict and from_dict, resolved once per engine and shipped to the workers ("": none).
+    settings: str = ""
     needs: tuple[str, ...] = ()
     why_needed: str = ""
     # Reads each score prompt's reusable-prefix length, which the tokenizer process
     # attaches (sglang_runtime/reusable_prefix.py) for features that say so.
     reads_reusable_len: bool = False
+
+
+JCT_POLICY = "jct"  # schedule_policy / --schedule-policy: the JCT scheduler (the default)
+
+
+def _jct_switch(policy) -> bool | None:
+    """schedule_policy: "jct" is the JCT scheduler; SGLang's policies switch it off."""
+    if not isinstance(policy, str) or not policy:
+        raise TypeError(f"must be a policy name, got {policy!r}")
+    return None if policy == JCT_POLICY else False
 
 
 # In the order they are applied.
@@ -32,12 +89,14 @@ FEATURES: dict[str, Feature] = {
             "prefill_only_attention",
             "attention of new tokens only (a cache hit skips the prefix)",
             "prefillonly_sgl.sglang_runtime.prefill_attention:register",
+            disable_flag="--disable-prefill-only-attention",
         ),
         Feature(
             "prefill_kv",
             "prefill_only_kv",
             "scoring requests keep pool KV only for their reusable prefix",
             "prefillonly_sgl.sglang_runtime.prefill_kv:register",
+            disable_flag="--disable-prefill-only-kv",
             needs=("prefill_attention",),
             why_needed="stock attention reads the new tokens back from the KV pool, where "
             "prefill_kv no longer writes them",
@@ -48,6 +107,28 @@ FEATURES: dict[str, Feature] = {
             "schedule_policy",
             "shortest remaining job first on a job-time model, with aging and prefix groups",
             "prefillonly_sgl.sglang_runtime.jct_scheduler:register",
+            switch=_jct_switch,
+            engine_default=JCT_POLICY,
+            off_value="fcfs",
+            options=(
+                Option(
+                    "jct_aging",
+                    "--jct-aging",
+                    "JCT scheduler: seconds of priority a request gains per second waited "
+                    "(default 1.0)",
+                    float,
+                    "LAMBDA",
+                ),
+                Option(
+                    "jct_profile",
+                    "--jct-profile",
+                    "JCT scheduler: a profile from `prefillonly profile` (default: the saved "
+                    "one for this model, device, dtype and features, else the built-in one)",
+                    str,
+                    "FILE",
+                ),
+            ),
+            settings="prefillonly_sgl.scheduler.settings:JctSettings",
             reads_reusable_len=True,
         ),
         Feature(
@@ -56,9 +137,40 @@ FEATURES: dict[str, Feature] = {
             "long prompts run in chunks: whole decoder layers in query chunks (mode layer) "
             "or the token-wise modules only (mode token)",
             "prefillonly_sgl.sglang_runtime.hybrid_prefill:register",
+            disable_flag="--disable-hybrid-prefill",
+            options=(
+                Option(
+                    "hybrid_prefill_chunk_size",
+                    "--hybrid-prefill-chunk-size",
+                    "hybrid prefilling: tokens per chunk of a long prompt (default: mode "
+                    "layer cpu 1024, mode token cpu 2048, cuda 4096; docs/hybrid_prefill.md)",
+                    positive_int,
+                    "TOKENS",
+                ),
+                Option(
+                    "hybrid_prefill_mode",
+                    "--hybrid-prefill-mode",
+                    "hybrid prefilling: 'layer' (default) runs whole decoder layers in query "
+                    "chunks, only the residual stream and one layer's K/V whole; 'token' "
+                    "chunks only the MLPs, norms and rotary embeddings",
+                    str,
+                    choices=("layer", "token"),
+                ),
+            ),
+            settings="prefillonly_sgl.hybrid.settings:HybridSettings",
         ),
     )
 }
+
+# Engine argument -> (feature, option): every feature option the Engine accepts.
+OPTIONS: dict[str, tuple[Feature, Option]] = {
+    option.engine_arg: (feature, option)
+    for feature in FEATURES.values()
+    for option in feature.options
+}
+
+# Engine(model, **STOCK_SGLANG): SGLang as it ships, every runtime feature off (A/B runs).
+STOCK_SGLANG: dict[str, Any] = {f.engine_arg: f.off_value for f in FEATURES.values()}
 
 
 def reads_reusable_len(names) -> bool:
@@ -72,6 +184,11 @@ def check_known(names: Iterable[str], what: str = "runtime features") -> list[st
     if unknown:
         raise ValueError(f"unknown {what} {unknown}; known: {list(FEATURES)}")
     return names
+
+
+def parse_names(text: str) -> list[str]:
+    """A comma-separated list of feature names ('' for none), checked."""
+    return check_known([name.strip() for name in text.split(",") if name.strip()])
 
 
 def select_features(
@@ -105,24 +222,23 @@ def select_features(
     return [name for name in FEATURES if name in selected]
 
 
-def engine_features(
-    prefill_only_attention: bool,
-    prefill_only_kv: bool | None,
-    jct_scheduler: bool = True,
-    hybrid_prefill: bool = True,
+def choose_features(
+    requested: Iterable[str] | None = None,
+    switches: Mapping[str, Any] | None = None,
+    name_of=lambda name: FEATURES[name].engine_arg,
 ) -> list[str]:
-    """The Engine's switches (prefill_only_kv=None: follows prefill_only_attention;
-    jct_scheduler: its schedule_policy is "jct")."""
-    disabled = [] if prefill_only_attention else ["prefill_attention"]
-    if prefill_only_kv is False:
-        disabled.append("prefill_kv")
-    if not jct_scheduler:
-        disabled.append("jct_scheduler")
-    if not hybrid_prefill:
-        disabled.append("hybrid_prefill")
-    return select_features(
-        None,
-        disabled,
-        insisted=["prefill_kv"] if prefill_only_kv else [],
-        name_of=lambda name: FEATURES[name].engine_arg,
-    )
+    """The features of a request: `requested` by name (None: every feature) and the
+    Engine's switches ({engine_arg: value}, absent: default; Feature.switch says what a
+    value means). name_of: how errors name a feature (default: its Engine argument)."""
+    disabled, insisted = [], []
+    for feature in FEATURES.values():
+        value = (switches or {}).get(feature.engine_arg, feature.engine_default)
+        try:
+            state = feature.switch(value)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{name_of(feature.name)} {e}") from None
+        if state is False:
+            disabled.append(feature.name)
+        elif state is True:
+            insisted.append(feature.name)
+    return select_features(requested, disabled, insisted, name_of=name_of)

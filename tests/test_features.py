@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from prefillonly_sgl.features import FEATURES, engine_features, select_features
+from prefillonly_sgl.features import FEATURES, STOCK_SGLANG, choose_features, select_features
+
+
+def engine_features(attention=None, kv=None, jct=True, hybrid=None):
+    switches = {"prefill_only_attention": attention, "prefill_only_kv": kv,
+                "schedule_policy": "jct" if jct else "fcfs", "hybrid_prefill": hybrid}  # fmt: skip
+    return choose_features(None, switches)
 
 
 def test_defaults_are_every_feature_in_order():
@@ -17,7 +23,7 @@ def test_switching_off_a_dependency_takes_its_default_dependents_along():
     assert engine_features(False, None) == others
     assert select_features(None, ["prefill_attention"]) == others
     assert engine_features(True, False) == ["prefill_attention", *others]
-    assert engine_features(True, None, jct_scheduler=False, hybrid_prefill=False) == [
+    assert engine_features(True, None, jct=False, hybrid=False) == [
         "prefill_attention",
         "prefill_kv",
     ]
@@ -37,3 +43,12 @@ def test_unknown_names_are_refused():
         select_features(["warp_drive"])
     with pytest.raises(ValueError, match="unknown"):
         select_features(None, ["warp_drive"])
+
+
+def test_stock_sglang_is_every_switch_off_and_switch_values_are_checked():
+    assert choose_features(None, STOCK_SGLANG) == []
+    assert choose_features(None, {}) == list(FEATURES)
+    with pytest.raises(ValueError, match="prefill_only_attention must be True, False or None"):
+        choose_features(None, {"prefill_only_attention": "yes"})
+    with pytest.raises(ValueError, match="schedule_policy must be a policy name"):
+        choose_features(None, {"schedule_policy": 3})

@@ -63,7 +63,7 @@ def setup():
 
 def test_prefill_only_kv_is_active(setup):
     ours, _, _, stock_limit, _ = setup
-    assert ours.runtime_patches == (
+    assert ours.features == (
         "prefill_attention",
         "prefill_kv",
         "jct_scheduler",

@@ -163,11 +163,9 @@ def test_settings_and_defaults():
     assert HybridSettings.for_device("cpu") == HybridSettings(LAYER_CHUNK_SIZE["cpu"], "layer")
     assert HybridSettings.for_device("cpu", mode="token").chunk_size == DEFAULT_CHUNK_SIZE["cpu"]
     assert HybridSettings.for_device("cuda", 512).chunk_size == 512
-    assert HybridSettings.from_env({"PREFILLONLY_HYBRID_PREFILL": '{"chunk_size": 96}'}) == (
-        HybridSettings(96, "layer")
-    )
+    assert HybridSettings.from_dict({"chunk_size": 96}) == (HybridSettings(96, "layer"))
     settings = HybridSettings(200, "token")
-    assert HybridSettings.from_env({"PREFILLONLY_HYBRID_PREFILL": settings.to_env()}) == settings
+    assert HybridSettings.from_dict(settings.to_dict()) == settings
     with pytest.raises(ValueError, match="mode must be one of layer, token"):
         HybridSettings(200, "attention")
     with pytest.raises(ValueError, match="chunk size must be an integer >= 16"):

@@ -14,7 +14,7 @@ import pytest
 from conftest import max_abs_diff
 
 from prefillonly_sgl import Engine
-from prefillonly_sgl.sglang_runtime.hybrid_prefill.scheduler_process import LOG_ENV
+from prefillonly_sgl.environment import HYBRID_LOG as LOG_ENV
 
 TOLERANCE = 1e-4  # vs transformers
 # chunked vs unchunked: the same values up to float rounding. 1e-5, not 1e-6: the
@@ -82,7 +82,7 @@ def test_chunked_scores_equal_the_unchunked_ones(
     finally:
         del os.environ[LOG_ENV]
     with engine:
-        assert "hybrid_prefill" in engine.runtime_patches
+        assert "hybrid_prefill" in engine.features
         assert engine.hybrid_settings.chunk_size == chunk
         got = _scores(engine, labels)
     lines = log.read_text().splitlines()

@@ -19,7 +19,7 @@ from conftest import max_abs_diff
 
 from prefillonly_sgl import Engine
 from prefillonly_sgl.cli import main
-from prefillonly_sgl.features import engine_features
+from prefillonly_sgl.features import choose_features
 from prefillonly_sgl.scheduler.jct_model import DEFAULT, FitReport
 from prefillonly_sgl.scheduler.profiles import save_profile
 from prefillonly_sgl.scheduler.settings import resolve_settings
@@ -38,7 +38,7 @@ def saved_profile(tiny_llama_path, tmp_path_factory):
         assert main([*argv, "--dtype", "float32", "--max-tokens", "512", "--repeats", "1"]) == 0
         (path,) = (cache / "jct-profiles").glob("*.json")
         found = resolve_settings(
-            tiny_llama_path, "cpu", "float32", engine_features(True, True, True, True)
+            tiny_llama_path, "cpu", "float32", choose_features(None, {"prefill_only_kv": True})
         )
     return path, found
 
@@ -77,7 +77,7 @@ def test_profile_is_saved_fitted_and_found_for_the_same_engine_settings(saved_pr
 
 
 def test_the_engine_runs_the_jct_policy_with_the_given_profile(engine, cpu_costs):
-    assert "jct_scheduler" in engine.runtime_patches
+    assert "jct_scheduler" in engine.features
     assert engine.jct_settings.model.source == str(cpu_costs)
     assert engine.jct_settings.aging == 1.0
 
@@ -145,7 +145,7 @@ def test_the_items_of_one_call_compute_their_shared_prefix_once(engine, labels):
 
 
 def test_jct_arguments_need_the_jct_policy(tiny_llama_path):
-    with pytest.raises(ValueError, match="jct_aging / jct_profile apply to"):
+    with pytest.raises(ValueError, match="jct_aging applies with schedule_policy jct"):
         _engine(tiny_llama_path, schedule_policy="fcfs", jct_aging=2.0)
     with pytest.raises(ValueError, match="does not exist"):
         _engine(tiny_llama_path, jct_profile="/no/such/profile.json")

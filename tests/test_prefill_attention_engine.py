@@ -15,9 +15,9 @@ import pytest
 from conftest import max_abs_diff
 
 from prefillonly_sgl import STOCK_SGLANG, Engine
+from prefillonly_sgl.environment import ATTENTION_LOG as LOG_ENV
+from prefillonly_sgl.environment import FORWARD_PROFILE as PROFILE_ENV
 from prefillonly_sgl.reference import TransformersReference
-from prefillonly_sgl.sglang_runtime.forward_profile import PROFILE_ENV
-from prefillonly_sgl.sglang_runtime.prefill_attention import LOG_ENV
 
 TOLERANCE = 1e-4
 
@@ -62,7 +62,7 @@ def _new_log_lines(log_path, seen: list) -> list[str]:
 
 def test_backend_is_active_and_cold_items_match(setup):
     engine, ref, labels, log_path = setup
-    assert engine.runtime_patches == (
+    assert engine.features == (
         "prefill_attention",
         "prefill_kv",
         "jct_scheduler",
@@ -159,7 +159,7 @@ def test_switch_off_gives_stock_attention(tiny_llama_path, tmp_path, setup):
     _, ref, labels, _ = setup
     log_path = tmp_path / "stock.log"
     with _start(tiny_llama_path, log_path, **STOCK_SGLANG) as stock:
-        assert stock.runtime_patches == ()
+        assert stock.features == ()
         got = stock.score(PROFILE, ITEMS, labels).scores
     assert max_abs_diff(got, ref.score(PROFILE, ITEMS, labels)) < TOLERANCE
     assert not log_path.exists()  # our backend never ran

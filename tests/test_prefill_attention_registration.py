@@ -36,10 +36,16 @@ def test_register_replaces_factories_by_name_and_keeps_stock_ones():
         registry.ATTENTION_BACKENDS.update(saved)
 
 
-def test_patches_enabled_sets_and_restores_the_environment(monkeypatch):
-    monkeypatch.delenv(plugin.PATCHES_ENV, raising=False)
-    with plugin.patches_enabled(["prefill_attention"]):
-        assert plugin.requested_features() == ["prefill_attention"]
-    assert plugin.PATCHES_ENV not in __import__("os").environ
-    with plugin.patches_enabled([]):
-        assert plugin.requested_features() == []
+def test_runtime_enabled_sets_and_restores_the_environment(monkeypatch, tmp_path):
+    from prefillonly_sgl import environment, runtime_config
+    from prefillonly_sgl.runtime_config import WorkerConfig
+
+    (tmp_path / "config.json").write_text("{}")
+    config = runtime_config.resolve(
+        tmp_path, device="cpu", features=["prefill_attention"], switches={}
+    )
+    monkeypatch.delenv(environment.RUNTIME_CONFIG, raising=False)
+    with plugin.runtime_enabled(config):
+        assert WorkerConfig.from_environment() == config.worker
+        assert WorkerConfig.from_environment().features == ("prefill_attention",)
+    assert environment.RUNTIME_CONFIG not in __import__("os").environ

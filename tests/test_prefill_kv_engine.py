@@ -19,11 +19,11 @@ import pytest
 from conftest import max_abs_diff
 
 from prefillonly_sgl import STOCK_SGLANG, Engine
+from prefillonly_sgl.environment import ATTENTION_LOG as LOG_ENV
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.kv.messages import REUSABLE_LEN_KEY
 from prefillonly_sgl.kv.policy import common_prefix_len, reusable_prefix_len
 from prefillonly_sgl.reference import TransformersReference
-from prefillonly_sgl.sglang_runtime.prefill_attention import LOG_ENV
 
 TOLERANCE = 1e-4
 # Prompts of 2k-4k tokens, several times the pool: between runs of the whole suite on the
@@ -71,7 +71,7 @@ def setup(tiny_llama_path, tmp_path_factory):
     labels = [ref.tokenizer.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
     stock = {}
     with _start(tiny_llama_path, **STOCK_SGLANG) as engine:
-        stock["patches"] = engine.runtime_patches
+        stock["patches"] = engine.features
         stock["max_prompt_tokens"] = engine.limits.scoring_prompt_tokens
         for query, items, kwargs in STOCK_CALLS:
             stock[_key(query, items, kwargs)] = engine.score(query, items, labels, **kwargs).scores
@@ -117,7 +117,7 @@ def _cached_tokens(engine, prompt_ids, reusable):
 
 def test_features_and_limits(setup):
     ours, stock, *_ = setup
-    assert ours.runtime_patches == (
+    assert ours.features == (
         "prefill_attention",
         "prefill_kv",
         "jct_scheduler",

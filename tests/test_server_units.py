@@ -18,7 +18,7 @@ from prefillonly_sgl.server.endpoints import (
     load_app_endpoints,
 )
 from prefillonly_sgl.server.guard import CURRENT_REQUEST, GuardPolicy, RequestGuard
-from prefillonly_sgl.server.options import parse_serve_argv, with_defaults
+from prefillonly_sgl.server.options import parse_serve_argv
 from prefillonly_sgl.server.request_checks import (
     RequestTooLargeError,
     check_generate_body,
@@ -46,77 +46,100 @@ def test_serve_argv_is_split_into_ours_and_sglangs():
     assert rest == ["--port", "8000"]
 
 
-def test_disable_flags_leave_their_patch_out():
-    from prefillonly_sgl.cli import _patch_features
+@pytest.fixture
+def model_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("PREFILLONLY_CACHE", str(tmp_path / "cache"))  # no saved profiles
+    (tmp_path / "config.json").write_text('{"torch_dtype": "float32"}')
+    return str(tmp_path)
+
+
+def _serve_features(model: str, argv: list[str]) -> list[str]:
+    from prefillonly_sgl.server.options import serve_config
+
+    options, rest = parse_serve_argv(argv)
+    return list(serve_config(options, ["--model-path", model, "--device", "cpu", *rest]).features)
+
+
+def test_disable_flags_leave_their_feature_out(model_folder):
     from prefillonly_sgl.features import FEATURES
 
     options, rest = parse_serve_argv(["--disable-prefill-only-attention", "--port", "1"])
-    assert options.disabled_patches == ("prefill_attention",) and rest == ["--port", "1"]
-    features = _patch_features(options.patches, options.disabled_patches)
-    assert "prefill_attention" in FEATURES and "prefill_attention" not in features
+    assert options.disabled == ("prefill_attention",) and rest == ["--port", "1"]
+    features = _serve_features(model_folder, ["--disable-prefill-only-attention"])
     # stock attention cannot run with prefill-only KV: that goes too
     assert set(features) == set(FEATURES) - {"prefill_attention", "prefill_kv"}
-    options, _ = parse_serve_argv(["--disable-prefill-only-kv"])
-    assert _patch_features(options.patches, options.disabled_patches) == [
+    assert _serve_features(model_folder, ["--disable-prefill-only-kv"]) == [
         "prefill_attention",
         "jct_scheduler",
         "hybrid_prefill",
     ]
     options, _ = parse_serve_argv(["--disable-hybrid-prefill", "--hybrid-prefill-chunk-size", "64"])
-    assert options.hybrid_prefill_chunk_size == 64
-    assert "hybrid_prefill" not in _patch_features(options.patches, options.disabled_patches)
-    options, _ = parse_serve_argv(["--hybrid-prefill-mode", "token"])
-    assert options.hybrid_prefill_mode == "token"
-    assert "hybrid_prefill" in _patch_features(options.patches, options.disabled_patches)
+    assert options.feature_options == {"hybrid_prefill_chunk_size": 64}
+    assert "hybrid_prefill" not in _serve_features(model_folder, ["--disable-hybrid-prefill"])
+    assert "hybrid_prefill" in _serve_features(model_folder, ["--hybrid-prefill-mode", "token"])
     with pytest.raises(ValueError, match="prefill_kv needs prefill_attention"):
-        _patch_features("prefill_kv", ())
-    assert _patch_features("prefill_attention", ()) == ["prefill_attention"]
-    assert _patch_features("", ()) == []
+        _serve_features(model_folder, ["--features", "prefill_kv"])
+    assert _serve_features(model_folder, ["--features", "prefill_attention"]) == [
+        "prefill_attention"
+    ]
+    assert _serve_features(model_folder, ["--patches", ""]) == []  # the flag's earlier name
 
 
-def test_schedule_policy_jct_is_ours_and_sglangs_pass_through():
-    from prefillonly_sgl.cli import _patch_features
-
+def test_schedule_policy_jct_is_ours_and_sglangs_pass_through(model_folder):
     options, rest = parse_serve_argv(["--port", "1", "--jct-aging", "0.5"])
-    assert options.jct and options.jct_aging == 0.5 and rest == ["--port", "1"]
-    assert "jct_scheduler" in _patch_features(options.patches, (), options.jct)
+    assert options.jct and options.feature_options == {"jct_aging": 0.5}
+    assert rest == ["--port", "1"]
+    assert "jct_scheduler" in _serve_features(model_folder, ["--jct-aging", "0.5"])
     options, rest = parse_serve_argv(["--schedule-policy", "lpm", "--port", "1"])
-    assert not options.jct and rest == ["--port", "1", "--schedule-policy", "lpm"]
-    assert "jct_scheduler" not in _patch_features(options.patches, (), options.jct)
+    assert not options.jct and rest == ["--port", "1"]
+    assert "jct_scheduler" not in _serve_features(model_folder, ["--schedule-policy", "lpm"])
+    with pytest.raises(SystemExit):  # argparse: a usage error naming the flag
+        parse_serve_argv(["--hybrid-prefill-chunk-size", "0"])
 
 
-def test_device_defaults_never_override_the_users_flags(tmp_path):
-    argv = with_defaults(["--attention-backend", "sdpa", "--model", "m"], "cpu", True, "default")
+def test_device_defaults_never_override_the_users_flags(tmp_path, model_folder):
+    from prefillonly_sgl.server.options import serve_config, server_argv
+
+    def argv_for(sglang_argv, metrics=True, device="cpu"):
+        options, rest = parse_serve_argv(sglang_argv)
+        config = serve_config(options, ["--device", device, *rest])
+        return server_argv(config, ["--device", device, *rest], metrics)
+
+    argv = argv_for(["--attention-backend", "sdpa", "--model", model_folder])
     assert argv.count("--attention-backend") == 1 and "sdpa" in argv
     assert "--model-path" not in argv  # --model is SGLang's alias
     assert argv[argv.index("--max-total-tokens") + 1] == "16384"
     assert "--enable-metrics" in argv and argv[argv.index("--device") + 1] == "cpu"
     assert "--sleep-on-idle" in argv  # an idle CPU server must not spin a core
-    assert "--sleep-on-idle" not in with_defaults([], "cuda", True, "m")
+    assert "--sleep-on-idle" not in argv_for(["--model", model_folder], device="cuda")
     config = tmp_path / "c.yaml"
     config.write_text("max-total-tokens: 1000\nenable_metrics: true\n")
-    argv = with_defaults(["--config", str(config)], "cpu", True, "m")
+    argv = argv_for(["--config", str(config), "--model", model_folder])
     assert "--max-total-tokens" not in argv and "--enable-metrics" not in argv
-    assert "--enable-metrics" not in with_defaults([], "cuda", False, "m")
+    assert "--enable-metrics" not in argv_for(["--model", model_folder], metrics=False)
 
 
-def test_cpu_dtype_auto_is_the_folders_own_never_float16(tmp_path):
+def test_cpu_dtype_auto_is_the_folders_own_never_float16(model_folder):
     """SGLang's "auto" runs a float32 folder in float16, which has no fast CPU kernels
     (3.5x slower than float32 here): on CPU, serve and the Engine ask for the folder's."""
-    from prefillonly_sgl.device_defaults import resolve_dtype, sglang_engine_args
+    from prefillonly_sgl.device_defaults import resolve_dtype
+    from prefillonly_sgl.server.options import serve_config, server_argv
 
-    (tmp_path / "config.json").write_text('{"torch_dtype": "float32"}')
-    model = str(tmp_path)
+    model = model_folder
     assert resolve_dtype(model, "cpu", "auto") == "float32"
     assert resolve_dtype(model, "cpu", "bfloat16") == "bfloat16"  # the user's choice
     assert resolve_dtype(model, "cuda", "auto") == "auto"  # float16 is fast there
-    assert resolve_dtype(tmp_path / "missing", "cpu", "auto") == "auto"
-    assert sglang_engine_args(model, "cpu", dtype="auto")["dtype"] == "float32"
-    argv = with_defaults(["--model-path", model], "cpu", True, None)
+    assert resolve_dtype(model + "/missing", "cpu", "auto") == "auto"
+
+    def argv_for(sglang_argv):
+        options, rest = parse_serve_argv(sglang_argv)
+        return server_argv(serve_config(options, rest), rest)
+
+    argv = argv_for(["--model-path", model, "--device", "cpu"])
     assert argv[argv.index("--dtype") + 1] == "float32"
-    argv = with_defaults(["--model", model, "--dtype", "bfloat16"], "cpu", True, None)
+    argv = argv_for(["--model", model, "--dtype", "bfloat16", "--device", "cpu"])
     assert argv.count("--dtype") == 1 and "bfloat16" in argv
-    assert "--dtype" not in with_defaults([], "cuda", True, model)
+    assert "--dtype" not in argv_for(["--model", model, "--device", "cuda"])
 
 
 # -- request checks --------------------------------------------------------------------------
@@ -387,7 +410,7 @@ def test_app_modules_load_by_name_and_cli_rejects_bad_options_before_starting(ca
 
     specs = load_app_endpoints(["server_app_example"])  # tests/ is on sys.path
     assert [s.path for s in specs] == ["/classify/sentiment", "/rank/relevance"]
-    assert main(["serve", "--patches", "no-such-patch"]) == 2
+    assert main(["serve", "--features", "no-such-patch"]) == 2
     assert "no-such-patch" in capsys.readouterr().err
     assert main(["serve", "--app", "no_such_module_anywhere"]) == 2
     assert main(["serve", "--max-prompt-tokens", "4096"]) == 2

@@ -59,14 +59,19 @@ def test_plugin_entry_point_is_installed():
     assert names.get("prefillonly") == "prefillonly_sgl.sglang_runtime.plugin:load_plugin"
 
 
-def test_plugin_is_inert_without_the_environment_variable(monkeypatch):
-    from prefillonly_sgl.sglang_runtime import plugin
+def test_plugin_is_inert_without_the_runtime_configuration(monkeypatch):
+    from prefillonly_sgl import environment
+    from prefillonly_sgl.runtime_config import WorkerConfig
+    from prefillonly_sgl.sglang_runtime import plugin, process_state
 
-    monkeypatch.delenv(plugin.PATCHES_ENV, raising=False)
-    assert plugin.requested_features() == []
-    monkeypatch.setenv(plugin.PATCHES_ENV, "no-such-feature")
+    monkeypatch.delenv(environment.RUNTIME_CONFIG, raising=False)
+    before = process_state.current().config
+    plugin.load_plugin()  # stock SGLang: nothing read, nothing installed
+    assert process_state.current().config is before
+    assert WorkerConfig.from_environment() is None
+    monkeypatch.setenv(environment.RUNTIME_CONFIG, '{"features": ["no-such-feature"]}')
     with pytest.raises(ValueError, match="no-such-feature"):
-        plugin.requested_features()
+        WorkerConfig.from_environment()
 
 
 def test_every_hook_table_target_is_listed():

@@ -1,14 +1,11 @@
-"""Hybrid prefilling's settings (the chunk size, whole layers or token-wise modules only),
-from the Engine's arguments or serve's flags to SGLang's scheduler process, in one
-environment variable set while SGLang starts."""
+"""Hybrid prefilling's settings (the chunk size, whole layers or token-wise modules only):
+resolved once from the Engine's arguments or serve's flags (feature options, features.py)
+and shipped to SGLang's scheduler process inside the runtime configuration
+(runtime_config.py)."""
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import asdict, dataclass
-
-HYBRID_SETTINGS_ENV = "PREFILLONLY_HYBRID_PREFILL"
 
 # Tokens per chunk: large enough that a chunk's matmuls run at full speed (the time stays
 # that of the unchunked prefill), small enough that its intermediates are a small share of
@@ -26,9 +23,9 @@ LAYER_CHUNK_SIZE = {"cpu": 1024, "cuda": 4096}
 #   (hybrid/chunking.py; any model with recognised MLPs).
 MODES = ("layer", "token")
 # Mode "layer" on CUDA attends through FlashInfer's ragged prefill per query chunk
-# (attention/flashinfer_chunk.py), opt-in with this variable set to 1 until that path has
-# run on a GPU; without it CUDA layers keep SGLang's forward (token-wise chunks only).
-CUDA_QUERY_CHUNKS_ENV = "PREFILLONLY_CUDA_QUERY_CHUNKS"
+# (attention/flashinfer_chunk.py), opt-in with PREFILLONLY_CUDA_QUERY_CHUNKS=1
+# (environment.py) until that path has run on a GPU; without it CUDA layers keep SGLang's
+# forward (token-wise chunks only).
 DEFAULT_MODE = "layer"
 
 
@@ -56,10 +53,20 @@ class HybridSettings:
         defaults = LAYER_CHUNK_SIZE if mode == "layer" else DEFAULT_CHUNK_SIZE
         return cls(chunk_size if chunk_size is not None else defaults.get(device, 4096), mode)
 
-    def to_env(self) -> str:
-        return json.dumps(asdict(self))
+    def to_dict(self) -> dict:
+        return asdict(self)
 
     @classmethod
-    def from_env(cls, environ=os.environ) -> HybridSettings | None:
-        raw = environ.get(HYBRID_SETTINGS_ENV)
-        return cls(**json.loads(raw)) if raw else None
+    def from_dict(cls, values: dict) -> HybridSettings:
+        return cls(**values)
+
+    @classmethod
+    def resolve(
+        cls,
+        context,
+        hybrid_prefill_chunk_size: int | None = None,
+        hybrid_prefill_mode: str | None = None,
+    ) -> HybridSettings:
+        """The feature registry's resolver (features.py): `context` is runtime_config's
+        FeatureContext."""
+        return cls.for_device(context.device, hybrid_prefill_chunk_size, hybrid_prefill_mode)

@@ -1,6 +1,6 @@
-"""`prefillonly profile`: measure prefill batches on a running Engine over a grid of
-(cached tokens, new tokens, batch size), fit the job-time model, save it where the Engine
-and `serve` find it (profiles.py).
+"""`prefillonly profile`: measure prefill batches on a running Engine (cli.py starts it)
+over a grid of (cached tokens, new tokens, batch size), fit the job-time model, save it
+where the Engine and `serve` find it (profiles.py).
 
 Each grid point scores random token ids (the content does not change the time): the
 query (the cached part) is scored once first so that the radix cache holds it, then the
@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 from prefillonly_sgl.scheduler.jct_model import FitReport, JctModel, Sample, fit
+from prefillonly_sgl.scheduler.profiles import profile_key, save_profile
 
 
 @dataclass(frozen=True)
@@ -76,40 +77,33 @@ def measure(engine, grid: list[GridPoint], repeats: int = 3, progress=None, seed
     return samples
 
 
+# SGLang's fcfs while measuring (the engine `run` is given must have it): the k items of
+# one call then run as ONE batch, which is what a batch sample means. (Under the JCT
+# scheduler the batches would be whatever the model being replaced decides: a profile
+# fitted with the built-in model, which saw short hits as long jobs, measured k items one
+# by one and taught that batching never pays.) The scheduler leaves the job time as it is
+# (profiles.TIME_NEUTRAL_FEATURES).
+MEASURING_POLICY = "fcfs"
+
+
 def run(
-    model: str | None = None,
-    device: str | None = None,
-    dtype: str = "auto",
-    max_tokens: int | None = None,
-    repeats: int = 3,
-    out: str | None = None,
-    **engine_args,
+    engine, dtype: str = "auto", max_tokens: int | None = None, repeats: int = 3, out=None
 ) -> tuple[JctModel, FitReport, str]:
-    """Start an Engine, measure, fit, save; returns (model, report, saved path)."""
+    """Measure on a running Engine (started with schedule_policy=MEASURING_POLICY), fit,
+    save; returns (model, report, saved path)."""
     from tqdm.auto import tqdm
 
-    from prefillonly_sgl.engine import Engine
-    from prefillonly_sgl.scheduler.profiles import profile_key, save_profile
-
-    # SGLang's fcfs while measuring: the k items of one call then run as ONE batch, which is
-    # what a batch sample means. (Under the JCT scheduler the batches would be whatever the
-    # model being replaced decides: a profile fitted with the built-in model, which saw
-    # short hits as long jobs, measured k items one by one and taught that batching never
-    # pays.) The scheduler leaves the job time as it is (profiles.TIME_NEUTRAL_FEATURES).
-    engine_args.setdefault("schedule_policy", "fcfs")
-    with Engine(model, device=device, dtype=dtype, **engine_args) as engine:
-        limit = engine.limits.scoring_prompt_tokens
-        if max_tokens is None:
-            max_tokens = 2048 if engine.device == "cpu" else 16384
-        max_tokens = min(max_tokens, limit)
-        grid = default_grid(max_tokens)
-        print(
-            f"[profile] {engine!r}: {len(grid)} batches up to {max_tokens} tokens, "
-            f"{repeats} runs each"
-        )
-        with tqdm(total=len(grid), desc="profile", unit="batch") as bar:
-            samples = measure(engine, grid, repeats, bar)
-        key = profile_key(engine.model_path, engine.device, dtype, engine.runtime_patches)
+    limit = engine.limits.scoring_prompt_tokens
+    if max_tokens is None:
+        max_tokens = 2048 if engine.device == "cpu" else 16384
+    max_tokens = min(max_tokens, limit)
+    grid = default_grid(max_tokens)
+    print(
+        f"[profile] {engine!r}: {len(grid)} batches up to {max_tokens} tokens, {repeats} runs each"
+    )
+    with tqdm(total=len(grid), desc="profile", unit="batch") as bar:
+        samples = measure(engine, grid, repeats, bar)
+    key = profile_key(engine.model_path, engine.device, dtype, engine.features)
     jct, report = fit(samples, source="profile")
     path = save_profile(key, jct, report, samples, out)
     return JctModel(**jct.coefficients(), source=str(path)), report, str(path)

@@ -1,15 +1,14 @@
-"""The JCT scheduler's settings, from the Engine's arguments or serve's flags to SGLang's
-scheduler process (plain Python). They travel in one environment variable, set while
-SGLang starts (its workers inherit the environment), next to PREFILLONLY_PATCHES.
+"""The JCT scheduler's settings (plain Python): resolved once from the Engine's arguments
+or serve's flags (feature option jct_aging / jct_profile, features.py) and shipped to
+SGLang's scheduler process inside the runtime configuration (runtime_config.py).
 """
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from prefillonly_sgl.features import JCT_POLICY  # noqa: F401  (re-exported)
 from prefillonly_sgl.scheduler.jct_model import DEFAULT, JctModel, default_model
 from prefillonly_sgl.scheduler.policy import DEFAULT_AGING, DEFAULT_LONG_FACTOR, DEFAULT_SIZE_RATIO
 from prefillonly_sgl.scheduler.profiles import (
@@ -18,9 +17,6 @@ from prefillonly_sgl.scheduler.profiles import (
     profile_key,
     resolved_dtype,
 )
-
-JCT_SETTINGS_ENV = "PREFILLONLY_JCT_SETTINGS"
-JCT_POLICY = "jct"  # --schedule-policy jct / Engine(schedule_policy="jct"): the default
 
 
 @dataclass(frozen=True)
@@ -39,17 +35,25 @@ class JctSettings:
                 f"{self.size_ratio}"
             )
 
-    def to_env(self) -> str:
-        values = asdict(self)
-        return json.dumps(values)
+    def to_dict(self) -> dict:
+        return asdict(self)
 
     @classmethod
-    def from_env(cls, environ=os.environ) -> JctSettings | None:
-        raw = environ.get(JCT_SETTINGS_ENV)
-        if not raw:
-            return None
-        values = json.loads(raw)
+    def from_dict(cls, values: dict) -> JctSettings:
         return cls(**{**values, "model": JctModel(**values["model"])})
+
+    @classmethod
+    def resolve(cls, context, jct_aging: float | None = None, jct_profile=None) -> JctSettings:
+        """The feature registry's resolver (features.py): `context` is runtime_config's
+        FeatureContext (model, device, dtype, features)."""
+        return resolve_settings(
+            context.model_path,
+            context.device,
+            context.dtype,
+            context.features,
+            jct_aging,
+            jct_profile,
+        )
 
 
 def resolve_settings(

@@ -8,12 +8,14 @@ with per-device defaults added only for the flags the user did not give.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from prefillonly_sgl.device_defaults import CPU_DEFAULT_MAX_TOTAL_TOKENS, resolve_dtype
-from prefillonly_sgl.hybrid.settings import MODES
-from prefillonly_sgl.scheduler.settings import JCT_POLICY
+from prefillonly_sgl import runtime_config
+from prefillonly_sgl.device_defaults import CPU_DEFAULT_MAX_TOTAL_TOKENS
+from prefillonly_sgl.features import FEATURES, JCT_POLICY, OPTIONS, parse_names
+from prefillonly_sgl.runtime_config import RuntimeConfig
 
 DEFAULT_MAX_PENDING_REQUESTS = 256
 DEFAULT_MAX_PENDING_PROMPTS = 4096
@@ -32,14 +34,12 @@ class ServeOptions:
     max_pending_prompts: int = DEFAULT_MAX_PENDING_PROMPTS
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S
-    patches: str | None = None  # None: every runtime patch this version has
-    disabled_patches: tuple[str, ...] = ()  # from the --disable-prefill-only-* flags
+    features: str | None = None  # --features: comma-separated names; None: every feature
+    disabled: tuple[str, ...] = ()  # feature names, from the features' --disable-* flags
+    # The features' options given (features.OPTIONS: Engine argument -> value).
+    feature_options: dict[str, Any] = field(default_factory=dict)
     metrics: bool = True
     schedule_policy: str = JCT_POLICY  # "jct", or one of SGLang's (passed on to SGLang)
-    jct_aging: float | None = None
-    jct_profile: str | None = None
-    hybrid_prefill_chunk_size: int | None = None
-    hybrid_prefill_mode: str | None = None
     memory_budget: str | None = None  # e.g. "6GiB": sizes the KV pool (memory/budget.py)
     max_prompt_tokens: int | None = None  # the longest prompt the budget must fit
 
@@ -48,19 +48,24 @@ class ServeOptions:
         return self.schedule_policy == JCT_POLICY
 
 
-# A switch per runtime patch, for A/B runs against stock SGLang: flag -> plugin feature.
-DISABLE_FLAGS = {
-    "--disable-prefill-only-attention": "prefill_attention",
-    "--disable-prefill-only-kv": "prefill_kv",
-    "--disable-hybrid-prefill": "hybrid_prefill",
-}
-
-
 def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
     return value
+
+
+def _flag_type(convert):
+    """A feature option's converter as an argparse type (its ValueError as a usage error)."""
+
+    def parse(text: str):
+        try:
+            return convert(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = getattr(convert, "__name__", "value")
+    return parse
 
 
 def serve_options_group(parser: argparse.ArgumentParser):
@@ -132,21 +137,25 @@ def add_serve_options(parser: argparse.ArgumentParser, group=None) -> None:
         "(new requests get 503 meanwhile; default %(default)s)",
     )
     group.add_argument(
-        "--patches",
+        "--features",
+        "--patches",  # its earlier name
+        dest="features",
         default=None,
         metavar="NAMES",
-        help="comma-separated prefill-only runtime patches to apply (default: all; '' for "
-        "none, i.e. stock SGLang behaviour)",
+        help="comma-separated runtime features to apply (default: all: "
+        f"{', '.join(FEATURES)}; '' for none, i.e. stock SGLang behaviour)",
     )
-    for flag, feature in DISABLE_FLAGS.items():
-        group.add_argument(
-            flag,
-            dest="disabled_patches",
-            action="append_const",
-            const=feature,
-            default=[],
-            help=f"leave the {feature} runtime patch out (stock SGLang behaviour for it)",
-        )
+    # The feature registry's flags: a switch off per feature, then each feature's options.
+    for feature in FEATURES.values():
+        if feature.disable_flag:
+            group.add_argument(
+                feature.disable_flag,
+                dest="disabled",
+                action="append_const",
+                const=feature.name,
+                default=[],
+                help=f"leave {feature.name} out ({feature.summary}): stock SGLang behaviour",
+            )
     group.add_argument(
         "--schedule-policy",
         default=JCT_POLICY,
@@ -154,36 +163,16 @@ def add_serve_options(parser: argparse.ArgumentParser, group=None) -> None:
         help="jct (default): the JCT-aware scheduler (docs/scheduler.md); any of SGLang's "
         "policies (fcfs, lpm, shortest-prefill-first, ...) for A/B runs",
     )
-    group.add_argument(
-        "--jct-aging",
-        type=float,
-        default=None,
-        metavar="LAMBDA",
-        help="JCT scheduler: seconds of priority a request gains per second waited (default 1.0)",
-    )
-    group.add_argument(
-        "--jct-profile",
-        default=None,
-        metavar="FILE",
-        help="JCT scheduler: a profile from `prefillonly profile` (default: the saved one "
-        "for this model, device, dtype and features, else the built-in default)",
-    )
-    group.add_argument(
-        "--hybrid-prefill-chunk-size",
-        type=_positive_int,
-        default=None,
-        metavar="TOKENS",
-        help="hybrid prefilling: tokens per chunk of a long prompt (default cpu 2048, "
-        "cuda 4096; docs/hybrid_prefill.md)",
-    )
-    group.add_argument(
-        "--hybrid-prefill-mode",
-        choices=MODES,
-        default=None,
-        help="hybrid prefilling: 'layer' (default) runs whole decoder layers in query "
-        "chunks, only the residual stream and one layer's K/V whole; 'token' chunks only "
-        "the MLPs, norms and rotary embeddings",
-    )
+    for _, option in OPTIONS.values():
+        group.add_argument(
+            option.flag,
+            dest=option.engine_arg,
+            type=_flag_type(option.type),
+            default=None,
+            metavar=option.metavar,
+            choices=option.choices,
+            help=option.help,
+        )
     group.add_argument(
         "--memory-budget",
         default=None,
@@ -222,20 +211,44 @@ def parse_serve_argv(argv: list[str]) -> tuple[ServeOptions, list[str]]:
             max_pending_prompts=ours.max_pending_prompts,
             max_request_bytes=ours.max_request_bytes,
             shutdown_timeout=ours.shutdown_timeout,
-            patches=ours.patches,
-            disabled_patches=tuple(ours.disabled_patches),
+            features=ours.features,
+            disabled=tuple(ours.disabled),
+            feature_options={
+                arg: getattr(ours, arg) for arg in OPTIONS if getattr(ours, arg) is not None
+            },
             metrics=ours.metrics,
             schedule_policy=ours.schedule_policy,
-            jct_aging=ours.jct_aging,
-            jct_profile=ours.jct_profile,
-            hybrid_prefill_chunk_size=ours.hybrid_prefill_chunk_size,
-            hybrid_prefill_mode=ours.hybrid_prefill_mode,
             memory_budget=ours.memory_budget,
             max_prompt_tokens=ours.max_prompt_tokens,
         ),
-        rest
-        if ours.schedule_policy == JCT_POLICY
-        else [*rest, "--schedule-policy", ours.schedule_policy],
+        rest,
+    )
+
+
+def serve_config(options: ServeOptions, sglang_argv: list[str]) -> RuntimeConfig:
+    """serve's runtime configuration: our options plus the SGLang flags it depends on
+    (model, device, dtype, context, pool), resolved by the same rules as the Engine's
+    (runtime_config.resolve; errors name serve's flags)."""
+    given = given_flags(sglang_argv)
+    context = flag_value(sglang_argv, "--context-length")
+    pool = flag_value(sglang_argv, "--max-total-tokens")
+    if pool is None and "--max-total-tokens" in given:
+        pool = "0"  # given in a --config file: only "given" matters (budget or pool)
+    return runtime_config.resolve(
+        flag_value(sglang_argv, "--model-path") or flag_value(sglang_argv, "--model"),
+        device=device_of(sglang_argv),
+        dtype=flag_value(sglang_argv, "--dtype") or "auto",
+        context_length=int(context) if context else None,
+        max_total_tokens=int(pool) if pool is not None else None,
+        memory_budget=options.memory_budget,
+        max_prompt_tokens=options.max_prompt_tokens,
+        features=None if options.features is None else parse_names(options.features),
+        switches={
+            **{FEATURES[name].engine_arg: False for name in options.disabled},
+            "schedule_policy": options.schedule_policy,
+        },
+        options=options.feature_options,
+        style="serve",
     )
 
 
@@ -278,46 +291,21 @@ def device_of(argv: list[str]) -> str | None:
     return flag_value(argv, "--device")
 
 
-def server_defaults(device: str, metrics: bool = True) -> list[tuple[str, str | None]]:
-    """(flag, value) pairs `serve` adds when absent; value None is a switch."""
-    defaults: list[tuple[str, str | None]] = [("--device", device)]
-    if device == "cpu":
-        defaults += [
-            ("--attention-backend", "torch_native"),
-            ("--max-total-tokens", str(CPU_DEFAULT_MAX_TOTAL_TOKENS)),
-            # SGLang's scheduler busy-polls while idle: an idle server took a whole core
-            # (two replicas on a 2-core machine starved each other), ~0 with this.
-            # Requests still wake it at once (zmq poll); the Engine sets the same.
-            ("--sleep-on-idle", None),
-        ]
-    elif device == "cuda":
-        defaults += [("--attention-backend", "flashinfer")]
+def server_argv(config: RuntimeConfig, sglang_argv: list[str], metrics: bool = True) -> list[str]:
+    """The SGLang flags serve runs with: the user's, then what the configuration decides
+    and the device defaults, each only where the user gave no value (the configuration's
+    rules already refused a conflicting one, e.g. a memory budget with a pool size)."""
+    fields = {**config.sglang_defaults(), **config.sglang_fields()}
     if metrics:
         # Queue length, latency histograms and prefix-cache hit rate on /metrics, and
         # per-request queue time in meta_info (read by the usage report).
-        defaults += [("--enable-metrics", None)]
-    defaults += [("--enable-cache-report", None)]  # cached_tokens in OpenAI-style usage
-    return defaults
-
-
-def with_defaults(
-    sglang_argv: list[str], device: str, metrics: bool, default_model: str | None
-) -> list[str]:
-    """sglang_argv plus the defaults for every flag not given (user values always win)."""
+        fields["enable_metrics"] = True
+    fields["enable_cache_report"] = True  # cached_tokens in OpenAI-style usage
     given = given_flags(sglang_argv)
     added: list[str] = []
-    if "--model-path" not in given and default_model is not None:
-        added += ["--model-path", default_model]
-    for flag, value in server_defaults(device, metrics):
-        if flag not in given:
-            added += [flag] if value is None else [flag, value]
-    model = (
-        flag_value(sglang_argv, "--model-path")
-        or flag_value(sglang_argv, "--model")  # SGLang's alias
-        or default_model
-    )
-    if "--dtype" not in given and model is not None:
-        dtype = resolve_dtype(model, device, "auto")  # cpu: the folder's own
-        if dtype != "auto":
-            added += ["--dtype", dtype]
+    for name, value in fields.items():
+        flag = "--" + name.replace("_", "-")
+        if flag in given or value is False or value is None:
+            continue
+        added += [flag] if value is True else [flag, str(value)]
     return list(sglang_argv) + added

@@ -1,53 +1,57 @@
 """SGLang plugin entry point (group ``sglang.srt.plugins``, declared in pyproject.toml).
 
 SGLang calls ``load_plugin()`` in every process it starts (the main process, the
-scheduler, the detokenizer), which is how the runtime patches reach the spawned workers.
+scheduler, the detokenizer), which is how the runtime features reach the spawned workers.
 
 The plugin is installed for the whole environment, so a stock ``python -m
 sglang.launch_server`` in the same .venv would load it too. It therefore does nothing
 unless the process was started by prefillonly (``prefillonly_sgl.Engine`` or ``prefillonly
-serve``), which sets PATCHES_ENV to the comma-separated features to apply; spawned workers
-inherit the variable. Stock SGLang stays stock, which the benchmarks rely on.
+serve``), which puts the resolved runtime configuration's worker part in the environment
+(``runtime_enabled``); spawned workers inherit it. Each process reads it once, here, and
+keeps it in process_state.py, then calls the register function of every feature it names
+(features.py). Stock SGLang
+stays stock, which the benchmarks rely on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
+import multiprocessing
 import os
 
-from prefillonly_sgl import features
-from prefillonly_sgl.sglang_runtime.forward_profile import PROFILE_ENV
-from prefillonly_sgl.sglang_runtime.memory_probe import PROBE_ENV
+from prefillonly_sgl import environment
+from prefillonly_sgl.features import FEATURES
+from prefillonly_sgl.runtime_config import RuntimeConfig, WorkerConfig
+from prefillonly_sgl.sglang_runtime import process_state
 
 logger = logging.getLogger(__name__)
-
-PATCHES_ENV = "PREFILLONLY_PATCHES"
 
 # Instruments: measuring hooks, installed (whatever the features) in a prefillonly engine
 # whose environment sets their variable: only prefillonly's own calibration runs do.
 INSTRUMENTS: dict[str, str] = {
-    PROBE_ENV: "prefillonly_sgl.sglang_runtime.memory_probe:register",
-    PROFILE_ENV: "prefillonly_sgl.sglang_runtime.forward_profile:register",
+    environment.MEMORY_PROBE: "prefillonly_sgl.sglang_runtime.memory_probe:register",
+    environment.FORWARD_PROFILE: "prefillonly_sgl.sglang_runtime.forward_profile:register",
 }
 
 
-def requested_features(environ=os.environ) -> list[str]:
-    raw = environ.get(PATCHES_ENV, "")
-    names = [name.strip() for name in raw.split(",") if name.strip()]
-    return features.check_known(names, f"features in {PATCHES_ENV}")
-
-
 @contextlib.contextmanager
-def patches_enabled(names: list[str], settings: dict[str, str] | None = None):
-    """Set PATCHES_ENV to `names` (and the features' `settings` variables) while SGLang
-    starts (its spawned workers inherit the environment), then restore them, so a later
-    stock engine in this process stays stock."""
-    features.check_known(names, "runtime patches")
-    values = {PATCHES_ENV: ",".join(names), **(settings or {})}
+def runtime_enabled(config: RuntimeConfig):
+    """While SGLang starts (the Engine) or runs (serve): the configuration in the
+    environment, which SGLang's spawned workers inherit, and the main process's own hooks
+    installed; then the environment restored, so that a later stock engine in this process
+    stays stock."""
+    values = config.environment()
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
     try:
+        if config.needs_tokenizer_hooks:
+            # Tokenizer-side hooks run in this (the main) process, where SGLang's plugin
+            # loader may already have run (see reusable_prefix.install_in_this_process).
+            from prefillonly_sgl.sglang_runtime import reusable_prefix
+
+            reusable_prefix.install_in_this_process()
         yield
     finally:
         for name, value in saved.items():
@@ -57,20 +61,24 @@ def patches_enabled(names: list[str], settings: dict[str, str] | None = None):
                 os.environ[name] = value
 
 
-def load_plugin() -> None:
-    import importlib
-    import multiprocessing
+def _call(entry: str, *args) -> None:
+    module_name, function_name = entry.split(":")
+    getattr(importlib.import_module(module_name), function_name)(*args)
 
-    if PATCHES_ENV in os.environ and multiprocessing.parent_process() is not None:
+
+def load_plugin() -> None:
+    config = WorkerConfig.from_environment()
+    if config is None:
+        return  # not a process prefillonly started: stock SGLang
+    if multiprocessing.parent_process() is not None:
         _thread_lock_for_progress_bars()  # a worker of an engine prefillonly started
-    for name in requested_features():
-        module_name, function_name = features.FEATURES[name].register.split(":")
-        getattr(importlib.import_module(module_name), function_name)()
-        logger.info("prefillonly: applied runtime patch %s", name)
+    process_state.configure(config)  # where the features' hooks read their settings
+    for name in config.features:
+        _call(FEATURES[name].register)
+        logger.info("prefillonly: applied runtime feature %s", name)
     for variable, entry in INSTRUMENTS.items():
-        if PATCHES_ENV in os.environ and os.environ.get(variable):
-            module_name, function_name = entry.split(":")
-            getattr(importlib.import_module(module_name), function_name)()
+        if environment.read(variable):
+            _call(entry)
 
 
 def _thread_lock_for_progress_bars() -> None:

@@ -34,21 +34,18 @@ gathers and attends to its prefix on its own, as before): for A/B measurements
 
 from __future__ import annotations
 
-import os
-
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
+from prefillonly_sgl import environment
 from prefillonly_sgl.attention.cpu_extend import ExtendAttention
 from prefillonly_sgl.attention.plan import Span, plan_query_chunk
 from prefillonly_sgl.attention.query_chunk import QueryChunkAttention, query_chunks_supported
 from prefillonly_sgl.kv.policy import DROPPED_SLOT
-from prefillonly_sgl.sglang_runtime.prefill_kv.scheduler_process import active_in_this_process
+from prefillonly_sgl.sglang_runtime import process_state
 
-LOG_ENV = "PREFILLONLY_ATTENTION_LOG"
-SHARED_PREFIX_ENV = "PREFILLONLY_SHARED_PREFIX_ATTENTION"
 _SUPPORTED_MODES = (ForwardMode.EXTEND, ForwardMode.MIXED)
 
 
@@ -96,7 +93,7 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
             spans.append(Span(start, prefix_len, n_new))
             slots.append(req_to_token[pool_index, :prefix_len].long() if prefix_len else None)
             start += n_new
-        shared = os.environ.get(SHARED_PREFIX_ENV, "1") != "0"
+        shared = environment.read(environment.SHARED_PREFIX_ATTENTION) != "0"
         attention = ExtendAttention(spans, slots, device=self.device, shared_prefix=shared)
         _log_plan(attention)
         return attention
@@ -144,7 +141,7 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
             raise RuntimeError(f"layer {layer.layer_id} cannot run in query chunks")
         loc = forward_batch.out_cache_loc[start:end]
         k_new, v_new = k_all[start:end], v_all[start:end]
-        if active_in_this_process():
+        if _drops_kv():
             kept = loc != DROPPED_SLOT
             if not bool(kept.all()):
                 rows = kept.nonzero().squeeze(1)
@@ -159,7 +156,7 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
                 self.extend_attention.spans,
                 self.extend_attention.prefix_slots,
                 device=self.device,
-                shared_prefix=os.environ.get(SHARED_PREFIX_ENV, "1") != "0",
+                shared_prefix=environment.read(environment.SHARED_PREFIX_ATTENTION) != "0",
             )
             self._query_chunks[start, end] = chunk
         o = chunk(
@@ -187,7 +184,7 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
 def _kept_rows(out_cache_loc):
     """Rows of the batch that own a pool slot, or None when all do (prefill-only KV gives
     the tokens it drops DROPPED_SLOT, which the allocator never hands out)."""
-    if out_cache_loc is None or not active_in_this_process():
+    if out_cache_loc is None or not _drops_kv():
         return None
     kept = out_cache_loc != DROPPED_SLOT
     if bool(kept.all()):
@@ -200,7 +197,7 @@ def _refuse_dropped_tokens(forward_batch) -> None:
     prefill-only KV dropped (DROPPED_SLOT). prefill_kv turns itself off where this could
     happen; should a layer still get here with such tokens, fail loudly, not score wrong."""
     dropped = forward_batch.out_cache_loc == DROPPED_SLOT
-    if active_in_this_process() and bool(dropped.any()):
+    if _drops_kv() and bool(dropped.any()):
         raise RuntimeError(
             "a layer the prefill-only attention backend leaves to stock torch_native got "
             "tokens without pool KV (prefill-only KV); start with --disable-prefill-only-kv"
@@ -212,7 +209,7 @@ def _as_list(cpu_list, tensor) -> list[int]:
 
 
 def _log_plan(attention: ExtendAttention) -> None:
-    path = os.environ.get(LOG_ENV)
+    path = environment.read(environment.ATTENTION_LOG)
     if not path:
         return
     spans = [(s.prefix_len, s.n_new) for s in attention.spans]
@@ -257,3 +254,9 @@ def register() -> None:
     ):
         _STOCK_FACTORIES.setdefault(name, attention_registry.ATTENTION_BACKENDS[name])
         attention_registry.register_attention_backend(name)(factory)
+
+
+def _drops_kv() -> bool:
+    """Whether this scheduler drops score prompts' suffix KV (prefill-only KV decided it
+    at start-up: process_state.py)."""
+    return process_state.current().prefill_kv.active

@@ -29,17 +29,15 @@ runs the parity checks wherever CUDA is present.
 
 from __future__ import annotations
 
-import os
-
 from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
+from prefillonly_sgl import environment
 from prefillonly_sgl.attention.flashinfer_chunk import FlashInferQueryChunk
 from prefillonly_sgl.attention.plan import Span, plan_query_chunk
-from prefillonly_sgl.hybrid.settings import CUDA_QUERY_CHUNKS_ENV
 from prefillonly_sgl.kv.policy import DROPPED_SLOT
-from prefillonly_sgl.sglang_runtime.prefill_kv.scheduler_process import active_in_this_process
+from prefillonly_sgl.sglang_runtime import process_state
 
 # The forward modes prefill-only KV requests run in (no speculative / dLLM modes here).
 _PLAIN_EXTEND = (ForwardMode.EXTEND, ForwardMode.MIXED)
@@ -86,7 +84,7 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
         paged_only = forward_batch.forward_mode in _PLAIN_EXTEND and not getattr(
             self.forward_metadata, "use_ragged", True
         )
-        if paged_only and active_in_this_process():
+        if paged_only and _drops_kv():
             raise RuntimeError(
                 "prefill-only KV is active but FlashInfer planned its paged-only prefill, "
                 "which would read dropped tokens from the KV pool; start with "
@@ -98,7 +96,7 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
         """Whether this extend batch's layers may run in query chunks: a plain ragged +
         paged-prefix extend (what forward_query_chunk reproduces per chunk)."""
         return (
-            os.environ.get(CUDA_QUERY_CHUNKS_ENV) == "1"
+            environment.read(environment.CUDA_QUERY_CHUNKS) == "1"
             and forward_batch.forward_mode in _PLAIN_EXTEND
             and getattr(self.forward_metadata, "use_ragged", False)
             and flashinfer_pool_reads(self, _prefill_graph_backend()) is None
@@ -109,7 +107,7 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
         (the CPU backend's method of the same name, with FlashInfer)."""
         loc = forward_batch.out_cache_loc[start:end]
         k_new, v_new = k_all[start:end], v_all[start:end]
-        if active_in_this_process():
+        if _drops_kv():
             kept = loc != DROPPED_SLOT
             loc, k_new, v_new = loc[kept], k_new[kept], v_new[kept]
         if loc.numel():
@@ -152,3 +150,9 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
                 row += n
             self._chunk_spans = (spans, slots)
         return self._chunk_spans
+
+
+def _drops_kv() -> bool:
+    """Whether this scheduler drops score prompts' suffix KV (prefill-only KV decided it
+    at start-up: process_state.py)."""
+    return process_state.current().prefill_kv.active

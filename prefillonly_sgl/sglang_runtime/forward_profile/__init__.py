@@ -11,15 +11,7 @@ forward.
 
 from __future__ import annotations
 
-import os
-
 from prefillonly_sgl.sglang_runtime.hooks import register_hooks
-
-PROFILE_ENV = "PREFILLONLY_FORWARD_PROFILE"
-
-
-def requested(environ=os.environ) -> bool:
-    return bool(environ.get(PROFILE_ENV))
 
 
 def register() -> None:

@@ -13,10 +13,9 @@ Kinds are leaf modules, so nothing is counted twice: "other" is the forward minu
 from __future__ import annotations
 
 import json
-import os
 import time
 
-from prefillonly_sgl.sglang_runtime.forward_profile import PROFILE_ENV
+from prefillonly_sgl import environment
 
 # SGLang module class name -> kind. Leaves only (a linear layer inside an MLP is timed as
 # "linear", the MLP itself not at all).
@@ -78,7 +77,8 @@ def _install_timers(runner) -> None:
 
 
 def _around_forward(original, self, forward_batch, *args, **kwargs):
-    if not os.environ.get(PROFILE_ENV) or not forward_batch.forward_mode.is_extend():
+    profiling = environment.read(environment.FORWARD_PROFILE)
+    if not profiling or not forward_batch.forward_mode.is_extend():
         return original(self, forward_batch, *args, **kwargs)
     if not _state["installed"]:
         _install_timers(self)
@@ -102,7 +102,7 @@ def _ints(values):
 
 
 def _around_run_batch(original, self, batch, *args, **kwargs):
-    path = os.environ.get(PROFILE_ENV)
+    path = environment.read(environment.FORWARD_PROFILE)
     if not path or not batch.forward_mode.is_extend():
         return original(self, batch, *args, **kwargs)
     _state.pop("last", None)

@@ -1,5 +1,5 @@
 """Hybrid prefilling, scheduler side: once SGLang has loaded the model (ModelRunner.load_model,
-AFTER), with the settings from PREFILLONLY_HYBRID_PREFILL:
+AFTER), with the feature's settings from the process's configuration (process_state.py):
 
 - its token-wise modules (MLPs, RMSNorms, rotary embeddings) are made to run chunk by
   chunk (hybrid/chunking.py), both modes;
@@ -23,25 +23,23 @@ per chunked call (and one per batch whose layers ran in query chunks)."""
 from __future__ import annotations
 
 import logging
-import os
 import types
 
 from sglang.srt.layers.layer_boundary.residual import batch as residual_batch
 from sglang.srt.model_executor.forward_context import get_attn_backend
 
+from prefillonly_sgl import environment
 from prefillonly_sgl.hybrid import chunking, layer_chunks
-from prefillonly_sgl.hybrid.settings import CUDA_QUERY_CHUNKS_ENV, HybridSettings
+from prefillonly_sgl.sglang_runtime import process_state
 
 logger = logging.getLogger(__name__)
 
-LOG_ENV = "PREFILLONLY_HYBRID_LOG"
-
 
 def _after_load_model(result, self, *args, **kwargs):
-    settings = HybridSettings.from_env()
+    settings = process_state.current().settings("hybrid_prefill")
     if settings is None:
         return result
-    log = os.environ.get(LOG_ENV) or None
+    log = environment.read(environment.HYBRID_LOG)
     chunked = chunking.apply(self.model, settings.chunk_size, log)
     layers = []
     if settings.mode == "layer":
@@ -72,11 +70,12 @@ def _after_load_model(result, self, *args, **kwargs):
             "attention stays whole (token-wise chunks only)",
             type(self.model).__name__,
         )
-    if layers and "cuda" in str(self.device) and os.environ.get(CUDA_QUERY_CHUNKS_ENV) != "1":
+    cuda_opt_in = environment.read(environment.CUDA_QUERY_CHUNKS) == "1"
+    if layers and "cuda" in str(self.device) and not cuda_opt_in:
         logger.warning(
             "prefillonly: hybrid prefilling mode 'layer' on CUDA is opt-in until its FlashInfer "
             "path has run on a GPU (set %s=1): attention stays whole (token-wise chunks only)",
-            CUDA_QUERY_CHUNKS_ENV,
+            environment.CUDA_QUERY_CHUNKS,
         )
     return result
 

@@ -30,7 +30,6 @@ request (rid prefix, predicted seconds) and the batch.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
 
@@ -38,25 +37,16 @@ from sglang.srt.managers.schedule_policy import AddReqResult, SchedulePolicy
 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 
+from prefillonly_sgl import environment
 from prefillonly_sgl.kv.messages import reusable_len_in
 from prefillonly_sgl.scheduler.policy import JctPolicy
 from prefillonly_sgl.scheduler.prefix_marks import prefix_marks
 from prefillonly_sgl.scheduler.settings import JctSettings
+from prefillonly_sgl.sglang_runtime import process_state
 
 logger = logging.getLogger(__name__)
 
 MATCHES_PER_STEP = 16  # requests outside groups matched again per step, in rotation
-LOG_ENV = "PREFILLONLY_SCHEDULER_LOG"
-
-
-@dataclass
-class _Evictions:
-    """Radix-cache evictions in this process (the scheduler has one tree cache)."""
-
-    count: int = 0
-
-
-EVICTIONS = _Evictions()
 
 
 @dataclass(frozen=True)
@@ -96,7 +86,10 @@ class JctSchedulePolicy(SchedulePolicy):
         self._recent_batches: list[list[str]] = []  # rids of the last two planned batches
         self._rotation = 0
         # Evictions are counted only for SGLang's plain radix cache; others: match all.
-        self._evictions_seen = EVICTIONS.count if type(self.tree_cache) is RadixCache else None
+        self._state = process_state.current()
+        self._evictions_seen = (
+            self._state.radix_evictions if type(self.tree_cache) is RadixCache else None
+        )
         logger.info(
             "prefillonly: JCT scheduler (aging %.3g, model %s)", settings.aging, settings.model
         )
@@ -109,7 +102,7 @@ class JctSchedulePolicy(SchedulePolicy):
         changed = self.jct.groups_sharing(rid for batch in self._recent_batches for rid in batch)
         new_groups, new_outside = self._sync(waiting_queue, now)
         self._match(new_groups + list(changed), new_outside)
-        plan = self.jct.plan_step(now, explain=bool(os.environ.get(LOG_ENV)))
+        plan = self.jct.plan_step(now, explain=bool(environment.read(environment.SCHEDULER_LOG)))
         members = set(plan.batch)
         position = {rid: i for i, rid in enumerate(plan.batch)}
         head = sorted((r for r in waiting_queue if r.rid in members), key=lambda r: position[r.rid])
@@ -153,9 +146,10 @@ class JctSchedulePolicy(SchedulePolicy):
         """Matches `groups` (new, or where the cache may have changed), or every group
         after an eviction; requests outside groups: the new ones and some in rotation."""
         live = self.jct.live_groups()
-        if self._evictions_seen is None or EVICTIONS.count != self._evictions_seen:
+        evictions = self._state.radix_evictions
+        if self._evictions_seen is None or evictions != self._evictions_seen:
             groups = live  # an eviction may have taken any group's prefix
-            self._evictions_seen = None if self._evictions_seen is None else EVICTIONS.count
+            self._evictions_seen = None if self._evictions_seen is None else evictions
         for gid in set(groups):
             prefix = self._prefixes.get(gid)
             if prefix is not None:
@@ -186,7 +180,7 @@ def _rotate(items: list, start: int) -> list:
 
 
 def _log_plan(plan) -> None:
-    path = os.environ.get(LOG_ENV)
+    path = environment.read(environment.SCHEDULER_LOG)
     if not path:
         return
     jobs = " ".join(f"{key[:6]}:{seconds:.3f}" for key, seconds in plan.predicted.items())
@@ -210,7 +204,7 @@ def _planned_adder(base):
 
 
 def _after_init_schedule_policy(result, self, *args, **kwargs):
-    settings = JctSettings.from_env()
+    settings = process_state.current().settings("jct_scheduler")
     if settings is not None:
         self.policy = JctSchedulePolicy(self, settings)
     return result
@@ -229,7 +223,7 @@ def _after_get_prefill_adder_class(adder_class, self, *args, **kwargs):
 
 
 def _after_evict(result, *args, **kwargs):
-    EVICTIONS.count += 1
+    process_state.current().radix_evictions += 1
     return result
 
 

@@ -8,15 +8,7 @@ just before it and the peak during it. Set only by the memory-budget calibration
 
 from __future__ import annotations
 
-import os
-
 from prefillonly_sgl.sglang_runtime.hooks import register_hooks
-
-PROBE_ENV = "PREFILLONLY_MEMORY_PROBE"
-
-
-def requested(environ=os.environ) -> bool:
-    return bool(environ.get(PROBE_ENV))
 
 
 def register() -> None:

@@ -10,10 +10,9 @@ unused blocks (the budget's margin covers those)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 
-from prefillonly_sgl.sglang_runtime.memory_probe import PROBE_ENV
+from prefillonly_sgl import environment
 
 
 def _status_bytes(field: str) -> int:
@@ -44,7 +43,7 @@ def _peak(device: str) -> int:
 
 
 def _around_forward(original, self, forward_batch, *args, **kwargs):
-    path = os.environ.get(PROBE_ENV)
+    path = environment.read(environment.MEMORY_PROBE)
     if not path or not forward_batch.forward_mode.is_extend():
         return original(self, forward_batch, *args, **kwargs)
     device = "cuda" if str(self.device).startswith("cuda") else "cpu"

@@ -1,7 +1,8 @@
 """Prefill-only KV, scheduler side: score prompts get pool slots only for their kept
 tokens (kv/policy.py decides which; R arrives in kv/messages.py's field).
 
-Decided once per scheduler (get_worker_info, before any request): SchedulerState.active
+Decided once per scheduler (get_worker_info, before any request): process_state's
+prefill_kv.active
 where this is known to be safe: the plain token allocator with page size 1 (DROPPED_SLOT
 is its never-allocated dummy slot), not a dLLM, and a prefill attention backend whose
 `prefill_only_kv_unsupported()` says None (ours: torch_native without sliding windows;
@@ -38,26 +39,13 @@ from prefillonly_sgl.kv.policy import (
     kept_new_tokens,
     slot_mask,
 )
+from prefillonly_sgl.sglang_runtime import process_state
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class SchedulerState:
-    """This scheduler process's settings, set once at start-up before any request."""
-
-    active: bool = False  # this engine's pool and attention backend are supported
-    inactive_because: str | None = None
-    max_scoring_input_len: int | None = None  # context-bound, SGLang's "len >= it" form
-    max_pool_input_len: int | None = None  # SGLang's pool-bound input limit (same form)
-
-
-STATE = SchedulerState()
-
-
-def active_in_this_process() -> bool:
-    """Whether this (scheduler) process drops score prompts' suffix KV."""
-    return STATE.active
+# This scheduler's decision, shared with the attention backends (process_state.py).
+STATE = process_state.current().prefill_kv
 
 
 def reusable_len(req) -> int | None:

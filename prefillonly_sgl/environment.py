@@ -1,0 +1,53 @@
+"""Every environment variable prefillonly reads, in one table (plain Python).
+
+One carries the runtime configuration to SGLang's worker processes (set by prefillonly
+while SGLang starts, never by hand); the others are for people: where caches live, the
+device, the two calibration instruments, debugging logs and an opt-in for an untested path.
+Modules read them through `read(NAME)` so that this table stays the whole list
+(tests/test_package_shape.py checks that no other module names a PREFILLONLY_ variable).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+# The resolved RuntimeConfig's worker part, as JSON (runtime_config.py): its presence is
+# what makes a process a prefillonly one (the plugin does nothing in stock SGLang).
+RUNTIME_CONFIG = "PREFILLONLY_RUNTIME_CONFIG"
+CACHE = "PREFILLONLY_CACHE"  # folder of the converted default model, profiles, measurements
+DEVICE = "PREFILLONLY_DEVICE"  # "cpu" / "cuda": overrides detection
+# Instruments (measuring hooks, not features), set by calibrations and benchmarks: a file
+# the scheduler appends JSON lines to.
+MEMORY_PROBE = "PREFILLONLY_MEMORY_PROBE"  # memory/calibration.py: peak memory per forward
+FORWARD_PROFILE = "PREFILLONLY_FORWARD_PROFILE"  # benchmarks/forward_profile.py: times
+# Debugging logs (a file to append to) of one feature each.
+ATTENTION_LOG = "PREFILLONLY_ATTENTION_LOG"
+SCHEDULER_LOG = "PREFILLONLY_SCHEDULER_LOG"
+HYBRID_LOG = "PREFILLONLY_HYBRID_LOG"
+# "0": prefill-only attention runs a batch's shared prefix once per request (A/B runs).
+SHARED_PREFIX_ATTENTION = "PREFILLONLY_SHARED_PREFIX_ATTENTION"
+# "1": hybrid prefilling's layer mode on CUDA attends through FlashInfer per query chunk
+# (attention/flashinfer_chunk.py), opt-in until that path has run on a GPU.
+CUDA_QUERY_CHUNKS = "PREFILLONLY_CUDA_QUERY_CHUNKS"
+
+VARIABLES = (
+    RUNTIME_CONFIG,
+    CACHE,
+    DEVICE,
+    MEMORY_PROBE,
+    FORWARD_PROFILE,
+    ATTENTION_LOG,
+    SCHEDULER_LOG,
+    HYBRID_LOG,
+    SHARED_PREFIX_ATTENTION,
+    CUDA_QUERY_CHUNKS,
+)
+
+
+def read(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The variable's value ('' counts as unset), for a name of this table only."""
+    if name not in VARIABLES:
+        raise KeyError(f"{name} is not one of prefillonly's environment variables")
+    value = (os.environ if environ is None else environ).get(name)
+    return value or None

@@ -1,0 +1,138 @@
+"""The one runtime configuration (prefillonly_sgl/runtime_config.py), without SGLang: the
+Engine's arguments and serve's flags resolve by the same rules to the same configuration,
+errors name what the user typed, and the workers' part survives its trip as JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from prefillonly_sgl import environment, runtime_config
+from prefillonly_sgl.features import FEATURES, OPTIONS, STOCK_SGLANG
+from prefillonly_sgl.runtime_config import BUDGET_MEM_FRACTION_STATIC, WorkerConfig
+from prefillonly_sgl.server.options import parse_serve_argv, serve_config, server_argv
+
+
+@pytest.fixture
+def model(tmp_path, monkeypatch):
+    monkeypatch.setenv("PREFILLONLY_CACHE", str(tmp_path / "cache"))  # no saved profiles
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"torch_dtype": "float32"}))
+    return str(folder)
+
+
+def _engine(model, **kwargs):
+    defaults = dict(device="cpu", dtype="auto", max_total_tokens=None, context_length=None,
+                    memory_budget=None, max_prompt_tokens=None)  # fmt: skip
+    return runtime_config.from_engine_args(model, **{**defaults, **kwargs})
+
+
+def _serve(model, *argv):
+    options, sglang_argv = parse_serve_argv(["--model-path", model, "--device", "cpu", *argv])
+    return serve_config(options, sglang_argv), sglang_argv
+
+
+@pytest.mark.parametrize(
+    "engine_kwargs, flags",
+    [
+        ({}, []),
+        (dict(prefill_only_attention=False), ["--disable-prefill-only-attention"]),
+        (dict(prefill_only_kv=False), ["--disable-prefill-only-kv"]),
+        (dict(schedule_policy="lpm"), ["--schedule-policy", "lpm"]),
+        (dict(jct_aging=0.25), ["--jct-aging", "0.25"]),
+        (
+            dict(hybrid_prefill_chunk_size=256, hybrid_prefill_mode="token"),
+            ["--hybrid-prefill-chunk-size", "256", "--hybrid-prefill-mode", "token"],
+        ),
+        (dict(hybrid_prefill=False), ["--disable-hybrid-prefill"]),
+        (dict(STOCK_SGLANG), ["--features", ""]),
+        (dict(max_total_tokens=4096), ["--max-total-tokens", "4096"]),
+    ],
+)
+def test_engine_arguments_and_serve_flags_make_the_same_configuration(model, engine_kwargs, flags):
+    from_engine, sglang_args = _engine(model, **engine_kwargs)
+    from_serve, _ = _serve(model, *flags)
+    assert sglang_args == {}
+    if engine_kwargs == STOCK_SGLANG:  # serve's --features '' leaves SGLang's policy as is
+        from_serve = runtime_config.dataclasses.replace(from_serve, schedule_policy="fcfs")
+    assert from_engine == from_serve
+
+
+def test_the_workers_part_travels_as_json_and_back(model):
+    config, _ = _engine(model, jct_aging=0.5, hybrid_prefill_chunk_size=128)
+    environ = config.environment()
+    assert list(environ) == [environment.RUNTIME_CONFIG]
+    worker = WorkerConfig.from_environment(environ)
+    assert worker == config.worker
+    assert worker.settings["jct_scheduler"].aging == 0.5
+    assert worker.settings["hybrid_prefill"].chunk_size == 128
+    assert WorkerConfig.from_environment({}) is None
+
+
+def test_features_options_apply_only_with_their_feature_in_the_users_words(model):
+    with pytest.raises(ValueError, match="jct_aging / jct_profile apply with schedule_policy jct"):
+        _engine(model, schedule_policy="fcfs", jct_aging=2.0, jct_profile="p.json")
+    with pytest.raises(ValueError, match="--jct-aging applies with --schedule-policy jct"):
+        _serve(model, "--schedule-policy", "fcfs", "--jct-aging", "2")
+    with pytest.raises(ValueError, match="hybrid_prefill_chunk_size applies with hybrid_prefill"):
+        _engine(model, hybrid_prefill=False, hybrid_prefill_chunk_size=64)
+    with pytest.raises(ValueError, match="--hybrid-prefill-mode applies with hybrid_prefill on"):
+        _serve(model, "--disable-hybrid-prefill", "--hybrid-prefill-mode", "token")
+    with pytest.raises(ValueError, match="prefill_only_kv needs prefill_only_attention"):
+        _engine(model, prefill_only_attention=False, prefill_only_kv=True)
+    with pytest.raises(ValueError, match="prefill_kv needs prefill_attention"):
+        _serve(model, "--features", "prefill_kv")
+
+
+def test_memory_budget_rules_in_one_place(model):
+    with pytest.raises(ValueError, match="give memory_budget or max_total_tokens, not both"):
+        _engine(model, memory_budget="1GiB", max_total_tokens=4096)
+    with pytest.raises(ValueError, match="--memory-budget or --max-total-tokens, not both"):
+        _serve(model, "--memory-budget", "1GiB", "--max-total-tokens", "4096")
+    with pytest.raises(ValueError, match="max_prompt_tokens applies with memory_budget"):
+        _engine(model, max_prompt_tokens=1000)
+    with pytest.raises(ValueError, match="--max-prompt-tokens applies with --memory-budget"):
+        _serve(model, "--max-prompt-tokens", "1000")
+    config, _ = _engine(model, memory_budget="1GiB", max_prompt_tokens=2048)
+    assert config.memory == runtime_config.MemoryRequest(1 << 30, 2048)
+    assert "mem_fraction_static" not in config.sglang_defaults()  # cpu
+    cuda, _ = _engine(model, device="cuda", memory_budget="1GiB")
+    assert cuda.sglang_defaults()["mem_fraction_static"] == BUDGET_MEM_FRACTION_STATIC
+
+
+def test_sglang_arguments_from_one_configuration(model):
+    config, sglang_args = _engine(model, mem_fraction_static=0.5, context_length=4096)
+    assert sglang_args == {"mem_fraction_static": 0.5}  # not ours: to SGLang unchanged
+    fields = config.sglang_fields()
+    assert fields["schedule_policy"] == "fcfs"  # the JCT policy runs on FCFS underneath
+    assert fields["dtype"] == "float32"  # cpu "auto": the folder's own
+    assert fields["context_length"] == 4096 and "max_total_tokens" not in fields
+    assert config.sglang_defaults()["max_total_tokens"] == 16384
+    lpm, _ = _engine(model, schedule_policy="lpm")
+    assert lpm.sglang_fields()["schedule_policy"] == "lpm" and lpm.settings("jct_scheduler") is None
+    # serve: the same fields as flags, never over a flag the user gave
+    config, sglang_argv = _serve(model, "--attention-backend", "sdpa", "--schedule-policy", "lpm")
+    argv = server_argv(config, sglang_argv)
+    assert argv.count("--attention-backend") == 1 and "sdpa" in argv
+    assert argv[argv.index("--schedule-policy") + 1] == "lpm"
+    assert "--sleep-on-idle" in argv and "--enable-metrics" in argv
+    assert "--enable-metrics" not in server_argv(config, sglang_argv, metrics=False)
+
+
+def test_every_feature_option_has_an_engine_argument_and_a_serve_flag(model):
+    options, _ = parse_serve_argv([])
+    assert options.feature_options == {}
+    for feature, option in OPTIONS.values():
+        assert option.flag.startswith("--") and feature.name in FEATURES
+    flags = [f.disable_flag for f in FEATURES.values() if f.disable_flag]
+    options, _ = parse_serve_argv(flags)
+    assert set(options.disabled) == {f.name for f in FEATURES.values() if f.disable_flag}
+    with pytest.raises(ValueError, match="unknown option"):
+        runtime_config.resolve(model, device="cpu", options={"warp": 1})
+
+
+def test_a_missing_model_folder_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="model folder not found"):
+        _engine(str(tmp_path / "nope"))
