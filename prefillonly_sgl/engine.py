@@ -64,7 +64,7 @@ class Engine:
         layers in query chunks, only the residual stream and one layer's K/V whole
         (Llama / Qwen2 layers on CPU); "token": only the token-wise modules (MLPs, norms,
         rotary embeddings), attention whole. False: unchunked (for A/B runs). Chunk size
-        default: cpu 2048, cuda 4096.
+        default: mode layer cpu 1024, mode token cpu 2048, cuda 4096.
     memory_budget: bytes (or "6GiB") for the scheduler's model, activations and KV pool
         together: the engine measures the peak memory of a max_prompt_tokens prompt once
         (saved per settings; minutes on CPU for long prompts), then sizes the pool (the

@@ -136,3 +136,30 @@ def test_every_feature_option_has_an_engine_argument_and_a_serve_flag(model):
 def test_a_missing_model_folder_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="model folder not found"):
         _engine(str(tmp_path / "nope"))
+
+
+def test_every_prefillonly_variable_is_named_in_environment_py():
+    """environment.py is the whole list: no other module defines a PREFILLONLY_ variable's
+    name, and every one the sources or docs mention is in the list."""
+    import ast
+    import re
+    from pathlib import Path
+
+    root = Path(environment.__file__).parent
+    # An app attribute, a mark inside prompts, the GPU test's own switch (tests/).
+    not_variables = {"PREFILLONLY_ENDPOINTS", "PREFILLONLY_ITEM", "PREFILLONLY_GPU_TEST_DEVICE"}
+    mentioned = set()
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        mentioned |= set(re.findall(r"PREFILLONLY_[A-Z_]+", text))
+        if path.name == "environment.py":
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                named = re.fullmatch(r"PREFILLONLY_[A-Z_]+", node.value)
+                assert not named or node.value in not_variables, f"{path}: {node.value}"
+    for path in [*root.parent.glob("*.md"), *(root.parent / "docs").glob("*.md")]:
+        mentioned |= set(re.findall(r"PREFILLONLY_[A-Z_]+", path.read_text()))
+    assert mentioned - not_variables <= set(environment.VARIABLES)
+    with pytest.raises(KeyError, match="not one of prefillonly's"):
+        environment.read("PREFILLONLY_NOPE")

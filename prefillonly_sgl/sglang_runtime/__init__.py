@@ -7,7 +7,8 @@
 - http_server.py: `prefillonly serve` on SGLang's HTTP server (guard, usage, typed
   endpoints; the plain logic is in prefillonly_sgl/server/); request_recording.py: usage
   and rids from the TokenizerManager.
-- plugin.py: the SGLang plugin that installs the runtime features in every SGLang process;
+- plugin.py: the SGLang plugin that installs the runtime features in every SGLang process
+  (from the runtime configuration, read once into process_state.py, where hooks read it);
   hooks.py: their hook tables. Features: prefill_attention*.py (attention backends),
   prefill_kv/ with reusable_prefix.py (its tokenizer-process side), jct_scheduler/,
   hybrid_prefill/ (one module per process); memory_probe/ (the memory budget's peak) and

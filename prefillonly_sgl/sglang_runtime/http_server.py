@@ -410,7 +410,7 @@ def serve(sglang_argv: list[str], options: ServeOptions, specs: list[EndpointSpe
     from sglang.srt.server_args import prepare_server_args
     from sglang.srt.utils import kill_process_tree
 
-    load_plugins()  # as `sglang serve` does; PREFILLONLY_PATCHES is already set
+    load_plugins()  # as `sglang serve` does; the runtime configuration is already set
     server_args = prepare_server_args(sglang_argv)
     if server_args.tokenizer_worker_num != 1:
         raise SystemExit(

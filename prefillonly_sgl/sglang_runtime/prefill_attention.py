@@ -11,8 +11,8 @@ Registration: SGLang's attention-backend registry (`register_attention_backend`)
 backend *name* to a factory. We re-register the names "torch_native" (CPU) and
 "flashinfer" (GPU) with our factories instead of adding a new name, because SGLang keys
 many decisions on these names (server-args validation, CUDA-graph and triton switches,
-KV-allocation paths); a new name would need those patched too. Only processes where
-PREFILLONLY_PATCHES lists "prefill_attention" are affected (see plugin.py), so stock
+KV-allocation paths); a new name would need those patched too. Only processes whose
+runtime configuration lists "prefill_attention" are affected (see plugin.py), so stock
 SGLang in the same environment stays stock.
 
 What falls back to the stock implementation (unchanged behaviour): decode, forward modes

@@ -110,7 +110,7 @@ def install_in_this_process() -> None:
     """Applies these hooks in this process now.
 
     SGLang loads plugins once per process, so in a process that first started a stock
-    engine (or imported SGLang's server before PREFILLONLY_PATCHES was set) the plugin
+    engine (or imported SGLang's server before the runtime configuration was set) the plugin
     never runs again; the Engine and `serve` call this before starting SGLang. The hooks
     then stay for later engines of this process too: a stock engine's score prompts carry
     R in custom_params, which its scheduler (without our hooks) ignores.

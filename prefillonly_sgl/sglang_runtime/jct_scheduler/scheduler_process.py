@@ -1,7 +1,8 @@
 """JCT scheduler, scheduler side: SGLang's ordering replaced by scheduler/policy.py.
 
-Settings come from PREFILLONLY_JCT_SETTINGS (scheduler/settings.py), set by the Engine or
-`serve` while SGLang starts. Hooks, all on SGLang's own extension points:
+Settings (scheduler/settings.py) come from the process's runtime configuration
+(process_state.py), which the Engine or `serve` resolved. Hooks, all on SGLang's own
+extension points:
 
 - Scheduler.init_schedule_policy (AFTER): the scheduler's SchedulePolicy becomes
   JctSchedulePolicy. Its calc_priority, which SGLang calls before every prefill batch,
