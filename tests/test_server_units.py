@@ -139,6 +139,8 @@ def test_cpu_dtype_auto_is_the_folders_own_never_float16(model_folder):
     assert argv[argv.index("--dtype") + 1] == "float32"
     argv = argv_for(["--model", model, "--dtype", "bfloat16", "--device", "cpu"])
     assert argv.count("--dtype") == 1 and "bfloat16" in argv
+    argv = argv_for(["--model", model, "--dtype", "auto", "--device", "cpu"])  # as the Engine
+    assert argv.count("--dtype") == 1 and argv[argv.index("--dtype") + 1] == "float32"
     assert "--dtype" not in argv_for(["--model", model, "--device", "cuda"])
 
 

@@ -292,20 +292,55 @@ def device_of(argv: list[str]) -> str | None:
 
 
 def server_argv(config: RuntimeConfig, sglang_argv: list[str], metrics: bool = True) -> list[str]:
-    """The SGLang flags serve runs with: the user's, then what the configuration decides
-    and the device defaults, each only where the user gave no value (the configuration's
-    rules already refused a conflicting one, e.g. a memory budget with a pool size)."""
-    fields = {**config.sglang_defaults(), **config.sglang_fields()}
+    """The SGLang flags serve runs with: the user's, the device defaults where the user gave
+    no value, and what the configuration decides (its sglang_fields), which replaces a
+    user's value that differs: `--dtype auto` on CPU becomes the folder's dtype, as in the
+    Engine (the configuration's rules already refused real conflicts, e.g. a memory budget
+    with a pool size)."""
+    defaults = dict(config.sglang_defaults())
     if metrics:
         # Queue length, latency histograms and prefix-cache hit rate on /metrics, and
         # per-request queue time in meta_info (read by the usage report).
-        fields["enable_metrics"] = True
-    fields["enable_cache_report"] = True  # cached_tokens in OpenAI-style usage
-    given = given_flags(sglang_argv)
-    added: list[str] = []
-    for name, value in fields.items():
-        flag = "--" + name.replace("_", "-")
-        if flag in given or value is False or value is None:
-            continue
-        added += [flag] if value is True else [flag, str(value)]
-    return list(sglang_argv) + added
+        defaults["enable_metrics"] = True
+    defaults["enable_cache_report"] = True  # cached_tokens in OpenAI-style usage
+    argv = list(sglang_argv)
+    for name, value in config.sglang_fields().items():
+        flag = _flag(name)
+        given = flag_value(argv, flag)
+        if name == "model_path":
+            given = given or flag_value(argv, "--model")  # SGLang's alias
+        if given is not None and given != str(value):
+            argv = _without_flag(
+                _without_flag(argv, flag), "--model" if name == "model_path" else flag
+            )
+            given = None
+        if given is None and flag not in given_flags(argv):
+            argv += _as_flags(flag, value)
+    given = given_flags(argv)
+    for name, value in defaults.items():
+        if _flag(name) not in given:
+            argv += _as_flags(_flag(name), value)
+    return argv
+
+
+def _flag(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+def _as_flags(flag: str, value) -> list[str]:
+    if value is False or value is None:
+        return []
+    return [flag] if value is True else [flag, str(value)]
+
+
+def _without_flag(argv: list[str], flag: str) -> list[str]:
+    """argv less every `--flag v` / `--flag=v`."""
+    out, skip = [], False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+        elif arg == flag:
+            skip = i + 1 < len(argv)
+        elif not arg.startswith(flag + "="):
+            out.append(arg)
+    return out
