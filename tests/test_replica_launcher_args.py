@@ -17,6 +17,8 @@ def test_gateway_command_line_names_the_replicas_policy_and_health_checks():
     assert argv[argv.index("--policy") + 1] == "round_robin"
     assert argv[argv.index("--prometheus-port") + 1] == "40000"
     assert "--health-check-interval-secs" in argv
+    # SGLang's /health generates a token: a busy replica overran smg's probe timeout
+    assert argv[argv.index("--health-check-endpoint") + 1] == "/ready"
     with pytest.raises(ValueError, match="policy must be one of"):
         gateway_argv("h", 1, ["u"], 2, "fastest")
     with pytest.raises(ValueError, match="at least one replica"):

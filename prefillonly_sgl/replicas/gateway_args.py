@@ -9,8 +9,15 @@ Why these settings (smg 1.13.0, measured on localhost, see docs/server.md):
   ignores prefixes (the baseline the affinity test measures against).
 - worker registration is checked every second instead of every 30 s, so the gateway
   serves as soon as the replicas do.
-- health checks every 2 s, unhealthy after 2 failures: a killed replica leaves the
-  rotation within ~4 s; requests sent to it meanwhile are retried on the others.
+- health checks every 2 s on SGLang's /ready, unhealthy after 2 failures: a killed
+  replica leaves the rotation within ~4 s; requests sent to it meanwhile are retried on
+  the others (smg's own retries). Not /health, smg's default: SGLang's /health runs a
+  one-token generation and answers only once the scheduler has answered anything (>= 1 s,
+  up to 20 s), so under load it overran smg's 5 s probe timeout and smg took the busy
+  survivor out too: 131 of 161 requests got 503 no_available_workers ("All workers are
+  unavailable") while one of two replicas was down (benchmarks/README.md). /ready answers
+  from the HTTP process (200 once the server is up, 503 while it starts), so load cannot
+  fail it; a dead replica fails it by refusing the connection.
 - its Prometheus listener on a port of its own, on 127.0.0.1 (smg binds 0.0.0.0:29000 by
   default, which a second gateway on the machine would collide with).
 """
@@ -22,6 +29,7 @@ import sys
 POLICIES = ("cache_aware", "consistent_hashing", "prefix_hash", "round_robin", "least_load")
 HEALTH_CHECK_INTERVAL_S = 2
 HEALTH_FAILURE_THRESHOLD = 2
+HEALTH_CHECK_ENDPOINT = "/ready"
 
 
 def gateway_argv(
@@ -47,6 +55,7 @@ def gateway_argv(
         "--health-check-interval-secs", str(HEALTH_CHECK_INTERVAL_S),
         "--health-failure-threshold", str(HEALTH_FAILURE_THRESHOLD),
         "--health-success-threshold", "1",
+        "--health-check-endpoint", HEALTH_CHECK_ENDPOINT,
         "--prometheus-host", "127.0.0.1",
         "--prometheus-port", str(prometheus_port),
         "--log-level", "warn",
