@@ -12,12 +12,14 @@ affinity   MovieLens users (rating histories as the query, candidate films as do
            prompt tokens as the replicas report them; mean latency; the answers' largest
            difference from one replica's.
 kill       the cache-aware gateway, then the consistent-hashing one (routing key: the
-           user), each under `--clients` closed-loop clients for `--seconds`; replica 1
-           SIGKILLed at a third of the run and restarted by the supervisor.
-           Every request's outcome (ok, HTTP error, lost), when the gateway stopped and
-           resumed routing to the replica, its retries (Prometheus), latency per phase.
+           user), each under `--clients` closed-loop clients that never retry; replica 1
+           SIGKILLed `--kills` times (each once the restarted replica is back in rotation,
+           `--seconds` / 3 of calm before, between and after) and restarted by the
+           supervisor. Every request's outcome (ok, HTTP error with its body, lost), when
+           the gateway stopped and resumed routing to the replica, its retries
+           (Prometheus), latency per phase.
 
-    python benchmarks/gateway_replicas.py            # default model (~10 min on 2 cores)
+    python benchmarks/gateway_replicas.py            # default model (~15 min on 2 cores)
     python benchmarks/gateway_replicas.py --smoke    # tiny model, a few requests
 
 Results: benchmarks/gateway_results/ (summary.md, results.json, kill_timeline.png).
@@ -129,9 +131,11 @@ def retries(metrics_text: str) -> float:
 
 
 def kill_run(replica_set: ReplicaSet, gateway: Gateway, users: list[dict], clients: int,
-             seconds: float) -> dict:  # fmt: skip
-    """One kill run through ``gateway`` (its policy; consistent hashing with the user as
-    routing key). A client that gets an error waits 0.2 s before its next request."""
+             seconds: float, kills: int = 3) -> dict:  # fmt: skip
+    """Kill runs through ``gateway`` (its policy; consistent hashing with the user as
+    routing key): `clients` closed-loop clients that never retry (a client that gets an
+    error waits 0.2 s before its next request); replica 1 SIGKILLed `kills` times, each
+    time once the gateway has taken the restarted replica back, `seconds` / 3 apart."""
     dead = replica_set.replica_urls[1]
     keyed = gateway.policy == "consistent_hashing"
     # The replica back in this gateway's rotation (after an earlier run's restart).
@@ -139,7 +143,7 @@ def kill_run(replica_set: ReplicaSet, gateway: Gateway, users: list[dict], clien
     while not gateway.all_registered() and time.monotonic() < deadline:
         time.sleep(1)
     outcomes: list[dict] = []
-    events: dict[str, float] = {}
+    events: list[dict[str, float]] = []  # per kill: killed, unrouted, back
     stop, done = threading.Event(), threading.Event()
     t0 = time.monotonic()
     retries_before = retries(gateway.metrics())
@@ -154,7 +158,8 @@ def kill_run(replica_set: ReplicaSet, gateway: Gateway, users: list[dict], clien
                 outcomes.append({"t": start, "latency": answer["latency"], "status": "ok"})
             except requests.HTTPError as e:
                 outcomes.append({"t": start, "latency": time.monotonic() - t0 - start,
-                                 "status": f"http {e.response.status_code}"})  # fmt: skip
+                                 "status": f"http {e.response.status_code}",
+                                 "body": e.response.text[:300]})  # fmt: skip
                 time.sleep(0.2)
             except requests.RequestException as e:
                 outcomes.append({"t": start, "latency": time.monotonic() - t0 - start,
@@ -165,10 +170,10 @@ def kill_run(replica_set: ReplicaSet, gateway: Gateway, users: list[dict], clien
         while not done.is_set():
             healthy = dead in gateway.healthy_workers()
             now = time.monotonic() - t0
-            if "killed" in events and not healthy and "unrouted" not in events:
-                events["unrouted"] = now
-            if "unrouted" in events and healthy and "back" not in events:
-                events["back"] = now
+            if events and not healthy and "unrouted" not in events[-1]:
+                events[-1]["unrouted"] = now
+            if events and "unrouted" in events[-1] and healthy and "back" not in events[-1]:
+                events[-1]["back"] = now
             time.sleep(0.25)
 
     supervisor = threading.Thread(target=replica_set.supervise, args=(stop,), daemon=True)
@@ -177,24 +182,23 @@ def kill_run(replica_set: ReplicaSet, gateway: Gateway, users: list[dict], clien
     supervisor.start()
     for t in threads:
         t.start()
+    for _ in range(kills):
+        time.sleep(seconds / 3)
+        replica_set.kill_replica(1)
+        events.append({"killed": time.monotonic() - t0})
+        deadline = time.monotonic() + 600
+        while "back" not in events[-1] and time.monotonic() < deadline:
+            time.sleep(0.5)
     time.sleep(seconds / 3)
-    replica_set.kill_replica(1)
-    events["killed"] = time.monotonic() - t0
-    time.sleep(seconds * 2 / 3)
     done.set()
     for t in threads:
         t.join()
     stop.set()
     supervisor.join(timeout=10)
 
-    killed, back = events["killed"], events.get("back", float("inf"))
-    phases = {"before the kill": (0, killed), "replica down": (killed, back),
-              "replica back": (back, float("inf"))}  # fmt: skip
-    by_phase = {}
-    for name, (lo, hi) in phases.items():
-        rows = [o for o in outcomes if lo <= o["t"] < hi]
+    def summary(rows: list[dict]) -> dict:
         ok = [o["latency"] for o in rows if o["status"] == "ok"]
-        by_phase[name] = {
+        return {
             "requests": len(rows),
             "ok": len(ok),
             "failed": sum(1 for o in rows if o["status"].startswith("http")),
@@ -202,20 +206,35 @@ def kill_run(replica_set: ReplicaSet, gateway: Gateway, users: list[dict], clien
             "p50_s": quantile(ok, 0.5) if ok else None,
             "p99_s": quantile(ok, 0.99) if ok else None,
         }
+
+    first = events[0]["killed"]
+    phases = {"before the first kill": summary([o for o in outcomes if o["t"] < first])}
+    for i, e in enumerate(events):
+        back = e.get("back", float("inf"))
+        rows = [o for o in outcomes if e["killed"] <= o["t"] < back]
+        phases[f"kill {i + 1}: replica down"] = {
+            **summary(rows),
+            "unrouted_after_s": e.get("unrouted", float("nan")) - e["killed"],
+            "back_after_s": back - e["killed"],
+        }
+    phases["all"] = summary(outcomes)
     metrics = gateway.metrics()
     report = {
         "policy": gateway.policy,
         "retry_series": [x for x in metrics.splitlines() if "retr" in x and not x.startswith("#")],
         "clients": clients,
         "seconds": seconds,
+        "kills": kills,
         "events_s": events,
         "gateway_retries": retries(metrics) - retries_before,
-        "phases": by_phase,
+        "phases": phases,
         "statuses": sorted({o["status"] for o in outcomes}),
+        "errors": sorted(
+            {o.get("body", o["status"])[:200] for o in outcomes if o["status"] != "ok"}
+        ),
         "outcomes": outcomes,
     }
-    total = {k: sum(p[k] for p in by_phase.values()) for k in ("requests", "ok", "failed", "lost")}
-    print(f"[kill] {gateway.policy}: {total}; events {events}; "
+    print(f"[kill] {gateway.policy}: {phases['all']}; events {events}; "
           f"gateway retries {report['gateway_retries']:g}")  # fmt: skip
     return report
 
@@ -238,20 +257,23 @@ def markdown(config: dict, affinity_report: dict, kills: list[dict]) -> str:
                      f"{r['rounds'][-1]['mean_latency_s']:.2f} s | "
                      f"{r['max_abs_diff_vs_one_replica']:.1e} |")  # fmt: skip
     for kill in kills:
-        e = kill["events_s"]
         key = " (routing key: the user)" if kill["policy"] == "consistent_hashing" else ""
-        lines += ["", f"## Replica 1 killed under load: {kill['policy']}{key}, "
-                  f"{kill['clients']} clients, {kill['seconds']:g} s", "",
-                  f"Killed at {e['killed']:.1f} s; the gateway stopped routing to it at "
-                  f"{e.get('unrouted', float('nan')):.1f} s and took the restarted replica "
-                  f"back at {e.get('back', float('nan')):.1f} s. Gateway retries: "
-                  f"{kill['gateway_retries']:g}. A client waits 0.2 s after an error.", "",
+        lines += ["", f"## Replica 1 killed {kill['kills']}x under load: "
+                  f"{kill['policy']}{key}, {kill['clients']} clients", "",
+                  "Clients never retry; a client waits 0.2 s after an error. Recovery: the "
+                  "gateway's health checks take the dead replica out, the supervisor "
+                  "restarts it, the gateway takes it back. Gateway retries: "
+                  f"{kill['gateway_retries']:g}.", "",
                   "| phase | requests | ok | failed (HTTP error) | lost (no answer) | p50 "
-                  "| p99 |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+                  "| p99 | out of rotation after | back after |",
+                  "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for name, p in kill["phases"].items():
             p50, p99 = _seconds(p["p50_s"]), _seconds(p["p99_s"])
+            out, back = _seconds(p.get("unrouted_after_s")), _seconds(p.get("back_after_s"))
             lines.append(f"| {name} | {p['requests']} | {p['ok']} | {p['failed']} | "
-                         f"{p['lost']} | {p50} | {p99} |")  # fmt: skip
+                         f"{p['lost']} | {p50} | {p99} | {out} | {back} |")  # fmt: skip
+        if kill["errors"]:
+            lines += ["", "Errors: " + "; ".join(f"`{e}`" for e in kill["errors"])]
     return "\n".join(lines) + "\n"
 
 
@@ -278,13 +300,15 @@ def plot(kills: list[dict], path: Path) -> None:
         if bad:
             ax.scatter([o["t"] for o in bad], [o["latency"] for o in bad], s=14, marker="x",
                        color="red", label=f"failed / lost ({len(bad)})")  # fmt: skip
-        for name, style in (("killed", "r--"), ("unrouted", "k:"), ("back", "g--")):
-            if name in kill["events_s"]:
-                ax.axvline(kill["events_s"][name], linestyle=style[1:], color=style[0],
-                           label=name)  # fmt: skip
+        for i, e in enumerate(kill["events_s"]):
+            for name, style in (("killed", "r--"), ("unrouted", "k:"), ("back", "g--")):
+                if name in e:
+                    ax.axvline(e[name], linestyle=style[1:], color=style[0],
+                               label=name if i == 0 else None)  # fmt: skip
         ax.set_xlabel("request sent at (s)")
         ax.set_ylabel("latency (s)")
-        ax.set_title(f"One of two replicas SIGKILLed under load ({kill['policy']} gateway)")
+        ax.set_title(f"One of two replicas SIGKILLed {kill['kills']}x under load "
+                     f"({kill['policy']} gateway)")  # fmt: skip
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -298,8 +322,10 @@ def main(argv=None) -> int:
     parser.add_argument("--items", type=int, default=4, help="documents per user")
     parser.add_argument("--profile-tokens", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--clients", type=int, default=4, help="clients in the kill run")
-    parser.add_argument("--seconds", type=float, default=90, help="length of the kill run")
+    parser.add_argument("--clients", type=int, default=8, help="clients in the kill run")
+    parser.add_argument("--seconds", type=float, default=45,
+                        help="calm time before, between and after the kills")  # fmt: skip
+    parser.add_argument("--kills", type=int, default=3, help="kills per gateway")
     parser.add_argument("--smoke", action="store_true", help="tiny model, a few requests")
     parser.add_argument("--kill-only", action="store_true", help="skip the affinity rounds")
     parser.add_argument("--gateway-arg", action="append", default=[],
@@ -314,7 +340,7 @@ def main(argv=None) -> int:
 
         args.model = str(build_tiny_model(Path(tempfile.mkdtemp()) / "tiny"))
         args.dtype, args.users, args.items, args.profile_tokens = "float32", 3, 2, 100
-        args.rounds, args.seconds, args.clients = 2, 12, 2
+        args.rounds, args.seconds, args.clients, args.kills = 2, 12, 2, 1
     elif args.model is None:
         from prefillonly_sgl.models.default_model import default_model_path
 
@@ -348,7 +374,7 @@ def main(argv=None) -> int:
         affinity_report = {} if args.kill_only else affinity(
             gateways, replica_set.replica_urls, users, args.rounds, 2)  # fmt: skip
         kills = [
-            kill_run(replica_set, gateways[policy], users, args.clients, args.seconds)
+            kill_run(replica_set, gateways[policy], users, args.clients, args.seconds, args.kills)
             for policy in ("cache_aware", "consistent_hashing")
         ]
     finally:
