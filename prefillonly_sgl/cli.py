@@ -41,9 +41,9 @@ def _serve(argv: list[str]) -> int:
         from prefillonly_sgl.server.endpoints import load_app_endpoints
 
         specs = load_app_endpoints(options.apps)  # before SGLang starts: fail fast
-        from prefillonly_sgl.server.ranking_apis import ranking_api_endpoints
+        from prefillonly_sgl.apis import builtin_endpoints
 
-        specs += ranking_api_endpoints(options.apps, options.rerank, options.classify)
+        specs += builtin_endpoints(options.apps, options.rerank, options.classify)
     except (ValueError, TypeError, ImportError, OSError) as e:
         print(f"prefillonly serve: {e}", file=sys.stderr)
         return 2

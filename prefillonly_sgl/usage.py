@@ -17,6 +17,8 @@ import contextvars
 from dataclasses import dataclass, field
 from typing import Any
 
+from prefillonly_sgl.wire import PromptTokensDetails, ScoreUsage
+
 
 @dataclass
 class RequestUsage:
@@ -57,13 +59,14 @@ class RequestUsage:
         return None
 
     def as_dict(self) -> dict:
-        """The fields added to a response's usage (OpenAI-style names where they exist)."""
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
-            "queue_time": self.queue_time,
-            "running_time": self.running_time,
-        }
+        """The fields added to /v1/score's usage (wire.ScoreUsage: OpenAI-style names where
+        they exist)."""
+        return ScoreUsage(
+            prompt_tokens=self.prompt_tokens,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=self.cached_tokens),
+            queue_time=self.queue_time,
+            running_time=self.running_time,
+        ).model_dump()
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         if not self.by_prompt:

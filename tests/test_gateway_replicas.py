@@ -31,7 +31,7 @@ from prefillonly_sgl.replicas.launcher import (
     ReplicaStartError,
     free_port_run,
 )
-from prefillonly_sgl.server.ranking_apis import qwen3_reranker
+from prefillonly_sgl.apis.ranking import qwen3_reranker
 
 pytest.importorskip("smg", reason="SGLang's gateway: pip install 'prefillonly-sgl[gateway]'")
 

@@ -14,12 +14,12 @@ from server_process import running_server
 
 import prefillonly_sgl as prefillonly
 from prefillonly_sgl import Prompt
-from prefillonly_sgl.dsl import RemoteBackend
-from prefillonly_sgl.server.ranking_apis import (
+from prefillonly_sgl.apis.ranking import (
     classify_endpoint,
     qwen3_reranker,
     rerank_endpoint,
 )
+from prefillonly_sgl.dsl import RemoteBackend
 
 APP = Path(__file__).with_name("ranking_app_example.py")
 QUERY = "which film is about space?"

@@ -15,7 +15,8 @@ gateway when it is the one those routes serve on the replicas (`serve --rerank N
 The replicas name the function and its labels in each answer (rerank: each result's
 meta_info, which the gateway passes through, with the document's label probabilities;
 classify: `function`, `labels`), so a call never silently runs another function; the
-rows are rebuilt from the label probabilities, exactly as after a /v1/score call.
+rows are rebuilt from the label probabilities, exactly as after a /v1/score call. The
+bodies and answers are the replicas' wire models (prefillonly_sgl/wire.py).
 """
 
 from __future__ import annotations
@@ -24,8 +25,18 @@ import asyncio
 import hashlib
 from collections.abc import Callable
 
+from pydantic import ValidationError
+
 from prefillonly_sgl.dsl.job import ClassifyJob, Job, RankJob
 from prefillonly_sgl.errors import InvalidRequestError, PrefillOnlyError
+from prefillonly_sgl.wire import (
+    ClassifyRequest,
+    ClassifyResponse,
+    RerankMeta,
+    RerankRequest,
+    classify_parameter,
+    request_body,
+)
 
 Post = Callable[..., object]  # (path, JSON body, headers=None) -> decoded JSON answer
 CountUsage = Callable[[int, int], None]  # (prompt tokens, cached tokens) of one request
@@ -71,38 +82,47 @@ def _rank_rows(post: Post, job: RankJob, count_usage: CountUsage) -> list[list[f
         raise InvalidRequestError(
             f"{_name(function)} has no 'query' parameter: /v1/rerank cannot serve it"
         )
-    _require_defaults(function, {"query": job.shared["query"]}, job.shared, "/v1/rerank")
+    query = job.shared["query"]
+    _require_defaults(function, {"query": query}, job.shared, "/v1/rerank")
     # "rid" asks a replica called directly for the same SGLang-shaped answer as the
-    # gateway gives (server/ranking_apis.py).
-    body = {"query": job.shared["query"], "documents": list(job.items), "rid": None}
+    # gateway gives (apis/ranking.py).
+    body = request_body(RerankRequest, query=query, documents=list(job.items), rid=None)
     # A gateway routing by consistent hashing keeps one query on one replica with this
     # key (and walks to the next healthy replica when that one dies); cache_aware
     # routing ignores it.
-    key = hashlib.sha1(body["query"].encode()).hexdigest()[:16]
+    key = hashlib.sha1(query.encode()).hexdigest()[:16]
     answer = post("/v1/rerank", body, headers={"x-smg-routing-key": key})
     results = answer["results"] if isinstance(answer, dict) else answer
+    metas = [_served(RerankMeta, r.get("meta_info") or {}, "/v1/rerank") for r in results]
     rows: list[list[float] | None] = [None] * len(job.items)
-    for result in results:
-        meta = result.get("meta_info") or {}
-        _check_served(function, meta.get("function"), meta.get("labels"), "/v1/rerank")
-        rows[result["index"]] = list(meta["probs"])
+    for result, meta in zip(results, metas):
+        _check_served(function, meta.function, meta.labels, "/v1/rerank")
+        rows[result["index"]] = list(meta.probs)
     if any(row is None for row in rows):
         raise GatewayRouteError(f"/v1/rerank answered {len(results)} of {len(rows)} documents")
-    meta = results[0].get("meta_info") or {}
-    count_usage(meta.get("call_prompt_tokens") or 0, meta.get("call_cached_tokens") or 0)
+    count_usage(metas[0].call_prompt_tokens, metas[0].call_cached_tokens)  # the call's
     return rows
+
+
+def _served(model, answer, route: str):
+    """``answer`` read as prefillonly serve's ``model``; GatewayRouteError if it is not."""
+    try:
+        return model.model_validate(answer)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "answer"
+        raise GatewayRouteError(
+            f"the gateway's {route} is not served by `prefillonly serve` replicas: its answer "
+            f"is no {model.__name__} ({where}: {first['msg']})"
+        ) from None
 
 
 def _classify_bodies(job: ClassifyJob, model: str) -> list[tuple[dict, int]]:
     function = job.function
-    required = [
-        p.name for p in function.inputs.signature.parameters.values() if p.default is p.empty
-    ]
-    if len(required) != 1:
-        raise InvalidRequestError(
-            f"{_name(function)} requires {required}: /v1/classify gives one input text"
-        )
-    (param,) = required
+    try:
+        param = classify_parameter(function)
+    except ValueError as e:
+        raise InvalidRequestError(f"{_name(function)}: {e}") from None
     texts = []
     for arguments in job.inputs:
         value = arguments[param]
@@ -115,16 +135,15 @@ def _classify_bodies(job: ClassifyJob, model: str) -> list[tuple[dict, int]]:
         texts.append(value)
     size = job.batch_size or CLASSIFY_CHUNK
     chunks = [texts[i : i + size] for i in range(0, len(texts), size)]
-    return [({"model": model, "input": chunk}, len(chunk)) for chunk in chunks]
+    return [(request_body(ClassifyRequest, model=model, input=c), len(c)) for c in chunks]
 
 
 def _classify_rows(post: Post, body: dict, function, count_usage: CountUsage):
-    answer = post("/v1/classify", body)
-    _check_served(function, answer.get("function"), answer.get("labels"), "/v1/classify")
-    usage = answer.get("usage") or {}
-    count_usage(usage.get("prompt_tokens") or 0, usage.get("cached_tokens") or 0)
-    data = sorted(answer["data"], key=lambda d: d["index"])
-    return [list(d["probs"]) for d in data]
+    answer = _served(ClassifyResponse, post("/v1/classify", body), "/v1/classify")
+    _check_served(function, answer.function, answer.labels, "/v1/classify")
+    count_usage(answer.usage.prompt_tokens, answer.usage.cached_tokens)
+    data = sorted(answer.data, key=lambda d: d.index)
+    return [list(d.probs) for d in data]
 
 
 def rows(

@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.wire import LabelIds  # a compiled label: its token id or ids
 
 TAIL_CHARS = 32  # how much of the prompt's end is re-tokenized to check a label in context
 
@@ -38,10 +39,6 @@ TAIL_CHARS = 32  # how much of the prompt's end is re-tokenized to check a label
 class LabelError(InvalidRequestError):
     """A label set that cannot be scored: empty, duplicated, merging with the prompt's end,
     or colliding."""
-
-
-# A compiled label: its token id, or its token ids when it is several tokens.
-LabelIds = int | tuple[int, ...]
 
 
 @dataclass(frozen=True)

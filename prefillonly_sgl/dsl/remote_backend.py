@@ -32,6 +32,12 @@ from prefillonly_sgl.dsl.job import Job
 from prefillonly_sgl.dsl.request import ScoreRequest
 from prefillonly_sgl.dsl.runner import DEFAULT_IN_FLIGHT, Progress
 from prefillonly_sgl.errors import InvalidRequestError, PrefillOnlyError
+from prefillonly_sgl.wire import (
+    ScoreLabelsRequest,
+    ScoreLabelsResponse,
+    ScoreUsage,
+    request_body,
+)
 
 
 class RemoteBackendError(PrefillOnlyError, RuntimeError):
@@ -148,21 +154,21 @@ class RemoteBackend(Backend):
             "apply_softmax": request.apply_softmax,
         }
         answer = self._request("POST", "/v1/score", body)
-        usage = answer.get("usage") or {}
-        details = usage.get("prompt_tokens_details") or {}
-        self.count_usage(usage.get("prompt_tokens") or 0, details.get("cached_tokens") or 0)
+        usage = ScoreUsage.model_validate(answer.get("usage") or {})
+        self.count_usage(usage.prompt_tokens, usage.cached_tokens)
         return answer["scores"]
 
     def _score_labels(self, request: ScoreRequest) -> list[list[float]]:
         """Labels of several tokens: prefillonly serve's /v1/score_labels with token ids;
         SGLang's /v1/score carries one token per label."""
-        body = {
-            "query": request.query,
-            "items": list(request.items),
-            "label_token_ids": list(request.label_token_ids),  # JSON writes tuples as lists
-            "apply_softmax": request.apply_softmax,
-            "length_normalize": request.length_normalize,
-        }
+        body = request_body(
+            ScoreLabelsRequest,
+            query=request.query,
+            items=list(request.items),
+            label_token_ids=list(request.label_token_ids),
+            apply_softmax=request.apply_softmax,
+            length_normalize=request.length_normalize,
+        )
         try:
             answer = self._request("POST", "/v1/score_labels", body)
         except _NotFound:
@@ -170,9 +176,10 @@ class RemoteBackend(Backend):
                 f"{self.base_url} has no /v1/score_labels: labels of several tokens need a "
                 "`prefillonly serve` server; SGLang's /v1/score scores one token per label"
             ) from None
-        usage = answer.get("usage") or {}
-        self.count_usage(usage.get("prompt_tokens") or 0, usage.get("cached_tokens") or 0)
-        return answer["rows"]
+        answer = ScoreLabelsResponse.model_validate(answer)
+        if answer.usage is not None:
+            self.count_usage(answer.usage.prompt_tokens, answer.usage.cached_tokens)
+        return answer.rows
 
     async def ascore(self, request: ScoreRequest) -> list[list[float]]:
         return await asyncio.to_thread(self.score, request)

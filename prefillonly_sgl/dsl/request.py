@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from prefillonly_sgl.dsl.prompt import Prompt
 from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.wire import LabelIds
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class ScoreRequest:
 
     query: str
     items: tuple[str, ...]
-    label_token_ids: tuple[int | tuple[int, ...], ...]  # a tuple: a label of several tokens
+    label_token_ids: tuple[LabelIds, ...]  # a tuple: a label of several tokens
     apply_softmax: bool = True
     length_normalize: bool = False  # a label's per-token probability (Engine.score)
 

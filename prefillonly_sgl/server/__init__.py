@@ -7,8 +7,8 @@ Plain Python (no SGLang import at module level), testable without starting a ser
 - request_checks.py: what a request body must look like before SGLang sees it.
 - admission.py: the bound on admitted work (503 beyond it).
 - endpoints.py: the extension point for typed endpoints (EndpointSpec, --app loading);
-  builtin_endpoints.py (/v1/score_labels) and ranking_apis.py (/v1/rerank, /v1/classify)
-  use it.
+  the built-in APIs (/v1/score_labels, /v1/rerank, /v1/classify: prefillonly_sgl/apis/)
+  and the DSL's endpoints (dsl/endpoint.py) use it. This package imports neither.
 - errors.py: the JSON error body every refusal of this server has.
 - guard.py: the ASGI middleware that applies all of the above to every work request
   (per-request usage records live in prefillonly_sgl/usage.py, shared with the Engine).

@@ -5,8 +5,9 @@
 - offline_engine.py: starting and stopping SGLang's offline Engine; model_limits.py: the
   limits its scheduler reported; event_loop.py: which loop it answers on.
 - http_server.py: `prefillonly serve` on SGLang's HTTP server (guard, usage, typed
-  endpoints; the plain logic is in prefillonly_sgl/server/); request_recording.py: usage
-  and rids from the TokenizerManager.
+  endpoints; the plain logic is in prefillonly_sgl/server/; the endpoints, the built-in
+  APIs of prefillonly_sgl/apis/ among them, come from its caller); request_recording.py:
+  usage and rids from the TokenizerManager.
 - plugin.py: the SGLang plugin that installs the runtime features in every SGLang process
   (from the runtime configuration, read once into process_state.py, where hooks read it);
   hooks.py: their hook tables. Features: prefill_attention*.py (attention backends),

@@ -10,7 +10,9 @@ working:
   checks, score_front.py, the same the Engine and the typed endpoints use);
 - a RequestValidationError handler with short messages (SGLang's own embeds a traceback
   line), except on the paths whose error format SGLang documents;
-- the typed endpoints of EndpointSpecs (`--app`), which score through ScoringFront;
+- the typed endpoints of the EndpointSpecs it is given (`--app`, and the built-in APIs of
+  prefillonly_sgl/apis/: /v1/score_labels, /v1/rerank, /v1/classify), which score through
+  ScoringFront;
 - a lifespan wrapper that, once SGLang is up, starts the ScoringFront (which records usage
   and rids from the tokenizer manager's generate_request), arms SGLang's SIGTERM drain at
   once, aborts what is still running --shutdown-timeout seconds after SIGTERM, and runs
@@ -370,13 +372,13 @@ REPLACED_PATHS = frozenset({"/v1/rerank", "/v1/classify"})
 
 
 def install(app, options: ServeOptions, specs: list[EndpointSpec], enable_metrics: bool):
-    """Adds everything `serve` adds to SGLang's FastAPI app (before it starts)."""
+    """Adds everything `serve` adds to SGLang's FastAPI app (before it starts); ``specs``:
+    every typed endpoint, the `--app` ones and the built-in APIs (prefillonly_sgl/apis/),
+    which the caller builds."""
     from fastapi.routing import APIRoute
 
-    from prefillonly_sgl.server.builtin_endpoints import BUILTIN_ENDPOINTS
-
     # SGLang's /v1/rerank and /v1/classify serve cross-encoder / classification models
-    # only: ours (server/ranking_apis.py, among `specs`) replace them.
+    # only: ours (apis/ranking.py, among `specs`) replace them.
     ours = {spec.path for spec in specs}
     app.router.routes[:] = [
         r
@@ -384,7 +386,6 @@ def install(app, options: ServeOptions, specs: list[EndpointSpec], enable_metric
         if not (isinstance(r, APIRoute) and r.path in REPLACED_PATHS and r.path in ours)
     ]
     taken = {r.path for r in app.router.routes if isinstance(r, APIRoute)}
-    specs = [*BUILTIN_ENDPOINTS, *specs]
     check_unique_paths(specs, taken)
     runtime = SGLangRuntime(options, specs)
     _install_validation_handler(app)
@@ -405,7 +406,8 @@ def install(app, options: ServeOptions, specs: list[EndpointSpec], enable_metric
 
 def serve(sglang_argv: list[str], options: ServeOptions, specs: list[EndpointSpec]) -> int:
     """Parses sglang_argv with SGLang's own parser and runs SGLang's server with our
-    additions. Blocks until the server exits."""
+    additions and the typed endpoints ``specs`` (all of them: cli.py adds the built-in
+    APIs to the `--app` ones). Blocks until the server exits."""
     from sglang.srt.plugins import load_plugins
     from sglang.srt.server_args import prepare_server_args
     from sglang.srt.utils import kill_process_tree

@@ -17,7 +17,9 @@ POST /v1/classify  SGLang's / vLLM's schema: input (a text or a list) -> data [{
                    input parameter (`serve --app FILE --classify NAME`).
 
 They replace SGLang's own routes of those paths, which serve cross-encoder and
-sequence-classification models only. Bad input gets a 400 naming the problem.
+sequence-classification models only. Bad input gets a 400 naming the problem. The
+request and response models are the wire contract (prefillonly_sgl/wire.py), shared with
+the DSL's gateway client.
 """
 
 from __future__ import annotations
@@ -25,13 +27,25 @@ from __future__ import annotations
 import time
 import uuid
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
-
 from prefillonly_sgl.dsl import Prompt, ranker
 from prefillonly_sgl.dsl.endpoint import ServerBackend
 from prefillonly_sgl.dsl.job import ClassifyJob, RankJob
 from prefillonly_sgl.errors import InvalidRequestError
-from prefillonly_sgl.server.endpoints import EndpointSpec
+from prefillonly_sgl.server.endpoints import EndpointSpec, load_app_module
+from prefillonly_sgl.wire import (
+    ClassifyData,
+    ClassifyRequest,
+    ClassifyResponse,
+    RerankAnswer,
+    RerankDocument,
+    RerankMeta,
+    RerankRequest,
+    RerankResponse,
+    RerankResult,
+    SGLangRerankResult,
+    Usage,
+    classify_parameter,
+)
 
 # Qwen3-Reranker's own prompt (its model card): ChatML, a judging system turn, the query
 # in the user turn and the document last, then an empty thinking block; labels yes / no.
@@ -50,96 +64,6 @@ def qwen3_reranker(query: str, document: str, instruction: str = DEFAULT_INSTRUC
         f"<Instruct>: {instruction}\n<Query>: {query}\n",
         item=f"<Document>: {document}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
     )
-
-
-class Usage(BaseModel):
-    prompt_tokens: int = 0
-    total_tokens: int = 0
-    cached_tokens: int = 0
-
-
-class RerankDocument(BaseModel):
-    text: str
-
-
-class RerankRequest(BaseModel):
-    # Clients send fields of their providers (rank_fields, max_tokens_per_doc, ...):
-    # ignored rather than refused, so a Cohere-style request works unchanged.
-    model_config = ConfigDict(extra="ignore")
-
-    model: str | None = None
-    query: str = Field(..., min_length=1, description="what the documents are ranked for")
-    documents: list[str | RerankDocument] = Field(
-        ..., min_length=1, description="texts (or {'text': ...}) to rank"
-    )
-    top_n: int | None = Field(None, description="return the best n (default: all)")
-    return_documents: bool = Field(False, description="echo each document in its result")
-    instruction: str | None = Field(
-        None, description="task instruction, for rankers that take one (also 'instruct')"
-    )
-    instruct: str | None = Field(None, description="SGLang's name for instruction")
-    top_k: int | None = Field(None, description="SGLang's gateway's name for top_n")
-    rid: str | list[str] | None = Field(
-        None, description="SGLang's request id; its presence asks for SGLang's native answer"
-    )
-    user: str | None = None
-
-    @property
-    def wants_sglang_answer(self) -> bool:
-        # smg serialises its RerankRequest with "rid" (null or not) and parses the worker's
-        # answer as SGLang's list; Cohere / Jina clients never send "rid".
-        return "rid" in self.model_fields_set
-
-
-class RerankResult(BaseModel):
-    index: int
-    relevance_score: float
-    document: RerankDocument | None = None
-
-
-class RerankResponse(BaseModel):
-    id: str
-    model: str
-    results: list[RerankResult]
-    usage: Usage
-
-
-class SGLangRerankResult(BaseModel):
-    """One entry of SGLang's native /v1/rerank answer (what smg parses)."""
-
-    score: float
-    document: str | None = None
-    index: int
-    meta_info: dict
-
-
-class RerankAnswer(RootModel[RerankResponse | list[SGLangRerankResult]]):
-    """Cohere's answer, or SGLang's native list for requests carrying ``rid``."""
-
-
-class ClassifyRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    model: str | None = None
-    input: str | list[str] = Field(..., description="a text or a list of texts")
-
-
-class ClassifyData(BaseModel):
-    index: int
-    label: str
-    probs: list[float]
-    num_classes: int
-
-
-class ClassifyResponse(BaseModel):
-    id: str
-    object: str = "list"
-    created: int
-    model: str
-    data: list[ClassifyData]
-    usage: Usage
-    function: str = Field(description="the DSL classifier that answered (its probs' order: labels)")
-    labels: list[str]
 
 
 def _usage(context) -> Usage:
@@ -199,19 +123,19 @@ def rerank_endpoint(function=qwen3_reranker) -> EndpointSpec:
             # meta_info passes through smg untouched: the DSL's gateway client rebuilds
             # its rows from it (gateway_client.py), whatever the ranker's score.
             labels = [str(t) for t in function.labels.texts]
-            meta = {
-                "function": function.fn.__name__,
-                "labels": labels,
-                "call_prompt_tokens": usage.prompt_tokens,
-                "call_cached_tokens": usage.cached_tokens,
-            }
             return RerankAnswer(
                 [
                     SGLangRerankResult(
                         score=r.score,
                         document=r.item if request.return_documents else None,
                         index=r.index,
-                        meta_info={**meta, "probs": [r.probs[t] for t in function.labels.texts]},
+                        meta_info=RerankMeta(
+                            function=function.fn.__name__,
+                            labels=labels,
+                            call_prompt_tokens=usage.prompt_tokens,
+                            call_cached_tokens=usage.cached_tokens,
+                            probs=[r.probs[t] for t in function.labels.texts],
+                        ),
                     )
                     for r in ranking.items
                 ]
@@ -244,15 +168,10 @@ def rerank_endpoint(function=qwen3_reranker) -> EndpointSpec:
 def classify_endpoint(function) -> EndpointSpec:
     """POST /v1/classify backed by ``function``, a DSL classifier with one required
     parameter (the input)."""
-    required = [
-        p.name for p in function.inputs.signature.parameters.values() if p.default is p.empty
-    ]
-    if len(required) != 1:
-        raise ValueError(
-            f"--classify {function.fn.__name__}: /v1/classify gives one input text, but the "
-            f"classifier requires {required} (one parameter; give the others defaults)"
-        )
-    (param,) = required
+    try:
+        param = classify_parameter(function)
+    except ValueError as e:
+        raise ValueError(f"--classify {function.fn.__name__}: {e}") from None
     labels = [str(t) for t in function.labels.texts]
 
     async def classify(request: ClassifyRequest, context) -> ClassifyResponse:
@@ -313,7 +232,6 @@ def no_classifier_endpoint() -> EndpointSpec:
 def ranking_api_endpoints(apps, rerank: str | None, classify: str | None) -> list[EndpointSpec]:
     """/v1/rerank and /v1/classify for `serve`: the named DSL functions of the --app
     modules, or the defaults (the built-in reranker; a 400 for /v1/classify)."""
-    from prefillonly_sgl.server.endpoints import load_app_module
 
     def find(name: str, kind: str):
         if not apps:

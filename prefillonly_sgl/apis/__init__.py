@@ -1,0 +1,29 @@
+"""The HTTP APIs every `prefillonly serve` has, beside SGLang's own and the `--app`
+endpoints: typed endpoints declared with the same EndpointSpec extension point
+(server/endpoints.py) and served through the DSL (plain Python; SGLang stays in
+sglang_runtime/http_server.py, which gets these specs from its caller, cli.py).
+
+- score_labels.py: POST /v1/score_labels, label words (or token ids of labels of several
+  tokens) instead of /v1/score's one token id per label.
+- ranking.py: POST /v1/rerank (Cohere / Jina schema, or SGLang's native answer for the
+  gateway) and POST /v1/classify (SGLang's / vLLM's schema), backed by DSL functions:
+  the built-in Qwen3-Reranker prompt, or `--rerank NAME` / `--classify NAME` of `--app`.
+
+Their request and response models are the wire contracts in prefillonly_sgl/wire.py,
+which the DSL's clients (dsl/remote_backend.py, dsl/gateway_client.py) import too.
+"""
+
+from __future__ import annotations
+
+from prefillonly_sgl.apis.ranking import ranking_api_endpoints
+from prefillonly_sgl.apis.score_labels import score_labels_endpoint
+from prefillonly_sgl.server.endpoints import EndpointSpec
+
+
+def builtin_endpoints(
+    apps: list[str], rerank: str | None, classify: str | None
+) -> list[EndpointSpec]:
+    """Every built-in endpoint of `serve`: /v1/score_labels, then /v1/rerank and
+    /v1/classify backed by the DSL functions named ``rerank`` / ``classify`` in the
+    ``apps`` modules (None: the built-in reranker; a 400 for /v1/classify)."""
+    return [score_labels_endpoint(), *ranking_api_endpoints(apps, rerank, classify)]

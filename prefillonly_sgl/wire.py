@@ -1,0 +1,233 @@
+"""The JSON contracts that `prefillonly serve` and its clients share (plain Python and
+pydantic, no SGLang): every body one side writes and the other reads is declared once,
+here, and both sides import it. A DSL function's own typed endpoints follow the same
+rule with models built per function (dsl/app_models.py).
+
+- LabelIds: one label's token ids: an id, or a tuple of ids for a label of several tokens
+  (a JSON list). What the DSL compiles (dsl/labels.py, dsl/request.py) and
+  /v1/score_labels takes.
+- ScoreUsage: the `usage` of prefillonly serve's /v1/score answer (SGLang's fields with
+  the cached tokens always filled, plus queue and running time). Written by
+  usage.RequestUsage.as_dict, read by the DSL's RemoteBackend, which also reads a stock
+  SGLang server's (hence SGLang's defaults).
+- ScoreLabelsRequest / ScoreLabelsResponse (usage: ScoreLabelsUsage): /v1/score_labels.
+  Served by apis/score_labels.py; posted by RemoteBackend for labels of several tokens.
+- RerankRequest / RerankAnswer and ClassifyRequest / ClassifyResponse (usage: Usage):
+  /v1/rerank and /v1/classify. Served by apis/ranking.py; posted by the DSL's gateway
+  client (dsl/gateway_client.py) through SGLang's gateway. RerankMeta is the meta_info of
+  each entry of SGLang's native rerank answer (what the gateway parses and passes
+  through): the ranker, its labels, the document's label probabilities, the call's tokens.
+- classify_parameter: which classifiers /v1/classify carries (one text per input, so one
+  parameter without a default); checked by `serve --classify` and by the gateway client.
+- request_body: a request model's JSON body as a client sends it (checked, fields given
+  only), so a client's request is what the server's model reads.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, model_validator
+
+from prefillonly_sgl.errors import InvalidRequestError
+
+LabelIds = int | tuple[int, ...]
+"""One label's token ids: its id, or its ids when it is several tokens (JSON: a list)."""
+
+
+def request_body(model: type[BaseModel], **fields) -> dict:
+    """The JSON body a client sends: ``fields`` checked against the request ``model``
+    (InvalidRequestError, as the server's 400 would be, if they do not fit) and written as
+    given (fields not given stay out)."""
+    try:
+        body = model(**fields)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in e.errors()
+        )
+        raise InvalidRequestError(f"invalid {model.__name__}: {problems}") from None
+    return body.model_dump(mode="json", exclude_unset=True)
+
+
+# -- /v1/score's usage ------------------------------------------------------------------
+
+
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0
+
+
+class ScoreUsage(BaseModel):
+    """/v1/score's `usage` on prefillonly serve: SGLang's own fields (merged in by the
+    server; a client ignores the ones it does not read) and these."""
+
+    prompt_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails | None = None  # None: a stock SGLang's
+    queue_time: float | None = None
+    running_time: float | None = None
+
+    @property
+    def cached_tokens(self) -> int:
+        details = self.prompt_tokens_details
+        return details.cached_tokens if details is not None else 0
+
+
+# -- /v1/score_labels -------------------------------------------------------------------
+
+
+class ScoreLabelsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field("", description="text before each item (may be empty)")
+    items: list[str] = Field(..., min_length=1, description="texts appended to the query")
+    labels: list[str] | None = Field(
+        None, min_length=1, description="candidate next words, written verbatim (any length)"
+    )
+    label_token_ids: list[LabelIds] | None = Field(
+        None,
+        min_length=1,
+        description="instead of labels: per label a token id or a list of token ids",
+    )
+    apply_softmax: bool = Field(
+        True, description="normalise over the labels (false: probability over the vocabulary)"
+    )
+    length_normalize: bool = Field(
+        False, description="a label's per-token (geometric mean) probability, not the product"
+    )
+    item_first: bool = Field(False, description="item before query instead of after")
+
+    @model_validator(mode="after")
+    def _one_kind_of_labels(self):
+        if (self.labels is None) == (self.label_token_ids is None):
+            raise ValueError("give exactly one of labels (words) and label_token_ids")
+        return self
+
+
+class ScoreLabelsUsage(BaseModel):
+    prompt_tokens: int
+    cached_tokens: int
+    queue_time: float | None = None
+    running_time: float | None = None
+
+
+class ScoreLabelsResponse(BaseModel):
+    scores: list[dict[str, float]] = Field(..., description="per item: label -> probability")
+    rows: list[list[float]] = Field(..., description="per item: the scores in label order")
+    usage: ScoreLabelsUsage | None = None
+
+
+# -- /v1/rerank and /v1/classify --------------------------------------------------------
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    total_tokens: int = 0
+    cached_tokens: int = 0
+
+
+class RerankDocument(BaseModel):
+    text: str
+
+
+class RerankRequest(BaseModel):
+    # Clients send fields of their providers (rank_fields, max_tokens_per_doc, ...):
+    # ignored rather than refused, so a Cohere-style request works unchanged.
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    query: str = Field(..., min_length=1, description="what the documents are ranked for")
+    documents: list[str | RerankDocument] = Field(
+        ..., min_length=1, description="texts (or {'text': ...}) to rank"
+    )
+    top_n: int | None = Field(None, description="return the best n (default: all)")
+    return_documents: bool = Field(False, description="echo each document in its result")
+    instruction: str | None = Field(
+        None, description="task instruction, for rankers that take one (also 'instruct')"
+    )
+    instruct: str | None = Field(None, description="SGLang's name for instruction")
+    top_k: int | None = Field(None, description="SGLang's gateway's name for top_n")
+    rid: str | list[str] | None = Field(
+        None, description="SGLang's request id; its presence asks for SGLang's native answer"
+    )
+    user: str | None = None
+
+    @property
+    def wants_sglang_answer(self) -> bool:
+        # smg serialises its RerankRequest with "rid" (null or not) and parses the worker's
+        # answer as SGLang's list; Cohere / Jina clients never send "rid".
+        return "rid" in self.model_fields_set
+
+
+class RerankResult(BaseModel):
+    index: int
+    relevance_score: float
+    document: RerankDocument | None = None
+
+
+class RerankResponse(BaseModel):
+    id: str
+    model: str
+    results: list[RerankResult]
+    usage: Usage
+
+
+class RerankMeta(BaseModel):
+    """meta_info of an entry of SGLang's native rerank answer: which ranker answered (the
+    DSL's gateway client checks it is the one it calls), the document's label
+    probabilities (its row) and the whole call's tokens."""
+
+    function: str
+    labels: list[str]
+    call_prompt_tokens: int
+    call_cached_tokens: int
+    probs: list[float]  # in the order of labels
+
+
+class SGLangRerankResult(BaseModel):
+    """One entry of SGLang's native /v1/rerank answer (what smg parses)."""
+
+    score: float
+    document: str | None = None
+    index: int
+    meta_info: RerankMeta
+
+
+class RerankAnswer(RootModel[RerankResponse | list[SGLangRerankResult]]):
+    """Cohere's answer, or SGLang's native list for requests carrying ``rid``."""
+
+
+class ClassifyRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    input: str | list[str] = Field(..., description="a text or a list of texts")
+
+
+class ClassifyData(BaseModel):
+    index: int
+    label: str
+    probs: list[float]
+    num_classes: int
+
+
+class ClassifyResponse(BaseModel):
+    id: str
+    object: str = "list"
+    created: int
+    model: str
+    data: list[ClassifyData]
+    usage: Usage
+    function: str = Field(description="the DSL classifier that answered (its probs' order: labels)")
+    labels: list[str]
+
+
+def classify_parameter(function) -> str:
+    """The parameter of a DSL classifier that /v1/classify's text fills: the request
+    carries one text per input, so the classifier must have exactly one parameter without
+    a default. ValueError naming the required ones otherwise."""
+    required = [
+        p.name for p in function.inputs.signature.parameters.values() if p.default is p.empty
+    ]
+    if len(required) != 1:
+        raise ValueError(
+            f"/v1/classify gives one input text, but the classifier requires {required} "
+            "(one parameter; give the others defaults)"
+        )
+    return required[0]
