@@ -1,6 +1,7 @@
 """The package's shape, read from its source (no imports run): no import cycle inside
-prefillonly_sgl (module-level and function-level imports alike), the Engine independent of
-the server, and no unittest.mock in production code."""
+prefillonly_sgl (module-level and function-level imports alike), between modules or
+between subpackages, the Engine independent of the server, and no unittest.mock in
+production code."""
 
 from __future__ import annotations
 
@@ -38,10 +39,25 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return {m for m in found if m in modules and m != name}
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(packages: bool = False) -> dict[str, set[str]]:
+    """Each module -> the package's modules it imports (an import of a package's face not
+    counted: its __init__ imports its own modules). packages=True: each subpackage of
+    prefillonly_sgl one node (its modules, subpackages and face), each top-level module
+    its own."""
     modules = _modules()
+    if packages:
+        graph: dict[str, set[str]] = {}
+        for m, p in modules.items():
+            node = _package_of(m)
+            graph.setdefault(node, set()).update(_package_of(t) for t in _imports(m, p, modules))
+        return {node: targets - {node} for node, targets in graph.items()}
     faces = {m for m, p in modules.items() if p.name == "__init__.py"}
     return {m: _imports(m, p, modules) - faces for m, p in modules.items()}
+
+
+def _package_of(module: str) -> str:
+    """prefillonly_sgl.<first part>: a top-level module, or the subpackage holding it."""
+    return ".".join(module.split(".")[:2])
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -69,6 +85,13 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_no_import_cycle_inside_the_package():
     cycle = _cycle(_graph())
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_no_import_cycle_between_subpackages():
+    """At the package level too: no subpackage imports one that imports it back (through
+    any chain), whatever modules the imports are in."""
+    cycle = _cycle(_graph(packages=True))
     assert cycle is None, " -> ".join(cycle)
 
 
