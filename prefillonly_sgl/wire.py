@@ -33,17 +33,17 @@ LabelIds = int | tuple[int, ...]
 """One label's token ids: its id, or its ids when it is several tokens (JSON: a list)."""
 
 
-def request_body(model: type[BaseModel], **fields) -> dict:
-    """The JSON body a client sends: ``fields`` checked against the request ``model``
+def request_body(request_model: type[BaseModel], /, **fields) -> dict:
+    """The JSON body a client sends: ``fields`` checked against ``request_model``
     (InvalidRequestError, as the server's 400 would be, if they do not fit) and written as
     given (fields not given stay out)."""
     try:
-        body = model(**fields)
+        body = request_model(**fields)
     except ValidationError as e:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in e.errors()
         )
-        raise InvalidRequestError(f"invalid {model.__name__}: {problems}") from None
+        raise InvalidRequestError(f"invalid {request_model.__name__}: {problems}") from None
     return body.model_dump(mode="json", exclude_unset=True)
 
 

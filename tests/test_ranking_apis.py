@@ -175,3 +175,51 @@ def test_declarations_that_cannot_serve_the_apis_are_refused_at_start():
     with pytest.raises(ValueError, match="one input text"):
         classify_endpoint(relevant)
     classify_endpoint(review_sentiment)
+
+
+def test_the_gateway_client_writes_and_reads_the_apis_wire_models():
+    """No server: the DSL's gateway client sends the bodies it always sent, built from the
+    replicas' request models, and rebuilds rows and usage from answers written with their
+    response models (prefillonly_sgl/wire.py on both ends)."""
+    from ranking_app_example import relevant, review_sentiment
+
+    from prefillonly_sgl.dsl import gateway_client
+    from prefillonly_sgl.wire import (
+        ClassifyData,
+        ClassifyResponse,
+        RerankMeta,
+        SGLangRerankResult,
+        Usage,
+    )
+
+    sent, counted = [], []
+
+    def post(path, body, headers=None):
+        sent.append((path, body))
+        if path == "/v1/rerank":
+            return [
+                SGLangRerankResult(score=p, index=i, meta_info=RerankMeta(
+                    function="relevant", labels=["Yes", "No"], call_prompt_tokens=7,
+                    call_cached_tokens=3, probs=[p, 1 - p],
+                )).model_dump(mode="json")
+                for i, p in ((1, 0.75), (0, 0.25))
+            ]  # fmt: skip
+        return ClassifyResponse(
+            id="classify-1", created=0, model="m", function="review_sentiment",
+            labels=["positive", "very negative"], usage=Usage(prompt_tokens=5, cached_tokens=1),
+            data=[ClassifyData(index=i, label="positive", probs=[0.5 + i / 8, 0.5 - i / 8],
+                               num_classes=2) for i in reversed(range(len(body["input"])))],
+        ).model_dump(mode="json")  # fmt: skip
+
+    count = lambda prompt, cached: counted.append((prompt, cached))  # noqa: E731
+    rows = gateway_client.rows(post, relevant.job("q", items=["a", "b"]), "m", count)
+    assert rows == [[0.25, 0.75], [0.75, 0.25]]
+    job = review_sentiment.batch_job(["good", "bad"])
+    assert gateway_client.rows(post, job, "m", count) == [[0.5, 0.5], [0.625, 0.375]]
+    assert sent == [
+        ("/v1/rerank", {"query": "q", "documents": ["a", "b"], "rid": None}),
+        ("/v1/classify", {"model": "m", "input": ["good", "bad"]}),
+    ]
+    assert counted == [(7, 3), (5, 1)]
+    with pytest.raises(gateway_client.GatewayRouteError, match="no ClassifyResponse"):
+        gateway_client.rows(lambda path, body: {"data": []}, job, "m", count)
