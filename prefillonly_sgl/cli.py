@@ -5,6 +5,24 @@ from __future__ import annotations
 import argparse
 import sys
 
+from prefillonly_sgl.apis import builtin_endpoints
+from prefillonly_sgl.batch import cli as batch_cli
+from prefillonly_sgl.demos import drug_review_sentiment
+from prefillonly_sgl.engine import Engine, plan_memory
+from prefillonly_sgl.models.default_model import default_model_path
+from prefillonly_sgl.replicas import cli as replicas_cli
+from prefillonly_sgl.scheduler import profiler
+from prefillonly_sgl.server.endpoints import load_app_endpoints
+from prefillonly_sgl.server.options import (
+    add_serve_options,
+    parse_serve_argv,
+    serve_config,
+    serve_options_group,
+    server_argv,
+)
+from prefillonly_sgl.sglang_runtime.http_server import serve
+from prefillonly_sgl.sglang_runtime.plugin import runtime_enabled
+
 SERVE_DESCRIPTION = """\
 Serve a model over HTTP with SGLang's server: SGLang's endpoints (/v1/score, /generate,
 /health, /get_model_info, /metrics, ...) in their own formats, plus request checks (4xx
@@ -22,41 +40,29 @@ examples:
 
 
 def _serve(argv: list[str]) -> int:
-    from prefillonly_sgl.server.options import parse_serve_argv, serve_config, server_argv
-
     if "-h" in argv or "--help" in argv:
         _serve_help()
         return 0
     options, sglang_argv = parse_serve_argv(argv)
     try:
         config = serve_config(options, sglang_argv)  # every rule: runtime_config.py
+        # The app modules before the memory calibration and SGLang start: fail fast.
+        specs = load_app_endpoints(options.apps)
+        specs += builtin_endpoints(options.apps, options.rerank, options.classify)
         if config.memory is not None:
-            from prefillonly_sgl.engine import plan_memory
-
             config = config.planned(plan_memory(config))
         sglang_argv = server_argv(config, sglang_argv, options.metrics)
         if config.settings("jct_scheduler") is not None:
             source = config.settings("jct_scheduler").model.source
             print(f"prefillonly serve: JCT scheduler, job-time model from {source}")
-        from prefillonly_sgl.server.endpoints import load_app_endpoints
-
-        specs = load_app_endpoints(options.apps)  # before SGLang starts: fail fast
-        from prefillonly_sgl.apis import builtin_endpoints
-
-        specs += builtin_endpoints(options.apps, options.rerank, options.classify)
     except (ValueError, TypeError, ImportError, OSError) as e:
         print(f"prefillonly serve: {e}", file=sys.stderr)
         return 2
-    from prefillonly_sgl.sglang_runtime.http_server import serve
-    from prefillonly_sgl.sglang_runtime.plugin import runtime_enabled
-
     with runtime_enabled(config):  # SGLang's workers inherit the configuration
         return serve(sglang_argv, options, specs)
 
 
 def _serve_help() -> None:
-    from prefillonly_sgl.server.options import add_serve_options, serve_options_group
-
     parser = argparse.ArgumentParser(
         prog="prefillonly serve",
         description=SERVE_DESCRIPTION,
@@ -79,16 +85,11 @@ def _serve_help() -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from prefillonly_sgl.demos import drug_review_sentiment
-
     drug_review_sentiment.run(limit=args.limit, model=args.model, device=args.device)
     return 0
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from prefillonly_sgl.engine import Engine
-    from prefillonly_sgl.scheduler import profiler
-
     engine_args = {}
     if args.disable_prefill_only_kv:
         engine_args["prefill_only_kv"] = False
@@ -109,8 +110,6 @@ def _profile(args: argparse.Namespace) -> int:
 
 
 def _prepare_model(args: argparse.Namespace) -> int:
-    from prefillonly_sgl.models.default_model import default_model_path
-
     print(default_model_path())
     return 0
 
@@ -160,11 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--disable-prefill-only-kv", action="store_true")
     profile.set_defaults(handler=_profile)
 
-    from prefillonly_sgl.batch import cli as batch_cli
-
     batch_cli.add_parser(commands)
-
-    from prefillonly_sgl.replicas import cli as replicas_cli
 
     replicas_cli.add_parser(commands)
 
