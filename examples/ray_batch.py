@@ -17,7 +17,6 @@ from pathlib import Path
 
 from prefillonly_sgl import Engine
 from prefillonly_sgl.batch import run_batch
-from prefillonly_sgl.batch.ray_runner import run_batch_ray
 from prefillonly_sgl.pipelines import movielens
 
 
@@ -51,8 +50,9 @@ def main() -> None:
     engine_options = {"model": args.model, "device": "cpu", "dtype": args.dtype}
     for actors in (int(a) for a in args.actors.split(",")):
         started = time.perf_counter()
-        result = run_batch_ray(movielens.recommend, records, None, engine=engine_options,
-                               replicas=actors, num_cpus=cpus / actors, keep=keep)  # fmt: skip
+        result = run_batch(movielens.recommend, records, None, executor="ray",
+                           engine=engine_options, keep=keep, progress=False,
+                           ray={"replicas": actors, "num_cpus": cpus / actors})  # fmt: skip
         wall = time.perf_counter() - started
         got = {r["row"]: r["score"] for r in result.results.take_all()}
         diff = max(abs(got[k] - want[k]) for k in want)

@@ -1,8 +1,10 @@
 """The batch runner on a real local Ray cluster (2 CPUs, two engine actors, tiny random
-Llama in float32): results equal the local runner's row for row, each prefix group is
-computed once per job (the cached tokens equal the local runner's, whose single engine
-computes each prefix once), bad records go to the errors file, results are written with
-Ray Data's writers, and the `prefillonly batch --ray` command runs the same job."""
+Llama in float32): results equal the local runner's row for row, in the same BatchReport,
+each prefix group is computed once per job (the cached tokens equal the local runner's,
+whose single engine computes each prefix once), bad records go to the errors file,
+results are written with Ray Data's writers in the local runner's rows, a rerun resumes,
+arguments Ray cannot honour are refused, and the `prefillonly batch --ray` command runs the
+same job (--overwrite, --no-progress honoured)."""
 
 from __future__ import annotations
 
@@ -11,16 +13,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from batch_app_example import liked, recommend
 from server_process import serve_env
 
 from prefillonly_sgl import Engine
-from prefillonly_sgl.batch import run_batch
+from prefillonly_sgl.batch import BatchReport, run_batch
+from prefillonly_sgl.errors import InvalidRequestError
 
 ray = pytest.importorskip("ray", reason="the Ray extra: pip install 'prefillonly-sgl[ray]'")
 
-from prefillonly_sgl.batch.ray_runner import bucket_count, bucket_of  # noqa: E402
+from prefillonly_sgl.batch.ray_runner import bucket_count, bucket_of, folder_format  # noqa: E402
 
 APP = Path(__file__).with_name("batch_app_example.py")
 TOLERANCE = 1e-4
@@ -57,36 +61,60 @@ def test_buckets_keep_a_prefix_together():
     assert bucket_count(10, 2, 512) == 2 and bucket_count(5000, 2, 512) == 10
 
 
-def test_the_ray_executor_needs_engine_options_not_an_engine(engine_options):
-    from prefillonly_sgl.errors import InvalidRequestError
+def test_an_output_folder_is_written_in_the_format_its_name_or_output_format_says():
+    assert folder_format("out_parquet/") == folder_format("out.parquet") == "parquet"
+    assert folder_format("out.jsonl") == folder_format("out.json") == "jsonl"
+    assert folder_format("out.csv") == folder_format("out", "csv") == "csv"
+    with pytest.raises(InvalidRequestError, match="unknown format"):
+        folder_format("out", "xlsx")
 
+
+def test_arguments_an_executor_cannot_honour_are_refused_by_name(tmp_path):
     with pytest.raises(InvalidRequestError, match="keyword arguments"):
         run_batch(recommend, RECORDS, "x.parquet", executor="ray", engine="http://x:1")
     with pytest.raises(InvalidRequestError, match="'local' or 'ray'"):
         run_batch(recommend, RECORDS, "x.parquet", executor="dask")
+    # The local runner's prefix window: Ray orders the whole job by prefix (its buckets).
+    with pytest.raises(InvalidRequestError, match="window="):
+        run_batch(recommend, RECORDS, "x.parquet", executor="ray", window=100)
+    with pytest.raises(InvalidRequestError, match=r"unknown option\(s\) \['replica'\]"):
+        run_batch(recommend, RECORDS, "x.parquet", executor="ray", ray={"replica": 2})
+    with pytest.raises(InvalidRequestError, match="ray= holds the options"):
+        run_batch(recommend, RECORDS, tmp_path / "x.jsonl", ray={"replicas": 2})
+    with pytest.raises(InvalidRequestError, match="writes its results to a file"):
+        run_batch(recommend, RECORDS, None)
+    assert not list(tmp_path.iterdir())
 
 
 def test_ray_results_equal_the_local_runner_with_each_prefix_computed_once(
-    cluster, engine_options, tmp_path
+    cluster, engine_options, tmp_path, capfd
 ):
     records = RECORDS[:6] + [BAD] + RECORDS[6:]
     with Engine(**engine_options) as engine:
-        local_out = tmp_path / "local.jsonl"
+        local_out = tmp_path / "local.parquet"
         local = run_batch(recommend, records, local_out, engine=engine, keep=["id"],
                           progress=False)  # fmt: skip
-    local_rows = [json.loads(line) for line in local_out.read_text().splitlines()]
+    local_rows = pd.read_parquet(local_out).to_dict("records")
 
     out = tmp_path / "ray_results.parquet"
+    capfd.readouterr()
     result = run_batch(recommend, records, out, executor="ray", engine=engine_options,
                        keep=["id"], ray={"replicas": 2, "bucket_size": 4})  # fmt: skip
+    assert "recommend: 100%" in capfd.readouterr().err  # progress=True: the records bar
+    # One report type whatever the executor, every field filled by both.
+    assert type(result) is type(local) is BatchReport and result.executor == "ray"
+    assert (result.records, result.scored, result.errors) == (local.records, local.scored, 1)
+    assert result.calls > 0 and result.seconds > 0 and result.output == out
     rows = result.results.take_all()
     assert [r["row"] for r in rows] == [r["row"] for r in local_rows]
     assert [r["id"] for r in rows] == [r["id"] for r in local_rows]
     for got, want in zip(rows, local_rows, strict=True):
         assert abs(got["score"] - want["score"]) < TOLERANCE
+        assert abs(got["prob_Yes"] - want["prob_Yes"]) < TOLERANCE  # Parquet's flat rows
     # The bad record: reported, with the local runner's reason, not scored.
-    assert [e["row"] for e in result.errors] == [6] and "item" in result.errors[0]["reason"]
-    assert result.errors_file.exists() and local.errors == 1
+    errors = [json.loads(line) for line in result.errors_file.read_text().splitlines()]
+    assert [e["row"] for e in errors] == [6] and "item" in errors[0]["reason"]
+    assert result.error_reasons == local.error_reasons
     # Each user's prefix computed once in the whole job, as on the single local engine.
     # A prefix computed twice (a user split across actors) would add a whole profile
     # (>= 64 tokens) of uncached work; scheduling timing moves item tokens only.
@@ -97,6 +125,15 @@ def test_ray_results_equal_the_local_runner_with_each_prefix_computed_once(
     # Written with Ray Data's Parquet writer: a folder of files, the same rows.
     assert out.is_dir() and ray.data.read_parquet(str(out)).count() == len(rows)
 
+    # A rerun resumes: every row is in the folder or the errors file, none scored again
+    # (no actor started), and the report's results are still the whole job's.
+    again = run_batch(recommend, records, out, executor="ray", engine=engine_options,
+                      keep=["id"], progress=False)  # fmt: skip
+    assert "recommend: " not in capfd.readouterr().err  # progress=False: no bar
+    assert (again.skipped, again.scored, again.errors, again.calls) == (len(records), 0, 0, 0)
+    assert [r["row"] for r in again.results.take_all()] == [r["row"] for r in rows]
+    assert ray.data.read_parquet(str(out)).count() == len(rows)  # nothing written twice
+
 
 def test_the_batch_command_runs_on_ray(cluster, engine_options, tmp_path):
     import pandas as pd
@@ -106,13 +143,17 @@ def test_the_batch_command_runs_on_ray(cluster, engine_options, tmp_path):
         source, index=False
     )
     out = tmp_path / "labels.jsonl"
+    out.mkdir()
+    (out / "stale.json").write_text('{"row": 7, "label": "No", "probs": {"Yes": 0, "No": 1}}\n')
     address = ray.get_runtime_context().gcs_address
     command = [sys.executable, "-m", "prefillonly_sgl", "batch", f"{APP}:liked", str(source),
                str(out), "--model", engine_options["model"], "--device", "cpu", "--dtype",
-               "float32", "--ray", address, "--replicas", "1"]  # fmt: skip
+               "float32", "--ray", address, "--replicas", "1", "--overwrite",
+               "--no-progress"]  # fmt: skip
     done = subprocess.run(command, env=serve_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "scored on Ray" in done.stdout
+    assert "2 scored on Ray" in done.stdout and "liked: " not in done.stderr  # no bar
+    # --overwrite: the earlier run's rows are gone, not resumed.
     rows = sorted(ray.data.read_json(str(out)).take_all(), key=lambda r: r["row"])
     assert [r["row"] for r in rows] == [0, 1]
     assert all(r["label"] in liked.labels.texts for r in rows)

@@ -7,8 +7,10 @@ sources.py reads records (CSV, JSONL, Parquet, DataFrame, iterables), tasks.py t
 record into the function's arguments and a result row, sinks.py writes results durably
 and finds what an earlier run finished, runner.py drives it (prefix-ordered chunks, bad
 records to the errors file), scoring.py scores one chunk (bisecting refused chunks,
-retrying failures), ray_runner.py runs the same job on Ray Data. `prefillonly batch` is
-cli.py. All plain Python: the scoring goes through the DSL's backends.
+retrying failures; with what else both runners share: record preparation and
+BatchReport), ray_runner.py runs the same job on Ray Data (``executor="ray"``, the same
+BatchReport back). `prefillonly batch` is cli.py. All plain Python: the scoring goes
+through the DSL's backends.
 """
 
 from prefillonly_sgl.batch.runner import run_batch

@@ -9,6 +9,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from prefillonly_sgl.batch.runner import run_batch
+from prefillonly_sgl.batch.scoring import BatchAborted
+from prefillonly_sgl.batch.sources import check_source
+from prefillonly_sgl.engine import Engine
+from prefillonly_sgl.errors import PrefillOnlyError
+from prefillonly_sgl.server.endpoints import load_app_module
+
 EPILOG = """\
 The function's parameters are read from the record fields of the same name (--column
 PARAM=FIELD when they differ). Rerunning the same command resumes an interrupted job:
@@ -48,7 +55,8 @@ def add_parser(commands) -> None:
     ray.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                      help="score on Ray Data with a pool of engine actors (ADDRESS: the "
                      "cluster's; default: the running one, else a local one); OUTPUT is "
-                     "then a folder of .parquet / .jsonl files")  # fmt: skip
+                     "then a folder of files (.parquet, .jsonl or .csv by its name; "
+                     "Parquet without)")  # fmt: skip
     ray.add_argument("--replicas", type=int, default=2, help="engine actors (2)")
     ray.add_argument("--cpus-per-replica", type=float, default=1, help="(1)")
     ray.add_argument("--gpus-per-replica", type=float, default=0, help="(0; 1 on GPUs)")
@@ -56,8 +64,6 @@ def add_parser(commands) -> None:
 
 
 def find_function(target: str):
-    from prefillonly_sgl.server.endpoints import load_app_module
-
     path, _, name = target.rpartition(":") if ":" in target else (target, "", "")
     module = load_app_module(path)
     found = {
@@ -90,11 +96,6 @@ def parse_columns(pairs: list[str]) -> dict[str, str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from prefillonly_sgl.batch.runner import run_batch
-    from prefillonly_sgl.batch.scoring import BatchAborted
-    from prefillonly_sgl.batch.sources import check_source
-    from prefillonly_sgl.errors import PrefillOnlyError
-
     try:
         function = find_function(args.function)
         columns = parse_columns(args.column)
@@ -111,14 +112,22 @@ def main(args: argparse.Namespace) -> int:
         chunk_size=args.chunk_size,
         progress=not args.no_progress,
     )
-    if args.ray:
-        return _main_ray(args, function, columns)
+    if args.ray and args.server:
+        print("prefillonly batch: --ray starts engines on the cluster; drop --server",
+              file=sys.stderr)  # fmt: skip
+        return 2
     try:
-        if args.server:
+        if args.ray:
+            engine = {"model": args.model, "device": args.device, "dtype": args.dtype}
+            ray = {"replicas": args.replicas, "num_cpus": args.cpus_per_replica,
+                   "num_gpus": args.gpus_per_replica,
+                   "address": None if args.ray == "auto" else args.ray}  # fmt: skip
+            report = run_batch(function, args.records, args.output, executor="ray", ray=ray,
+                               engine={k: v for k, v in engine.items() if v is not None},
+                               **options)  # fmt: skip
+        elif args.server:
             report = run_batch(function, args.records, args.output, engine=args.server, **options)
         else:
-            from prefillonly_sgl.engine import Engine
-
             with Engine(args.model, device=args.device, dtype=args.dtype) as engine:
                 report = run_batch(function, args.records, args.output, engine=engine, **options)
     except KeyboardInterrupt:
@@ -130,45 +139,13 @@ def main(args: argparse.Namespace) -> int:
     except PrefillOnlyError as e:
         print(f"prefillonly batch: {e}", file=sys.stderr)
         return 2
+    except ImportError as e:
+        if args.ray and getattr(e, "name", None) == "ray":
+            print("prefillonly batch: --ray needs Ray: pip install 'prefillonly-sgl[ray]'",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        raise
     print(f"[batch] {report.summary()}")
     for reason in report.error_reasons:
         print(f"[batch]   {reason}")
-    return 0
-
-
-def _main_ray(args: argparse.Namespace, function, columns: dict) -> int:
-    from prefillonly_sgl.errors import PrefillOnlyError
-
-    if args.server:
-        print("prefillonly batch: --ray starts engines on the cluster; drop --server",
-              file=sys.stderr)  # fmt: skip
-        return 2
-    try:
-        from prefillonly_sgl.batch.ray_runner import run_batch_ray
-    except ImportError:
-        print("prefillonly batch: --ray needs Ray: pip install 'prefillonly-sgl[ray]'",
-              file=sys.stderr)  # fmt: skip
-        return 2
-    engine = {"model": args.model, "device": args.device, "dtype": args.dtype}
-    try:
-        report = run_batch_ray(
-            function,
-            args.records,
-            args.output,
-            engine={k: v for k, v in engine.items() if v is not None},
-            replicas=args.replicas,
-            num_cpus=args.cpus_per_replica,
-            num_gpus=args.gpus_per_replica,
-            columns=columns,
-            keep=args.keep,
-            errors_file=args.errors,
-            chunk_size=args.chunk_size,
-            address=None if args.ray == "auto" else args.ray,
-        )
-    except PrefillOnlyError as e:
-        print(f"prefillonly batch: {e}", file=sys.stderr)
-        return 2
-    print(f"[batch] {report.summary()}")
-    for error in report.errors[:5]:
-        print(f"[batch]   row {error['row']}: {error['reason']}")
     return 0

@@ -5,62 +5,58 @@ pool of engine actors, for jobs beyond one machine.
                            replicas=4, num_gpus=1, engine={"model_path": "/models/x"})
 
 The driver reads the records (anything ``run_batch`` reads, or a Ray Dataset) and
-prepares them exactly as the local runner does (arguments validated, bad records to the
-errors file, each record's prompt prefix). Records are then put in buckets by prefix
-(every record of one prefix in one bucket; buckets ~``bucket_size`` records), one Ray
-Data block each, and ``map_batches`` hands whole blocks to an actor pool of
-``replicas`` engines (``concurrency``, each with ``num_cpus`` / ``num_gpus``), each
-engine started once per actor. An actor scores its bucket in prefix order, ``chunk_size``
-records per call, with the local runner's bisection of refused chunks, so each prefix is
-computed once per job, not once per actor. A task that fails (an actor died) is retried
-by Ray; finished buckets are not scored again.
+prepares them exactly as the local runner does (scoring.prepare_records: arguments
+validated, bad records to the errors file, each record's prompt prefix, rows an earlier
+run finished skipped). Records are then put in buckets by prefix (every record of one
+prefix in one bucket; buckets ~``bucket_size`` records), one Ray Data block each, and
+``map_batches`` hands whole blocks to an actor pool of ``replicas`` engines
+(``concurrency``, each with ``num_cpus`` / ``num_gpus``), each engine started once per
+actor. An actor scores its bucket in prefix order, ``chunk_size`` records per call, with
+the local runner's bisection of refused chunks, so each prefix is computed once per job,
+not once per actor. A task that fails (an actor died) is retried by Ray; finished buckets
+are not scored again.
 
-Results: a Ray Dataset in row order (``RayBatchResult.results``, the local runner's
-fields), written with Ray Data's writers when ``output`` is given (a folder: .parquet /
-.jsonl files); errors, row by row, to ``<output>.errors.jsonl`` (or ``errors_file``).
+Results: a BatchReport, as the local runner's, whose ``results`` is a Ray Dataset in row
+order; written with Ray Data's writers when ``output`` is given (a folder of .parquet /
+.jsonl / .csv files, the local runner's rows for that format). A rerun resumes: rows in
+the output folder or the errors file are not scored again (``overwrite=True`` starts
+afresh), this run's rows are added to the folder as files of their own.
 """
 
 from __future__ import annotations
 
 import json
 import pickle
+import shutil
+import sys
 import time
 import zlib
-from dataclasses import dataclass
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from prefillonly_sgl.batch.sinks import write_errors
-from prefillonly_sgl.batch.sources import RecordError, check_source, read_records
+from prefillonly_sgl.batch.scoring import (
+    BatchReport,
+    prepare_records,
+    progress_bar,
+    report_errors,
+    score_chunk,
+)
+from prefillonly_sgl.batch.sinks import error_rows, rows_for
+from prefillonly_sgl.batch.sources import (
+    FORMATS,
+    check_source,
+    count_records,
+    file_format,
+    read_records,
+)
 from prefillonly_sgl.batch.tasks import Prepared, task_for
+from prefillonly_sgl.dsl.backends import resolve_backend
+from prefillonly_sgl.engine import Engine
 from prefillonly_sgl.errors import InvalidRequestError
 
 DEFAULT_BUCKET = 512  # records per bucket (a Ray Data task's unit of work and retry)
-
-
-@dataclass
-class RayBatchResult:
-    results: Any  # ray.data.Dataset of result rows, in row order
-    errors: list[dict]  # {"row", "reason", "record"} of the records that were not scored
-    records: int
-    scored: int
-    prompt_tokens: int
-    cached_tokens: int
-    seconds: float
-    output: Path | None = None
-    errors_file: Path | None = None
-
-    @property
-    def cache_hit_share(self) -> float | None:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None
-
-    def summary(self) -> str:
-        from prefillonly_sgl.batch.scoring import rate_and_hits
-
-        where = f" -> {self.output}" if self.output else ""
-        return (
-            f"{self.scored} scored on Ray ({rate_and_hits(self)}), {len(self.errors)} errors{where}"
-        )
+# The options of run_batch_ray that run_batch(executor="ray") takes in its ray= dict.
+RAY_OPTIONS = ("replicas", "num_cpus", "num_gpus", "bucket_size", "address")
 
 
 def bucket_of(prefix: str, buckets: int) -> int:
@@ -78,21 +74,16 @@ class _Scorer:
     """One actor of the pool: an engine started once, scoring whole buckets."""
 
     def __init__(self, task_bytes: bytes, engine_options: dict, chunk_size: int, retries: int):
-        from prefillonly_sgl.engine import Engine
-
         self.task = pickle.loads(task_bytes)
         self.engine = Engine(**engine_options)
         self.chunk_size, self.retries = chunk_size, retries
 
     def __call__(self, bucket: dict) -> dict:
         """Scores one bucket (a whole block: ``prepared`` records)."""
-        from prefillonly_sgl.batch.scoring import BatchReport, score_chunk
-        from prefillonly_sgl.dsl.backends import resolve_backend
-
         prepared = sorted((pickle.loads(b) for b in bucket["prepared"]), key=lambda p: p.prefix)
         backend = resolve_backend(self.engine)
         before = (backend.prompt_tokens, backend.cached_tokens)
-        report = BatchReport(Path("-"), Path("-"))
+        report = BatchReport(None, Path("-"))  # counts the calls only
         rows, kinds, payloads = [], [], []
         for start in range(0, len(prepared), self.chunk_size):
             chunk = prepared[start : start + self.chunk_size]
@@ -105,13 +96,14 @@ class _Scorer:
                 rows.append(row)
                 kinds.append("error")
                 payloads.append(json.dumps({"row": row, "reason": why}))
-        # The tokens of the whole bucket on its first row, so the driver can add them up.
-        tokens, cached = [0] * len(rows), [0] * len(rows)
+        # The bucket's tokens and calls on its first row, so the driver can add them up.
+        tokens, cached, calls = [0] * len(rows), [0] * len(rows), [0] * len(rows)
         if rows:
             tokens[0] = backend.prompt_tokens - before[0]
             cached[0] = backend.cached_tokens - before[1]
+            calls[0] = report.calls
         return {"row": rows, "kind": kinds, "payload": payloads, "prompt_tokens": tokens,
-                "cached_tokens": cached}  # fmt: skip
+                "cached_tokens": cached, "calls": calls}  # fmt: skip
 
     def __del__(self) -> None:
         engine = getattr(self, "engine", None)
@@ -122,27 +114,37 @@ class _Scorer:
 def _records_of(records):
     """(row, record) pairs of the usual inputs or of a Ray Dataset (streamed to the driver,
     where preparation runs; the model work runs on the actors)."""
-    if type(records).__module__.startswith("ray.data"):
+    if _is_dataset(records):
         for row, record in enumerate(records.iter_rows()):
             yield row, dict(record)
         return
-    check_source(records)
     yield from read_records(records)
+
+
+def _is_dataset(records) -> bool:
+    return type(records).__module__.startswith("ray.data")
 
 
 def _ship_by_value(function) -> None:
     """Ray's workers import a function's module by name; a user's module (a script, a file
     loaded by path as `prefillonly batch FILE.py:NAME` does, a test folder) is not there,
     so it travels by value. Installed packages' modules are imported as usual."""
-    import sys
-
-    from ray import cloudpickle
+    from ray import cloudpickle  # Ray stays a lazy import (an optional extra)
 
     module = sys.modules.get(function.fn.__module__)
     where = str(getattr(module, "__file__", "") or "")
     installed = "site-packages" in where or "dist-packages" in where
     if module is not None and not installed and not module.__name__.startswith("prefillonly_sgl."):
         cloudpickle.register_pickle_by_value(module)
+
+
+def folder_format(output, given: str | None = None) -> str:
+    """The format of an output folder: ``given``, else its suffix (.parquet, .jsonl,
+    .csv), else JSON lines when ".json" is in its name, else Parquet."""
+    path = Path(output)
+    if given is not None or path.suffix.lower() in FORMATS:
+        return file_format(path, given)
+    return "jsonl" if ".json" in path.name else "parquet"
 
 
 def run_batch_ray(
@@ -157,109 +159,142 @@ def run_batch_ray(
     columns: dict | None = None,
     keep=(),
     errors_file=None,
+    output_format: str | None = None,
+    overwrite: bool = False,
     chunk_size: int = 64,
     bucket_size: int = DEFAULT_BUCKET,
     retries: int = 2,
+    progress: bool = True,
     address: str | None = None,
-) -> RayBatchResult:
+) -> BatchReport:
     """Scores every record with ``function`` on a Ray cluster (``address``; default: the
     one ``ray.init`` finds or starts) with ``replicas`` engine actors.
 
     engine: keyword arguments of each actor's ``Engine`` (model, device, dtype, ...).
-    output: a folder for the results (``.parquet`` or ``.jsonl`` in its name picks the
-        format; default Parquet), written with Ray Data's writers; None: not written.
+    output: a folder for the results (``output_format``, else ``.parquet`` / ``.jsonl`` /
+        ``.csv`` in its name picks the format; default Parquet), written with Ray Data's
+        writers; an earlier run's folder is resumed (``overwrite=True``: started afresh).
+        None: not written, nothing resumed (the rows are in the report's ``results``).
+    The other arguments mean what they mean for run_batch.
     """
-    import ray
+    import ray  # an optional extra: imported when a job runs on it
 
-    if replicas < 1 or chunk_size < 1 or bucket_size < 1:
-        raise InvalidRequestError("replicas, chunk_size and bucket_size must be >= 1")
+    if replicas < 1 or chunk_size < 1 or bucket_size < 1 or retries < 0:
+        raise InvalidRequestError("replicas, chunk_size and bucket_size must be >= 1, retries >= 0")
     task = task_for(function, columns, keep)
+    if not _is_dataset(records):
+        check_source(records)
+    fmt = folder_format(output, output_format) if output is not None else None
+    path = Path(output) if output is not None else None
+    errors_path = Path(errors_file) if errors_file else _errors_path(output)
+    if overwrite or path is None:  # without an output there is nothing to resume
+        errors_path.unlink(missing_ok=True)
+    if overwrite and path is not None and path.is_dir():
+        shutil.rmtree(path)
+    elif overwrite and path is not None:
+        path.unlink(missing_ok=True)
+    if path is not None and path.exists() and not path.is_dir():
+        raise InvalidRequestError(
+            f"{path} is a file: executor='ray' writes a folder of files (pass another "
+            "output, or overwrite=True to replace it)"
+        )
+    report = BatchReport(path, errors_path, executor="ray")
     started = time.perf_counter()
-    prepared: list[Prepared] = []
-    errors: list[dict] = []
-    originals: dict[int, Any] = {}
-    count = 0
-    for row, record in _records_of(records):
-        count += 1
-        if isinstance(record, RecordError):
-            errors.append({"row": row, "reason": record.reason, "record": None})
-            continue
-        try:
-            prepared.append(task.prepare(row, record))
-            originals[row] = record
-        except InvalidRequestError as e:
-            errors.append({"row": row, "reason": str(e), "record": record})
     if not ray.is_initialized():
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
-    _ship_by_value(function)
+    with _ray_data_progress(ray, progress):
+        done = _done_rows(ray, path, fmt)
+        task.check_same_job(done, path)
+        skip = done.keys() | error_rows(errors_path)
+        total = None if _is_dataset(records) else count_records(records)
+        with progress_bar(function, total, progress) as bar:
+            new_rows = _score(ray, function, task, records, report, skip, bar, engine,
+                              replicas, num_cpus, num_gpus, chunk_size, bucket_size,
+                              retries)  # fmt: skip
+    new_rows = rows_for(fmt or "jsonl", sorted(new_rows, key=lambda r: r["row"]))
+    if new_rows and path is not None:
+        _write(ray.data.from_items(new_rows), path, fmt)
+    report.results = ray.data.from_items(sorted([*done.values(), *new_rows],
+                                                key=lambda r: r["row"]))  # fmt: skip
+    report.seconds = time.perf_counter() - started
+    return report
 
+
+def _score(ray, function, task, records, report, skip, bar, engine, replicas, num_cpus,
+           num_gpus, chunk_size, bucket_size, retries) -> list[dict]:  # fmt: skip
+    """The records prepared on the driver, scored by the actor pool: this run's results
+    (errors reported, tokens and calls counted into ``report`` as they come)."""
+    prepared: list[Prepared] = []
+    originals: dict[int, dict] = {}
+    for p, record in prepare_records(task, _records_of(records), report, skip, bar):
+        prepared.append(p)
+        originals[p.row] = record
+    if not prepared:
+        return []
+    _ship_by_value(function)
     from ray import cloudpickle  # the user's module by value, where _ship_by_value said so
 
     buckets = bucket_count(len(prepared), replicas, bucket_size)
     by_bucket: dict[int, list[bytes]] = {}
     for p in prepared:
         by_bucket.setdefault(bucket_of(p.prefix, buckets), []).append(cloudpickle.dumps(p))
-    scored_rows = []
-    prompt_tokens = cached_tokens = 0
-    if by_bucket:
-        # One block per bucket, each handed whole to an actor (batch_size=None). The
-        # buckets are made here rather than with Ray's groupby: its shuffle needs CPUs of
-        # its own beside the actors' (on a cluster the actors fill, it never runs).
-        import pyarrow as pa
+    # One block per bucket, each handed whole to an actor (batch_size=None). The buckets are
+    # made here rather than with Ray's groupby: its shuffle needs CPUs of its own beside
+    # the actors' (on a cluster the actors fill, it never runs).
+    import pyarrow as pa  # with Ray (its dependency)
 
-        blocks = [pa.table({"prepared": pa.array(items, pa.binary())})
-                  for items in by_bucket.values()]  # fmt: skip
-        scored = (
-            ray.data.from_arrow(blocks)
-            .map_batches(
-                _Scorer,
-                fn_constructor_args=(
-                    cloudpickle.dumps(task),
-                    dict(engine or {}),
-                    chunk_size,
-                    retries,
-                ),  # fmt: skip
-                batch_size=None,
-                batch_format="numpy",
-                concurrency=replicas,
-                num_cpus=num_cpus,
-                num_gpus=num_gpus,
-                max_task_retries=3,
-                max_restarts=3,
-            )
-            .materialize()
-        )
-        for out in scored.iter_rows():
-            prompt_tokens += int(out["prompt_tokens"])
-            cached_tokens += int(out["cached_tokens"])
-            payload = json.loads(out["payload"])
-            if out["kind"] == "error":
-                row = int(payload["row"])
-                errors.append({"row": row, "reason": payload["reason"],
-                               "record": originals.get(row)})  # fmt: skip
-            else:
-                scored_rows.append(payload)
-    scored_rows.sort(key=lambda r: r["row"])
-    errors.sort(key=lambda e: e["row"])
-    results = ray.data.from_items(scored_rows)
-    out_path = _write(results, output) if output is not None and scored_rows else None
-    errors_path = None
-    if errors:
-        errors_path = Path(errors_file) if errors_file else _errors_path(output)
-        errors_path.unlink(missing_ok=True)  # this run's errors only (no resume on Ray)
-        write_errors(errors_path, [(e["row"], e["reason"], e["record"]) for e in errors])
-    return RayBatchResult(results, errors, count, len(scored_rows), prompt_tokens,
-                          cached_tokens, time.perf_counter() - started, out_path,
-                          errors_path)  # fmt: skip
+    blocks = [pa.table({"prepared": pa.array(items, pa.binary())}) for items in by_bucket.values()]
+    scored = ray.data.from_arrow(blocks).map_batches(
+        _Scorer,
+        fn_constructor_args=(cloudpickle.dumps(task), dict(engine or {}), chunk_size, retries),
+        batch_size=None,
+        batch_format="numpy",
+        concurrency=replicas,
+        num_cpus=num_cpus,
+        num_gpus=num_gpus,
+        max_task_retries=3,
+        max_restarts=3,
+    )
+    results = []
+    for out in scored.iter_rows():  # streamed as buckets finish
+        report.prompt_tokens += int(out["prompt_tokens"])
+        report.cached_tokens += int(out["cached_tokens"])
+        report.calls += int(out["calls"])
+        payload = json.loads(out["payload"])
+        if out["kind"] == "error":
+            row = int(payload["row"])
+            report_errors(report, bar, [(row, payload["reason"], originals.get(row))])
+        else:
+            results.append(payload)
+            report.scored += 1
+            bar.update(1)
+    return results
 
 
-def _write(results, output) -> Path:
-    path = Path(output)
-    if ".jsonl" in path.name or ".json" in path.name:
-        results.write_json(str(path))
-    else:
-        results.write_parquet(str(path))
-    return path
+@contextmanager
+def _ray_data_progress(ray, progress: bool):
+    """Ray Data's own progress bars off for the job when ``progress`` is False."""
+    context = ray.data.DataContext.get_current()
+    before = context.enable_progress_bars
+    context.enable_progress_bars = before and progress
+    try:
+        yield
+    finally:
+        context.enable_progress_bars = before
+
+
+def _done_rows(ray, path: Path | None, fmt: str | None) -> dict[int, dict]:
+    """The rows an earlier run wrote to the output folder, by row."""
+    if path is None or not path.is_dir() or not any(path.iterdir()):
+        return {}
+    read = {"parquet": ray.data.read_parquet, "jsonl": ray.data.read_json,
+            "csv": ray.data.read_csv}[fmt]  # fmt: skip
+    return {int(r["row"]): r for r in read(str(path)).take_all()}
+
+
+def _write(results, path: Path, fmt: str) -> None:
+    {"parquet": results.write_parquet, "jsonl": results.write_json,
+     "csv": results.write_csv}[fmt](str(path))  # fmt: skip
 
 
 def _errors_path(output) -> Path:

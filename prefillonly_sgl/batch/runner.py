@@ -9,26 +9,28 @@ share a prefix go out together and the prefix is computed once. A chunk the back
 refuses as invalid (e.g. a prompt too long) is split in halves until the bad record is
 alone, which then goes to the errors file; a chunk that fails otherwise (a server gone) is
 retried ``retries`` times, then the job stops with BatchAborted, everything finished so far
-saved: a rerun resumes where it stopped (sinks.py).
+saved: a rerun resumes where it stopped (sinks.py). ``executor="ray"`` runs the same job
+on Ray Data (ray_runner.py) and returns the same BatchReport.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
-from tqdm.auto import tqdm
+from prefillonly_sgl.batch.ray_runner import RAY_OPTIONS, run_batch_ray
 
 # BatchAborted and BatchReport are part of this module's API (re-exported).
-from prefillonly_sgl.batch.scoring import BatchAborted, BatchReport, score_chunk
-from prefillonly_sgl.batch.sinks import ResultWriter
-from prefillonly_sgl.batch.sources import (
-    RecordError,
-    check_source,
-    count_records,
-    read_records,
+from prefillonly_sgl.batch.scoring import (
+    BatchAborted,
+    BatchReport,
+    prepare_records,
+    progress_bar,
+    report_errors,
+    score_chunk,
 )
-from prefillonly_sgl.batch.tasks import Prepared, Task, task_for
+from prefillonly_sgl.batch.sinks import ResultWriter
+from prefillonly_sgl.batch.sources import check_source, count_records, read_records
+from prefillonly_sgl.batch.tasks import Prepared, task_for
 from prefillonly_sgl.dsl.backends import resolve_backend
 from prefillonly_sgl.errors import InvalidRequestError
 
@@ -50,7 +52,7 @@ def run_batch(
     keep=(),
     overwrite: bool = False,
     chunk_size: int = DEFAULT_CHUNK,
-    window: int = DEFAULT_WINDOW,
+    window: int | None = None,
     retries: int = 2,
     progress: bool = True,
     executor: str = "local",
@@ -67,23 +69,30 @@ def run_batch(
     errors_file: where bad records go (default ``<output>.errors.jsonl``).
     engine: an Engine, a server URL or a Backend (default: ``prefillonly.use``'s); with
         ``executor="ray"``, the keyword arguments of each actor's Engine (a dict).
+    window: records ordered by prefix at a time (default 4096); local only.
     executor: "local" (this process) or "ray": the same job on Ray Data with a pool of
         engine actors (ray_runner.run_batch_ray; ``ray``: its options, e.g.
-        ``{"replicas": 4, "num_gpus": 1, "address": ...}``); returns its RayBatchResult.
+        ``{"replicas": 4, "num_gpus": 1, "address": ...}``); output is then a folder of
+        files (None: results only in the report's ``results`` Dataset).
+    Returns a BatchReport whatever the executor.
     """
     if executor == "ray":
-        if engine is not None and not isinstance(engine, dict):
-            raise InvalidRequestError(
-                "executor='ray' starts its engines on the cluster: pass engine= as the "
-                "Engine's keyword arguments (a dict), not an engine or a URL"
-            )
-        from prefillonly_sgl.batch.ray_runner import run_batch_ray
-
-        return run_batch_ray(function, records, output, engine=engine, columns=columns,
-                             keep=keep, errors_file=errors_file, chunk_size=chunk_size,
-                             retries=retries, **(ray or {}))  # fmt: skip
+        _check_ray_arguments(engine, window, ray)
+        return run_batch_ray(function, records, output, engine=engine,
+                             output_format=output_format, errors_file=errors_file,
+                             columns=columns, keep=keep, overwrite=overwrite,
+                             chunk_size=chunk_size, retries=retries, progress=progress,
+                             **(ray or {}))  # fmt: skip
     if executor != "local":
         raise InvalidRequestError(f"executor must be 'local' or 'ray', got {executor!r}")
+    if ray is not None:
+        raise InvalidRequestError("ray= holds the options of executor='ray'; this job is local")
+    if output is None:
+        raise InvalidRequestError(
+            "output: the local runner writes its results to a file (a Dataset without an "
+            "output is executor='ray''s)"
+        )
+    window = DEFAULT_WINDOW if window is None else window
     if chunk_size < 1 or window < 1 or retries < 0:
         raise InvalidRequestError("chunk_size and window must be >= 1, retries >= 0")
     task = task_for(function, columns, keep)
@@ -92,16 +101,26 @@ def run_batch(
     if overwrite:
         writer.remove()
     done, failed = writer.done()
-    _check_same_job(task, done, writer.path)
+    task.check_same_job(done, writer.path)
     backend = resolve_backend(engine)
     report = BatchReport(writer.path, writer.errors_path)
     tokens_before = (getattr(backend, "prompt_tokens", 0), getattr(backend, "cached_tokens", 0))
     started = time.perf_counter()
-    total = count_records(records)
-    name = getattr(function.fn, "__name__", "batch")
     try:
-        _run(task, backend, records, writer, report, done, failed, total, name, progress,
-             chunk_size, window, retries)  # fmt: skip
+        with progress_bar(function, count_records(records), progress) as bar:
+            pending: list[Prepared] = []
+            originals: dict[int, dict] = {}
+            for prepared, record in prepare_records(
+                task, read_records(records), report, done.keys() | failed, bar
+            ):
+                pending.append(prepared)
+                originals[prepared.row] = record
+                if len(pending) >= window:
+                    _run_window(task, backend, pending, originals, writer, report, bar,
+                                chunk_size, retries)  # fmt: skip
+                    pending, originals = [], {}
+            _run_window(task, backend, pending, originals, writer, report, bar, chunk_size,
+                        retries)  # fmt: skip
     except BaseException:  # Ctrl-C, an abort: the output still gets every finished row
         if writer.journal.exists():
             writer.finish()
@@ -113,32 +132,21 @@ def run_batch(
     return report
 
 
-def _run(task, backend, records, writer, report, done, failed, total, name, progress,
-         chunk_size, window, retries) -> None:  # fmt: skip
-    with tqdm(total=total, desc=name, unit="record", disable=not progress) as bar:
-        pending: list[Prepared] = []
-        originals: dict[int, dict] = {}
-        for row, record in read_records(records):
-            report.records += 1
-            if row in done or row in failed:
-                report.skipped += 1
-                bar.update(1)
-                continue
-            if isinstance(record, RecordError):
-                _report_errors(writer, report, bar, [(row, record.reason, None)])
-                continue
-            try:
-                pending.append(task.prepare(row, record))
-            except InvalidRequestError as e:
-                _report_errors(writer, report, bar, [(row, str(e), record)])
-                continue
-            originals[row] = record
-            if len(pending) >= window:
-                _run_window(
-                    task, backend, pending, originals, writer, report, bar, chunk_size, retries
-                )
-                pending, originals = [], {}
-        _run_window(task, backend, pending, originals, writer, report, bar, chunk_size, retries)
+def _check_ray_arguments(engine, window, ray) -> None:
+    """What executor='ray' cannot take, refused by name rather than dropped."""
+    if engine is not None and not isinstance(engine, dict):
+        raise InvalidRequestError(
+            "executor='ray' starts its engines on the cluster: pass engine= as the "
+            "Engine's keyword arguments (a dict), not an engine or a URL"
+        )
+    if window is not None:
+        raise InvalidRequestError(
+            "window= bounds the local runner's prefix ordering; executor='ray' orders the "
+            "whole job by prefix (its buckets, ray={'bucket_size': ...}): drop window="
+        )
+    unknown = sorted(set(ray or {}) - set(RAY_OPTIONS))
+    if unknown:
+        raise InvalidRequestError(f"ray=: unknown option(s) {unknown}; known: {RAY_OPTIONS}")
 
 
 def _run_window(task, backend, pending, originals, writer, report, bar, chunk_size, retries):
@@ -149,30 +157,4 @@ def _run_window(task, backend, pending, originals, writer, report, bar, chunk_si
         writer.write(results)
         report.scored += len(results)
         bar.update(len(results))
-        _report_errors(writer, report, bar, [(row, why, originals.get(row)) for row, why in errors])
-
-
-def _report_errors(writer, report: BatchReport, bar, errors) -> None:
-    if not errors:
-        return
-    writer.write_errors(errors)
-    report.errors += len(errors)
-    room = max(0, 5 - len(report.error_reasons))
-    report.error_reasons += [f"row {row}: {why}" for row, why, _ in errors[:room]]
-    bar.update(len(errors))
-
-
-def _check_same_job(task: Task, done: dict[int, dict], path: Path) -> None:
-    """An output being resumed must hold this function's kind of results and labels."""
-    if not done:
-        return
-    sample = next(iter(done.values()))
-    expected = "label" if task.kind == "classifier" else "score"
-    labels = set(task.function.labels.texts)
-    found = set(sample.get("probs") or {}) or {k[5:] for k in sample if k.startswith("prob_")}
-    if expected not in sample or found != labels:
-        raise InvalidRequestError(
-            f"{path} holds results of another job (fields {sorted(sample)[:8]}), not of "
-            f"{task.function.fn.__qualname__} (labels {sorted(labels)}): pass overwrite=True "
-            "(--overwrite) or another output"
-        )
+        report_errors(report, bar, [(row, why, originals.get(row)) for row, why in errors])

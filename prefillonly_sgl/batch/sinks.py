@@ -35,6 +35,11 @@ def flatten(result: dict) -> dict:
     return flat
 
 
+def rows_for(fmt: str, results: list[dict]) -> list[dict]:
+    """Results as rows of an output of format ``fmt``: flat for CSV and Parquet."""
+    return results if fmt == "jsonl" else [flatten(r) for r in results]
+
+
 class ResultWriter:
     def __init__(self, path: str | Path, fmt: str | None = None, errors_path=None) -> None:
         self.path = Path(path)
@@ -55,8 +60,7 @@ class ResultWriter:
         if self.path.exists() and not self.journal.exists():
             self._journal_from_output()  # an output written before: rows may be added to it
         results = {r["row"]: r for r in _read_journal(self.journal)}
-        errors = {r["row"] for r in _read_journal(self.errors_path)}
-        return results, errors
+        return results, error_rows(self.errors_path)
 
     def _journal_from_output(self) -> None:
         if self.format == "jsonl":
@@ -72,8 +76,7 @@ class ResultWriter:
 
     # -- this run --------------------------------------------------------------------------
     def write(self, results: list[dict]) -> None:
-        rows = results if self.format == "jsonl" else [flatten(r) for r in results]
-        _write_lines(self.journal, rows)
+        _write_lines(self.journal, rows_for(self.format, results))
 
     def write_errors(self, errors: list[tuple[int, str, Any]]) -> None:
         write_errors(self.errors_path, errors)
@@ -100,6 +103,11 @@ class ResultWriter:
         os.replace(temporary, self.path)
         self.journal.unlink(missing_ok=True)
         return len(rows)
+
+
+def error_rows(path: Path) -> set[int]:
+    """The rows in an errors file (not retried by a rerun)."""
+    return {r["row"] for r in _read_journal(path)}
 
 
 def write_errors(path: Path, errors: list[tuple[int, str, Any]]) -> None:

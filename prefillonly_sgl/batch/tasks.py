@@ -73,6 +73,22 @@ class Task:
         value = self.function.fn(**arguments)
         return value.prefix if isinstance(value, Prompt) else ""
 
+    def check_same_job(self, done: dict[int, dict], where) -> None:
+        """Earlier results being resumed (``done``, by row, from ``where``) must be of this
+        function's kind and labels (a result or a flat row with ``prob_<label>`` fields)."""
+        if not done:
+            return
+        sample = next(iter(done.values()))
+        expected = "label" if self.kind == "classifier" else "score"
+        labels = set(self.function.labels.texts)
+        found = set(sample.get("probs") or {}) or {k[5:] for k in sample if k.startswith("prob_")}
+        if expected not in sample or found != labels:
+            raise InvalidRequestError(
+                f"{where} holds results of another job (fields {sorted(sample)[:8]}), not of "
+                f"{self.function.fn.__qualname__} (labels {sorted(labels)}): pass "
+                "overwrite=True (--overwrite) or another output"
+            )
+
     def prepare(self, row: int, record: dict) -> Prepared:
         raise NotImplementedError
 
