@@ -2,20 +2,27 @@
 Llama in float32): results equal the local runner's row for row, in the same BatchReport,
 each prefix group is computed once per job (the cached tokens equal the local runner's,
 whose single engine computes each prefix once), bad records go to the errors file,
-results are written with Ray Data's writers in the local runner's rows, a rerun resumes,
-arguments Ray cannot honour are refused, and the `prefillonly batch --ray` command runs the
-same job (--overwrite, --no-progress honoured)."""
+results are written in the local runner's rows, a rerun resumes, and arguments Ray cannot
+honour are refused. Faults: an engine actor SIGKILLed mid-job costs no row and doubles
+none; a `prefillonly batch --ray` driver SIGKILLed mid-job is resumed by the same command
+from the buckets it wrote, none of them scored again (--overwrite, --no-progress and
+--bucket-size honoured)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
+import psutil
 import pytest
-from batch_app_example import liked, recommend
+from batch_app_example import recommend
 from server_process import serve_env
 
 from prefillonly_sgl import Engine
@@ -39,6 +46,10 @@ ITEMS = ["Alien", "Heat", "Chef", "Amelie"]
 RECORDS = [{"id": f"{u}-{i}", "profile": f"{u} {about}", "item": item}
            for i, item in enumerate(ITEMS) for u, about in USERS.items()]  # fmt: skip
 BAD = {"id": "broken", "profile": "dave likes nothing"}  # no item
+# The fault tests' job: 24 users of one item each, one record per bucket (bucket_size=1),
+# so the job is many small buckets and a kill lands while most are still to come.
+MANY = [{"id": f"u{k}", "profile": f"user{k} watches films about trains", "item": ITEMS[k % 4]}
+        for k in range(24)]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -135,26 +146,97 @@ def test_ray_results_equal_the_local_runner_with_each_prefix_computed_once(
     assert ray.data.read_parquet(str(out)).count() == len(rows)  # nothing written twice
 
 
-def test_the_batch_command_runs_on_ray(cluster, engine_options, tmp_path):
-    import pandas as pd
+def _bucket_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("part-*"))
 
-    source = tmp_path / "reviews.csv"
-    pd.DataFrame([{"review": "it worked", "drug": "a"}, {"review": "awful", "drug": "b"}]).to_csv(
-        source, index=False
-    )
-    out = tmp_path / "labels.jsonl"
+
+def _written_rows(folder: Path) -> list[int]:
+    """Every row in the folder's bucket files, repeats included (each file read alone)."""
+    rows = []
+    for f in _bucket_files(folder):
+        if f.suffix == ".parquet":
+            rows += pd.read_parquet(f)["row"].tolist()
+        else:
+            rows += [json.loads(line)["row"] for line in f.open()]
+    return rows
+
+
+def _wait_for_a_bucket(folder: Path, alive) -> int:
+    """Waits until the job has written its first bucket; the number of files then."""
+    deadline = time.monotonic() + 300
+    while not _bucket_files(folder):
+        assert alive(), "the job ended before it wrote a bucket"
+        assert time.monotonic() < deadline, "no bucket written in 300 s"
+        time.sleep(0.01)
+    return len(_bucket_files(folder))
+
+
+def _engine_actors() -> list[psutil.Process]:
+    """The pool's actor processes (Ray titles them after the actor class)."""
+    return [p for p in psutil.process_iter(["cmdline"])
+            if "MapWorker" in " ".join(p.info["cmdline"] or [])]  # fmt: skip
+
+
+def test_an_actor_killed_mid_job_costs_no_row_and_doubles_none(cluster, engine_options, tmp_path):
+    out = tmp_path / "actor_killed.parquet"
+    with ThreadPoolExecutor(1) as pool:
+        options = {"replicas": 2, "bucket_size": 1}
+        job = pool.submit(run_batch, recommend, MANY, out, executor="ray", engine=engine_options,
+                          keep=["id"], progress=False, ray=options)  # fmt: skip
+        _wait_for_a_bucket(out, lambda: not job.done())
+        actors = _engine_actors()
+        assert len(actors) == 2, actors
+        actors[0].send_signal(signal.SIGKILL)  # its engine's processes die with it (PDEATHSIG)
+        written_at_kill = len(_bucket_files(out))
+        report = job.result(timeout=600)
+    assert (report.scored, report.errors) == (len(MANY), 0)
+    assert written_at_kill < len(_bucket_files(out))  # the kill came with buckets to go
+    assert sorted(_written_rows(out)) == list(range(len(MANY)))  # each row exactly once
+    assert [r["row"] for r in report.results.take_all()] == list(range(len(MANY)))
+    assert not actors[0].is_running()
+
+
+def test_the_batch_command_on_ray_resumes_a_driver_killed_mid_job(
+    cluster, engine_options, tmp_path
+):
+    source = tmp_path / "many.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in [*MANY, BAD]))
+    out = tmp_path / "driver_killed.jsonl"
     out.mkdir()
-    (out / "stale.json").write_text('{"row": 7, "label": "No", "probs": {"Yes": 0, "No": 1}}\n')
+    (out / "stale.json").write_text('{"row": 7, "score": 0.5, "probs": {"Yes": 0.5, "No": 0.5}}\n')
     address = ray.get_runtime_context().gcs_address
-    command = [sys.executable, "-m", "prefillonly_sgl", "batch", f"{APP}:liked", str(source),
+    command = [sys.executable, "-m", "prefillonly_sgl", "batch", f"{APP}:recommend", str(source),
                str(out), "--model", engine_options["model"], "--device", "cpu", "--dtype",
-               "float32", "--ray", address, "--replicas", "1", "--overwrite",
-               "--no-progress"]  # fmt: skip
-    done = subprocess.run(command, env=serve_env(), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "2 scored on Ray" in done.stdout and "liked: " not in done.stderr  # no bar
+               "float32", "--keep", "id", "--ray", address, "--replicas", "1",
+               "--bucket-size", "1", "--no-progress"]  # fmt: skip
+    log = tmp_path / "driver.log"
+    with open(log, "w") as sink:
+        driver = subprocess.Popen([*command, "--overwrite"], env=serve_env(), stdout=sink,
+                                  stderr=sink)  # fmt: skip
+        try:
+            _wait_for_a_bucket(out, lambda: driver.poll() is None)
+        except AssertionError:
+            driver.kill()
+            raise AssertionError(log.read_text()[-3000:]) from None
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=60)
     # --overwrite: the earlier run's rows are gone, not resumed.
-    rows = sorted(ray.data.read_json(str(out)).take_all(), key=lambda r: r["row"])
-    assert [r["row"] for r in rows] == [0, 1]
-    assert all(r["label"] in liked.labels.texts for r in rows)
+    assert not (out / "stale.json").exists()
+    before = _written_rows(out)
+    assert 0 < len(before) < len(MANY) and len(set(before)) == len(before)
+    errors_file = Path(f"{out}.errors.jsonl")
+    assert [json.loads(line)["row"] for line in errors_file.read_text().splitlines()] == [24]
+
+    # The same command again: the rows the killed driver wrote and its bad record are
+    # skipped, only the rest scored; no bar (--no-progress).
+    again = subprocess.run(command, env=serve_env(), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"{len(MANY) - len(before)} scored on Ray" in again.stdout, again.stdout
+    assert f"{len(before) + 1} already done, 0 errors" in again.stdout, again.stdout
+    assert "recommend: " not in again.stderr
+    assert sorted(_written_rows(out)) == list(range(len(MANY)))  # each row exactly once
+    assert len(errors_file.read_text().splitlines()) == 1
+    rows = sorted((json.loads(line) for f in _bucket_files(out) for line in f.open()),
+                  key=lambda r: r["row"])  # fmt: skip
+    assert [r["id"] for r in rows] == [r["id"] for r in MANY]
     assert all(abs(sum(r["probs"].values()) - 1) < 1e-5 for r in rows)

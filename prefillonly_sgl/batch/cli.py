@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from prefillonly_sgl.batch.ray_runner import DEFAULT_BUCKET
 from prefillonly_sgl.batch.runner import run_batch
 from prefillonly_sgl.batch.scoring import BatchAborted
 from prefillonly_sgl.batch.sources import check_source
@@ -60,6 +61,9 @@ def add_parser(commands) -> None:
     ray.add_argument("--replicas", type=int, default=2, help="engine actors (2)")
     ray.add_argument("--cpus-per-replica", type=float, default=1, help="(1)")
     ray.add_argument("--gpus-per-replica", type=float, default=0, help="(0; 1 on GPUs)")
+    ray.add_argument("--bucket-size", type=int, default=DEFAULT_BUCKET,
+                     help=f"records per bucket: an actor's unit of work, written to OUTPUT "
+                     f"as it finishes, so a rerun resumes from it ({DEFAULT_BUCKET})")  # fmt: skip
     batch.set_defaults(handler=main)
 
 
@@ -120,7 +124,7 @@ def main(args: argparse.Namespace) -> int:
         if args.ray:
             engine = {"model": args.model, "device": args.device, "dtype": args.dtype}
             ray = {"replicas": args.replicas, "num_cpus": args.cpus_per_replica,
-                   "num_gpus": args.gpus_per_replica,
+                   "num_gpus": args.gpus_per_replica, "bucket_size": args.bucket_size,
                    "address": None if args.ray == "auto" else args.ray}  # fmt: skip
             report = run_batch(function, args.records, args.output, executor="ray", ray=ray,
                                engine={k: v for k, v in engine.items() if v is not None},

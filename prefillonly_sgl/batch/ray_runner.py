@@ -13,14 +13,22 @@ prefix in one bucket; buckets ~``bucket_size`` records), one Ray Data block each
 (``concurrency``, each with ``num_cpus`` / ``num_gpus``), each engine started once per
 actor. An actor scores its bucket in prefix order, ``chunk_size`` records per call, with
 the local runner's bisection of refused chunks, so each prefix is computed once per job,
-not once per actor. A task that fails (an actor died) is retried by Ray; finished buckets
-are not scored again.
+not once per actor.
+
+Nothing is lost and nothing is done twice:
+- an actor that dies (killed, out of memory) loses only the bucket it held: Ray restarts
+  it and runs that bucket again (a bucket's rows leave the actor all at once, when it is
+  done, so none of them can arrive twice);
+- each bucket's rows are written to the output folder as soon as the driver has them, as
+  a file of their own (``part-<run>-<n>.<format>``, written to a temporary name and renamed,
+  so a file holds a whole bucket or does not exist), and its failed records to the errors
+  file: that folder is the job's journal. A driver that dies loses the buckets it had not
+  written; a rerun reads the folder and the errors file and scores only the rows in
+  neither (``overwrite=True`` starts afresh).
 
 Results: a BatchReport, as the local runner's, whose ``results`` is a Ray Dataset in row
-order; written with Ray Data's writers when ``output`` is given (a folder of .parquet /
-.jsonl / .csv files, the local runner's rows for that format). A rerun resumes: rows in
-the output folder or the errors file are not scored again (``overwrite=True`` starts
-afresh), this run's rows are added to the folder as files of their own.
+order (the folder's rows from earlier runs and this run's), the local runner's rows for
+the folder's format (flat Parquet / CSV, JSON lines with ``probs``).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import pickle
 import shutil
 import sys
 import time
+import uuid
 import zlib
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,7 +50,7 @@ from prefillonly_sgl.batch.scoring import (
     report_errors,
     score_chunk,
 )
-from prefillonly_sgl.batch.sinks import error_rows, rows_for
+from prefillonly_sgl.batch.sinks import error_rows, rows_for, write_rows
 from prefillonly_sgl.batch.sources import (
     FORMATS,
     check_source,
@@ -172,8 +181,8 @@ def run_batch_ray(
 
     engine: keyword arguments of each actor's ``Engine`` (model, device, dtype, ...).
     output: a folder for the results (``output_format``, else ``.parquet`` / ``.jsonl`` /
-        ``.csv`` in its name picks the format; default Parquet), written with Ray Data's
-        writers; an earlier run's folder is resumed (``overwrite=True``: started afresh).
+        ``.csv`` in its name picks the format; default Parquet), a file per bucket as it
+        finishes; an earlier run's folder is resumed (``overwrite=True``: started afresh).
         None: not written, nothing resumed (the rows are in the report's ``results``).
     The other arguments mean what they mean for run_batch.
     """
@@ -198,6 +207,10 @@ def run_batch_ray(
             f"{path} is a file: executor='ray' writes a folder of files (pass another "
             "output, or overwrite=True to replace it)"
         )
+    if path is not None:
+        path.mkdir(parents=True, exist_ok=True)
+        for stale in path.glob(".*.tmp"):  # a bucket file a killed driver did not finish
+            stale.unlink()
     report = BatchReport(path, errors_path, executor="ray")
     started = time.perf_counter()
     if not ray.is_initialized():
@@ -208,22 +221,35 @@ def run_batch_ray(
         skip = done.keys() | error_rows(errors_path)
         total = None if _is_dataset(records) else count_records(records)
         with progress_bar(function, total, progress) as bar:
-            new_rows = _score(ray, function, task, records, report, skip, bar, engine,
-                              replicas, num_cpus, num_gpus, chunk_size, bucket_size,
-                              retries)  # fmt: skip
-    new_rows = rows_for(fmt or "jsonl", sorted(new_rows, key=lambda r: r["row"]))
-    if new_rows and path is not None:
-        _write(ray.data.from_items(new_rows), path, fmt)
+            new_rows = _score(ray, function, task, records, report, skip, bar,
+                              _BucketFiles(path, fmt), engine, replicas, num_cpus, num_gpus,
+                              chunk_size, bucket_size, retries)  # fmt: skip
     report.results = ray.data.from_items(sorted([*done.values(), *new_rows],
                                                 key=lambda r: r["row"]))  # fmt: skip
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _score(ray, function, task, records, report, skip, bar, engine, replicas, num_cpus,
-           num_gpus, chunk_size, bucket_size, retries) -> list[dict]:  # fmt: skip
+class _BucketFiles:
+    """The output folder as the job's journal: one file per finished bucket."""
+
+    def __init__(self, folder: Path | None, fmt: str | None) -> None:
+        self.folder, self.format = folder, fmt or "jsonl"
+        self.run, self.written = uuid.uuid4().hex[:8], 0  # names no other run's files take
+
+    def write(self, rows: list[dict]) -> None:
+        if self.folder is None or not rows:
+            return
+        self.written += 1
+        name = f"part-{self.run}-{self.written:05d}.{self.format}"
+        write_rows(self.folder / name, self.format, rows)
+
+
+def _score(ray, function, task, records, report, skip, bar, files, engine, replicas,
+           num_cpus, num_gpus, chunk_size, bucket_size, retries) -> list[dict]:  # fmt: skip
     """The records prepared on the driver, scored by the actor pool: this run's results
-    (errors reported, tokens and calls counted into ``report`` as they come)."""
+    as rows of the output's format, each bucket's written to ``files`` (and its errors to
+    the errors file) as it arrives, tokens and calls counted into ``report``."""
     prepared: list[Prepared] = []
     originals: dict[int, dict] = {}
     for p, record in prepare_records(task, _records_of(records), report, skip, bar):
@@ -256,19 +282,28 @@ def _score(ray, function, task, records, report, skip, bar, engine, replicas, nu
         max_restarts=3,
     )
     results = []
-    for out in scored.iter_rows():  # streamed as buckets finish
-        report.prompt_tokens += int(out["prompt_tokens"])
-        report.cached_tokens += int(out["cached_tokens"])
-        report.calls += int(out["calls"])
-        payload = json.loads(out["payload"])
-        if out["kind"] == "error":
-            row = int(payload["row"])
-            report_errors(report, bar, [(row, payload["reason"], originals.get(row))])
-        else:
-            results.append(payload)
-            report.scored += 1
-            bar.update(1)
-    return results
+    # Whole buckets, as they finish (batch_size=None: one block, i.e. one actor call's
+    # output, at a time): each is on disk before the next is taken.
+    for bucket in scored.iter_batches(batch_size=None, batch_format="pyarrow"):
+        out = bucket.to_pydict()
+        report.prompt_tokens += sum(out["prompt_tokens"])
+        report.cached_tokens += sum(out["cached_tokens"])
+        report.calls += sum(out["calls"])
+        rows, errors = [], []
+        for kind, text in zip(out["kind"], out["payload"], strict=True):
+            payload = json.loads(text)
+            if kind == "error":
+                row = int(payload["row"])
+                errors.append((row, payload["reason"], originals.get(row)))
+            else:
+                rows.append(payload)
+        rows = rows_for(files.format, sorted(rows, key=lambda r: r["row"]))
+        files.write(rows)  # the results first: a kill between the two rescores the errors
+        report_errors(report, bar, errors)
+        results += rows
+        report.scored += len(rows)
+        bar.update(len(rows))
+    return sorted(results, key=lambda r: r["row"])
 
 
 @contextmanager
@@ -290,11 +325,6 @@ def _done_rows(ray, path: Path | None, fmt: str | None) -> dict[int, dict]:
     read = {"parquet": ray.data.read_parquet, "jsonl": ray.data.read_json,
             "csv": ray.data.read_csv}[fmt]  # fmt: skip
     return {int(r["row"]): r for r in read(str(path)).take_all()}
-
-
-def _write(results, path: Path, fmt: str) -> None:
-    {"parquet": results.write_parquet, "jsonl": results.write_json,
-     "csv": results.write_csv}[fmt](str(path))  # fmt: skip
 
 
 def _errors_path(output) -> Path:

@@ -84,25 +84,32 @@ class ResultWriter:
     def finish(self) -> int:
         """Writes the output in row order; returns its number of rows."""
         rows = sorted(_read_journal(self.journal), key=lambda r: r["row"])
-        temporary = self.path.with_name(f".{self.path.name}.tmp")
-        if self.format == "jsonl":
-            _write_lines(temporary, rows, mode="w")
-        elif self.format == "csv":
-            columns = list(dict.fromkeys(k for r in rows for k in r))
-            with open(temporary, "w", newline="", encoding="utf-8") as f:
-                writer = csv.DictWriter(f, fieldnames=columns)
-                writer.writeheader()
-                writer.writerows(rows)
-                f.flush()
-                os.fsync(f.fileno())
-        else:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            pq.write_table(pa.Table.from_pylist(rows), temporary)
-        os.replace(temporary, self.path)
+        write_rows(self.path, self.format, rows)
         self.journal.unlink(missing_ok=True)
         return len(rows)
+
+
+def write_rows(path: Path, fmt: str, rows: list[dict]) -> None:
+    """Writes ``rows`` as a whole file of format ``fmt`` at ``path``: to a temporary file
+    (``.<name>.tmp``, a suffix no reader takes for a results file) renamed into place once
+    flushed, so ``path`` holds all the rows or does not exist."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    if fmt == "jsonl":
+        _write_lines(temporary, rows, mode="w")
+    elif fmt == "csv":
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        with open(temporary, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+            f.flush()
+            os.fsync(f.fileno())
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(rows), temporary)
+    os.replace(temporary, path)
 
 
 def error_rows(path: Path) -> set[int]:
