@@ -19,6 +19,7 @@ def test_gateway_command_line_names_the_replicas_policy_and_health_checks():
     assert "--health-check-interval-secs" in argv
     # SGLang's /health generates a token: a busy replica overran smg's probe timeout
     assert argv[argv.index("--health-check-endpoint") + 1] == "/ready"
+    assert "--disable-worker-overload-protection" in argv  # no 503 while a survivor queues
     with pytest.raises(ValueError, match="policy must be one of"):
         gateway_argv("h", 1, ["u"], 2, "fastest")
     with pytest.raises(ValueError, match="at least one replica"):

@@ -18,6 +18,18 @@ Why these settings (smg 1.13.0, measured on localhost, see docs/server.md):
   unavailable") while one of two replicas was down (benchmarks/README.md). /ready answers
   from the HTTP process (200 once the server is up, 503 while it starts), so load cannot
   fail it; a dead replica fails it by refusing the connection.
+- no overload veto (`--disable-worker-overload-protection`). smg 1.13 polls each worker's
+  /v1/loads and vetoes a worker with >= 8 waiting requests (or KV usage >= 0.8) until the
+  next poll; when every worker is vetoed it routes to the least loaded anyway, but a dead
+  worker counts as "not vetoed", so one overloaded survivor beside a dead peer leaves no
+  candidate and smg answers a non-retryable 503 no_available_workers ("0/2 available (1
+  healthy)") for a poll interval (~7 s). That was every error left after the /ready fix:
+  642 of 678 requests in one kill's window (8 clients; the survivor had 10-18 waiting);
+  0 of 61 with the veto off, same run (benchmarks/README.md). A prefill-only replica
+  queues by design (the JCT scheduler orders its queue), so the gateway should not refuse
+  what the replica would serve. smg's circuit breaker stays on: it counts consecutive
+  failures of the worker tried (a survivor answering 200s cannot open it), and opens on
+  a dead replica before its probes do.
 - its Prometheus listener on a port of its own, on 127.0.0.1 (smg binds 0.0.0.0:29000 by
   default, which a second gateway on the machine would collide with).
 """
@@ -56,6 +68,7 @@ def gateway_argv(
         "--health-failure-threshold", str(HEALTH_FAILURE_THRESHOLD),
         "--health-success-threshold", "1",
         "--health-check-endpoint", HEALTH_CHECK_ENDPOINT,
+        "--disable-worker-overload-protection",
         "--prometheus-host", "127.0.0.1",
         "--prometheus-port", str(prometheus_port),
         "--log-level", "warn",
