@@ -242,13 +242,15 @@ def kill_run(replica_set: ReplicaSet, gateway: Gateway, users: list[dict], clien
 def markdown(config: dict, affinity_report: dict, kills: list[dict]) -> str:
     rounds = config["rounds"]
     lines = ["# Replicas behind SGLang's gateway", "", "```", json.dumps(config, indent=1),
-             "```", "", "## Prefix affinity (cached-token share per round)", "",
-             "Prefill work: tokens computed (prompt - cached) in rounds 2+, relative to "
-             "cache_aware (the same requests for every policy).", "",
-             "| policy | " + " | ".join(f"round {i + 1}" for i in range(rounds))
-             + " | prefill work, rounds 2+ | mean latency, last round "
-             "| max abs diff vs one replica |",
-             "|---" * (rounds + 4) + "|"]  # fmt: skip
+             "```"]  # fmt: skip
+    if affinity_report:  # none under --kill-only
+        lines += ["", "## Prefix affinity (cached-token share per round)", "",
+                  "Prefill work: tokens computed (prompt - cached) in rounds 2+, relative to "
+                  "cache_aware (the same requests for every policy).", "",
+                  "| policy | " + " | ".join(f"round {i + 1}" for i in range(rounds))
+                  + " | prefill work, rounds 2+ | mean latency, last round "
+                  "| max abs diff vs one replica |",
+                  "|---" * (rounds + 4) + "|"]  # fmt: skip
     base = _uncached(affinity_report["cache_aware"]["rounds"][1:]) if affinity_report else 0
     for policy, r in affinity_report.items():
         shares = " | ".join(f"{x['cached_share']:.0%}" for x in r["rounds"])

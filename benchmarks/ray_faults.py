@@ -12,7 +12,7 @@ recommendation job (`--users` profiles of ~250 tokens x `--items` films, the soa
   rest, none rescored), rows exactly once, seconds in all.
 
     python benchmarks/ray_faults.py            # ~5 min
-    python benchmarks/ray_faults.py --smoke    # fewer records, ~2 min
+    python benchmarks/ray_faults.py --smoke    # 48 records, ~4 min
 
 Results: benchmarks/ray_faults_results/ (summary.md, results.json).
 """
