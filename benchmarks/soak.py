@@ -7,14 +7,14 @@ shared query, 4 film items; 40%), /v1/score_labels with a label of two tokens (1
 /v1/rerank (20%) and /v1/classify (15%) through DSL functions (harness/soak_app.py), and
 malformed bodies (10%: each must get its 4xx). Saturation: the mix's throughput under
 `--clients` closed-loop clients for `--saturate-seconds`, after `--warmup-seconds` of the
-same, unmeasured: a cold server served the mix at 3.9/s in its first 20 s and at 8.2-9.8/s
-in the next four (first shapes, an empty prefix cache). The soak: Poisson arrivals at
-`--load` x that rate (open loop, at most 64 in flight) for `--minutes`; then saturation
-again, the same way: a server that kept its speed serves the mix as fast after the soak
-as before it (latency at 70% load moves a lot with a few percent of machine noise).
+same, unmeasured: a cold server served the mix at 3.9/s over its first 20 s and at 8.2-9.8/s
+over each of the next four 20 s (first shapes, an empty prefix cache). The soak: Poisson
+arrivals at `--load` x that rate (open loop, at most 64 in flight) for `--minutes`; then
+saturation again, the same way: a server that kept its speed serves the mix as fast after
+the soak as before it (latency at 70% load moves a lot with a few percent of machine noise).
 
     python benchmarks/soak.py                 # default model, 30 min (~35 min in all)
-    python benchmarks/soak.py --smoke         # tiny model, 30 s
+    python benchmarks/soak.py --smoke         # tiny model, 30 s (~1.5 min in all)
 
 Results: benchmarks/soak_results/ (summary.md, results.json, soak.png).
 """
@@ -213,7 +213,7 @@ def markdown(
     return "\n".join(lines) + "\n"
 
 
-def plot(result: dict, path: Path) -> None:
+def plot(result: dict, seconds: float, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -222,9 +222,8 @@ def plot(result: dict, path: Path) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
     good = [r for r in result["rows"] if r["ok"] and r["kind"] != "bad"]
     top.scatter([r["t"] / 60 for r in good], [r["latency"] for r in good], s=3, alpha=0.4)
-    minutes = range(int(max((r["t"] for r in good), default=0) // 60) + 1)
-    per_minute = [[r["latency"] for r in good if m * 60 <= r["t"] < (m + 1) * 60] for m in minutes]
-    medians = [(m + 0.5, quantile(ls, 0.5)) for m, ls in zip(minutes, per_minute) if ls]
+    per_minute = windows(result, seconds, count=max(1, round(seconds / 60)))
+    medians = [((w["from_s"] + w["to_s"]) / 120, w["p50_s"]) for w in per_minute if w["p50_s"]]
     if medians:
         top.plot(*zip(*medians), color="black", label="median per minute")
     bad = [r for r in result["rows"] if not r["ok"]]
@@ -294,7 +293,7 @@ def main(argv=None) -> int:
          "memory": result["memory"], "rows": result["rows"]}))  # fmt: skip
     summary = markdown(config, sat, rate, result, table, sat_after)
     (args.out / "summary.md").write_text(summary)
-    plot(result, args.out / "soak.png")
+    plot(result, args.minutes * 60, args.out / "soak.png")
     print(summary)
     return 0 if all(r["ok"] for r in result["rows"]) else 1
 
