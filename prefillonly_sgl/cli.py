@@ -59,7 +59,7 @@ def _serve(argv: list[str]) -> int:
         print(f"prefillonly serve: {e}", file=sys.stderr)
         return 2
     with runtime_enabled(config):  # SGLang's workers inherit the configuration
-        return serve(sglang_argv, options, specs)
+        return serve(sglang_argv, options, specs, config.needs_tokenizer_hooks)
 
 
 def _serve_help() -> None:

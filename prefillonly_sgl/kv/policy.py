@@ -1,6 +1,8 @@
 """Which tokens of a scoring request keep KV in the pool (plain Python, unit-tested).
 
-A scoring request (max_new_tokens == 0) never decodes, so the KV of its tokens is needed
+A scoring request (max_new_tokens == 0) never decodes, nor does a single-token request
+(max_new_tokens == 1: its one token is sampled from the prefill's last position; it never
+joins SGLang's running batch), so the KV of its tokens is needed
 after its own forward only if a later request can reuse it from the prefix cache. Each
 request carries a *reusable-prefix length* R (messages.py carries it to the scheduler):
 tokens [0, R) keep per-layer KV and enter the radix cache; tokens [R, n) get no pool
@@ -30,6 +32,13 @@ from collections.abc import Sequence
 DROPPED_SLOT = 0
 
 MIN_KEPT_LEN = 1  # see kept_new_tokens
+
+
+def runs_one_forward(max_new_tokens: int | None) -> bool:
+    """A request whose whole life is one prefill: a score prompt (no output token) or a
+    single-token request. Only these carry R (the tokenizer hooks attach it to nothing
+    else); a request of more tokens keeps every token's KV for its decode steps."""
+    return max_new_tokens in (0, 1)
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:

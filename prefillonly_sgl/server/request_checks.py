@@ -12,6 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.single_token.requests import (
+    CHAT_PATH,
+    COMPLETIONS_PATH,
+    check_single_token_body,
+    is_single_token,
+)
 from prefillonly_sgl.validation import (
     ModelLimits,
     TextOrIds,
@@ -125,7 +131,7 @@ def check_score_body(
     return len(checked_items)
 
 
-def _check_token_ids(ids: list, name: str, limits: ModelLimits) -> None:
+def _check_token_ids(ids: list, name: str, limits: ModelLimits, max_tokens: int | None) -> None:
     if not ids:
         raise InvalidRequestError(f"{name} is empty: give at least one token id")
     for token in ids:
@@ -137,16 +143,19 @@ def _check_token_ids(ids: list, name: str, limits: ModelLimits) -> None:
             f"{name} has token ids outside the vocabulary (valid ids: 0..{limits.vocab_size - 1})"
             f": {bad[:5]}"
         )
-    if len(ids) > limits.max_prompt_tokens:
+    max_tokens = limits.max_prompt_tokens if max_tokens is None else max_tokens
+    if len(ids) > max_tokens:
         raise InvalidRequestError(
-            f"{name} is {len(ids)} tokens, longer than the {limits.max_prompt_tokens} this "
-            "server accepts"
+            f"{name} is {len(ids)} tokens, longer than the {max_tokens} this server accepts"
         )
 
 
-def _check_text_or_ids_prompts(value: object, name: str, limits: ModelLimits) -> int:
-    """A prompt field that is a string, a list of strings, token ids or lists of token ids.
-    Returns the number of prompts."""
+def _check_text_or_ids_prompts(
+    value: object, name: str, limits: ModelLimits, max_tokens: int | None = None
+) -> int:
+    """A prompt field that is a string, a list of strings, token ids or lists of token ids
+    (each at most max_tokens long; default: the pool-bound limit). Returns the number of
+    prompts."""
     if isinstance(value, str):
         if not value:
             raise InvalidRequestError(f"{name} is empty: give a non-empty prompt")
@@ -161,10 +170,10 @@ def _check_text_or_ids_prompts(value: object, name: str, limits: ModelLimits) ->
             return len(value)
         if all(isinstance(v, list) for v in value):
             for i, ids in enumerate(value):
-                _check_token_ids(ids, f"{name}[{i}]", limits)
+                _check_token_ids(ids, f"{name}[{i}]", limits, max_tokens)
             return len(value)
         if all(type(v) is int for v in value):
-            _check_token_ids(value, name, limits)
+            _check_token_ids(value, name, limits, max_tokens)
             return 1
     raise InvalidRequestError(
         f"{name} must be a string, a list of strings, a list of token ids or a list of "
@@ -209,14 +218,47 @@ def _copies(value: object, name: str) -> int:
 
 
 def check_completions_body(body: object, limits: ModelLimits, max_prompts: int) -> int:
-    """/v1/completions (OpenAI): an empty prompt kills stock SGLang like on /generate."""
+    """/v1/completions (OpenAI): an empty prompt kills stock SGLang like on /generate. A
+    single-token request (single_token/requests.py) may be as long as a score prompt."""
     body = _require_object(body)
     prompt = body.get("prompt")
     if prompt is None:
         raise InvalidRequestError("prompt is missing")
-    n = _check_text_or_ids_prompts(prompt, "prompt", limits) * _copies(body.get("n"), "n")
+    single = _check_openai_extensions(COMPLETIONS_PATH, body, limits)
+    max_tokens = limits.scoring_prompt_tokens if single else limits.max_prompt_tokens
+    n = _check_text_or_ids_prompts(prompt, "prompt", limits, max_tokens)
+    n *= _copies(body.get("n"), "n")
     check_prompt_count(n, "prompt", max_prompts)
     return n
+
+
+def check_chat_body(body: object, limits: ModelLimits, max_prompts: int) -> int:
+    """/v1/chat/completions (OpenAI): SGLang's model checks the messages; here the
+    single-token fields and our extensions."""
+    body = _require_object(body)
+    _check_openai_extensions(CHAT_PATH, body, limits)
+    n = _copies(body.get("n"), "n")
+    check_prompt_count(n, "request", max_prompts)
+    return n
+
+
+_EXTENSIONS = ("logprob_token_ids", "shared_prefix")
+
+
+def _check_openai_extensions(path: str, body: dict, limits: ModelLimits) -> bool:
+    """Whether the request is single-token (then its fields are checked); our extension
+    fields only come with single-token requests."""
+    if is_single_token(path, body):
+        check_single_token_body(path, body, limits.vocab_size)
+        return True
+    given = [name for name in _EXTENSIONS if body.get(name) is not None]
+    if given:
+        raise InvalidRequestError(
+            f"{given[0]} applies to single-token requests (max_tokens: 1"
+            + (" or max_completion_tokens: 1" if path == CHAT_PATH else "")
+            + ")"
+        )
+    return False
 
 
 def check_object_body(body: object, max_prompts: int | None = None) -> int:

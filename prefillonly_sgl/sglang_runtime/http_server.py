@@ -5,6 +5,8 @@ by uvicorn in the main process, with the scheduler and detokenizer in spawned pr
 Before it starts we add to that same app, so every SGLang endpoint and client keeps
 working:
 - the RequestGuard middleware (prefillonly_sgl/server/guard.py) on the work endpoints;
+- /v1/chat/completions and /v1/completions routes on SGLang's handlers, which run a
+  single-token request as a prefill-only request (sglang_runtime/single_token.py);
 - a /v1/score route that calls SGLang's handler and adds cached tokens and queue/running
   time to the response's `usage` (the body was checked by the guard with ScoringFront's
   checks, score_front.py, the same the Engine and the typed endpoints use);
@@ -41,6 +43,7 @@ from prefillonly_sgl.server.guard import (
 )
 from prefillonly_sgl.server.options import ServeOptions
 from prefillonly_sgl.server.request_checks import (
+    check_chat_body,
     check_completions_body,
     check_generate_body,
     check_object_body,
@@ -138,6 +141,8 @@ class SGLangRuntime:
             return check_generate_body(body, self.limits, max_prompts)
         if path == "/v1/completions":
             return check_completions_body(body, self.limits, max_prompts)
+        if path == "/v1/chat/completions":
+            return check_chat_body(body, self.limits, max_prompts)
         spec = self._app_specs.get(path)
         if spec is not None and spec.count_prompts is not None:
             check_object_body(body)
@@ -371,11 +376,20 @@ def _guard_metrics(enabled: bool):
 REPLACED_PATHS = frozenset({"/v1/rerank", "/v1/classify"})
 
 
-def install(app, options: ServeOptions, specs: list[EndpointSpec], enable_metrics: bool):
+def install(
+    app,
+    options: ServeOptions,
+    specs: list[EndpointSpec],
+    enable_metrics: bool,
+    mark_reusable_prefixes: bool = True,
+):
     """Adds everything `serve` adds to SGLang's FastAPI app (before it starts); ``specs``:
     every typed endpoint, the `--app` ones and the built-in APIs (prefillonly_sgl/apis/),
-    which the caller builds."""
+    which the caller builds. mark_reusable_prefixes: single-token OpenAI requests carry
+    their reusable prefix (when a runtime feature reads it)."""
     from fastapi.routing import APIRoute
+
+    from prefillonly_sgl.sglang_runtime import single_token
 
     # SGLang's /v1/rerank and /v1/classify serve cross-encoder / classification models
     # only: ours (apis/ranking.py, among `specs`) replace them.
@@ -390,6 +404,8 @@ def install(app, options: ServeOptions, specs: list[EndpointSpec], enable_metric
     runtime = SGLangRuntime(options, specs)
     _install_validation_handler(app)
     _replace_score_route(app)
+    single_token.install_routes(app)
+    single_token.install_in_this_process(mark_reusable_prefixes)
     for spec in specs:
         _add_endpoint(app, spec, runtime)
     policy = GuardPolicy(
@@ -404,7 +420,12 @@ def install(app, options: ServeOptions, specs: list[EndpointSpec], enable_metric
     return runtime
 
 
-def serve(sglang_argv: list[str], options: ServeOptions, specs: list[EndpointSpec]) -> int:
+def serve(
+    sglang_argv: list[str],
+    options: ServeOptions,
+    specs: list[EndpointSpec],
+    mark_reusable_prefixes: bool = True,
+) -> int:
     """Parses sglang_argv with SGLang's own parser and runs SGLang's server with our
     additions and the typed endpoints ``specs`` (all of them: cli.py adds the built-in
     APIs to the `--app` ones). Blocks until the server exits."""
@@ -422,7 +443,13 @@ def serve(sglang_argv: list[str], options: ServeOptions, specs: list[EndpointSpe
     from sglang.launch_server import run_server
     from sglang.srt.entrypoints.http_server import app
 
-    install(app, options, specs, enable_metrics=bool(server_args.enable_metrics))
+    install(
+        app,
+        options,
+        specs,
+        enable_metrics=bool(server_args.enable_metrics),
+        mark_reusable_prefixes=mark_reusable_prefixes,
+    )
     if server_args.device == "cpu":
         from prefillonly_sgl.sglang_runtime.offline_engine import _check_cpu_support
 

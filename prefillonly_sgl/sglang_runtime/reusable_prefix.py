@@ -13,6 +13,11 @@ prompts inside it, so the value never leaks to another call).
 keep_whole_prompts(): within it, a score call's prompts are reusable whole (R = the
 prompt's length), for labels of several tokens (label_sequences.py), whose continuation
 requests then find each prompt in the prefix cache.
+
+Single-token OpenAI requests (sglang_runtime/single_token.py) arrive here with their
+reusable prefix's token ids in custom_params (single_token/prefix.py); R = the common
+prefix of those and the prompt's tokens, and the ids leave the request (they never reach
+the scheduler).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import inspect
 
 from prefillonly_sgl.kv.messages import with_reusable_len
 from prefillonly_sgl.kv.policy import reusable_prefix_len
+from prefillonly_sgl.single_token.prefix import prefix_ids_in, without_prefix_ids
 
 # The query tokens of the score call being tokenized in this task ([]: nothing reusable);
 # None outside score calls (generate requests stay stock).
@@ -77,13 +83,23 @@ def query_token_ids(tokenizer, arguments: dict) -> list[int]:
 
 
 def _after_create_tokenized_object(result, *args, **kwargs):
-    """Each score prompt of the call leaves with its R (0 when nothing is reusable)."""
+    """Each score prompt of the call, and each single-token request, leaves with its R
+    (0 when nothing is reusable)."""
     from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
 
-    query_ids = _SCORE_CALL.get()
-    if query_ids is None or not isinstance(result, TokenizedGenerateReqInput):
+    if not isinstance(result, TokenizedGenerateReqInput):
         return result
     params = result.sampling_params
+    prefix_ids = prefix_ids_in(params.custom_params)
+    if prefix_ids is not None:  # a single-token OpenAI request
+        custom = without_prefix_ids(params.custom_params)
+        if result.input_ids is not None and params.max_new_tokens == 1:
+            custom = with_reusable_len(custom, reusable_prefix_len(prefix_ids, result.input_ids))
+        params.custom_params = custom or None
+        return result
+    query_ids = _SCORE_CALL.get()
+    if query_ids is None:
+        return result
     if result.input_ids is None or params.max_new_tokens != 0:
         return result
     if _KEEP_WHOLE.get():

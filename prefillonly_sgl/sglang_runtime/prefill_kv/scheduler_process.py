@@ -9,9 +9,11 @@ is its never-allocated dummy slot), not a dLLM, and a prefill attention backend 
 FlashInfer whenever it always plans the ragged prefill). Elsewhere every request is
 stock, with a warning in the log saying why.
 
-Per request, while active:
+Per request (score prompts and single-token requests: those carrying R), while active:
 - length: validate_input_length lets a score prompt be as long as the context (the stock
-  limit is also bounded by the pool); R is clamped to the pool where it is read.
+  limit is also bounded by the pool); R is clamped to the pool where it is read; a
+  single-token request keeps its one output token (init_req_max_new_tokens would clip it
+  to what the pool leaves after the prompt).
 - admission: PrefillAdder.add_one_req charges the pool budget only for kept tokens and
   never chunks a score prompt (a later chunk would read earlier chunks' KV from the
   pool): one that does not fit the chunk budget runs alone, first in its batch.
@@ -19,6 +21,9 @@ Per request, while active:
   rest (alloc_token_slots, called once inside it, allocates by the layout handed over in
   _PENDING_LAYOUT), and ends the request's kv_committed_len / kv_allocated_len at the
   kept boundary, so the stock release_kv_cache caches and frees only [0, boundary).
+- never a decode step: a single-token request's prefill batch is not merged into
+  SGLang's running batch (get_next_batch_to_run), which overlapped scheduling does
+  before the result that finishes the request.
 The attention backends (prefill_attention*.py) never read dropped tokens from the pool (the
 CPU one does not write them either; FlashInfer's stock write sends them to DROPPED_SLOT).
 """
@@ -37,6 +42,7 @@ from prefillonly_sgl.kv.policy import (
     clamp_reusable_len,
     dropped_new_tokens,
     kept_new_tokens,
+    runs_one_forward,
     slot_mask,
 )
 from prefillonly_sgl.sglang_runtime import process_state
@@ -49,9 +55,10 @@ STATE = process_state.current().prefill_kv
 
 
 def reusable_len(req) -> int | None:
-    """R of a score prompt, clamped to the pool; None for every other request (stock),
-    and for all requests where the pool or the attention backend is not supported."""
-    if not STATE.active or not req.is_prefill_only:
+    """R of a score prompt or a single-token request, clamped to the pool; None for every
+    other request (stock), and for all requests where the pool or the attention backend
+    is not supported."""
+    if not STATE.active or not runs_one_forward(req.sampling_params.max_new_tokens):
         return None
     r = reusable_len_in(req.sampling_params.custom_params)
     if r is None or STATE.max_pool_input_len is None:
@@ -122,6 +129,18 @@ def _around_validate_input_length(original, req, max_req_input_len, allow_auto_t
     return original(req, limit, allow_auto_truncate)
 
 
+def _around_init_req_max_new_tokens(original, self, req, *args, **kwargs):
+    """A single-token request keeps its one token: SGLang clips max_new_tokens to what the
+    pool leaves after the prompt (0 for a prompt longer than the pool, which would then
+    run as a score prompt and sample nothing), but that token is never decoded, so it
+    needs no pool slot."""
+    single = reusable_len(req) is not None and req.sampling_params.max_new_tokens == 1
+    result = original(self, req, *args, **kwargs)
+    if single and not req.finished():
+        req.sampling_params.max_new_tokens = 1
+    return result
+
+
 # -- per request: admission --------------------------------------------------------------
 class _KeptTokensBudget:
     """The adder's PrefillBudget, charging one request only for the tokens it keeps."""
@@ -181,6 +200,26 @@ def _around_add_one_req(original, self, req, has_chunked_req, truncation_align_s
         self.rem_chunk_tokens = chunk_budget - remaining  # <= 0: the batch is full
         return AddReqResult.OTHER
     return result
+
+
+# -- per request: never a decode step --------------------------------------------------
+def _around_get_next_batch_to_run(original, self, running_batch, last_batch, *args, **kwargs):
+    """A single-token request's prefill batch is never merged into the running batch.
+    With overlapped scheduling (GPU) SGLang merges a prefill batch before processing its
+    result, and a decode step could run for a request its result then finishes: wasted,
+    and with dropped KV that step would commit a token slot past the kept boundary, which
+    release_kv_cache would then insert into the radix tree. (Without overlap the result,
+    which finishes the request, is processed first: nothing changes.) The batch's copy
+    that SGLang processes later keeps every request."""
+    if last_batch is not None and last_batch.forward_mode.is_extend():
+        ours = [
+            req
+            for req in last_batch.reqs
+            if reusable_len(req) is not None and req.sampling_params.max_new_tokens == 1
+        ]
+        if ours:
+            last_batch.filter_batch(reqs_to_exclude=ours)
+    return original(self, running_batch, last_batch, *args, **kwargs)
 
 
 # -- per request: allocation -------------------------------------------------------------
@@ -268,9 +307,17 @@ HOOKS = {
     ),
     "sglang.srt.managers.scheduler.Scheduler.get_init_info": ("AFTER", _after_get_init_info),
     "sglang.srt.managers.utils.validate_input_length": ("AROUND", _around_validate_input_length),
+    "sglang.srt.managers.scheduler.Scheduler.init_req_max_new_tokens": (
+        "AROUND",
+        _around_init_req_max_new_tokens,
+    ),
     "sglang.srt.managers.schedule_policy.PrefillAdder.add_one_req": (
         "AROUND",
         _around_add_one_req,
+    ),
+    "sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run": (
+        "AROUND",
+        _around_get_next_batch_to_run,
     ),
     "sglang.srt.mem_cache.allocation.alloc_for_extend": ("AROUND", _around_alloc_for_extend),
     "sglang.srt.mem_cache.allocation.alloc_token_slots": ("AROUND", _around_alloc_token_slots),

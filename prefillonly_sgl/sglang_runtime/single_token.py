@@ -1,0 +1,274 @@
+"""Single-token OpenAI requests on SGLang's server (the main process).
+
+SGLang's own OpenAI handlers build, sample and render these requests (its sampler picks
+the token from the prefill's last-position logits with the request's temperature, top_p,
+top_k, min_p, seed and logit_bias; `n`, `stop` and the response shapes are SGLang's); what
+this module adds (decisions in prefillonly_sgl/single_token/):
+
+- routes for /v1/chat/completions and /v1/completions taking our extension fields
+  (`logprob_token_ids`, completions' `shared_prefix`; SGLang's request models would drop
+  them) and answering a streamed single-token request with one chunk (then the usage
+  chunk when asked for, then [DONE]): the request runs unstreamed, there being one token;
+- an AFTER hook on each handler's `_convert_to_internal_request` (it runs in an executor
+  thread, so it reads the request object, never a context variable): a single-token
+  request gets its reusable prefix's token ids in `custom_params` (single_token/prefix.py;
+  reusable_prefix.py turns them into R, which makes the scheduler run the request as a
+  prefill-only request) and `token_ids_logprob` for `logprob_token_ids`;
+- a BEFORE hook on each handler's response builder: the rows of `logprob_token_ids`
+  replace the natural top-k (single_token/logprobs.py), and an AFTER hook gives the
+  completion's token its text offset (SGLang writes -1, "unknown": the generated token
+  starts the returned text, offset 0).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+
+import orjson
+from fastapi import Depends, Request
+from fastapi.responses import StreamingResponse
+from fastapi.routing import APIRoute
+from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
+
+from prefillonly_sgl.single_token.logprobs import top_rows
+from prefillonly_sgl.single_token.prefix import (
+    chat_prefix_messages,
+    completion_prefix,
+    prefix_token_ids,
+    with_prefix_ids,
+)
+from prefillonly_sgl.single_token.requests import (
+    CHAT_PATH,
+    COMPLETIONS_PATH,
+    is_single_token,
+)
+
+HOOK_TABLE_NAME = "single_token"
+_CHAT_SERVING = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
+_COMPLETION_SERVING = "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion"
+
+
+class ChatRequest(ChatCompletionRequest):
+    """SGLang's chat request with vLLM's `logprob_token_ids`."""
+
+    logprob_token_ids: list[int] | None = None
+
+
+class CompletionsRequest(CompletionRequest):
+    """SGLang's completions request with `logprob_token_ids` and `shared_prefix`."""
+
+    logprob_token_ids: list[int] | None = None
+    shared_prefix: str | list[int] | None = None
+
+
+def _fields(request) -> dict:
+    # __dict__: chat's max_tokens is a deprecated pydantic field (attribute access warns).
+    return request.__dict__
+
+
+def _single_token(path: str, request) -> bool:
+    return is_single_token(path, _fields(request))
+
+
+# -- marking: prefix and label ids (executor thread) --------------------------------------
+class _PrefixCache:
+    """Token ids of rendered chat histories (a system prompt and few-shot turns recur
+    across many requests): rendered once, LRU-bounded; thread-safe."""
+
+    def __init__(self, size: int = 512) -> None:
+        self._ids: OrderedDict[bytes, list[int]] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, key: bytes, compute) -> list[int]:
+        with self._lock:
+            ids = self._ids.get(key)
+            if ids is not None:
+                self._ids.move_to_end(key)
+                return ids
+        ids = compute()
+        with self._lock:
+            self._ids[key] = ids
+            if len(self._ids) > self._size:
+                self._ids.popitem(last=False)
+        return ids
+
+
+_CHAT_PREFIXES = _PrefixCache()
+_MARK_PREFIXES = {"on": True}  # serve turns it off when no feature reads R
+
+
+def _message_dict(message) -> dict:
+    data = message.model_dump(exclude_none=True) if hasattr(message, "model_dump") else message
+    content = data.get("content")
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" for p in content
+    ):
+        data = {**data, "content": "".join(p.get("text", "") for p in content)}
+    return data
+
+
+def chat_prefix_ids(tokenizer, request) -> list[int]:
+    """The token ids of the chat history before the last message ([] when there is none
+    or the template cannot render it alone: then only cached tokens are reused)."""
+    messages = [_message_dict(m) for m in chat_prefix_messages(request.messages)]
+    if not messages:
+        return []
+    tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
+    kwargs = dict(request.chat_template_kwargs or {})
+    try:
+        key = orjson.dumps([messages, tools, kwargs], option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return []
+
+    def render() -> list[int]:
+        try:
+            text = tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=False, tools=tools, **kwargs
+            )
+            return list(tokenizer.encode(text, add_special_tokens=False))
+        except Exception:  # a template that needs the whole conversation: nothing marked
+            return []
+
+    return _CHAT_PREFIXES.get(key, render)
+
+
+def _mark(adapted, request, prefix_ids: list[int]) -> None:
+    if request.logprob_token_ids:
+        adapted.token_ids_logprob = list(request.logprob_token_ids)
+    if not _MARK_PREFIXES["on"]:
+        return
+    params = adapted.sampling_params
+    for one in params if isinstance(params, list) else [params]:
+        one["custom_params"] = with_prefix_ids(one.get("custom_params"), prefix_ids)
+
+
+def _after_chat_convert(result, self, request, *args, **kwargs):
+    adapted, _ = result
+    if isinstance(request, ChatRequest) and _single_token(CHAT_PATH, request):
+        _mark(adapted, request, chat_prefix_ids(self.tokenizer_manager.tokenizer, request))
+    return result
+
+
+def _after_completion_convert(result, self, request, *args, **kwargs):
+    adapted, _ = result
+    if isinstance(request, CompletionsRequest) and _single_token(COMPLETIONS_PATH, request):
+        prefix = completion_prefix(request.prompt, request.shared_prefix)
+        tokenizer = self.tokenizer_manager.tokenizer
+        _mark(adapted, request, prefix_token_ids(prefix, tokenizer.encode))
+    return result
+
+
+# -- rendering ----------------------------------------------------------------------------
+def _before_build_response(self, request, ret, *args, **kwargs):
+    """logprob_token_ids: their rows become the positions' top logprobs."""
+    requested = getattr(request, "logprob_token_ids", None)
+    if requested:
+        for item in ret:
+            meta = item["meta_info"]
+            meta["output_top_logprobs"] = top_rows(
+                meta.get("output_token_ids_logprobs") or [], requested
+            )
+    return None
+
+
+def _after_build_completion_response(response, self, request, *args, **kwargs):
+    if isinstance(request, CompletionsRequest) and _single_token(COMPLETIONS_PATH, request):
+        for choice in response.choices:
+            if choice.logprobs is not None and choice.logprobs.text_offset == [-1]:
+                choice.logprobs.text_offset = [0]
+    return response
+
+
+HOOKS = {
+    f"{_CHAT_SERVING}._convert_to_internal_request": ("AFTER", _after_chat_convert),
+    f"{_COMPLETION_SERVING}._convert_to_internal_request": (
+        "AFTER",
+        _after_completion_convert,
+    ),
+    f"{_CHAT_SERVING}._build_chat_response": ("BEFORE", _before_build_response),
+    f"{_COMPLETION_SERVING}._build_completion_response": ("BEFORE", _before_build_response),
+}
+# A target takes one hook per type in our tables; the completion builder's second one:
+AFTER_HOOKS = {
+    f"{_COMPLETION_SERVING}._build_completion_response": (
+        "AFTER",
+        _after_build_completion_response,
+    ),
+}
+
+
+def install_in_this_process(mark_prefixes: bool) -> None:
+    """The serving hooks, applied now (serve calls it before SGLang starts)."""
+    from prefillonly_sgl.sglang_runtime.hooks import apply_hooks_now, register_hooks
+
+    _MARK_PREFIXES["on"] = mark_prefixes
+    register_hooks(HOOK_TABLE_NAME, HOOKS)  # applied with the next table, at once
+    apply_hooks_now(HOOK_TABLE_NAME + "_after", AFTER_HOOKS)
+
+
+# -- routes -------------------------------------------------------------------------------
+def install_routes(app) -> None:
+    """Our /v1/chat/completions and /v1/completions in place of SGLang's (same handlers)."""
+    # Imported here: SGLang's server module builds its app at import.
+    from sglang.srt.entrypoints.http_server import model_json_response, validate_json_request
+
+    async def chat(request: ChatRequest, raw_request: Request):
+        serving = raw_request.app.state.openai_serving_chat
+        return model_json_response(await _handle(serving, CHAT_PATH, request, raw_request))
+
+    async def completions(request: CompletionsRequest, raw_request: Request):
+        serving = raw_request.app.state.openai_serving_completion
+        return model_json_response(await _handle(serving, COMPLETIONS_PATH, request, raw_request))
+
+    for path, endpoint in ((CHAT_PATH, chat), (COMPLETIONS_PATH, completions)):
+        stock = [r for r in app.router.routes if isinstance(r, APIRoute) and r.path == path]
+        if len(stock) != 1:
+            raise RuntimeError(f"expected one SGLang {path} route, found {len(stock)}")
+        endpoint.__doc__ = stock[0].endpoint.__doc__
+        app.router.routes.remove(stock[0])
+        app.add_api_route(
+            path, endpoint, methods=["POST"], dependencies=[Depends(validate_json_request)]
+        )
+
+
+async def _handle(serving, path: str, request, raw_request):
+    if not (request.stream and _single_token(path, request)):
+        return await serving.handle_request(request, raw_request)
+    # One token: run it unstreamed, answer with one chunk (SSE).
+    include_usage = bool(request.stream_options and request.stream_options.include_usage)
+    whole = request.model_copy(update={"stream": False, "stream_options": None})
+    response = await serving.handle_request(whole, raw_request)
+    if not hasattr(response, "choices"):  # an error response: as SGLang sends it
+        return response
+    events = one_chunk_events(path, response.model_dump(exclude_none=True), include_usage)
+    return StreamingResponse(iter(events), media_type="text/event-stream")
+
+
+def one_chunk_events(path: str, answer: dict, include_usage: bool) -> list[str]:
+    """The SSE events of a whole single-token answer: one chunk with every choice, the
+    usage chunk when asked for, [DONE]."""
+    chat = path == CHAT_PATH
+    base = {
+        "id": answer.get("id"),
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": answer.get("created", int(time.time())),
+        "model": answer.get("model"),
+    }
+    choices = []
+    for choice in answer.get("choices", []):
+        one = {"index": choice.get("index", 0)}
+        if chat:
+            message = choice.get("message") or {}
+            one["delta"] = {"role": "assistant", "content": message.get("content") or ""}
+        else:
+            one["text"] = choice.get("text", "")
+        one["logprobs"] = choice.get("logprobs")
+        one["finish_reason"] = choice.get("finish_reason")
+        choices.append(one)
+    events = [{**base, "choices": choices}]
+    if include_usage and answer.get("usage") is not None:
+        events.append({**base, "choices": [], "usage": answer["usage"]})
+    return [f"data: {orjson.dumps(e).decode()}\n\n" for e in events] + ["data: [DONE]\n\n"]

@@ -1,0 +1,26 @@
+"""`logprob_token_ids` (vLLM's extension): the logprobs of named token ids at the output
+position, whatever their rank (plain Python).
+
+As in vLLM, a non-empty list replaces the natural top-k: each position's `top_logprobs`
+holds exactly the requested ids, in the order given (chat: a list of {token, logprob,
+bytes}; completions: a dict token -> logprob). The position's own `token` / `logprob`
+stay the sampled token's. SGLang computes them in the same pass as the top-k (after
+logit_bias, as every logprob it returns), as `(logprob, token_id, text)` triples;
+`top_rows` reorders those rows so SGLang's own response builders render them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def top_rows(token_ids_rows: Sequence[Sequence | None], requested: Sequence[int]) -> list:
+    """Per output position, the triples of the requested ids in request order."""
+    rows = []
+    for row in token_ids_rows:
+        if row is None:
+            rows.append(None)
+            continue
+        by_id = {triple[1]: triple for triple in row}
+        rows.append([by_id[t] for t in requested if t in by_id])
+    return rows
