@@ -43,6 +43,19 @@ class TransformersReference:
             return self.tokenizer.encode(text)
         return list(item) + list(query) if item_first else list(query) + list(item)
 
+    def next_token_logprobs(self, prompt_ids, logit_bias: dict[int, float] | None = None):
+        """The log-softmax over the vocabulary at the prompt's last position (float64), of
+        the logits plus `logit_bias` ({token id: bias}) when given: what a single-token
+        request's logprobs are at temperature 0."""
+        import torch
+
+        with torch.no_grad():
+            logits = self.model(input_ids=torch.tensor([list(prompt_ids)])).logits[0, -1]
+        logits = logits.double()
+        for token, bias in (logit_bias or {}).items():
+            logits[int(token)] += bias
+        return torch.log_softmax(logits, dim=-1)
+
     def score(self, query, items, label_token_ids, apply_softmax: bool = True, item_first=False):
         """One list per item, like Engine.score."""
         import torch

@@ -42,15 +42,16 @@ def test_server_state_carries_the_scheduler_info():
 
 
 def test_sglang_still_has_the_routes_serve_replaces():
-    """`serve` removes SGLang's /v1/score, /v1/rerank and /v1/classify routes and adds its
-    own (http_server.install): each must still be there, once."""
+    """`serve` removes SGLang's /v1/score, /v1/rerank, /v1/classify, /v1/chat/completions
+    and /v1/completions routes and adds its own (http_server.install): each must still be
+    there, once."""
     from fastapi.routing import APIRoute
     from sglang.srt.entrypoints.http_server import app
 
     from prefillonly_sgl.sglang_runtime.http_server import REPLACED_PATHS
 
     paths = [r.path for r in app.router.routes if isinstance(r, APIRoute)]
-    for path in {"/v1/score", *REPLACED_PATHS}:
+    for path in {"/v1/score", "/v1/chat/completions", "/v1/completions", *REPLACED_PATHS}:
         assert paths.count(path) == 1, path
 
 
@@ -79,7 +80,7 @@ def test_every_hook_table_target_is_listed():
     resolution test above covers them; and each table's hook types exist."""
     from sglang.srt.plugins.hook_registry import HookType
 
-    from prefillonly_sgl.sglang_runtime import offline_engine, reusable_prefix
+    from prefillonly_sgl.sglang_runtime import offline_engine, reusable_prefix, single_token
     from prefillonly_sgl.sglang_runtime.forward_profile import scheduler_process as profile
     from prefillonly_sgl.sglang_runtime.hybrid_prefill import scheduler_process as hybrid
     from prefillonly_sgl.sglang_runtime.jct_scheduler import scheduler_process as jct
@@ -90,6 +91,8 @@ def test_every_hook_table_target_is_listed():
         offline_engine.SHUTDOWN_HOOKS,
         kv.HOOKS,
         reusable_prefix.HOOKS,
+        single_token.HOOKS,
+        single_token.AFTER_HOOKS,
         jct.HOOKS,
         hybrid.HOOKS,
         probe.HOOKS,

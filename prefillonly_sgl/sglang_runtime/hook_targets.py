@@ -122,7 +122,52 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.sampling.sampling_params.SamplingParams.custom_params": (
         "per-request JSON dict carried to the scheduler's Req (our key: reusable length)"
     ),
-    "sglang.srt.managers.schedule_batch.Req.is_prefill_only": "only max_new_tokens == 0",
+    "sglang.srt.managers.schedule_batch.Req.is_prefill_only": (
+        "only max_new_tokens == 0 (ours: kv.policy.runs_one_forward, 0 or 1 with R)"
+    ),
+    "sglang.srt.managers.scheduler.Scheduler.init_req_max_new_tokens": (
+        "AROUND: a single-token request keeps its one token (SGLang clips it to what the "
+        "pool leaves after the prompt: 0 for a prompt longer than the pool)"
+    ),
+    "sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run": (
+        "AROUND: a single-token request's prefill batch is not merged into the running "
+        "batch (overlapped scheduling merges before the result finishes it)"
+    ),
+    "sglang.srt.managers.schedule_batch.ScheduleBatch.filter_batch": (
+        "called with reqs_to_exclude, as SGLang excludes its chunked request"
+    ),
+    # -- single-token OpenAI requests (sglang_runtime/single_token.py), main process --
+    "sglang.srt.entrypoints.openai.protocol.ChatCompletionRequest": (
+        "subclassed: our chat route's body model (+ logprob_token_ids)"
+    ),
+    "sglang.srt.entrypoints.openai.protocol.CompletionRequest": (
+        "subclassed: our completions route's body model (+ logprob_token_ids, shared_prefix)"
+    ),
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat.handle_request": (
+        "called by our /v1/chat/completions route (app.state.openai_serving_chat)"
+    ),
+    "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion.handle_request": (
+        "called by our /v1/completions route (app.state.openai_serving_completion)"
+    ),
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._convert_to_internal_request": (
+        "AFTER: a single-token request's prefix ids in custom_params, token_ids_logprob"
+    ),
+    "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion"
+    "._convert_to_internal_request": (
+        "AFTER: a single-token request's prefix ids in custom_params; token_ids_logprob "
+        "(GenerateReqInput's field: meta_info output_token_ids_logprobs) for "
+        "logprob_token_ids"
+    ),
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._build_chat_response": (
+        "BEFORE: logprob_token_ids rows replace the natural top logprobs"
+    ),
+    "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion"
+    "._build_completion_response": (
+        "BEFORE: logprob_token_ids rows; AFTER: the generated token's text_offset 0"
+    ),
+    "sglang.srt.entrypoints.http_server.model_json_response": (
+        "how SGLang's OpenAI routes answer; ours keep it"
+    ),
     "sglang.srt.managers.tp_worker.TpModelWorker.get_worker_info": (
         "AFTER: records the context-bound input limit (stock one is also pool-bound)"
     ),

@@ -1,0 +1,267 @@
+"""Single-token OpenAI requests through the official `openai` client (sync and async)
+against a real `prefillonly serve` (tiny Llama, float32, a 1,024-token KV pool): the
+logprobs equal a plain transformers forward (reference.next_token_logprobs) within 1e-4,
+with and without logit_bias and for named token ids; a chat prompt 3x the pool answers;
+a streamed one answers one chunk; requests of two tokens keep SGLang's path."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from openai import AsyncOpenAI, BadRequestError, OpenAI
+from server_process import running_server
+
+POOL = 1024
+TOL = 1e-4
+SYSTEM = "You label reviews as Yes (positive) or No (negative). " * 6
+FEW_SHOT = [
+    {"role": "system", "content": SYSTEM},
+    {"role": "user", "content": "Review: works great"},
+    {"role": "assistant", "content": "Yes"},
+    {"role": "user", "content": "Review: awful taste"},
+    {"role": "assistant", "content": "No"},
+]
+
+
+def chat(review: str) -> list[dict]:
+    return [*FEW_SHOT, {"role": "user", "content": f"Review: {review}"}]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_llama_path, tmp_path_factory):
+    log = tmp_path_factory.mktemp("openai") / "serve.log"
+    with running_server(tiny_llama_path, log, "--max-total-tokens", str(POOL)) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+
+
+def chat_ids(reference, messages) -> list[int]:
+    """The prompt as the model folder's own template renders it (transformers)."""
+    return list(
+        reference.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+    )
+
+
+def assert_top_logprobs(entries, expected, k: int) -> None:
+    """The k returned top logprobs are the k largest of the reference distribution."""
+    got = [e.logprob for e in entries]
+    want = sorted(expected.tolist(), reverse=True)[:k]
+    assert len(got) == k
+    assert max(abs(a - b) for a, b in zip(got, want)) < TOL, (got, want)
+
+
+def test_chat_top_logprobs_match_transformers(client, reference):
+    messages = chat("the pills cured my headache")
+    answer = client.chat.completions.create(
+        model="m", messages=messages, max_tokens=1, temperature=0, logprobs=True,
+        top_logprobs=5,
+    )  # fmt: skip
+    ids = chat_ids(reference, messages)
+    expected = reference.next_token_logprobs(ids)
+    choice = answer.choices[0]
+    assert answer.usage.prompt_tokens == len(ids)
+    assert answer.usage.completion_tokens == 1 and choice.finish_reason == "length"
+    position = choice.logprobs.content[0]
+    best = int(expected.argmax())
+    assert position.token == reference.tokenizer.decode([best])
+    assert abs(position.logprob - float(expected[best])) < TOL
+    assert_top_logprobs(position.top_logprobs, expected, 5)
+
+
+def test_chat_logit_bias_applies_before_the_choice_and_to_the_logprobs(client, reference):
+    messages = chat("no effect at all")
+    ids = chat_ids(reference, messages)
+    raw = reference.next_token_logprobs(ids)
+    low = int(raw.argsort()[len(raw) // 2])  # a middling token, lifted to the top
+    bias = {low: 12.0, int(raw.argmax()): -5.0}
+    answer = client.chat.completions.create(
+        model="m", messages=messages, max_tokens=1, temperature=0, logprobs=True,
+        top_logprobs=4, logit_bias={str(t): b for t, b in bias.items()},
+    )  # fmt: skip
+    expected = reference.next_token_logprobs(ids, bias)
+    position = answer.choices[0].logprobs.content[0]
+    assert position.token == reference.tokenizer.decode([int(expected.argmax())])
+    assert_top_logprobs(position.top_logprobs, expected, 4)
+
+
+def test_logprob_token_ids_whatever_their_rank(client, reference):
+    messages = chat("it made me dizzy")
+    ids = chat_ids(reference, messages)
+    raw = reference.next_token_logprobs(ids)
+    order = raw.argsort().tolist()
+    named = [order[0], order[-1], order[len(order) // 3]]  # the least likely one too
+    answer = client.chat.completions.create(
+        model="m", messages=messages, max_tokens=1, temperature=0, logprobs=True,
+        extra_body={"logprob_token_ids": named},
+    )  # fmt: skip
+    entries = answer.choices[0].logprobs.content[0].top_logprobs
+    assert [e.token for e in entries] == [reference.tokenizer.decode([t]) for t in named]
+    for entry, token in zip(entries, named):
+        assert abs(entry.logprob - float(raw[token])) < TOL
+
+
+def test_completions_async_with_shared_prefix_and_named_ids(server, reference):
+    prefix = "User profile: likes science fiction and history books.\n"
+    prompts = [prefix + "Item: a moon documentary. Relevant?", prefix + "Item: socks. Relevant?"]
+    tok = reference.tokenizer
+    labels = [tok.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
+
+    async def ask():
+        client = AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+        async with client:
+            answer = await client.completions.create(
+                model="m", prompt=prompts, max_tokens=1, temperature=0, logprobs=3,
+                extra_body={"shared_prefix": prefix},
+            )  # fmt: skip
+            named = await client.completions.create(
+                model="m", prompt=prompts, max_tokens=1, temperature=0, logprobs=0,
+                extra_body={"logprob_token_ids": labels},
+            )  # fmt: skip
+        return answer, named
+
+    answer, named = asyncio.run(ask())
+    assert [c.index for c in answer.choices] == [0, 1]
+    for choice, labelled, prompt in zip(answer.choices, named.choices, prompts):
+        expected = reference.next_token_logprobs(tok.encode(prompt))
+        best = int(expected.argmax())
+        assert len(choice.logprobs.tokens) == 1 and choice.logprobs.text_offset == [0]
+        assert abs(choice.logprobs.token_logprobs[0] - float(expected[best])) < TOL
+        top = sorted(choice.logprobs.top_logprobs[0].values(), reverse=True)
+        want = sorted(expected.tolist(), reverse=True)[:3]
+        assert max(abs(a - b) for a, b in zip(top, want)) < TOL
+        got = labelled.logprobs.top_logprobs[0]
+        assert list(got) == [tok.decode([t]) for t in labels]
+        for text, token in zip(got, labels):
+            assert abs(got[text] - float(expected[token])) < TOL
+    # The marked prefix was kept: the second call found it (and its prompts) cached.
+    assert named.usage.prompt_tokens_details.cached_tokens >= len(tok.encode(prefix)) - 1
+
+
+def test_only_the_history_is_kept_in_the_prefix_cache(client, reference):
+    """The shared history is a cache hit for the next review; the last message is not
+    kept (asked again, only the history is cached)."""
+    first = client.chat.completions.create(
+        model="m", messages=chat("first review, long enough to matter " * 4), max_tokens=1,
+        temperature=0,
+    )  # fmt: skip
+    assert first.usage.completion_tokens == 1
+    messages = chat("second review " * 8)
+    rendered = reference.tokenizer.apply_chat_template(
+        FEW_SHOT, add_generation_prompt=False, tokenize=True, return_dict=False
+    )
+    history = len(rendered) - 2  # the rendering's last tokens may differ once a turn follows
+    again = [
+        client.chat.completions.create(model="m", messages=messages, max_tokens=1, temperature=0)
+        for _ in range(2)
+    ]
+    total = len(chat_ids(reference, messages))
+    for answer in again:
+        cached = answer.usage.prompt_tokens_details.cached_tokens
+        assert history <= cached < total - 8, (cached, history, total)
+
+
+def test_chat_prompt_three_times_the_pool(client, reference):
+    messages = chat("great " * 520)
+    ids = chat_ids(reference, messages)
+    assert len(ids) > 3 * POOL
+    answer = client.chat.completions.create(
+        model="m", messages=messages, max_tokens=1, temperature=0, logprobs=True,
+        top_logprobs=2,
+    )  # fmt: skip
+    expected = reference.next_token_logprobs(ids)
+    assert answer.usage.prompt_tokens == len(ids)
+    assert_top_logprobs(answer.choices[0].logprobs.content[0].top_logprobs, expected, 2)
+    # Two tokens need every prompt token's KV for the decode step: SGLang's limit.
+    with pytest.raises(BadRequestError, match="exceeds the maximum allowed length"):
+        client.chat.completions.create(model="m", messages=messages, max_tokens=2)
+
+
+def test_two_tokens_still_generate_as_before(client, reference):
+    """max_tokens=2 runs SGLang's generation: the greedy tokens of transformers."""
+    import torch
+
+    messages = chat("a second opinion")
+    ids = chat_ids(reference, messages)
+    with torch.no_grad():
+        out = reference.model.generate(
+            torch.tensor([ids]), max_new_tokens=2, do_sample=False, pad_token_id=0
+        )
+    answer = client.chat.completions.create(
+        model="m", messages=messages, max_tokens=2, temperature=0, logprobs=True
+    )
+    tokens = [p.token for p in answer.choices[0].logprobs.content]
+    assert tokens == [reference.tokenizer.decode([t]) for t in out[0, len(ids) :].tolist()]
+    assert answer.usage.completion_tokens == 2
+
+
+def test_stream_is_one_chunk(client):
+    chunks = list(
+        client.chat.completions.create(
+            model="m",
+            messages=chat("fine"),
+            max_tokens=1,
+            temperature=0,
+            logprobs=True,
+            top_logprobs=2,
+            stream=True,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
+    )
+    assert len(chunks) == 2  # the token, then the usage chunk ([DONE] ends the stream)
+    first, usage = chunks
+    assert first.choices[0].delta.role == "assistant"
+    assert first.choices[0].finish_reason == "length"
+    assert len(first.choices[0].logprobs.content[0].top_logprobs) == 2
+    assert usage.choices == [] and usage.usage.completion_tokens == 1
+
+
+def test_n_samples_stop_and_seed(client):
+    messages = chat("so-so")
+    answer = client.chat.completions.create(
+        model="m", messages=messages, max_tokens=1, temperature=1.0, seed=7, n=3,
+        logprobs=True, top_logprobs=3,
+    )  # fmt: skip
+    assert len(answer.choices) == 3
+    tops = [[e.logprob for e in c.logprobs.content[0].top_logprobs] for c in answer.choices]
+    assert all(max(abs(a - b) for a, b in zip(t, tops[0])) < TOL for t in tops)  # one distribution
+    greedy = client.chat.completions.create(model="m", messages=messages, max_tokens=1,
+                                            temperature=0)  # fmt: skip
+    word = greedy.choices[0].message.content
+    stopped = client.chat.completions.create(
+        model="m", messages=messages, max_tokens=1, temperature=0, stop=[word]
+    )
+    if word.strip():  # a stop string the sampled token matches
+        assert stopped.choices[0].finish_reason == "stop"
+        assert stopped.choices[0].message.content == ""
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs must be an integer from 0 to 20"),
+        ({"logit_bias": {"3": 101}}, "logit_bias[3] must be a number from -100 to 100"),
+        ({"logit_bias": {"999999": 1}}, "logit_bias keys must be token ids"),
+        ({"extra_body": {"logprob_token_ids": [1, 2]}}, "logprob_token_ids needs logprobs"),
+        ({"logprobs": True, "extra_body": {"logprob_token_ids": [1, 1]}}, "duplicate"),
+        ({"max_tokens": 2, "logprobs": True, "extra_body": {"logprob_token_ids": [1]}},
+         "applies to single-token requests"),
+    ],
+)  # fmt: skip
+def test_bad_single_token_requests_name_the_field(client, extra, message):
+    body = {"model": "m", "messages": chat("x"), "max_tokens": 1, **extra}
+    with pytest.raises(BadRequestError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        client.chat.completions.create(**body)
+
+
+def test_bad_shared_prefix_names_the_prompt(client):
+    with pytest.raises(BadRequestError, match=r"prompt\[1\] does not start with shared_prefix"):
+        client.completions.create(
+            model="m", prompt=["ab cd", "xy"], max_tokens=1, extra_body={"shared_prefix": "ab"}
+        )
