@@ -43,6 +43,15 @@ VALID = {
     "/classify/sentiment": {"text": "great pills"},
     "/rank/relevance": {"profile": "likes trains", "items": ["a train set", "socks"]},
     "/apps/relevant": {"query": "history books", "items": ["a moon documentary", "socks"]},
+    # Single-token OpenAI requests (prefill-only), with every extension they may carry.
+    "/v1/chat/completions": {"model": "m", "messages": [{"role": "system", "content": QUERY},
+                                                        {"role": "user", "content": ITEM}],
+                             "max_tokens": 1, "temperature": 0, "logprobs": True,
+                             "top_logprobs": 2, "logit_bias": {"287": 1.5},
+                             "logprob_token_ids": [287, 286]},
+    "/v1/completions": {"model": "m", "prompt": [QUERY + ITEM, QUERY + "Item: socks."],
+                        "max_tokens": 1, "temperature": 0, "logprobs": 2,
+                        "shared_prefix": QUERY, "logprob_token_ids": [287, 286]},
 }  # fmt: skip
 
 scalars = (
@@ -167,9 +176,29 @@ def test_the_server_answers_as_before_after_the_fuzzing(server):
         before = server.baseline[path].json()
         if path == "/v1/score":  # usage differs (cache hits); the scores may not
             before, again_json = before["scores"], again.json()["scores"]
+        elif path in ("/v1/chat/completions", "/v1/completions"):
+            before, again_json = _openai_view(before), _openai_view(again.json())
         else:
             again_json = again.json()
         assert _without_usage(again_json) == _without_usage(before)
+
+
+def _openai_view(answer: dict) -> list:
+    """What a single-token answer says: each choice's token and its logprobs (4 places:
+    the batch a request lands in may move float32 sums in the 6th)."""
+    view = []
+    for choice in answer["choices"]:
+        text = choice.get("text", (choice.get("message") or {}).get("content"))
+        view.append((text, _rounded(choice["logprobs"], 4)))
+    return view
+
+
+def _rounded(value, places: int):
+    if isinstance(value, dict):
+        return {k: _rounded(v, places) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v, places) for v in value]
+    return round(value, places) if isinstance(value, float) else value
 
 
 def _without_usage(value):

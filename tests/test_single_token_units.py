@@ -1,0 +1,139 @@
+"""The plain decisions of single-token OpenAI requests (no server): which requests
+qualify, the checks on their fields, their reusable prefix, named-id logprob rows and
+the one-chunk stream."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.kv.policy import runs_one_forward
+from prefillonly_sgl.single_token.logprobs import top_rows
+from prefillonly_sgl.single_token.prefix import (
+    completion_prefix,
+    prefix_ids_in,
+    prefix_token_ids,
+    with_prefix_ids,
+    without_prefix_ids,
+)
+from prefillonly_sgl.single_token.requests import (
+    CHAT_PATH,
+    COMPLETIONS_PATH,
+    check_single_token_body,
+    is_single_token,
+)
+
+VOCAB = 400
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "single"),
+    [
+        (CHAT_PATH, {"max_tokens": 1}, True),
+        (CHAT_PATH, {"max_completion_tokens": 1, "max_tokens": 5}, True),
+        (CHAT_PATH, {"max_completion_tokens": 2, "max_tokens": 1}, False),
+        (CHAT_PATH, {}, False),  # no limit: generation
+        (CHAT_PATH, {"max_tokens": True}, False),  # a bool is not a count
+        (COMPLETIONS_PATH, {"max_tokens": 1}, True),
+        (COMPLETIONS_PATH, {}, False),  # OpenAI's default is 16
+        (COMPLETIONS_PATH, {"max_tokens": 1, "echo": True}, False),  # prompt logprobs
+        ("/generate", {"max_tokens": 1}, False),
+    ],
+)
+def test_which_requests_are_single_token(path, body, single):
+    assert is_single_token(path, body) is single
+
+
+def test_runs_one_forward():
+    assert runs_one_forward(0) and runs_one_forward(1)
+    assert not runs_one_forward(2) and not runs_one_forward(None)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        (CHAT_PATH, {"logprobs": True, "top_logprobs": 21}, "from 0 to 20"),
+        (CHAT_PATH, {"top_logprobs": 2}, "top_logprobs needs logprobs: true"),
+        (CHAT_PATH, {"logprobs": "yes"}, "logprobs must be true or false"),
+        (COMPLETIONS_PATH, {"logprobs": -1}, "logprobs must be an integer"),
+        (CHAT_PATH, {"logit_bias": {"abc": 1}}, "logit_bias keys must be token ids"),
+        (CHAT_PATH, {"logit_bias": {"400": 1}}, "from 0 to 399"),
+        (CHAT_PATH, {"logit_bias": {"3": "high"}}, "logit_bias[3] must be a number"),
+        (CHAT_PATH, {"logit_bias": [1]}, "logit_bias must be an object"),
+        (CHAT_PATH, {"logprob_token_ids": [1]}, "needs logprobs: true"),
+        (COMPLETIONS_PATH, {"logprob_token_ids": [1]}, "needs logprobs (an integer"),
+        (CHAT_PATH, {"logprobs": True, "logprob_token_ids": []}, "non-empty list"),
+        (CHAT_PATH, {"logprobs": True, "logprob_token_ids": [400]}, "from 0 to 399"),
+        (CHAT_PATH, {"logprobs": True, "logprob_token_ids": list(range(300))}, "at most 256"),
+        (CHAT_PATH, {"shared_prefix": "a"}, "shared_prefix is for /v1/completions"),
+        (COMPLETIONS_PATH, {"prompt": "abc", "shared_prefix": "x"}, "prompt does not start"),
+        (COMPLETIONS_PATH, {"prompt": ["ab", "xb"], "shared_prefix": "a"}, r"prompt[1] does"),
+        (COMPLETIONS_PATH, {"prompt": [1, 2], "shared_prefix": "a"}, "give it as token ids"),
+        (COMPLETIONS_PATH, {"prompt": "ab", "shared_prefix": [1]}, "give it as text"),
+        (COMPLETIONS_PATH, {"prompt": [[1, 2]], "shared_prefix": [2]}, "does not start"),
+        (COMPLETIONS_PATH, {"prompt": "ab", "shared_prefix": 3}, "string or a list of token"),
+    ],
+)
+def test_bad_fields_are_named(path, body, message):
+    with pytest.raises(InvalidRequestError) as e:
+        check_single_token_body(path, {"max_tokens": 1, **body}, VOCAB)
+    assert message in str(e.value)
+
+
+def test_good_fields_pass():
+    check_single_token_body(
+        CHAT_PATH,
+        {"logprobs": True, "top_logprobs": 20, "logit_bias": {"3": -100, "4": 100.0},
+         "logprob_token_ids": [1, 2, 399]},
+        VOCAB,
+    )  # fmt: skip
+    check_single_token_body(
+        COMPLETIONS_PATH,
+        {"prompt": [[5, 6, 7], [5, 6]], "shared_prefix": [5, 6], "logprobs": 0,
+         "logprob_token_ids": [9]},
+        VOCAB,
+    )  # fmt: skip
+
+
+def test_completion_prefix_rules():
+    assert completion_prefix("abc", "ab") == "ab"  # marked
+    assert completion_prefix(["user: a. q1", "user: a. q2"], None) == "user: a. q"
+    assert completion_prefix([[1, 2, 3], [1, 2, 4], [1, 2]], None) == [1, 2]
+    assert completion_prefix([[1, 2], [3]], None) is None  # nothing shared
+    assert completion_prefix("abc", None) is None  # one unmarked prompt: cache only
+    assert completion_prefix([1, 2, 3], None) is None  # one prompt of token ids
+    assert prefix_token_ids(None, str.split) == []
+    assert prefix_token_ids("a b", lambda text: [len(w) for w in text.split()]) == [1, 1]
+
+
+def test_prefix_ids_travel_in_custom_params_and_leave():
+    params = with_prefix_ids({"user": 1}, [4, 5])
+    assert prefix_ids_in(params) == [4, 5] and prefix_ids_in({"user": 1}) is None
+    assert prefix_ids_in(with_prefix_ids(None, [])) == []  # marked: nothing to keep
+    assert without_prefix_ids(params) == {"user": 1}
+
+
+def test_named_ids_rows_follow_the_request_order():
+    rows = [[(-1.0, 7, "a"), (-2.0, 3, "b"), (-9.0, 5, "c")], None]
+    assert top_rows(rows, [5, 7, 3]) == [[(-9.0, 5, "c"), (-1.0, 7, "a"), (-2.0, 3, "b")], None]
+
+
+def test_one_chunk_events():
+    from prefillonly_sgl.sglang_runtime.single_token import one_chunk_events
+
+    answer = {
+        "id": "x", "created": 1, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Yes"},
+                     "logprobs": {"content": []}, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+    }  # fmt: skip
+    events = one_chunk_events(CHAT_PATH, answer, include_usage=True)
+    assert events[-1] == "data: [DONE]\n\n" and len(events) == 3
+    chunk = json.loads(events[0][len("data: ") :])
+    assert chunk["object"] == "chat.completion.chunk"
+    assert chunk["choices"][0]["delta"] == {"role": "assistant", "content": "Yes"}
+    assert json.loads(events[1][len("data: ") :])["choices"] == []
+    plain = one_chunk_events(COMPLETIONS_PATH, {**answer, "choices": [{"text": "a"}]}, False)
+    assert len(plain) == 2 and json.loads(plain[0][6:])["choices"][0]["text"] == "a"
