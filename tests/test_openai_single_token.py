@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import requests
 from openai import AsyncOpenAI, BadRequestError, OpenAI
 from server_process import running_server
 
@@ -222,15 +223,31 @@ def test_stream_is_one_chunk(client):
     assert usage.choices == [] and usage.usage.completion_tokens == 1
 
 
-def test_n_samples_stop_and_seed(client):
-    messages = chat("so-so")
+def computed_tokens(server) -> float:
+    """Prompt tokens the server computed so far (not served from the prefix cache), from
+    SGLang's Prometheus counters."""
+    totals = {"sglang:prompt_tokens_total": 0.0, "sglang:cached_tokens_total": 0.0}
+    for line in requests.get(f"{server.url}/metrics", timeout=30).text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in totals:
+            totals[name] += float(line.rsplit(" ", 1)[1])
+    return totals["sglang:prompt_tokens_total"] - totals["sglang:cached_tokens_total"]
+
+
+def test_n_samples_stop_and_seed(server, client, reference):
+    messages = [{"role": "system", "content": "A history nobody sent before. " * 5},
+                *chat("so-so")[1:]]  # fmt: skip
+    before = computed_tokens(server)
     answer = client.chat.completions.create(
         model="m", messages=messages, max_tokens=1, temperature=1.0, seed=7, n=3,
         logprobs=True, top_logprobs=3,
     )  # fmt: skip
+    computed = computed_tokens(server) - before
     assert len(answer.choices) == 3
     tops = [[e.logprob for e in c.logprobs.content[0].top_logprobs] for c in answer.choices]
     assert all(max(abs(a - b) for a, b in zip(t, tops[0])) < TOL for t in tops)  # one distribution
+    # One prefill of the prompt, then each sample a one-token hit of it.
+    assert computed <= len(chat_ids(reference, messages)) + 3, computed
     greedy = client.chat.completions.create(model="m", messages=messages, max_tokens=1,
                                             temperature=0)  # fmt: skip
     word = greedy.choices[0].message.content

@@ -1,8 +1,8 @@
 """Which tokens of a scoring request keep KV in the pool (plain Python, unit-tested).
 
 A scoring request (max_new_tokens == 0) never decodes, nor does a single-token request
-(max_new_tokens == 1: its one token is sampled from the prefill's last position; it never
-joins SGLang's running batch), so the KV of its tokens is needed
+(max_new_tokens == 1: its one token is sampled from the prefill's last position and
+finishes it), so the KV of its tokens is needed
 after its own forward only if a later request can reuse it from the prefix cache. Each
 request carries a *reusable-prefix length* R (messages.py carries it to the scheduler):
 tokens [0, R) keep per-layer KV and enter the radix cache; tokens [R, n) get no pool

@@ -129,12 +129,13 @@ HOOK_TARGETS: dict[str, str] = {
         "AROUND: a single-token request keeps its one token (SGLang clips it to what the "
         "pool leaves after the prompt: 0 for a prompt longer than the pool)"
     ),
-    "sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run": (
-        "AROUND: a single-token request's prefill batch is not merged into the running "
-        "batch (overlapped scheduling merges before the result finishes it)"
+    "sglang.srt.managers.scheduler.Scheduler._reqs_finishing_inflight": (
+        "relied on: the overlapped loop leaves a request its queued prefill result "
+        "finishes by length (a single-token request) out of the next decode step, so "
+        "no slot past its kept KV boundary is committed"
     ),
-    "sglang.srt.managers.schedule_batch.ScheduleBatch.filter_batch": (
-        "called with reqs_to_exclude, as SGLang excludes its chunked request"
+    "sglang.srt.managers.schedule_batch.Req.next_output_finishes_by_length": (
+        "relied on, by _reqs_finishing_inflight (max_new_tokens == 1: the first token)"
     ),
     # -- single-token OpenAI requests (sglang_runtime/single_token.py), main process --
     "sglang.srt.entrypoints.openai.protocol.ChatCompletionRequest": (

@@ -17,7 +17,10 @@ requests then find each prompt in the prefix cache.
 Single-token OpenAI requests (sglang_runtime/single_token.py) arrive here with their
 reusable prefix's token ids in custom_params (single_token/prefix.py); R = the common
 prefix of those and the prompt's tokens, and the ids leave the request (they never reach
-the scheduler).
+the scheduler). A request for n > 1 samples keeps its whole prompt (R = its length):
+SGLang prefills it once (a max_new_tokens=0 copy sharing these custom_params) and then
+sends the n samples, which are then one-token cache hits of it, sampling the one
+distribution, instead of each computing the prompt's tail again.
 """
 
 from __future__ import annotations
@@ -94,7 +97,9 @@ def _after_create_tokenized_object(result, *args, **kwargs):
     if prefix_ids is not None:  # a single-token OpenAI request
         custom = without_prefix_ids(params.custom_params)
         if result.input_ids is not None and params.max_new_tokens == 1:
-            custom = with_reusable_len(custom, reusable_prefix_len(prefix_ids, result.input_ids))
+            ids = result.input_ids
+            r = len(ids) if params.n > 1 else reusable_prefix_len(prefix_ids, ids)
+            custom = with_reusable_len(custom, r)
         params.custom_params = custom or None
         return result
     query_ids = _SCORE_CALL.get()

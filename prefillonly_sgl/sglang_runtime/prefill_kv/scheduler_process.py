@@ -21,9 +21,12 @@ Per request (score prompts and single-token requests: those carrying R), while a
   rest (alloc_token_slots, called once inside it, allocates by the layout handed over in
   _PENDING_LAYOUT), and ends the request's kv_committed_len / kv_allocated_len at the
   kept boundary, so the stock release_kv_cache caches and frees only [0, boundary).
-- never a decode step: a single-token request's prefill batch is not merged into
-  SGLang's running batch (get_next_batch_to_run), which overlapped scheduling does
-  before the result that finishes the request.
+- never a decode step: a single-token request finishes by length with its prefill's
+  token. SGLang's overlapped loop (its default, on CPU too) merges a prefill batch into
+  the running batch before processing its result, but leaves out of the next decode
+  step every request whose queued result finishes it by length
+  (Scheduler._reqs_finishing_inflight), so no token slot past the kept boundary is ever
+  committed.
 The attention backends (prefill_attention*.py) never read dropped tokens from the pool (the
 CPU one does not write them either; FlashInfer's stock write sends them to DROPPED_SLOT).
 """
@@ -202,26 +205,6 @@ def _around_add_one_req(original, self, req, has_chunked_req, truncation_align_s
     return result
 
 
-# -- per request: never a decode step --------------------------------------------------
-def _around_get_next_batch_to_run(original, self, running_batch, last_batch, *args, **kwargs):
-    """A single-token request's prefill batch is never merged into the running batch.
-    With overlapped scheduling (GPU) SGLang merges a prefill batch before processing its
-    result, and a decode step could run for a request its result then finishes: wasted,
-    and with dropped KV that step would commit a token slot past the kept boundary, which
-    release_kv_cache would then insert into the radix tree. (Without overlap the result,
-    which finishes the request, is processed first: nothing changes.) The batch's copy
-    that SGLang processes later keeps every request."""
-    if last_batch is not None and last_batch.forward_mode.is_extend():
-        ours = [
-            req
-            for req in last_batch.reqs
-            if reusable_len(req) is not None and req.sampling_params.max_new_tokens == 1
-        ]
-        if ours:
-            last_batch.filter_batch(reqs_to_exclude=ours)
-    return original(self, running_batch, last_batch, *args, **kwargs)
-
-
 # -- per request: allocation -------------------------------------------------------------
 @dataclass(frozen=True)
 class _SlotLayout:
@@ -314,10 +297,6 @@ HOOKS = {
     "sglang.srt.managers.schedule_policy.PrefillAdder.add_one_req": (
         "AROUND",
         _around_add_one_req,
-    ),
-    "sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run": (
-        "AROUND",
-        _around_get_next_batch_to_run,
     ),
     "sglang.srt.mem_cache.allocation.alloc_for_extend": ("AROUND", _around_alloc_for_extend),
     "sglang.srt.mem_cache.allocation.alloc_token_slots": ("AROUND", _around_alloc_token_slots),
