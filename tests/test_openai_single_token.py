@@ -145,6 +145,23 @@ def test_completions_async_with_shared_prefix_and_named_ids(server, reference):
     assert named.usage.prompt_tokens_details.cached_tokens >= len(tok.encode(prefix)) - 1
 
 
+def test_completions_logit_bias(client, reference):
+    prompt = "Review: the tablets tasted of chalk but worked.\nSentiment:"
+    ids = reference.tokenizer.encode(prompt)
+    raw = reference.next_token_logprobs(ids)
+    bias = {int(raw.argsort()[10]): 9.0, int(raw.argmax()): -2.5}
+    answer = client.completions.create(
+        model="m", prompt=prompt, max_tokens=1, temperature=0, logprobs=3,
+        logit_bias={str(t): b for t, b in bias.items()},
+    )  # fmt: skip
+    expected = reference.next_token_logprobs(ids, bias)
+    logprobs = answer.choices[0].logprobs
+    assert abs(logprobs.token_logprobs[0] - float(expected.max())) < TOL
+    top = sorted(logprobs.top_logprobs[0].values(), reverse=True)
+    want = sorted(expected.tolist(), reverse=True)[:3]
+    assert max(abs(a - b) for a, b in zip(top, want)) < TOL, (top, want)
+
+
 def test_only_the_history_is_kept_in_the_prefix_cache(client, reference):
     """The shared history is a cache hit for the next review; the last message is not
     kept (asked again, only the history is cached)."""
