@@ -56,6 +56,18 @@ class TransformersReference:
             logits[int(token)] += bias
         return torch.log_softmax(logits, dim=-1)
 
+    def prompt_logprobs(self, prompt_ids) -> list[float | None]:
+        """Each prompt token's log-probability given the tokens before it (None for the
+        first): what an echo request returns per prompt position."""
+        import torch
+
+        ids = torch.tensor([list(prompt_ids)])
+        with torch.no_grad():
+            logits = self.model(input_ids=ids).logits[0].double()
+        logprobs = torch.log_softmax(logits[:-1], dim=-1)
+        picked = logprobs.gather(1, ids[0, 1:, None])[:, 0]
+        return [None, *picked.tolist()]
+
     def score(self, query, items, label_token_ids, apply_softmax: bool = True, item_first=False):
         """One list per item, like Engine.score."""
         import torch

@@ -299,3 +299,35 @@ def test_bad_shared_prefix_names_the_prompt(client):
         client.completions.create(
             model="m", prompt=["ab cd", "xy"], max_tokens=1, extra_body={"shared_prefix": "ab"}
         )
+
+
+# -- loglikelihood requests (echo + logprobs; issue 35's contract, first part) -----------
+def test_echo_returns_every_prompt_position(client, reference):
+    """lm-eval's request: token ids, echo, logprobs, max_tokens 1 (or 0, as older versions
+    send): the prompt's positions (the first None), then the generated token's."""
+    ids = reference.tokenizer.encode("Question: which planet is largest?\nAnswer: Jupiter")
+    expected = reference.prompt_logprobs(ids)
+    for max_tokens in (0, 1):
+        answer = client.completions.create(
+            model="m", prompt=[ids], max_tokens=max_tokens, echo=True, logprobs=1,
+            temperature=0,
+        )  # fmt: skip
+        logprobs = answer.choices[0].logprobs
+        assert len(logprobs.token_logprobs) == len(ids) + max_tokens
+        assert logprobs.token_logprobs[0] is None
+        got = logprobs.token_logprobs[1 : len(ids)]
+        assert max(abs(a - b) for a, b in zip(got, expected[1:])) < TOL
+
+
+def test_zero_tokens_without_echo_is_named(client):
+    with pytest.raises(BadRequestError, match="max_tokens: 0 generates nothing"):
+        client.completions.create(model="m", prompt="hello", max_tokens=0)
+
+
+def test_tokenizer_info(server, reference):
+    info = requests.get(f"{server.url}/tokenizer_info", timeout=30).json()
+    tok = reference.tokenizer
+    assert info["eos_token"] == tok.eos_token and info["eos_token_id"] == tok.eos_token_id
+    assert info["bos_token"] == tok.bos_token
+    assert info["chat_template"] == tok.chat_template
+    assert info["model_max_length"] == 4096 and info["vocab_size"] == len(tok)

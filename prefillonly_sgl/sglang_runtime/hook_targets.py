@@ -144,6 +144,9 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.entrypoints.openai.protocol.CompletionRequest": (
         "subclassed: our completions route's body model (+ logprob_token_ids, shared_prefix)"
     ),
+    "sglang.srt.entrypoints.openai.protocol.CompletionRequest.validate_max_tokens_positive": (
+        "replaced by name in our subclass: max_tokens 0 with echo is allowed"
+    ),
     "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat.handle_request": (
         "called by our /v1/chat/completions route (app.state.openai_serving_chat)"
     ),

@@ -277,6 +277,22 @@ def _replace_score_route(app) -> None:
     )
 
 
+def _add_tokenizer_info(app, runtime: SGLangRuntime) -> None:
+    """GET /tokenizer_info (server/tokenizer_info.py), beside SGLang's /tokenize and
+    /detokenize."""
+    from prefillonly_sgl.server.tokenizer_info import tokenizer_info
+
+    async def get_tokenizer_info():
+        tm = runtime.tokenizer_manager
+        return _json_response(tokenizer_info(tm.tokenizer, tm.context_len))
+
+    get_tokenizer_info.__doc__ = (
+        "The tokenizer's special tokens, chat template and the context length (for clients "
+        "that tokenize through the server, e.g. lm-evaluation-harness)."
+    )
+    app.add_api_route("/tokenizer_info", get_tokenizer_info, methods=["GET"])
+
+
 def _add_endpoint(app, spec: EndpointSpec, runtime: SGLangRuntime) -> None:
     from fastapi import Request
 
@@ -406,6 +422,7 @@ def install(
     _replace_score_route(app)
     single_token.install_routes(app)
     single_token.install_in_this_process(mark_reusable_prefixes)
+    _add_tokenizer_info(app, runtime)
     for spec in specs:
         _add_endpoint(app, spec, runtime)
     policy = GuardPolicy(

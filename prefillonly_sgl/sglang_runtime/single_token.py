@@ -30,6 +30,7 @@ import orjson
 from fastapi import Depends, Request
 from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
+from pydantic import field_validator, model_validator
 from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
 
 from prefillonly_sgl.single_token.logprobs import top_rows
@@ -57,10 +58,28 @@ class ChatRequest(ChatCompletionRequest):
 
 
 class CompletionsRequest(CompletionRequest):
-    """SGLang's completions request with `logprob_token_ids` and `shared_prefix`."""
+    """SGLang's completions request with `logprob_token_ids` and `shared_prefix`, and
+    `max_tokens: 0` with `echo` (the prompt's own logprobs only, as OpenAI's API allows
+    and older lm-evaluation-harness versions send; SGLang refuses 0)."""
 
     logprob_token_ids: list[int] | None = None
     shared_prefix: str | list[int] | None = None
+
+    @field_validator("max_tokens")
+    @classmethod
+    def validate_max_tokens_positive(cls, v):  # replaces SGLang's (> 0) of the same name
+        if v is not None and v < 0:
+            raise ValueError("max_tokens must be 0 or more")
+        return v
+
+    @model_validator(mode="after")
+    def _zero_tokens_need_echo(self):
+        if self.max_tokens == 0 and not self.echo:
+            raise ValueError(
+                "max_tokens: 0 generates nothing: give echo: true (and logprobs) for the "
+                "prompt's own logprobs, or max_tokens >= 1"
+            )
+        return self
 
 
 def _fields(request) -> dict:
