@@ -331,3 +331,9 @@ def test_tokenizer_info(server, reference):
     assert info["bos_token"] == tok.bos_token
     assert info["chat_template"] == tok.chat_template
     assert info["model_max_length"] == 4096 and info["vocab_size"] == len(tok)
+    # lm-eval's remote tokenizer: /tokenize's "tokens", /detokenize's "prompt" (vLLM's key)
+    ids = requests.post(f"{server.url}/tokenize", json={"prompt": "Hello there",
+                        "add_special_tokens": False}, timeout=30).json()["tokens"]  # fmt: skip
+    assert ids == tok.encode("Hello there", add_special_tokens=False)
+    text = requests.post(f"{server.url}/detokenize", json={"tokens": ids}, timeout=30).json()
+    assert text["prompt"] == text["text"] == tok.decode(ids)

@@ -80,7 +80,12 @@ def test_every_hook_table_target_is_listed():
     resolution test above covers them; and each table's hook types exist."""
     from sglang.srt.plugins.hook_registry import HookType
 
-    from prefillonly_sgl.sglang_runtime import offline_engine, reusable_prefix, single_token
+    from prefillonly_sgl.sglang_runtime import (
+        offline_engine,
+        reusable_prefix,
+        single_token,
+        tokenizer_endpoints,
+    )
     from prefillonly_sgl.sglang_runtime.forward_profile import scheduler_process as profile
     from prefillonly_sgl.sglang_runtime.hybrid_prefill import scheduler_process as hybrid
     from prefillonly_sgl.sglang_runtime.jct_scheduler import scheduler_process as jct
@@ -93,6 +98,7 @@ def test_every_hook_table_target_is_listed():
         reusable_prefix.HOOKS,
         single_token.HOOKS,
         single_token.AFTER_HOOKS,
+        tokenizer_endpoints.HOOKS,
         jct.HOOKS,
         hybrid.HOOKS,
         probe.HOOKS,

@@ -144,6 +144,11 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.entrypoints.openai.protocol.CompletionRequest": (
         "subclassed: our completions route's body model (+ logprob_token_ids, shared_prefix)"
     ),
+    "sglang.srt.entrypoints.openai.serving_tokenize.OpenAIServingDetokenize"
+    "._handle_non_streaming_request": (
+        "AROUND (tokenizer_endpoints.py): /detokenize also answers `prompt` (vLLM's key, "
+        "which lm-eval's remote tokenizer reads)"
+    ),
     "sglang.srt.entrypoints.openai.protocol.CompletionRequest.validate_max_tokens_positive": (
         "replaced by name in our subclass: max_tokens 0 with echo is allowed"
     ),

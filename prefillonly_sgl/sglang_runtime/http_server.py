@@ -277,22 +277,6 @@ def _replace_score_route(app) -> None:
     )
 
 
-def _add_tokenizer_info(app, runtime: SGLangRuntime) -> None:
-    """GET /tokenizer_info (server/tokenizer_info.py), beside SGLang's /tokenize and
-    /detokenize."""
-    from prefillonly_sgl.server.tokenizer_info import tokenizer_info
-
-    async def get_tokenizer_info():
-        tm = runtime.tokenizer_manager
-        return _json_response(tokenizer_info(tm.tokenizer, tm.context_len))
-
-    get_tokenizer_info.__doc__ = (
-        "The tokenizer's special tokens, chat template and the context length (for clients "
-        "that tokenize through the server, e.g. lm-evaluation-harness)."
-    )
-    app.add_api_route("/tokenizer_info", get_tokenizer_info, methods=["GET"])
-
-
 def _add_endpoint(app, spec: EndpointSpec, runtime: SGLangRuntime) -> None:
     from fastapi import Request
 
@@ -405,7 +389,7 @@ def install(
     their reusable prefix (when a runtime feature reads it)."""
     from fastapi.routing import APIRoute
 
-    from prefillonly_sgl.sglang_runtime import single_token
+    from prefillonly_sgl.sglang_runtime import single_token, tokenizer_endpoints
 
     # SGLang's /v1/rerank and /v1/classify serve cross-encoder / classification models
     # only: ours (apis/ranking.py, among `specs`) replace them.
@@ -422,7 +406,7 @@ def install(
     _replace_score_route(app)
     single_token.install_routes(app)
     single_token.install_in_this_process(mark_reusable_prefixes)
-    _add_tokenizer_info(app, runtime)
+    tokenizer_endpoints.install(app, lambda: runtime.tokenizer_manager)
     for spec in specs:
         _add_endpoint(app, spec, runtime)
     policy = GuardPolicy(
