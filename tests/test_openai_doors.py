@@ -1,12 +1,19 @@
-"""Single-token OpenAI requests through the official `openai` client (sync and async)
-against a real `prefillonly serve` (tiny Llama, float32, a 1,024-token KV pool): the
+"""The OpenAI-compatible doors against a real `prefillonly serve` (tiny Llama, float32, a
+1,024-token KV pool), through the real clients.
+
+Single-token requests through the official `openai` client (sync and async): the
 logprobs equal a plain transformers forward (reference.next_token_logprobs) within 1e-4,
 with and without logit_bias and for named token ids; a chat prompt 3x the pool answers;
-a streamed one answers one chunk; requests of two tokens keep SGLang's path."""
+a streamed one answers one chunk; requests of two tokens keep SGLang's path.
+
+Loglikelihood requests (echo + logprobs): prompt logprobs against the reference, and
+lm-evaluation-harness's `local-completions` model against lm-eval's own `hf` backend on
+the repository's drug-review task (evals/drug_sentiment/), reduced."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 import requests
@@ -15,6 +22,7 @@ from server_process import running_server
 
 POOL = 1024
 TOL = 1e-4
+EVALS = Path(__file__).resolve().parents[1] / "evals" / "drug_sentiment"
 SYSTEM = "You label reviews as Yes (positive) or No (negative). " * 6
 FEW_SHOT = [
     {"role": "system", "content": SYSTEM},
@@ -337,3 +345,45 @@ def test_tokenizer_info(server, reference):
     assert ids == tok.encode("Hello there", add_special_tokens=False)
     text = requests.post(f"{server.url}/detokenize", json={"tokens": ids}, timeout=30).json()
     assert text["prompt"] == text["text"] == tok.decode(ids)
+
+
+def test_lm_eval_local_completions_matches_its_hf_backend(server, tiny_llama_path, tmp_path):
+    """lm-eval as a user runs it (token-id prompts, echo, logprobs): every request's
+    loglikelihood within 1e-4 of lm-eval's `hf` backend on the same model, the same
+    is_greedy. Reduced: 4 questions x 3 choices, 2-shot."""
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    yaml = (EVALS / "drug_sentiment.yaml").read_text()
+    for split in ("test", "train"):  # data paths made absolute (the yaml's are the repo's)
+        yaml = yaml.replace(f"evals/drug_sentiment/{split}.jsonl", str(EVALS / f"{split}.jsonl"))
+    (tasks / "drug_sentiment.yaml").write_text(yaml)
+    common = dict(
+        tasks=["drug_sentiment"], task_manager=TaskManager(include_path=str(tasks)),
+        num_fewshot=2, limit=4, log_samples=True, bootstrap_iters=0,
+    )  # fmt: skip
+    ours = simple_evaluate(
+        model="local-completions",
+        model_args=f"model=m,base_url={server.url}/v1/completions,tokenizer_backend="
+        f"huggingface,tokenizer={tiny_llama_path},tokenized_requests=True",
+        **common,
+    )
+    theirs = simple_evaluate(model="hf", model_args=f"pretrained={tiny_llama_path},"
+                             "dtype=float32", device="cpu", **common)  # fmt: skip
+
+    def per_request(results):
+        return [
+            (sample["doc_id"], choice, resp[0])
+            for sample in results["samples"]["drug_sentiment"]
+            for choice, resp in enumerate(sample["resps"])
+        ]
+
+    got, want = per_request(ours), per_request(theirs)
+    assert len(got) == len(want) == 12
+    assert len({round(ll, 3) for _, _, (ll, _) in got}) > 6  # real, distinct values
+    for (doc, choice, (ll, greedy)), (doc_w, choice_w, (ll_w, greedy_w)) in zip(got, want):
+        assert (doc, choice) == (doc_w, choice_w)
+        assert abs(ll - ll_w) < TOL, (doc, choice, ll, ll_w)
+        assert greedy == greedy_w, (doc, choice)
