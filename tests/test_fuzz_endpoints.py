@@ -52,6 +52,9 @@ VALID = {
     "/v1/completions": {"model": "m", "prompt": [QUERY + ITEM, QUERY + "Item: socks."],
                         "max_tokens": 1, "temperature": 0, "logprobs": 2,
                         "shared_prefix": QUERY, "logprob_token_ids": [287, 286]},
+    # A loglikelihood request as lm-eval sends it (the URL fragment only names the case).
+    "/v1/completions#echo": {"model": "m", "prompt": [[1, 40, 41, 42, 43, 44]], "echo": True,
+                             "logprobs": 1, "max_tokens": 0, "temperature": 0, "seed": 1234},
 }  # fmt: skip
 
 scalars = (
@@ -176,7 +179,7 @@ def test_the_server_answers_as_before_after_the_fuzzing(server):
         before = server.baseline[path].json()
         if path == "/v1/score":  # usage differs (cache hits); the scores may not
             before, again_json = before["scores"], again.json()["scores"]
-        elif path in ("/v1/chat/completions", "/v1/completions"):
+        elif path.startswith(("/v1/chat/completions", "/v1/completions")):
             before, again_json = _openai_view(before), _openai_view(again.json())
         else:
             again_json = again.json()
