@@ -137,3 +137,25 @@ def test_one_chunk_events():
     assert json.loads(events[1][len("data: ") :])["choices"] == []
     plain = one_chunk_events(COMPLETIONS_PATH, {**answer, "choices": [{"text": "a"}]}, False)
     assert len(plain) == 2 and json.loads(plain[0][6:])["choices"][0]["text"] == "a"
+
+
+def test_chat_prefix_ids_render_the_history_once_or_nothing():
+    from prefillonly_sgl.models.tiny import build_tokenizer
+    from prefillonly_sgl.sglang_runtime.single_token import ChatRequest, chat_prefix_ids
+
+    tok = build_tokenizer()
+    messages = [{"role": "system", "content": "Label it."},
+                {"role": "user", "content": "works"}, {"role": "assistant", "content": "Yes"},
+                {"role": "user", "content": "awful"}]  # fmt: skip
+    request = ChatRequest(messages=messages, max_tokens=1)
+    ids = chat_prefix_ids(tok, request)
+    history = tok.apply_chat_template(messages[:-1], tokenize=False)
+    assert ids == tok.encode(history, add_special_tokens=False) and ids
+    full = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True,
+                                   return_dict=False)  # fmt: skip
+    assert full[: len(ids)] == ids  # the history is a prefix of the prompt
+    assert chat_prefix_ids(tok, request) is ids  # rendered once (cached)
+    assert chat_prefix_ids(tok, ChatRequest(messages=messages[-1:], max_tokens=1)) == []
+    tok.chat_template = "{{ raise_exception('needs the whole conversation') }}"
+    other = ChatRequest(messages=[{"role": "system", "content": "x"}, *messages[1:]])
+    assert chat_prefix_ids(tok, other) == []  # nothing marked: cache-only reuse

@@ -33,11 +33,9 @@ def install(app, tokenizer_manager) -> None:
 
     apply_hooks_now(HOOK_TABLE_NAME, HOOKS)
 
-    async def get_tokenizer_info():
-        from fastapi.responses import ORJSONResponse
-
+    async def get_tokenizer_info() -> dict:
         tm = tokenizer_manager()
-        return ORJSONResponse(tokenizer_info(tm.tokenizer, tm.context_len))
+        return tokenizer_info(tm.tokenizer, tm.context_len)
 
     get_tokenizer_info.__doc__ = (
         "The tokenizer's special tokens, chat template and the context length (for clients "
