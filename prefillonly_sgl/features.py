@@ -159,6 +159,25 @@ FEATURES: dict[str, Feature] = {
             ),
             settings="prefillonly_sgl.hybrid.settings:HybridSettings",
         ),
+        Feature(
+            "prompt_logprobs",
+            "prompt_logprob_cache",
+            "echo + logprobs requests reuse the prefix cache: each cached token keeps its "
+            "prompt logprob and top-k; logprobs computed in chunks",
+            "prefillonly_sgl.sglang_runtime.prompt_logprob_cache:register",
+            disable_flag="--disable-prompt-logprob-cache",
+            options=(
+                Option(
+                    "prompt_logprob_chunk_size",
+                    "--prompt-logprob-chunk-size",
+                    "prompt logprobs: positions whose logits exist at once (default 512; "
+                    "docs/openai.md)",
+                    positive_int,
+                    "TOKENS",
+                ),
+            ),
+            settings="prefillonly_sgl.prompt_logprobs.settings:PromptLogprobSettings",
+        ),
     )
 }
 

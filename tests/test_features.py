@@ -8,9 +8,10 @@ import pytest
 from prefillonly_sgl.features import FEATURES, STOCK_SGLANG, choose_features, select_features
 
 
-def engine_features(attention=None, kv=None, jct=True, hybrid=None):
+def engine_features(attention=None, kv=None, jct=True, hybrid=None, logprobs=None):
     switches = {"prefill_only_attention": attention, "prefill_only_kv": kv,
-                "schedule_policy": "jct" if jct else "fcfs", "hybrid_prefill": hybrid}  # fmt: skip
+                "schedule_policy": "jct" if jct else "fcfs", "hybrid_prefill": hybrid,
+                "prompt_logprob_cache": logprobs}  # fmt: skip
     return choose_features(None, switches)
 
 
@@ -19,11 +20,11 @@ def test_defaults_are_every_feature_in_order():
 
 
 def test_switching_off_a_dependency_takes_its_default_dependents_along():
-    others = ["jct_scheduler", "hybrid_prefill"]
+    others = ["jct_scheduler", "hybrid_prefill", "prompt_logprobs"]
     assert engine_features(False, None) == others
     assert select_features(None, ["prefill_attention"]) == others
     assert engine_features(True, False) == ["prefill_attention", *others]
-    assert engine_features(True, None, jct=False, hybrid=False) == [
+    assert engine_features(True, None, jct=False, hybrid=False, logprobs=False) == [
         "prefill_attention",
         "prefill_kv",
     ]

@@ -163,16 +163,16 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion"
     "._convert_to_internal_request": (
-        "AFTER: a single-token request's prefix ids in custom_params; token_ids_logprob "
-        "(GenerateReqInput's field: meta_info output_token_ids_logprobs) for "
-        "logprob_token_ids"
+        "AFTER: a single-token request's prefix ids in custom_params (a loglikelihood "
+        "request's: the whole prompt); token_ids_logprob (GenerateReqInput's field: "
+        "meta_info output_token_ids_logprobs) for logprob_token_ids"
     ),
     "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._build_chat_response": (
         "BEFORE: logprob_token_ids rows replace the natural top logprobs"
     ),
     "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion"
     "._build_completion_response": (
-        "BEFORE: logprob_token_ids rows; AFTER: the generated token's text_offset 0"
+        "BEFORE: logprob_token_ids rows; AFTER: real text_offset (SGLang writes -1)"
     ),
     "sglang.srt.entrypoints.http_server.model_json_response": (
         "how SGLang's OpenAI routes answer; ours keep it"
@@ -301,6 +301,31 @@ HOOK_TARGETS: dict[str, str] = {
         "AROUND: wall time of an extend step (forward, then the label logprobs)"
     ),
     "sglang.srt.mem_cache.common.release_kv_cache": (
-        "stock; caches and frees [0, kv_committed_len), hence the boundary above"
+        "stock; caches and frees [0, kv_committed_len), hence the boundary above; BEFORE "
+        "(prompt_logprob_cache.py): an echo request's KV slots, read before its row goes"
+    ),
+    # -- prompt logprobs (sglang_runtime/prompt_logprob_cache.py, scheduler) --
+    "sglang.srt.managers.schedule_batch.Req.init_next_round_input": (
+        "AROUND: an echo request matches uncapped, then extends from the positions whose "
+        "entries the side table holds (its logprob_start_len becomes that length)"
+    ),
+    "sglang.srt.managers.schedule_batch.Req._compute_max_prefix_len": (
+        "stock: caps the match at logprob_start_len, which the hook above sets"
+    ),
+    "sglang.srt.managers.scheduler_components.logprob_result_processor."
+    "SchedulerLogprobResultProcessor.add_input_logprob_return_values": (
+        "AROUND: computed entries into the table, cached ones spliced in front"
+    ),
+    "sglang.srt.mem_cache.allocator.token.TokenToKVPoolAllocator.alloc": (
+        "AFTER: slots handed out again lose their table entries"
+    ),
+    "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache.prefix_device_indices": (
+        "the matched prefix's KV slots (SGLang's default prefix cache), the table's keys"
+    ),
+    "sglang.srt.mem_cache.radix_cache.RadixCache.prefix_device_indices": (
+        "the same for the classic radix cache"
+    ),
+    "sglang.srt.layers.logprob_processor.InputLogprobProcessor.__init__": (
+        "AFTER: enable_logprobs_chunk / logprobs_chunk_size from our settings"
     ),
 }

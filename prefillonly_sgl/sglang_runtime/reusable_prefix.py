@@ -17,7 +17,8 @@ requests then find each prompt in the prefix cache.
 Single-token OpenAI requests (sglang_runtime/single_token.py) arrive here with their
 reusable prefix's token ids in custom_params (single_token/prefix.py); R = the common
 prefix of those and the prompt's tokens, and the ids leave the request (they never reach
-the scheduler). A request for n > 1 samples keeps its whole prompt (R = its length):
+the scheduler). A loglikelihood request (echo, max_tokens 0 or 1) is marked WHOLE_PROMPT:
+R = its length, so its task's next request finds it in the prefix cache. A request for n > 1 samples keeps its whole prompt (R = its length):
 SGLang prefills it once (a max_new_tokens=0 copy sharing these custom_params) and then
 sends the n samples, which are then one-token cache hits of it, sampling the one
 distribution, instead of each computing the prompt's tail again.
@@ -30,8 +31,8 @@ import contextvars
 import inspect
 
 from prefillonly_sgl.kv.messages import with_reusable_len
-from prefillonly_sgl.kv.policy import reusable_prefix_len
-from prefillonly_sgl.single_token.prefix import prefix_ids_in, without_prefix_ids
+from prefillonly_sgl.kv.policy import reusable_prefix_len, runs_one_forward
+from prefillonly_sgl.single_token.prefix import WHOLE_PROMPT, prefix_ids_in, without_prefix_ids
 
 # The query tokens of the score call being tokenized in this task ([]: nothing reusable);
 # None outside score calls (generate requests stay stock).
@@ -94,11 +95,14 @@ def _after_create_tokenized_object(result, *args, **kwargs):
         return result
     params = result.sampling_params
     prefix_ids = prefix_ids_in(params.custom_params)
-    if prefix_ids is not None:  # a single-token OpenAI request
+    if prefix_ids is not None:  # a single-token or loglikelihood OpenAI request
         custom = without_prefix_ids(params.custom_params)
-        if result.input_ids is not None and params.max_new_tokens == 1:
+        if result.input_ids is not None and runs_one_forward(params.max_new_tokens):
             ids = result.input_ids
-            r = len(ids) if params.n > 1 else reusable_prefix_len(prefix_ids, ids)
+            if prefix_ids == WHOLE_PROMPT or params.n > 1:
+                r = len(ids)
+            else:
+                r = reusable_prefix_len(prefix_ids, ids)
             custom = with_reusable_len(custom, r)
         params.custom_params = custom or None
         return result

@@ -33,16 +33,18 @@ from fastapi.routing import APIRoute
 from pydantic import field_validator, model_validator
 from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
 
-from prefillonly_sgl.single_token.logprobs import top_rows
+from prefillonly_sgl.single_token.logprobs import text_offsets, top_rows
 from prefillonly_sgl.single_token.prefix import (
     chat_prefix_messages,
     completion_prefix,
     prefix_token_ids,
     with_prefix_ids,
+    with_whole_prompt,
 )
 from prefillonly_sgl.single_token.requests import (
     CHAT_PATH,
     COMPLETIONS_PATH,
+    is_loglikelihood,
     is_single_token,
 )
 
@@ -89,6 +91,10 @@ def _fields(request) -> dict:
 
 def _single_token(path: str, request) -> bool:
     return is_single_token(path, _fields(request))
+
+
+def _loglikelihood(request) -> bool:
+    return is_loglikelihood(COMPLETIONS_PATH, _fields(request))
 
 
 # -- marking: prefix and label ids (executor thread) --------------------------------------
@@ -173,6 +179,12 @@ def _after_chat_convert(result, self, request, *args, **kwargs):
 
 def _after_completion_convert(result, self, request, *args, **kwargs):
     adapted, _ = result
+    if isinstance(request, CompletionsRequest) and _loglikelihood(request):
+        if _MARK_PREFIXES["on"]:
+            params = adapted.sampling_params
+            for one in params if isinstance(params, list) else [params]:
+                one["custom_params"] = with_whole_prompt(one.get("custom_params"))
+        return result
     if isinstance(request, CompletionsRequest) and _single_token(COMPLETIONS_PATH, request):
         prefix = completion_prefix(request.prompt, request.shared_prefix)
         tokenizer = self.tokenizer_manager.tokenizer
@@ -194,10 +206,14 @@ def _before_build_response(self, request, ret, *args, **kwargs):
 
 
 def _after_build_completion_response(response, self, request, *args, **kwargs):
-    if isinstance(request, CompletionsRequest) and _single_token(COMPLETIONS_PATH, request):
+    """Real text offsets (SGLang writes -1, "unknown"): each token's character offset in
+    the choice's text, which starts with the echoed prompt (or, without echo, with the
+    generated token)."""
+    if isinstance(request, CompletionsRequest):
         for choice in response.choices:
-            if choice.logprobs is not None and choice.logprobs.text_offset == [-1]:
-                choice.logprobs.text_offset = [0]
+            logprobs = choice.logprobs
+            if logprobs is not None and logprobs.tokens and -1 in logprobs.text_offset:
+                logprobs.text_offset = text_offsets(logprobs.tokens)
     return response
 
 

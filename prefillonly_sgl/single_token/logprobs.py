@@ -1,5 +1,8 @@
-"""`logprob_token_ids` (vLLM's extension): the logprobs of named token ids at the output
-position, whatever their rank (plain Python).
+"""Completions' and chat's logprob fields (plain Python): `logprob_token_ids` rows and
+completions' text offsets.
+
+`logprob_token_ids` (vLLM's extension): the logprobs of named token ids at the output
+position, whatever their rank.
 
 As in vLLM, a non-empty list replaces the natural top-k: each position's `top_logprobs`
 holds exactly the requested ids, in the order given (chat: a list of {token, logprob,
@@ -24,3 +27,13 @@ def top_rows(token_ids_rows: Sequence[Sequence | None], requested: Sequence[int]
         by_id = {triple[1]: triple for triple in row}
         rows.append([by_id[t] for t in requested if t in by_id])
     return rows
+
+
+def text_offsets(tokens: Sequence[str]) -> list[int]:
+    """Completions' `text_offset`: each token's first character in the choice's text (the
+    texts of the tokens before it, concatenated), as OpenAI and vLLM give it."""
+    offsets, at = [], 0
+    for token in tokens:
+        offsets.append(at)
+        at += len(token)
+    return offsets

@@ -48,6 +48,17 @@ def is_single_token(path: str, body: object) -> bool:
     return not (path == COMPLETIONS_PATH and body.get("echo"))
 
 
+def is_loglikelihood(path: str, body: object) -> bool:
+    """A completions request for the prompt's own logprobs (`echo`) generating at most
+    one token (`max_tokens` 0 or 1): what evaluation harnesses send. One forward too; it
+    keeps its whole prompt in the prefix cache, where the next request of the same task
+    (the same few-shot examples, the same question with another choice) finds it."""
+    if path != COMPLETIONS_PATH or not isinstance(body, dict) or not body.get("echo"):
+        return False
+    tokens = output_tokens(path, body)
+    return type(tokens) is int and tokens in (0, 1)
+
+
 def check_single_token_body(path: str, body: dict, vocab_size: int) -> None:
     """The fields a single-token request may carry, checked; InvalidRequestError naming
     the field otherwise."""
