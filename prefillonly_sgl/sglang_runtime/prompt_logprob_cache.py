@@ -32,8 +32,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-import torch
-
 from prefillonly_sgl.kv.policy import DROPPED_SLOT
 from prefillonly_sgl.prompt_logprobs.plan import caches_prompt_logprobs, splice, table_positions
 from prefillonly_sgl.prompt_logprobs.table import CachedRows, PositionTable

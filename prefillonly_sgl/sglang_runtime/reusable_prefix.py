@@ -18,8 +18,9 @@ Single-token OpenAI requests (sglang_runtime/single_token.py) arrive here with t
 reusable prefix's token ids in custom_params (single_token/prefix.py); R = the common
 prefix of those and the prompt's tokens, and the ids leave the request (they never reach
 the scheduler). A loglikelihood request (echo, max_tokens 0 or 1) is marked WHOLE_PROMPT:
-R = its length, so its task's next request finds it in the prefix cache. A request for n > 1 samples keeps its whole prompt (R = its length):
-SGLang prefills it once (a max_new_tokens=0 copy sharing these custom_params) and then
+R = its length, so its task's next request finds it in the prefix cache. A request for
+n > 1 samples keeps its whole prompt (R = its length): SGLang prefills it once (a
+max_new_tokens=0 copy sharing these custom_params, which also gets R) and then
 sends the n samples, which are then one-token cache hits of it, sampling the one
 distribution, instead of each computing the prompt's tail again.
 """
