@@ -327,6 +327,91 @@ def test_echo_returns_every_prompt_position(client, reference):
         assert max(abs(a - b) for a, b in zip(got, expected[1:])) < TOL
 
 
+SHOTS = "".join(f"Question: what is {i} plus {i}?\nAnswer: {2 * i}\n\n" for i in range(10))
+
+
+def flush(server) -> None:
+    assert requests.post(f"{server.url}/flush_cache", timeout=60).status_code == 200
+
+
+def echo(client, prompt, top: int = 2, max_tokens: int = 1):
+    return client.completions.create(
+        model="m", prompt=prompt, max_tokens=max_tokens, echo=True, logprobs=top,
+        temperature=0,
+    )  # fmt: skip
+
+
+def assert_echo_contract(logprobs, ids, expected) -> None:
+    """OpenAI's echo fields as lm-eval reads them: every prompt position (token 0 None),
+    within TOL of the reference, the argmax's top entry identical to its token logprob,
+    text offsets into the echoed text."""
+    assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
+    got = logprobs.token_logprobs[1 : len(ids)]
+    assert max(abs(a - b) for a, b in zip(got, expected[1:])) < TOL
+    for token, value, top in zip(logprobs.tokens[1:], got, logprobs.top_logprobs[1:]):
+        if token in top:
+            assert top[token] == value
+    lengths = [len(t) for t in logprobs.tokens]
+    assert logprobs.text_offset == [sum(lengths[:i]) for i in range(len(lengths))]
+
+
+def test_echo_requests_share_their_task_through_the_prefix_cache(server, client, reference):
+    """A few-shot task's requests: each computes only what the cache lacks (its first new
+    position recomputes the last cached one) and still returns every position; the cached
+    positions' entries are exactly those the first request computed."""
+    flush(server)
+    prompts = [SHOTS + "Question: what is 3 plus 2?\nAnswer: 5", SHOTS + "Question: what is "
+               "3 plus 2?\nAnswer: six"]  # fmt: skip
+    ids = [reference.tokenizer.encode(p) for p in prompts]
+    first = echo(client, [ids[0]])
+    second = echo(client, [ids[1]])
+    again = echo(client, [ids[0]])
+    shared = next(i for i, (a, b) in enumerate(zip(*ids)) if a != b)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert second.usage.prompt_tokens_details.cached_tokens == shared - 1
+    assert again.usage.prompt_tokens_details.cached_tokens == len(ids[0]) - 2
+    for answer, prompt_ids in ((first, ids[0]), (second, ids[1]), (again, ids[0])):
+        logprobs = answer.choices[0].logprobs
+        assert len(logprobs.token_logprobs) == len(prompt_ids) + 1
+        assert_echo_contract(logprobs, prompt_ids, reference.prompt_logprobs(prompt_ids))
+    cold, warm = first.choices[0].logprobs, again.choices[0].logprobs
+    n = len(ids[0]) - 1  # entries of tokens 1..T-2 came from the table
+    assert warm.token_logprobs[:n] == cold.token_logprobs[:n]
+    assert warm.top_logprobs[:n] == cold.top_logprobs[:n]
+    wider = echo(client, [ids[0]], top=5).choices[0].logprobs  # k 5: the rows hold 2
+    assert all(len(top) >= 5 for top in wider.top_logprobs[1:])
+
+
+def test_echo_entries_never_outlive_their_kv(server, client, reference):
+    """After a flush the allocator hands the same slots to other tokens: a prompt cached
+    by a request without echo must not find the old entries in its slots."""
+    flush(server)
+    echo(client, [reference.tokenizer.encode("Review: the tablets were useless. " * 8)])
+    flush(server)
+    prefix = SHOTS + "Question: what is 7 plus 7?"
+    client.completions.create(model="m", prompt=prefix + "\nAnswer: 14", max_tokens=1,
+                              extra_body={"shared_prefix": prefix})  # fmt: skip
+    ids = reference.tokenizer.encode(prefix + "\nAnswer: 15")
+    logprobs = echo(client, [ids]).choices[0].logprobs
+    assert_echo_contract(logprobs, ids, reference.prompt_logprobs(ids))
+
+
+def test_echo_takes_all_four_prompt_forms(client, reference):
+    texts = ["Question: is the sky blue?\nAnswer: yes", "Question: is grass red?\nAnswer: no"]
+    ids = [reference.tokenizer.encode(t) for t in texts]
+    for prompt, expected_ids in (
+        (texts[0], ids[:1]),
+        (texts, ids),
+        (ids[1], ids[1:]),
+        (ids, ids),
+    ):
+        answer = echo(client, prompt, max_tokens=0)
+        assert [c.index for c in answer.choices] == list(range(len(expected_ids)))
+        for choice, prompt_ids in zip(answer.choices, expected_ids):
+            assert len(choice.logprobs.token_logprobs) == len(prompt_ids)  # max_tokens 0
+            assert_echo_contract(choice.logprobs, prompt_ids, reference.prompt_logprobs(prompt_ids))
+
+
 def test_zero_tokens_without_echo_is_named(client):
     with pytest.raises(BadRequestError, match="max_tokens: 0 generates nothing"):
         client.completions.create(model="m", prompt="hello", max_tokens=0)

@@ -10,18 +10,21 @@ import pytest
 
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.kv.policy import runs_one_forward
-from prefillonly_sgl.single_token.logprobs import top_rows
+from prefillonly_sgl.single_token.logprobs import text_offsets, top_rows
 from prefillonly_sgl.single_token.prefix import (
+    WHOLE_PROMPT,
     completion_prefix,
     prefix_ids_in,
     prefix_token_ids,
     with_prefix_ids,
+    with_whole_prompt,
     without_prefix_ids,
 )
 from prefillonly_sgl.single_token.requests import (
     CHAT_PATH,
     COMPLETIONS_PATH,
     check_single_token_body,
+    is_loglikelihood,
     is_single_token,
 )
 
@@ -159,3 +162,20 @@ def test_chat_prefix_ids_render_the_history_once_or_nothing():
     tok.chat_template = "{{ raise_exception('needs the whole conversation') }}"
     other = ChatRequest(messages=[{"role": "system", "content": "x"}, *messages[1:]])
     assert chat_prefix_ids(tok, other) == []  # nothing marked: cache-only reuse
+
+
+def test_loglikelihood_requests_are_echo_completions_of_zero_or_one_token():
+    path = "/v1/completions"
+    assert is_loglikelihood(path, {"echo": True, "max_tokens": 0, "logprobs": 1})
+    assert is_loglikelihood(path, {"echo": True, "max_tokens": 1})
+    assert not is_loglikelihood(path, {"echo": True})  # 16 tokens by default
+    assert not is_loglikelihood(path, {"echo": False, "max_tokens": 1})
+    assert not is_loglikelihood("/v1/chat/completions", {"echo": True, "max_tokens": 1})
+    assert not is_loglikelihood(path, {"echo": True, "max_tokens": True})
+    marked = with_whole_prompt({"user": 1})
+    assert prefix_ids_in(marked) == WHOLE_PROMPT and without_prefix_ids(marked) == {"user": 1}
+
+
+def test_text_offsets_are_each_tokens_first_character():
+    assert text_offsets(["Question", ":", " what", "\n"]) == [0, 8, 9, 14]
+    assert text_offsets([]) == []
