@@ -43,7 +43,8 @@ def test_rows_widen_to_the_largest_top_k_and_a_narrower_write_keeps_them():
 def test_dropped_tokens_slot_and_k_zero_and_limits():
     table = PositionTable(8)
     assert table.write(torch.tensor([0, 3]), [-1.0, -2.0], None, None, skip_slot=0) == 1
-    assert table.usable_run(torch.tensor([3]), 0) == 1 and table.usable_run(torch.tensor([0]), 0) == 0
+    assert table.usable_run(torch.tensor([3]), 0) == 1
+    assert table.usable_run(torch.tensor([0]), 0) == 0
     with pytest.raises(ValueError, match="2 slots for 1 prompt positions"):
         table.write(torch.tensor([1, 2]), [-1.0], None, None)
     with pytest.raises(ValueError, match="over the table's limit"):

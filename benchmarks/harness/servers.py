@@ -30,6 +30,7 @@ OURS = {  # prefillonly serve, with one feature off in turn
     "ours-no-hybrid": ["--disable-hybrid-prefill"],
     "ours-no-kv": ["--disable-prefill-only-kv"],
     "ours-no-attention": ["--disable-prefill-only-attention"],  # takes prefill-only KV too
+    "ours-no-logprob-cache": ["--disable-prompt-logprob-cache"],
 }
 SYSTEMS = (*STOCK, *OURS)
 

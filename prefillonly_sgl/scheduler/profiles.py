@@ -28,9 +28,10 @@ def resolved_dtype(model_path: str | Path, dtype: str) -> str:
     return folder_dtype(model_path) or "float32"
 
 
-# Runtime features that leave a prompt's job time as it is: the scheduler itself, and
-# hybrid prefilling (same work in chunks; measured equal within noise, docs/hybrid_prefill.md).
-TIME_NEUTRAL_FEATURES = ("jct_scheduler", "hybrid_prefill")
+# Runtime features that leave a prompt's job time as it is: the scheduler itself, hybrid
+# prefilling (same work in chunks; measured equal within noise, docs/hybrid_prefill.md),
+# and the prompt-logprob cache (it acts on echo requests only, never on score prompts).
+TIME_NEUTRAL_FEATURES = ("jct_scheduler", "hybrid_prefill", "prompt_logprobs")
 
 
 def profile_key(model_path: str | Path, device: str, dtype: str, features) -> dict:
