@@ -68,6 +68,7 @@ def test_prefill_only_kv_is_active(setup):
         "prefill_kv",
         "jct_scheduler",
         "hybrid_prefill",
+        "prompt_logprobs",
     )
     assert ours.prefill_only_kv_active
     # The scheduler reports the context-bound limit only where prefill-only KV is active.

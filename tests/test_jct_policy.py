@@ -217,7 +217,7 @@ def test_profile_key_ignores_features_that_leave_job_time_as_it_is(tmp_path):
 
     (tmp_path / "config.json").write_text('{"torch_dtype": "bfloat16"}')
     base = profile_key(tmp_path, "cpu", "auto", ["prefill_attention", "prefill_kv"])
-    same = ["hybrid_prefill", "prefill_kv", "jct_scheduler", "prefill_attention"]
+    same = ["hybrid_prefill", "prefill_kv", "jct_scheduler", "prefill_attention", "prompt_logprobs"]
     assert profile_key(tmp_path, "cpu", "auto", same) == base
     assert base["dtype"] == "bfloat16" and base["features"] == ["prefill_attention", "prefill_kv"]
     assert profile_key(tmp_path, "cpu", "auto", ["prefill_attention"]) != base

@@ -412,6 +412,18 @@ def test_echo_takes_all_four_prompt_forms(client, reference):
             assert_echo_contract(choice.logprobs, prompt_ids, reference.prompt_logprobs(prompt_ids))
 
 
+def test_echo_longer_than_the_pool_is_answered_and_past_the_context_named(client, reference):
+    """A loglikelihood prompt 1.5x the pool keeps what fits and is still answered in full;
+    one past the context (4,096) is a 400 naming the length, never an out-of-memory."""
+    ids = reference.tokenizer.encode("Review: the capsules helped my sleep a lot. " * 200)
+    ids = ids[: POOL * 3 // 2]
+    logprobs = echo(client, [ids], max_tokens=0).choices[0].logprobs
+    assert len(logprobs.token_logprobs) == len(ids)
+    assert_echo_contract(logprobs, ids, reference.prompt_logprobs(ids))
+    with pytest.raises(BadRequestError, match="longer than|exceeds|maximum"):
+        echo(client, [ids * 4])
+
+
 def test_zero_tokens_without_echo_is_named(client):
     with pytest.raises(BadRequestError, match="max_tokens: 0 generates nothing"):
         client.completions.create(model="m", prompt="hello", max_tokens=0)

@@ -67,6 +67,7 @@ def test_backend_is_active_and_cold_items_match(setup):
         "prefill_kv",
         "jct_scheduler",
         "hybrid_prefill",
+        "prompt_logprobs",
     )
     got = engine.score(PROFILE, ITEMS, labels).scores
     assert max_abs_diff(got, ref.score(PROFILE, ITEMS, labels)) < TOLERANCE

@@ -122,6 +122,7 @@ def test_features_and_limits(setup):
         "prefill_kv",
         "jct_scheduler",
         "hybrid_prefill",
+        "prompt_logprobs",
     )
     assert stock["patches"] == ()
     assert stock["max_prompt_tokens"] < POOL  # stock: bounded by the pool

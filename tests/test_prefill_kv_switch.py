@@ -45,7 +45,12 @@ def test_switch_off_gives_stock_kv(tiny_llama_path, ref_labels):
     with pytest.raises(ValueError, match="needs prefill_only_attention"):
         _start(tiny_llama_path, prefill_only_attention=False, prefill_only_kv=True)
     with _start(tiny_llama_path, prefill_only_kv=False) as engine:
-        assert engine.features == ("prefill_attention", "jct_scheduler", "hybrid_prefill")
+        assert engine.features == (
+            "prefill_attention",
+            "jct_scheduler",
+            "hybrid_prefill",
+            "prompt_logprobs",
+        )
         assert engine.limits.scoring_prompt_tokens < 1024  # bounded by the pool again
         assert not engine.prefill_only_kv_active
         got = engine.score(PROFILE, ITEMS, labels).scores

@@ -72,7 +72,11 @@ def test_disable_flags_leave_their_feature_out(model_folder):
         "prefill_attention",
         "jct_scheduler",
         "hybrid_prefill",
+        "prompt_logprobs",
     ]
+    assert "prompt_logprobs" not in _serve_features(
+        model_folder, ["--disable-prompt-logprob-cache"]
+    )
     options, _ = parse_serve_argv(["--disable-hybrid-prefill", "--hybrid-prefill-chunk-size", "64"])
     assert options.feature_options == {"hybrid_prefill_chunk_size": 64}
     assert "hybrid_prefill" not in _serve_features(model_folder, ["--disable-hybrid-prefill"])

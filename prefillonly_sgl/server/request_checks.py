@@ -16,6 +16,7 @@ from prefillonly_sgl.single_token.requests import (
     CHAT_PATH,
     COMPLETIONS_PATH,
     check_single_token_body,
+    is_loglikelihood,
     is_single_token,
 )
 from prefillonly_sgl.validation import (
@@ -219,13 +220,15 @@ def _copies(value: object, name: str) -> int:
 
 def check_completions_body(body: object, limits: ModelLimits, max_prompts: int) -> int:
     """/v1/completions (OpenAI): an empty prompt kills stock SGLang like on /generate. A
-    single-token request (single_token/requests.py) may be as long as a score prompt."""
+    single-token or loglikelihood request (single_token/requests.py) may be as long as a
+    score prompt."""
     body = _require_object(body)
     prompt = body.get("prompt")
     if prompt is None:
         raise InvalidRequestError("prompt is missing")
     single = _check_openai_extensions(COMPLETIONS_PATH, body, limits)
-    max_tokens = limits.scoring_prompt_tokens if single else limits.max_prompt_tokens
+    one_forward = single or is_loglikelihood(COMPLETIONS_PATH, body)
+    max_tokens = limits.scoring_prompt_tokens if one_forward else limits.max_prompt_tokens
     n = _check_text_or_ids_prompts(prompt, "prompt", limits, max_tokens)
     n *= _copies(body.get("n"), "n")
     check_prompt_count(n, "prompt", max_prompts)
