@@ -136,7 +136,7 @@ def main() -> None:
             if system == HF:
                 seconds, per_request, metrics = evaluate(HF, tasks, args)
                 report["systems"][HF] = {"seconds": round(seconds, 1), "acc": metrics["acc,none"],
-                                         "requests": per_request}  # fmt: skip
+                                         "requests": [r[:4] for r in per_request]}  # fmt: skip
                 print(f"{HF}: {seconds:.1f} s", flush=True)
                 continue
             server = Server.start(system, args.model, args.dtype, args.pool,
@@ -157,7 +157,7 @@ def main() -> None:
                 "seconds": round(seconds, 1), "acc": metrics["acc,none"],
                 "prompt_tokens": int(prompt), "computed_tokens": int(prompt - cached),
                 "ideal_computed_tokens": trie_size(prompts), "echo_memory": memory,
-                "requests": per_request,
+                "requests": [r[:4] for r in per_request],  # doc, choice, ll, is_greedy
             }  # fmt: skip
             row = report["systems"][system]
             print(f"{system}: {seconds:.1f} s, computed {row['computed_tokens']} of "
