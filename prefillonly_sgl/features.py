@@ -171,7 +171,7 @@ FEATURES: dict[str, Feature] = {
                     "prompt_logprob_chunk_size",
                     "--prompt-logprob-chunk-size",
                     "prompt logprobs: positions whose logits exist at once (default 512; "
-                    "docs/openai.md)",
+                    "docs/loglikelihood.md)",
                     positive_int,
                     "TOKENS",
                 ),

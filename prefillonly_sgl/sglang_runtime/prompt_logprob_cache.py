@@ -115,7 +115,7 @@ def _served_top_k(req) -> int | None:
         prompt_len=len(req.origin_input_ids),
     )
     served = served and req.multimodal_inputs is None and req.session is None
-    k = max(req.logprob.top_logprobs_num, 0) if served else None
+    k = req.logprob.top_logprobs_num if served else None
     setattr(req, _TOP_K_ATTR, k)
     return k
 
@@ -137,11 +137,8 @@ def _around_init_next_round_input(original, req, tree_cache=None, *args, **kwarg
     usable = cache.table.usable_run(slots[1:], k) if slots is not None else 0
     cached = table_positions(matched, usable)
     req.logprob_start_len = cached
-    if cached < matched:  # match again, capped at L: positions L.. are computed
+    if cached < matched:  # match again, capped at L (the same tree: prefix_len becomes L)
         result = original(req, tree_cache, *args, **kwargs)
-    if req.prefix_len != cached:  # (page size 1: never; kept for safety)
-        req.logprob_start_len = 0
-        return original(req, tree_cache, *args, **kwargs)
     if cached:
         setattr(req, _ROWS_ATTR, cache.table.read(slots[1 : cached + 1], k))
     return result

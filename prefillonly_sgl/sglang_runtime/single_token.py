@@ -13,11 +13,12 @@ this module adds (decisions in prefillonly_sgl/single_token/):
   thread, so it reads the request object, never a context variable): a single-token
   request gets its reusable prefix's token ids in `custom_params` (single_token/prefix.py;
   reusable_prefix.py turns them into R, which makes the scheduler run the request as a
-  prefill-only request) and `token_ids_logprob` for `logprob_token_ids`;
+  prefill-only request) and `token_ids_logprob` for `logprob_token_ids`; a loglikelihood
+  request (echo, max_tokens 0 or 1) is marked to keep its whole prompt
+  (docs/loglikelihood.md);
 - a BEFORE hook on each handler's response builder: the rows of `logprob_token_ids`
-  replace the natural top-k (single_token/logprobs.py), and an AFTER hook gives the
-  completion's token its text offset (SGLang writes -1, "unknown": the generated token
-  starts the returned text, offset 0).
+  replace the natural top-k (single_token/logprobs.py), and an AFTER hook gives each
+  completion token its real text offset (SGLang writes -1, "unknown").
 """
 
 from __future__ import annotations
@@ -163,11 +164,17 @@ def chat_prefix_ids(tokenizer, request) -> list[int]:
 def _mark(adapted, request, prefix_ids: list[int]) -> None:
     if request.logprob_token_ids:
         adapted.token_ids_logprob = list(request.logprob_token_ids)
+    _mark_custom_params(adapted, lambda custom: with_prefix_ids(custom, prefix_ids))
+
+
+def _mark_custom_params(adapted, mark) -> None:
+    """Each prompt's custom_params becomes mark(custom_params), when a runtime feature
+    reads the reusable prefix."""
     if not _MARK_PREFIXES["on"]:
         return
     params = adapted.sampling_params
     for one in params if isinstance(params, list) else [params]:
-        one["custom_params"] = with_prefix_ids(one.get("custom_params"), prefix_ids)
+        one["custom_params"] = mark(one.get("custom_params"))
 
 
 def _after_chat_convert(result, self, request, *args, **kwargs):
@@ -180,10 +187,7 @@ def _after_chat_convert(result, self, request, *args, **kwargs):
 def _after_completion_convert(result, self, request, *args, **kwargs):
     adapted, _ = result
     if isinstance(request, CompletionsRequest) and _loglikelihood(request):
-        if _MARK_PREFIXES["on"]:
-            params = adapted.sampling_params
-            for one in params if isinstance(params, list) else [params]:
-                one["custom_params"] = with_whole_prompt(one.get("custom_params"))
+        _mark_custom_params(adapted, with_whole_prompt)
         return result
     if isinstance(request, CompletionsRequest) and _single_token(COMPLETIONS_PATH, request):
         prefix = completion_prefix(request.prompt, request.shared_prefix)
