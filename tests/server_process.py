@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,14 +16,10 @@ from pathlib import Path
 
 import requests
 
+from prefillonly_sgl.ports import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 300  # SGLang's workers import for ~15-40 s on a busy 2-core machine
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def serve_command(*args: str) -> list[str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,9 @@ from conftest import max_abs_diff
 import prefillonly_sgl as prefillonly
 from prefillonly_sgl import InvalidRequestError, LabelError, Prompt
 from prefillonly_sgl.dsl import RemoteBackend, RemoteBackendError, ScoreRequest
+from prefillonly_sgl.ports import free_port
 from prefillonly_sgl.reference import TransformersReference
+from prefillonly_sgl.replicas.launcher import healthy
 
 TOLERANCE = 1e-4  # server (float32) vs transformers (float32); observed ~1e-7
 START_TIMEOUT_S = 180
@@ -39,23 +40,13 @@ def recommend(profile: str, item: str) -> Prompt:
     return Prompt(prefix=profile, item=f"Item: {item}\nRelevant? Answer Yes or No:")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_healthy(url: str, process: subprocess.Popen, log_path) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"the server exited ({process.returncode}):\n{log_path.read_text()}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=5) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
+        if healthy(url):
+            return
         time.sleep(1)
     raise RuntimeError(f"the server did not become healthy:\n{log_path.read_text()[-3000:]}")
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,9 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+
+from prefillonly_sgl.ports import free_port
+from prefillonly_sgl.replicas.launcher import healthy
 
 STOCK = {  # SGLang as shipped: its scheduling policies
     "stock-fcfs": ["--schedule-policy", "fcfs"],
@@ -33,12 +35,6 @@ OURS = {  # prefillonly serve, with one feature off in turn
     "ours-no-logprob-cache": ["--disable-prompt-logprob-cache"],
 }
 SYSTEMS = (*STOCK, *OURS)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def server_command(system: str, model: str, port: int, dtype: str, pool: int, device="cpu"):
@@ -81,12 +77,8 @@ class Server:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited:\n{self.log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
+            if healthy(self.url):
+                return
             time.sleep(1)
         raise RuntimeError(f"server not ready:\n{self.log.read_text()[-3000:]}")
 

@@ -11,11 +11,11 @@ stops everything when the gateway itself dies.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +24,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from prefillonly_sgl.ports import free_port, free_port_run  # noqa: F401 (re-exported)
 from prefillonly_sgl.replicas.gateway_args import gateway_argv, replica_ports, replica_threads
 
 logger = logging.getLogger(__name__)
@@ -36,34 +37,12 @@ class ReplicaStartError(RuntimeError):
     """A replica or the gateway did not come up."""
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def free_port_run(count: int, host: str = "127.0.0.1") -> int:
-    """A port p with p .. p+count-1 all free now (a gateway and its replicas)."""
-    for _ in range(100):
-        base = free_port(host)
-        if base + count >= 65535:
-            continue
-        try:
-            with contextlib.ExitStack() as stack:
-                for p in range(base, base + count):
-                    stack.enter_context(socket.socket()).bind((host, p))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError(f"no {count} consecutive free ports on {host}")
-
-
 def get_json(url: str, timeout: float = 5.0):
     """The decoded JSON at ``url``, or None when it cannot be read."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             return json.loads(response.read())
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
         return None
 
 
@@ -72,7 +51,8 @@ def healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
             return response.status == 200
-    except (urllib.error.URLError, OSError):
+    # HTTPException: anything that is not HTTP on the port (BadStatusLine) is not healthy.
+    except (urllib.error.URLError, http.client.HTTPException, OSError):
         return False
 
 
