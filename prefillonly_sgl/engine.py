@@ -16,6 +16,7 @@ The scoring itself is sglang_runtime/score_front.py, shared with the HTTP server
 from __future__ import annotations
 
 import atexit
+import contextlib
 import threading
 import warnings
 import weakref
@@ -202,11 +203,10 @@ class Engine:
         length_normalize: a label's per-token (geometric mean) probability instead of
         the product, before normalising. The result also reads as SGLang's list of
         per-item rows (result[i], len, iter)."""
-        sgl = self._require_running()
-        call = self._front.score(
-            query, items, label_token_ids, apply_softmax, item_first, None, length_normalize
+        call = self.async_score(
+            query, items, label_token_ids, apply_softmax, item_first, length_normalize
         )
-        return sgl.loop.run_until_complete(call)  # what SGLang's own Engine.score does
+        return self.run_until_complete(call)
 
     async def async_score(
         self,
@@ -226,6 +226,30 @@ class Engine:
         return await self._front.score(
             query, items, label_token_ids, apply_softmax, item_first, None, length_normalize
         )
+
+    def run_until_complete(self, coroutine):
+        """Run a coroutine that awaits this engine (``async_score``, a DSL job) to the end
+        from synchronous code, on the engine's event loop, as SGLang's own Engine.score
+        does."""
+        loop = self._engine_or_close(coroutine).loop
+        task = loop.create_task(coroutine)
+        try:
+            return loop.run_until_complete(task)
+        except BaseException:
+            # Ctrl-C (a KeyboardInterrupt) left the loop mid-call: settle the call's tasks
+            # now, or they would raise it again inside this engine's next call.
+            task.cancel()
+            while not task.done():
+                with contextlib.suppress(BaseException):
+                    loop.run_until_complete(task)
+            raise
+
+    def _engine_or_close(self, coroutine):
+        try:
+            return self._require_running()
+        except EngineClosedError:
+            coroutine.close()  # never awaited: no "coroutine was never awaited" warning
+            raise
 
     @property
     def tokenizer(self):

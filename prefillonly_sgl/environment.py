@@ -4,13 +4,15 @@ One carries the runtime configuration to SGLang's worker processes (set by prefi
 while SGLang starts, never by hand); the others are for people: where caches live, the
 device, the two calibration instruments, debugging logs and an opt-in for an untested path.
 Modules read them through `read(NAME)` so that this table stays the whole list
-(tests/test_package_shape.py checks that no other module names a PREFILLONLY_ variable).
+(tests/test_package_shape.py checks that no other module names a PREFILLONLY_ variable);
+SGLang's processes read the ones their hooks act on once, as ProcessSwitches.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 # The resolved RuntimeConfig's worker part, as JSON (runtime_config.py): its presence is
 # what makes a process a prefillonly one (the plugin does nothing in stock SGLang).
@@ -51,3 +53,30 @@ def read(name: str, environ: Mapping[str, str] | None = None) -> str | None:
         raise KeyError(f"{name} is not one of prefillonly's environment variables")
     value = (os.environ if environ is None else environ).get(name)
     return value or None
+
+
+@dataclass(frozen=True)
+class ProcessSwitches:
+    """The variables for people that hooks act on, read once per SGLang process (the
+    plugin, at load: sglang_runtime/process_state.py keeps them); hooks read them there,
+    never from the environment."""
+
+    attention_log: str | None = None  # files the features' debugging logs append to
+    scheduler_log: str | None = None
+    hybrid_log: str | None = None
+    memory_probe: str | None = None  # files the instruments append to
+    forward_profile: str | None = None
+    shared_prefix_attention: bool = True  # False: each request attends to its prefix alone
+    cuda_query_chunks: bool = False  # hybrid layer mode through FlashInfer on CUDA
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> ProcessSwitches:
+        return cls(
+            attention_log=read(ATTENTION_LOG, environ),
+            scheduler_log=read(SCHEDULER_LOG, environ),
+            hybrid_log=read(HYBRID_LOG, environ),
+            memory_probe=read(MEMORY_PROBE, environ),
+            forward_profile=read(FORWARD_PROFILE, environ),
+            shared_prefix_attention=read(SHARED_PREFIX_ATTENTION, environ) != "0",
+            cuda_query_chunks=read(CUDA_QUERY_CHUNKS, environ) == "1",
+        )

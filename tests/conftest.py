@@ -57,9 +57,9 @@ def counting_backend(engine):
             super().__init__(engine)
             self.requests, self.items_sent = [], 0
 
-        def score(self, request):
+        async def score(self, request):
             self.requests.append(request)
             self.items_sent += len(request.items)
-            return super().score(request)
+            return await super().score(request)
 
     return CountingBackend()

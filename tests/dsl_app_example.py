@@ -2,7 +2,8 @@
 
     prefillonly serve --model-path MODEL --app tests/dsl_app_example.py
 
-exposes POST /apps/sentiment, /apps/sentiment/batch and /apps/recommend.
+exposes POST /apps/sentiment, /apps/sentiment/batch, /apps/calibrated_sentiment (and its
+/batch) and /apps/recommend.
 """
 
 from __future__ import annotations
@@ -22,6 +23,14 @@ FEW_SHOT = (
 def sentiment(review: str, drug: str = "the medicine") -> Literal["positive", "negative"]:
     """Sentiment of a drug review (few-shot)."""
     return Prompt(prefix=FEW_SHOT, item=f"Review of {drug}: {review}\nSentiment:")
+
+
+@prefillonly.classifier(calibrate="review")
+def calibrated_sentiment(
+    review: str, drug: str = "the medicine"
+) -> Literal["positive", "negative"]:
+    """``sentiment`` with contextual calibration (the prior measured once per server)."""
+    return sentiment.fn(review, drug)
 
 
 @prefillonly.ranker(labels=["Yes", "No"], score="Yes")

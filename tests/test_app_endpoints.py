@@ -211,6 +211,24 @@ def test_remote_backend_async_calls(server, via_score):
     assert one.label in ("positive", "negative") and len(ranking.by_input) == len(FILMS)
 
 
+def test_a_calibrated_endpoint_measures_its_prior_once_per_server(server, via_score):
+    def prompt_tokens(response) -> int:
+        assert response.status_code == 200, response.text
+        return int(response.headers["x-prefillonly-prompt-tokens"])
+
+    first = post(server, "/apps/calibrated_sentiment", {"review": "no change at all"})
+    second = post(server, "/apps/calibrated_sentiment", REVIEWS[0])
+    uncalibrated = post(server, "/apps/sentiment", REVIEWS[0])
+    # The first request measured the prior (its prompt and the content-free ones); the
+    # second sends its own prompt only, the same prompt as the uncalibrated function's.
+    assert prompt_tokens(second) == prompt_tokens(uncalibrated)
+    assert prompt_tokens(first) > 2 * prompt_tokens(second)
+    # Calibrated as the client calibrates over /v1/score (its own prior, same server).
+    want = app.calibrated_sentiment(**REVIEWS[0], engine=via_score)
+    assert max_abs_diff([list(second.json()["probs"].values())], rows([want])) < TOLERANCE
+    assert max_abs_diff(rows([want]), rows([app.sentiment(**REVIEWS[0], engine=via_score)])) > 1e-4
+
+
 def test_remote_backend_falls_back_to_v1_score(server, via_score):
     """Functions the server does not serve as declared here go through /v1/score."""
 

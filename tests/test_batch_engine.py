@@ -172,10 +172,10 @@ def interrupting_backend(engine):
     backend = counting_backend(engine)
     score = backend.score
 
-    def interrupted(request):
+    async def interrupted(request):
         if len(backend.requests) == 2:
             raise KeyboardInterrupt
-        return score(request)
+        return await score(request)
 
     backend.score = interrupted
     return backend

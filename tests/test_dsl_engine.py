@@ -54,9 +54,9 @@ class RecordingBackend(LocalEngineBackend):
         super().__init__(engine)
         self.sent = []
 
-    def score(self, request):
+    async def score(self, request):
         self.sent.append(request)
-        return super().score(request)
+        return await super().score(request)
 
 
 @pytest.fixture(scope="module")

@@ -322,12 +322,9 @@ class TableBackend:
         self.rows = rows
         self.requests: list[ScoreRequest] = []
 
-    def score(self, request):
+    async def ascore(self, request):
         self.requests.append(request)
         return [self.rows[item] for item in request.items]
-
-    async def ascore(self, request):
-        return self.score(request)
 
 
 def test_ranking_is_sorted_stable_and_top_k(tok):

@@ -156,11 +156,10 @@ def test_errors(server):
         unsure("x", engine=server)
     backend = RemoteBackend(server)
     with pytest.raises(InvalidRequestError, match="/v1/score"):  # the server rejects it
-        backend.score(ScoreRequest(query="x", items=("y",), label_token_ids=(10**7,)))
+        asyncio.run(backend.score(ScoreRequest("x", ("y",), label_token_ids=(10**7,))))
+    gone = RemoteBackend(f"http://127.0.0.1:{free_port()}", tokenizer=backend.tokenizer)
     with pytest.raises(RemoteBackendError, match="cannot reach"):
-        RemoteBackend(f"http://127.0.0.1:{free_port()}", tokenizer=backend.tokenizer).score(
-            ScoreRequest(query="x", items=("y",), label_token_ids=(1,))
-        )
+        asyncio.run(gone.score(ScoreRequest("x", ("y",), label_token_ids=(1,))))
     assert relevant(PROFILE, "tea", engine=server).label in ("Yes", "No")  # server still up
 
 

@@ -44,16 +44,18 @@ def test_calibration_divides_out_the_content_free_prior_measured_once(engine):
     backend = counting_backend(engine)
     got = rows(calibrated.batch(inputs, engine=backend, progress=False))
     assert max_abs_diff(got, want) < 1e-6
-    assert backend.items_sent == len(REVIEWS) + len(calibration.CONTENT_FREE)
     assert max_abs_diff(got, uncalibrated) > 1e-4
-    # The prior is remembered for this engine and context: only the inputs go out now,
-    # also for a call through another backend object on the same engine.
-    again = counting_backend(engine)
-    calibrated("ok", EXAMPLES, engine=again)
-    assert again.items_sent == 1
+    # Calibration is a transform of the job: the content-free inputs went out in the same
+    # request as the reviews, behind the same prefix.
+    assert len(backend.requests) == 1
+    assert backend.items_sent == len(REVIEWS) + len(calibration.CONTENT_FREE)
+    # The prior is the backend's now: only the input goes out, for a call as for a batch.
+    calibrated("ok", EXAMPLES, engine=backend)
+    assert backend.items_sent == len(REVIEWS) + len(calibration.CONTENT_FREE) + 1
     # Another context (other few-shot examples) has its own prior.
-    calibrated("ok", "Review: bad\nSentiment: negative\n\n", engine=again)
-    assert again.items_sent == 2 + len(calibration.CONTENT_FREE)
+    sent = backend.items_sent
+    calibrated("ok", "Review: bad\nSentiment: negative\n\n", engine=backend)
+    assert backend.items_sent == sent + 1 + len(calibration.CONTENT_FREE)
 
 
 def test_calibration_declarations_name_the_content():

@@ -5,6 +5,7 @@ get a 400 naming the problem (never a 5xx)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -212,14 +213,18 @@ def test_the_gateway_client_writes_and_reads_the_apis_wire_models():
         ).model_dump(mode="json")  # fmt: skip
 
     count = lambda prompt, cached: counted.append((prompt, cached))  # noqa: E731
-    rows = gateway_client.rows(post, relevant.job("q", items=["a", "b"]), "m", count)
-    assert rows == [[0.25, 0.75], [0.75, 0.25]]
+
+    def rows(post, job):
+        return asyncio.run(gateway_client.GatewayRoute(post, "m", count).rows(job, None, 4))
+
+    rows_got = rows(post, relevant.job("q", items=["a", "b"]))
+    assert rows_got == [[0.25, 0.75], [0.75, 0.25]]
     job = review_sentiment.batch_job(["good", "bad"])
-    assert gateway_client.rows(post, job, "m", count) == [[0.5, 0.5], [0.625, 0.375]]
+    assert rows(post, job) == [[0.5, 0.5], [0.625, 0.375]]
     assert sent == [
         ("/v1/rerank", {"query": "q", "documents": ["a", "b"], "rid": None}),
         ("/v1/classify", {"model": "m", "input": ["good", "bad"]}),
     ]
     assert counted == [(7, 3), (5, 1)]
     with pytest.raises(gateway_client.GatewayRouteError, match="no ClassifyResponse"):
-        gateway_client.rows(lambda path, body: {"data": []}, job, "m", count)
+        rows(lambda path, body: {"data": []}, job)

@@ -75,38 +75,33 @@ def test_plugin_is_inert_without_the_runtime_configuration(monkeypatch):
         WorkerConfig.from_environment()
 
 
+def hook_tables() -> dict[str, dict]:
+    """Every hook table (hooks.py: a module-level dict named *HOOKS) in the modules under
+    sglang_runtime/, found by importing them all: none is left out by hand."""
+    import pkgutil
+
+    import prefillonly_sgl.sglang_runtime as package
+
+    tables = {}
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if name.endswith("HOOKS") and isinstance(value, dict):
+                tables[f"{info.name}.{name}"] = value
+    return tables
+
+
 def test_every_hook_table_target_is_listed():
-    """Each feature's hook tables (hooks.py) name only symbols in HOOK_TARGETS, so the
-    resolution test above covers them; and each table's hook types exist."""
+    """Each feature's hook tables name only symbols in HOOK_TARGETS, so the resolution
+    test above covers them; and each table's hook types exist."""
     from sglang.srt.plugins.hook_registry import HookType
 
-    from prefillonly_sgl.sglang_runtime import (
-        offline_engine,
-        reusable_prefix,
-        single_token,
-        tokenizer_endpoints,
-    )
-    from prefillonly_sgl.sglang_runtime.forward_profile import scheduler_process as profile
-    from prefillonly_sgl.sglang_runtime.hybrid_prefill import scheduler_process as hybrid
-    from prefillonly_sgl.sglang_runtime.jct_scheduler import scheduler_process as jct
-    from prefillonly_sgl.sglang_runtime.memory_probe import scheduler_process as probe
-    from prefillonly_sgl.sglang_runtime.prefill_kv import scheduler_process as kv
-
-    tables = [
-        offline_engine.SHUTDOWN_HOOKS,
-        kv.HOOKS,
-        reusable_prefix.HOOKS,
-        single_token.HOOKS,
-        single_token.AFTER_HOOKS,
-        tokenizer_endpoints.HOOKS,
-        jct.HOOKS,
-        hybrid.HOOKS,
-        probe.HOOKS,
-        profile.HOOKS,
-    ]
-    for table in tables:
+    tables = hook_tables()
+    assert "prefillonly_sgl.sglang_runtime.prompt_logprob_cache.HOOKS" in tables
+    assert len(tables) >= 11
+    for name, table in tables.items():
         for target, (hook_type, hook) in table.items():
-            assert target in HOOK_TARGETS, target
+            assert target in HOOK_TARGETS, f"{name}: {target}"
             assert HookType[hook_type] and callable(hook)
 
 

@@ -28,7 +28,7 @@ import time
 import uuid
 
 from prefillonly_sgl.dsl import Prompt, ranker
-from prefillonly_sgl.dsl.endpoint import ServerBackend
+from prefillonly_sgl.dsl.endpoint import server_backend
 from prefillonly_sgl.dsl.job import ClassifyJob, RankJob
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.server.endpoints import EndpointSpec, load_app_module
@@ -116,7 +116,7 @@ def rerank_endpoint(function=qwen3_reranker) -> EndpointSpec:
                 )
             shared["instruction"] = instruction
         job = RankJob(function, function.inputs.validate((), shared), tuple(documents))
-        rows = await ServerBackend(context).arun(job)
+        rows = await server_backend(context).run(job)
         ranking = function.ranking(documents, rows, top_k=top_n)
         usage = _usage(context)
         if request.wants_sglang_answer:
@@ -184,7 +184,7 @@ def classify_endpoint(function) -> EndpointSpec:
                 inputs.append(function.inputs.validate((), {param: text}))
             except InvalidRequestError as e:
                 raise InvalidRequestError(f"input[{i}]: {e}") from None
-        rows = await function.arows(ServerBackend(context), ClassifyJob(function, tuple(inputs)))
+        rows = await server_backend(context).run(ClassifyJob(function, tuple(inputs)))
         results = function.results(rows)
         return ClassifyResponse(
             id=f"classify-{uuid.uuid4().hex}",

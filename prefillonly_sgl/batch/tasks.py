@@ -105,7 +105,7 @@ class ClassifierTask(Task):
 
     def score(self, backend, batch: list[Prepared]) -> list[dict]:
         job = ClassifyJob(self.function, tuple(p.arguments for p in batch))
-        results = self.function.results(self.function.rows(backend, job))
+        results = self.function.results(backend.wait(backend.run(job)))
         return [
             {"row": p.row, **p.kept, "label": r.label_text, "probs": r.probs}
             for p, r in zip(batch, results)
@@ -131,7 +131,7 @@ class RankerTask(Task):
         out = {}
         for members in groups.values():
             job = RankJob(self.function, members[0].arguments, tuple(p.item for p in members))
-            ranking = self.function.ranking(list(job.items), backend.run(job))
+            ranking = self.function.ranking(list(job.items), backend.wait(backend.run(job)))
             for p, ranked in zip(members, ranking.by_input):
                 out[p.row] = {"row": p.row, **p.kept, "score": ranked.score, "probs": ranked.probs}
         return [out[p.row] for p in batch]

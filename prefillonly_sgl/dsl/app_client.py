@@ -1,9 +1,10 @@
 """The client half of a DSL function's typed endpoint (`prefillonly serve --app`; the
 server half is endpoint.py): a job's validated arguments as JSON bodies, the answers as
-probability rows. RemoteBackend uses it when its server serves the job's function
-(``RemoteBackend.serves``); the server builds the prompts and compiles the labels with
-its own tokenizer, so the client needs none. Results are rebuilt from the rows exactly as
-after a /v1/score call (same result types, Enum labels included).
+probability rows. RemoteBackend routes a function's jobs here (EndpointRoute) when its
+server serves the function (``RemoteBackend.serves``); the server builds the prompts,
+compiles the labels with its own tokenizer and calibrates, so the client needs none.
+Results are rebuilt from the rows exactly as after a /v1/score call (same result types,
+Enum labels included).
 
     one classifier call  -> POST <path>                 {arguments}
     a classifier batch   -> POST <path>/batch           {"inputs": [...]}, batch_size each
@@ -62,32 +63,27 @@ def _posts(job: Job) -> list[_Post]:
     return [_Post(f"{path}/batch", {"inputs": c}, len(c), "results") for c in chunks]
 
 
-def rows(post: Post, job: Job, progress=None) -> list[list[float]]:
-    """The job's probability rows (input order) through its endpoint."""
-    labels = job.function.labels.texts
-    if progress is not None:
-        progress.start()
-    answer = []
-    for one in _posts(job):
-        answer += one.rows(post, labels)
+class EndpointRoute:
+    """A function's jobs through its typed endpoint (the server calibrates there)."""
+
+    calibrates_here = False
+
+    def __init__(self, post: Post) -> None:
+        self.post = post
+
+    async def rows(self, job: Job, progress, max_in_flight: int) -> list[list[float]]:
+        """The job's probability rows (input order), ``max_in_flight`` POSTs at once."""
+        labels = job.function.labels.texts
         if progress is not None:
-            progress.update(one.inputs)
-    return answer
+            progress.start()
+        gate = asyncio.Semaphore(max_in_flight)
 
+        async def run(one: _Post) -> list[list[float]]:
+            async with gate:
+                answer = await asyncio.to_thread(one.rows, self.post, labels)
+            if progress is not None:
+                progress.update(one.inputs)
+            return answer
 
-async def arows(post: Post, job: Job, progress, max_in_flight: int) -> list[list[float]]:
-    """``rows`` from asyncio code, up to ``max_in_flight`` requests at once."""
-    labels = job.function.labels.texts
-    if progress is not None:
-        progress.start()
-    gate = asyncio.Semaphore(max_in_flight)
-
-    async def run(one: _Post) -> list[list[float]]:
-        async with gate:
-            answer = await asyncio.to_thread(one.rows, post, labels)
-        if progress is not None:
-            progress.update(one.inputs)
-        return answer
-
-    done = await asyncio.gather(*(run(one) for one in _posts(job)))
-    return [row for answer in done for row in answer]
+        done = await asyncio.gather(*(run(one) for one in _posts(job)))
+        return [row for answer in done for row in answer]

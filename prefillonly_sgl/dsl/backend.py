@@ -1,23 +1,38 @@
-"""The interface every DSL backend has (plain Python): ``run`` a job to probability rows.
+"""The one interface every DSL front calls: ``await backend.run(job)`` -> probability rows.
 
-A backend provides a tokenizer (for label compilation and chat templates) and scores one
-compiled request (``score`` / ``ascore``: SGLang's score request -> one row per item). The
-base ``run`` / ``arun`` compile the job and send its requests; RemoteBackend overrides
-them to use a function's typed endpoint when its server has one. Any object with
-``tokenizer``, ``score`` and ``ascore`` can serve as a backend: ``as_backend`` wraps it.
+A call or batch of a classifier or ranker, a batch job (local or Ray), a typed endpoint
+and the built-in APIs all run a job (job.py) this way. ``run``:
+
+1. takes the function's route, chosen once per backend and function (``choose_route``):
+   compiled score requests (runner.CompiledRoute, the default), or for a server that has
+   them its typed endpoint or its gateway's standard route (remote_backend.py);
+2. where the route does not calibrate on the far side, applies calibration as a transform
+   of the job (calibration.py): the content-free inputs of each context this backend has
+   no prior for join the same call, so they share the prefix cache with the real inputs;
+3. sends it, and returns the caller's rows (calibrated where declared).
+
+The priors belong to the backend, which lives as long as what it talks to: backends.py
+keeps one per Engine and per server URL, endpoint.py one per serving runtime.
+
+A subclass gives ``tokenizer`` and ``score`` (one compiled score request -> rows, async).
+Synchronous code runs a job with ``backend.wait(backend.run(job))``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import functools
 from typing import Any
 
+from prefillonly_sgl.dsl import calibration
 from prefillonly_sgl.dsl.job import Job
 from prefillonly_sgl.dsl.request import ScoreRequest
-from prefillonly_sgl.dsl.runner import DEFAULT_IN_FLIGHT, Progress, asend, send
+from prefillonly_sgl.dsl.runner import DEFAULT_IN_FLIGHT, CompiledRoute, Progress, Route
 
 
 class Backend:
-    """Where DSL calls run. Subclasses give ``tokenizer``, ``score`` and ``ascore``.
+    """Where DSL jobs run. Subclasses give ``tokenizer`` and ``score``.
 
     ``prompt_tokens`` / ``cached_tokens``: what this backend object's requests used, as the
     engine or server reported it (0 where it reports none), e.g. for a job's cache-hit
@@ -34,53 +49,46 @@ class Backend:
     def tokenizer(self) -> Any:
         raise NotImplementedError
 
-    def score(self, request: ScoreRequest) -> list[list[float]]:
+    async def score(self, request: ScoreRequest) -> list[list[float]]:
+        """One compiled score request's rows (one per item, label order)."""
         raise NotImplementedError
 
-    async def ascore(self, request: ScoreRequest) -> list[list[float]]:
-        raise NotImplementedError
+    @functools.cached_property
+    def priors(self) -> calibration.Priors:
+        """The content-free priors this backend has measured (calibrated classifiers)."""
+        return calibration.Priors()
 
-    def applies_calibration(self, function) -> bool:
-        """Whether this backend's rows for ``function`` come back already calibrated (a
-        server running the function's own endpoint does it there)."""
-        return False
+    @functools.cached_property
+    def _routes(self) -> dict:
+        return {}
 
-    def run(self, job: Job, progress: Progress | None = None) -> list[list[float]]:
-        """Probability rows of the job's inputs, in input order."""
-        compiled = job.compile(self.tokenizer)
-        return compiled.gather(send(self, compiled, progress))
+    async def choose_route(self, function) -> Route:
+        """How ``function``'s jobs reach this backend (asked once per function)."""
+        return CompiledRoute(self)
 
-    async def arun(
+    async def run(
         self, job: Job, progress: Progress | None = None, max_in_flight: int = DEFAULT_IN_FLIGHT
     ) -> list[list[float]]:
-        """``run`` for asyncio code, up to ``max_in_flight`` requests at once."""
-        compiled = job.compile(self.tokenizer)
-        return compiled.gather(await asend(self, compiled, progress, max_in_flight))
+        """Probability rows of the job's inputs, in input order, up to ``max_in_flight``
+        requests at once; calibrated where the function declares it."""
+        route = self._routes.get(job.function)
+        if route is None:
+            route = self._routes[job.function] = await self.choose_route(job.function)
+        transform = calibration.transform(job, self.priors) if route.calibrates_here else None
+        if transform is None:
+            return await route.rows(job, progress, max_in_flight)
+        if progress is not None:
+            progress.total = len(transform.job)
+        rows = await route.rows(transform.job, progress, max_in_flight)
+        return transform.finish(rows, self.priors)
 
-
-class ScoringObjectBackend(Backend):
-    """Any object with ``tokenizer``, ``score`` and ``ascore`` as a Backend."""
-
-    def __init__(self, target) -> None:
-        self.target = target
-
-    @property
-    def tokenizer(self):
-        return self.target.tokenizer
-
-    def score(self, request: ScoreRequest) -> list[list[float]]:
-        return self.target.score(request)
-
-    async def ascore(self, request: ScoreRequest) -> list[list[float]]:
-        return await self.target.ascore(request)
-
-    def __repr__(self) -> str:
-        return repr(self.target)
-
-
-def is_scoring_object(target) -> bool:
-    # Not hasattr(target, "tokenizer"): reading a remote tokenizer property would load it.
-    has_tokenizer = hasattr(type(target), "tokenizer") or "tokenizer" in getattr(
-        target, "__dict__", {}
-    )
-    return has_tokenizer and all(callable(getattr(target, m, None)) for m in ("score", "ascore"))
+    def wait(self, coroutine):
+        """Run one of this backend's coroutines to the end from synchronous code."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coroutine)
+        # Synchronous code on a running loop (a notebook cell) cannot re-enter it: the
+        # coroutine gets a loop of its own in a worker thread.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, coroutine).result()

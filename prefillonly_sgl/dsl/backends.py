@@ -1,52 +1,96 @@
-"""Choosing where a DSL call runs: ``engine=`` per call (an Engine, a server URL or a
-Backend), else the default set by ``use()`` / ``set_default_backend()``.
+"""Choosing where a DSL call runs: ``engine=`` per call (an Engine, a server URL, a
+Backend or a scoring object), else the default set by ``use()`` / ``set_default_backend()``.
+
+One backend per Engine, per server URL and per scoring object, kept for as long as that
+lives: the backend owns the calibration priors it has measured (backend.py), so every
+call on the same engine or server shares them.
 
 The backends themselves: backend.py (the interface), local_backend.py (an Engine in this
-process), remote_backend.py (a server, with typed endpoints where it has them).
+process), remote_backend.py (a server, with typed endpoints where it has them), and
+ScoringObjectBackend below.
 """
 
 from __future__ import annotations
 
-import functools
 import weakref
 
-from prefillonly_sgl.dsl.backend import Backend, ScoringObjectBackend, is_scoring_object
+from prefillonly_sgl.dsl.backend import Backend
 from prefillonly_sgl.dsl.local_backend import LocalEngineBackend
 from prefillonly_sgl.dsl.remote_backend import RemoteBackend
+from prefillonly_sgl.dsl.request import ScoreRequest
 from prefillonly_sgl.errors import InvalidRequestError
 
-_local_backends: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_backends_of: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Engine / object
 _default: list[Backend | None] = [None]  # the backend set by use() / set_default_backend()
 
 
-@functools.lru_cache(maxsize=16)
-def _remote_backend(url: str) -> RemoteBackend:
-    # Cached so that calls naming the same URL share one loaded tokenizer.
-    return RemoteBackend(url)
-
-
 def as_backend(target) -> Backend:
-    """An Engine, a server URL, a Backend or any object with ``tokenizer``, ``score`` and
+    """An Engine, a server URL, a Backend or any object with ``tokenizer`` and an async
     ``ascore``, as a Backend."""
     from prefillonly_sgl.engine import Engine
 
     if isinstance(target, Backend):
         return target
-    if isinstance(target, str):
-        if not target.startswith(("http://", "https://")):
-            raise InvalidRequestError(
-                f"a server URL must start with http:// or https://: {target!r}"
-            )
-        return _remote_backend(target.rstrip("/"))
     if isinstance(target, Engine):
-        if target not in _local_backends:
-            _local_backends[target] = LocalEngineBackend(target)
-        return _local_backends[target]
+        return _kept(target, LocalEngineBackend)
     if is_scoring_object(target):
-        return ScoringObjectBackend(target)
-    raise InvalidRequestError(
-        f"engine= must be a prefillonly_sgl.Engine, a server URL or a Backend, got {target!r}"
+        return _kept(target, ScoringObjectBackend)
+    if not isinstance(target, str):
+        raise InvalidRequestError(
+            f"engine= must be a prefillonly_sgl.Engine, a server URL or a Backend, got {target!r}"
+        )
+    return _remote_backend(target)
+
+
+_remote_backends: dict[str, RemoteBackend] = {}
+
+
+def _remote_backend(url: str) -> RemoteBackend:
+    """The one backend of a server URL: calls naming it share its loaded tokenizer, its
+    routes and its priors."""
+    if not url.startswith(("http://", "https://")):
+        raise InvalidRequestError(f"a server URL must start with http:// or https://: {url!r}")
+    url = url.rstrip("/")
+    if url not in _remote_backends:
+        _remote_backends[url] = RemoteBackend(url)
+    return _remote_backends[url]
+
+
+def _kept(target, make) -> Backend:
+    """The one backend of ``target`` (made on first use; a new one each time for an
+    object that cannot be weakly referenced)."""
+    try:
+        backend = _backends_of.get(target)
+    except TypeError:
+        return make(target)
+    if backend is None:
+        backend = _backends_of[target] = make(target)
+    return backend
+
+
+class ScoringObjectBackend(Backend):
+    """Any object with ``tokenizer`` and an async ``ascore(ScoreRequest)`` as a Backend."""
+
+    def __init__(self, target) -> None:
+        self.target = target
+
+    @property
+    def tokenizer(self):
+        return self.target.tokenizer
+
+    async def score(self, request: ScoreRequest) -> list[list[float]]:
+        return await self.target.ascore(request)
+
+    def __repr__(self) -> str:
+        return repr(self.target)
+
+
+def is_scoring_object(target) -> bool:
+    # Not hasattr(target, "tokenizer"): reading a remote tokenizer property would load it.
+    has_tokenizer = hasattr(type(target), "tokenizer") or "tokenizer" in getattr(
+        target, "__dict__", {}
     )
+    return has_tokenizer and callable(getattr(target, "ascore", None))
 
 
 def resolve_backend(target=None) -> Backend:

@@ -7,18 +7,27 @@ out of every answer: p(label) ~ p(label | input) / prior(label), renormalised.
 The content is named per classifier (``@classifier(calibrate="review")``): those
 parameters get the content-free texts, every other argument (the few-shot examples, the
 instruction) is kept, so the prior is measured behind the same prefix. One prior per
-distinct set of other arguments, computed once per backend and remembered.
+distinct set of other arguments, measured once per backend and remembered there
+(``Priors``).
+
+Calibration is a transform of the job (``transform``, applied by Backend.run): the
+content-free inputs of the contexts the backend has no prior for are appended to the
+job's own inputs and sent in the same call, where they share the prefix cache with the
+real inputs; ``CalibratedJob.finish`` remembers the new priors and divides them out.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from dataclasses import dataclass
+from typing import Any
 
 from prefillonly_sgl.dsl.signature import DeclarationError
 
 CONTENT_FREE = ("N/A", "", "[MASK]")
-MAX_PRIORS = 256  # remembered per classifier (one per backend and context)
+MAX_PRIORS = 1024  # remembered per backend (one per classifier and context)
 
 
 def content_params(calibrate, params: list[str], name: str) -> tuple[str, ...]:
@@ -65,3 +74,61 @@ def divide_prior(row: list[float], prior: list[float]) -> list[float]:
     if total <= 0 or not math.isfinite(total):
         return list(row)
     return [s / total for s in scaled]
+
+
+class Priors:
+    """One backend's measured priors: (classifier, context key) -> label probabilities,
+    at most ``limit`` of them (then forgotten, and measured again when next needed)."""
+
+    def __init__(self, limit: int = MAX_PRIORS) -> None:
+        self.limit = limit
+        self._known: dict[tuple[object, str], list[float]] = {}
+
+    def get(self, function, key: str) -> list[float] | None:
+        return self._known.get((function, key))
+
+    def remember(self, function, key: str, prior: list[float]) -> None:
+        if len(self._known) >= self.limit:
+            self._known.clear()
+        self._known[function, key] = prior
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
+@dataclass(frozen=True)
+class CalibratedJob:
+    """A classifier job with the content-free inputs of the contexts whose prior is not
+    known yet after its own inputs, all sent as one call."""
+
+    job: Any  # the ClassifyJob to send
+    inputs: int  # the caller's inputs: the first ``inputs`` of job.inputs
+    keys: tuple[str, ...]  # each caller input's context
+    measured: tuple[str, ...]  # contexts measured by this job, len(CONTENT_FREE) inputs each
+
+    def finish(self, rows: list[list[float]], priors: Priors) -> list[list[float]]:
+        """The caller's rows with their context's prior divided out (the new priors
+        remembered first)."""
+        function, n = self.job.function, len(CONTENT_FREE)
+        known = {key: priors.get(function, key) for key in set(self.keys)}
+        for i, key in enumerate(self.measured):
+            start = self.inputs + i * n
+            known[key] = average(rows[start : start + n])
+            priors.remember(function, key, known[key])
+        return [divide_prior(row, known[key]) for row, key in zip(rows, self.keys)]
+
+
+def transform(job, priors: Priors) -> CalibratedJob | None:
+    """``job`` as a CalibratedJob when its function calibrates (a classifier declared with
+    ``calibrate=``), else None."""
+    content = getattr(job.function, "content", ())
+    if not content:
+        return None
+    keys = tuple(context_key(arguments, content) for arguments in job.inputs)
+    missing: dict[str, dict] = {}
+    for key, arguments in zip(keys, job.inputs):
+        if key not in missing and priors.get(job.function, key) is None:
+            missing[key] = arguments
+    free = [x for arguments in missing.values() for x in content_free_inputs(arguments, content)]
+    sent = dataclasses.replace(job, inputs=(*job.inputs, *free))
+    return CalibratedJob(sent, len(job.inputs), keys, tuple(missing))

@@ -22,7 +22,7 @@ from prefillonly_sgl.dsl.endpoint import classifier_endpoints
 from prefillonly_sgl.dsl.function import RESERVED, ScoringFunction
 from prefillonly_sgl.dsl.job import ClassifyJob
 from prefillonly_sgl.dsl.request import CompiledCall
-from prefillonly_sgl.dsl.results import Classification, classification_model, classify_row
+from prefillonly_sgl.dsl.results import Classification, classification_model, classifications
 from prefillonly_sgl.dsl.runner import DEFAULT_IN_FLIGHT, Progress
 from prefillonly_sgl.dsl.signature import DeclarationError
 from prefillonly_sgl.errors import InvalidRequestError
@@ -34,8 +34,9 @@ class Classifier(ScoringFunction):
     """Call it like the function (plus ``engine=``) to classify one input; ``batch`` /
     ``abatch`` classify many; ``compile`` shows the score requests without sending them.
 
-    Each call is a ClassifyJob run by its backend (backends.py chooses which); the rows it
-    returns become typed results here (``results``)."""
+    Each call is a ClassifyJob run by its backend (``Backend.run``: backends.py chooses
+    the backend, which applies calibration); the rows it returns become typed results
+    (results.classifications)."""
 
     kind = "classifier"
 
@@ -50,7 +51,6 @@ class Classifier(ScoringFunction):
             raise DeclarationError(
                 f"{fn.__qualname__}: calibrate needs normalize=True (probabilities over the labels)"
             )
-        self._priors: dict[tuple[int, str], tuple[object, list[float]]] = {}
 
     # -- jobs and results (no backend needed) --------------------------------------------
     def job(self, *args, **kwargs) -> ClassifyJob:
@@ -73,7 +73,7 @@ class Classifier(ScoringFunction):
 
     def results(self, rows: list[list[float]]) -> list[Classification]:
         """Typed results from probability rows (label order), one per input."""
-        return [classify_row(self.result_model, self.labels, row) for row in rows]
+        return classifications(self, rows)
 
     def _validate_input(self, index: int, value) -> dict:
         if len(self.inputs.params) == 1:
@@ -92,80 +92,25 @@ class Classifier(ScoringFunction):
         except InvalidRequestError as e:
             raise InvalidRequestError(f"inputs[{index}]: {e}") from None
 
-    # -- calibration (calibration.py) ----------------------------------------------------
-    def _missing_priors(self, backend, job: ClassifyJob):
-        """The context keys of the job's inputs, the contexts whose prior this backend has
-        not measured yet, and the job of their content-free inputs (None: all known)."""
-        keys = [calibration.context_key(a, self.content) for a in job.inputs]
-        owner = backend_identity(backend)
-        missing: dict[str, dict] = {}
-        for key, arguments in zip(keys, job.inputs):
-            known = self._priors.get((id(owner), key))
-            if (known is None or known[0] is not owner) and key not in missing:
-                missing[key] = arguments
-        if not missing:
-            return keys, [], None
-        free = calibration.content_free_inputs
-        inputs = [x for arguments in missing.values() for x in free(arguments, self.content)]
-        return keys, list(missing), ClassifyJob(self, tuple(inputs))
-
-    def _remember_priors(self, backend, contexts: list[str], rows: list[list[float]]) -> None:
-        owner = backend_identity(backend)
-        if len(self._priors) >= calibration.MAX_PRIORS:
-            self._priors.clear()
-        n = len(calibration.CONTENT_FREE)
-        for i, key in enumerate(contexts):
-            self._priors[(id(owner), key)] = (owner, calibration.average(rows[i * n : (i + 1) * n]))
-
-    def _divide(self, backend, keys: list[str], rows: list[list[float]]) -> list[list[float]]:
-        owner = backend_identity(backend)
-        return [
-            calibration.divide_prior(row, self._priors[(id(owner), key)][1])
-            for row, key in zip(rows, keys)
-        ]
-
-    def rows(self, backend, job: ClassifyJob, progress: Progress | None = None) -> list[list]:
-        """The job's probability rows from ``backend``, calibrated when declared so (the
-        content-free prompts go first, once per context and backend)."""
-        if not self.content or backend.applies_calibration(self):
-            return backend.run(job, progress)
-        keys, contexts, prior_job = self._missing_priors(backend, job)
-        if prior_job is not None:
-            self._remember_priors(backend, contexts, backend.run(prior_job))
-        return self._divide(backend, keys, backend.run(job, progress))
-
-    async def arows(
-        self,
-        backend,
-        job: ClassifyJob,
-        progress: Progress | None = None,
-        max_in_flight: int = DEFAULT_IN_FLIGHT,
-    ) -> list[list[float]]:
-        """``rows`` from asyncio code."""
-        if not self.content or backend.applies_calibration(self):
-            return await backend.arun(job, progress, max_in_flight)
-        keys, contexts, prior_job = self._missing_priors(backend, job)
-        if prior_job is not None:
-            self._remember_priors(backend, contexts, await backend.arun(prior_job))
-        return self._divide(backend, keys, await backend.arun(job, progress, max_in_flight))
-
-    # -- run -----------------------------------------------------------------------------
+    # -- run (backend.py: every call is one Backend.run; calibration happens there) -----
     def __call__(self, *args, engine=None, **kwargs) -> Classification:
         job = self.job(*args, **kwargs)
-        return self.results(self.rows(resolve_backend(engine), job))[0]
+        backend = resolve_backend(engine)
+        return classifications(self, backend.wait(backend.run(job)))[0]
 
     async def acall(self, *args, engine=None, **kwargs) -> Classification:
         job = self.job(*args, **kwargs)
-        return self.results(await self.arows(resolve_backend(engine), job))[0]
+        return classifications(self, await resolve_backend(engine).run(job))[0]
 
     def batch(
         self, inputs, *, engine=None, progress: bool = True, batch_size: int | None = None
     ) -> list[Classification]:
         """Classify every input; results in input order."""
-        backend = resolve_backend(engine)
         job = self.batch_job(list(inputs), batch_size)
+        backend = resolve_backend(engine)
         with Progress(len(job), progress, self.fn.__name__) as bar:
-            return self.results(self.rows(backend, job, bar))
+            rows = backend.wait(backend.run(job, bar))
+        return classifications(self, rows)
 
     async def abatch(
         self,
@@ -177,10 +122,10 @@ class Classifier(ScoringFunction):
         max_in_flight: int = DEFAULT_IN_FLIGHT,
     ) -> list[Classification]:
         """``batch`` for asyncio code, with up to ``max_in_flight`` requests at once."""
-        backend = resolve_backend(engine)
         job = self.batch_job(list(inputs), batch_size)
         with Progress(len(job), progress, self.fn.__name__) as bar:
-            return self.results(await self.arows(backend, job, bar, max_in_flight))
+            rows = await resolve_backend(engine).run(job, bar, max_in_flight)
+        return classifications(self, rows)
 
     def __prefillonly_endpoint__(self):
         """Its typed endpoints under `prefillonly serve --app` (see endpoint.py)."""
@@ -238,13 +183,3 @@ def classifier(
     if inspect.isfunction(labels):  # @classifier without parentheses
         return Classifier(labels, None, **options)
     return lambda fn: Classifier(fn, labels, **options)
-
-
-def backend_identity(backend):
-    """What a remembered prior belongs to: the engine, server or context behind a backend
-    (backend objects are often made per call), else the backend itself."""
-    for attribute in ("engine", "base_url", "context", "target"):
-        owner = getattr(backend, attribute, None)
-        if owner is not None:
-            return owner
-    return backend

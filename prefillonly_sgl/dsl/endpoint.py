@@ -8,9 +8,10 @@ The client half (what RemoteBackend posts) is app_client.py; the models are app_
                                -> <name>Ranking
 
 (``path=`` on the decorator replaces /apps/<name>.) The handler builds the call's job and
-runs it on the server's own scoring path (``context.score``, the checks of /v1/score) as a
-backend: it compiles the prompts and labels with the server's tokenizer, as a local call
-does.
+runs it on the server's own scoring path (``context.score``, the checks of /v1/score)
+through the runtime's one backend (``server_backend``): it compiles the prompts and labels
+with the server's tokenizer, as a local call does, and keeps the calibration priors it
+measures for the server's lifetime.
 
 Labels are checked once at server start-up (``on_startup``): the function is called with
 sample arguments (defaults, else "example" / 0 / the first Literal value ...) and its
@@ -26,6 +27,7 @@ import inspect
 import logging
 import types
 import typing
+import weakref
 from typing import Any
 
 from pydantic import BaseModel
@@ -41,7 +43,9 @@ logger = logging.getLogger(__name__)
 
 
 class ServerBackend(Backend):
-    """A handler's server context as a DSL backend (asyncio only: handlers are async)."""
+    """A serving runtime's own scoring path as a DSL backend (asyncio only: handlers are
+    async). One per runtime (``server_backend``), so a calibrated classifier's priors are
+    measured once per server, not per request."""
 
     def __init__(self, context) -> None:
         self.context = context
@@ -50,7 +54,7 @@ class ServerBackend(Backend):
     def tokenizer(self):
         return self.context.tokenizer
 
-    async def ascore(self, request: ScoreRequest) -> list[list[float]]:
+    async def score(self, request: ScoreRequest) -> list[list[float]]:
         result = await self.context.score(
             request.query,
             list(request.items),
@@ -59,6 +63,21 @@ class ServerBackend(Backend):
             length_normalize=request.length_normalize,
         )
         return result.scores
+
+    def wait(self, coroutine):
+        coroutine.close()
+        raise RuntimeError("a server's backend runs in its handlers: await backend.run(job)")
+
+
+_server_backends: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def server_backend(context) -> ServerBackend:
+    """The backend of a serving runtime's context (one context per runtime)."""
+    backend = _server_backends.get(context)
+    if backend is None:
+        backend = _server_backends[context] = ServerBackend(context)
+    return backend
 
 
 def _arguments(function, body: BaseModel) -> dict:
@@ -72,12 +91,12 @@ def classifier_endpoints(function) -> list[EndpointSpec]:
 
     async def classify(body, context):
         job = ClassifyJob(function, (_arguments(function, body),))
-        return function.results(await function.arows(ServerBackend(context), job))[0]
+        return function.results(await server_backend(context).run(job))[0]
 
     async def classify_batch(body, context):
         arguments = tuple(_arguments(function, x) for x in body.inputs)
         job = ClassifyJob(function, arguments, function.batch_size)
-        rows = await function.arows(ServerBackend(context), job)
+        rows = await server_backend(context).run(job)
         return models.batch_response(results=function.results(rows))
 
     check = _label_check(function)
@@ -108,7 +127,7 @@ def ranker_endpoint(function) -> EndpointSpec:
 
     async def rank(body, context):
         job = RankJob(function, _arguments(function, body), tuple(body.items))
-        rows = await ServerBackend(context).arun(job)
+        rows = await server_backend(context).run(job)
         return function.ranking(list(body.items), rows, body.top_k, body.score)
 
     return EndpointSpec(

@@ -22,6 +22,7 @@ bodies and answers are the replicas' wire models (prefillonly_sgl/wire.py).
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 from collections.abc import Callable
 
@@ -146,43 +147,35 @@ def _classify_rows(post: Post, body: dict, function, count_usage: CountUsage):
     return [list(d.probs) for d in data]
 
 
-def rows(
-    post: Post, job: Job, model: str, count_usage: CountUsage, progress=None
-) -> list[list[float]]:
-    """The job's probability rows (input order) through the gateway's standard routes;
+class GatewayRoute:
+    """A function's jobs through the gateway's standard routes (the replicas calibrate);
     ``model``: the model name the gateway registered the replicas under."""
-    if progress is not None:
-        progress.start()
-    if isinstance(job, RankJob):
-        answer = _rank_rows(post, job, count_usage)
+
+    calibrates_here = False
+
+    def __init__(self, post: Post, model: str, count_usage: CountUsage) -> None:
+        self.post, self.model, self.count_usage = post, model, count_usage
+
+    async def rows(self, job: Job, progress, max_in_flight: int) -> list[list[float]]:
+        """The job's probability rows (input order), ``max_in_flight`` POSTs at once."""
+        post, count_usage = self.post, self.count_usage
+        if isinstance(job, RankJob):  # one /v1/rerank call
+            calls = [(functools.partial(_rank_rows, post, job, count_usage), len(job))]
+        else:  # /v1/classify calls, checked before anything is sent
+            calls = [
+                (functools.partial(_classify_rows, post, body, job.function, count_usage), n)
+                for body, n in _classify_bodies(job, self.model)
+            ]
         if progress is not None:
-            progress.update(len(job))
-        return answer
-    answer = []
-    for body, count in _classify_bodies(job, model):
-        answer += _classify_rows(post, body, job.function, count_usage)
-        if progress is not None:
-            progress.update(count)
-    return answer
+            progress.start()
+        gate = asyncio.Semaphore(max_in_flight)
 
+        async def run(call, inputs: int) -> list[list[float]]:
+            async with gate:
+                answer = await asyncio.to_thread(call)
+            if progress is not None:
+                progress.update(inputs)
+            return answer
 
-async def arows(
-    post: Post, job: Job, model: str, count_usage: CountUsage, progress, max_in_flight: int
-) -> list[list[float]]:
-    """``rows`` from asyncio code, up to ``max_in_flight`` requests at once."""
-    if isinstance(job, RankJob):
-        return await asyncio.to_thread(rows, post, job, model, count_usage, progress)
-    if progress is not None:
-        progress.start()
-    gate = asyncio.Semaphore(max_in_flight)
-
-    async def run(body: dict, count: int) -> list[list[float]]:
-        async with gate:
-            answer = await asyncio.to_thread(_classify_rows, post, body, job.function, count_usage)
-        if progress is not None:
-            progress.update(count)
-        return answer
-
-    bodies = _classify_bodies(job, model)
-    done = await asyncio.gather(*(run(body, count) for body, count in bodies))
-    return [row for answer in done for row in answer]
+        done = await asyncio.gather(*(run(call, inputs) for call, inputs in calls))
+        return [row for answer in done for row in answer]

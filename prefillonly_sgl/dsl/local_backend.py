@@ -7,7 +7,10 @@ from prefillonly_sgl.dsl.request import ScoreRequest
 
 
 class LocalEngineBackend(Backend):
-    """A ``prefillonly_sgl.Engine`` in this process."""
+    """A ``prefillonly_sgl.Engine`` in this process (one per Engine: backends.as_backend).
+
+    Its coroutines run on the engine's event loop (SGLang's tokenizer manager answers
+    there), so ``wait`` hands them to it rather than to a loop of their own."""
 
     def __init__(self, engine) -> None:
         self.engine = engine
@@ -16,26 +19,19 @@ class LocalEngineBackend(Backend):
     def tokenizer(self):
         return self.engine.tokenizer
 
-    def score(self, request: ScoreRequest) -> list[list[float]]:
-        result = self.engine.score(**engine_arguments(request))
+    async def score(self, request: ScoreRequest) -> list[list[float]]:
+        result = await self.engine.async_score(
+            request.query,
+            list(request.items),
+            list(request.label_token_ids),
+            apply_softmax=request.apply_softmax,
+            length_normalize=request.length_normalize,
+        )
         self.count_usage(result.prompt_tokens, result.cached_tokens)
         return result.scores
 
-    async def ascore(self, request: ScoreRequest) -> list[list[float]]:
-        result = await self.engine.async_score(**engine_arguments(request))
-        self.count_usage(result.prompt_tokens, result.cached_tokens)
-        return result.scores
+    def wait(self, coroutine):
+        return self.engine.run_until_complete(coroutine)
 
     def __repr__(self) -> str:
         return f"LocalEngineBackend({self.engine!r})"
-
-
-def engine_arguments(request: ScoreRequest) -> dict:
-    """Engine.score's keyword arguments for a compiled request."""
-    return dict(
-        query=request.query,
-        items=list(request.items),
-        label_token_ids=list(request.label_token_ids),
-        apply_softmax=request.apply_softmax,
-        length_normalize=request.length_normalize,
-    )

@@ -40,8 +40,8 @@ class Ranker(ScoringFunction):
     """Call it with the shared arguments and ``items=[...]`` (values of the item
     parameter), optionally ``top_k=`` and ``score=``; returns a Ranking.
 
-    Each call is a RankJob run by its backend (backends.py chooses which); the rows it
-    returns become the Ranking here (``ranking``)."""
+    Each call is a RankJob run by its backend (``Backend.run``; backends.py chooses
+    which); the rows it returns become the Ranking here (``ranking``)."""
 
     kind = "ranker"
 
@@ -96,13 +96,14 @@ class Ranker(ScoringFunction):
     ) -> Ranking:
         """Rank ``items``; ``score`` overrides the declared score for this call."""
         job = self._checked_job(args, kwargs, items, top_k, score)
-        return self.ranking(job.items, resolve_backend(engine).run(job), top_k, score)
+        backend = resolve_backend(engine)
+        return self.ranking(job.items, backend.wait(backend.run(job)), top_k, score)
 
     async def acall(
         self, *args, items, top_k: int | None = None, score=None, engine=None, **kwargs
     ) -> Ranking:
         job = self._checked_job(args, kwargs, items, top_k, score)
-        rows = await resolve_backend(engine).arun(job)
+        rows = await resolve_backend(engine).run(job)
         return self.ranking(job.items, rows, top_k, score)
 
     def _checked_job(self, args, kwargs, items, top_k, score) -> RankJob:

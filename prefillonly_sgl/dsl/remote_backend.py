@@ -28,9 +28,8 @@ from typing import Any
 
 from prefillonly_sgl.dsl import app_client, gateway_client
 from prefillonly_sgl.dsl.backend import Backend
-from prefillonly_sgl.dsl.job import Job
 from prefillonly_sgl.dsl.request import ScoreRequest
-from prefillonly_sgl.dsl.runner import DEFAULT_IN_FLIGHT, Progress
+from prefillonly_sgl.dsl.runner import CompiledRoute, Route
 from prefillonly_sgl.errors import InvalidRequestError, PrefillOnlyError
 from prefillonly_sgl.wire import (
     ScoreLabelsRequest,
@@ -91,7 +90,19 @@ class RemoteBackend(Backend):
 
         return AutoTokenizer.from_pretrained(str(source))
 
-    # -- where a job goes ---------------------------------------------------------------
+    # -- where a function's jobs go (asked once per function: Backend.run) -------------
+    async def choose_route(self, function) -> Route:
+        """Its typed endpoint when the server serves it (``serves``), else the gateway's
+        standard route when ``base_url`` is SGLang's gateway, else /v1/score."""
+        if not self.typed_endpoints:
+            return CompiledRoute(self)
+        if await asyncio.to_thread(self.serves, function):  # reads /openapi.json once
+            return app_client.EndpointRoute(self.post)
+        if await asyncio.to_thread(lambda: self.is_gateway):
+            model = await asyncio.to_thread(lambda: self.gateway_model)
+            return gateway_client.GatewayRoute(self.post, model, self.count_usage)
+        return CompiledRoute(self)
+
     def serves(self, function) -> bool:
         """Whether this server exposes ``function``'s typed endpoint, as declared here."""
         return app_client.schema_matches(function, self.endpoint_schema(function.path))
@@ -114,37 +125,12 @@ class RemoteBackend(Backend):
             raise RemoteBackendError(f"the gateway at {self.base_url} has no worker yet")
         return models[0]["id"]
 
-    def applies_calibration(self, function) -> bool:
-        """The function's endpoint, or the replicas' /v1/classify, calibrates there."""
-        return self.serves(function) or (self.typed_endpoints and self.is_gateway)
-
-    def run(self, job: Job, progress: Progress | None = None) -> list[list[float]]:
-        if self.serves(job.function):
-            return app_client.rows(self.post, job, progress)
-        if self.typed_endpoints and self.is_gateway:
-            model = self.gateway_model
-            return gateway_client.rows(self.post, job, model, self.count_usage, progress)
-        return super().run(job, progress)
-
-    async def arun(
-        self, job: Job, progress: Progress | None = None, max_in_flight: int = DEFAULT_IN_FLIGHT
-    ) -> list[list[float]]:
-        served = (
-            self.serves(job.function)
-            if self._openapi is not None or not self.typed_endpoints
-            else await asyncio.to_thread(self.serves, job.function)  # reads /openapi.json
-        )
-        if served:
-            return await app_client.arows(self.post, job, progress, max_in_flight)
-        if self.typed_endpoints and await asyncio.to_thread(lambda: self.is_gateway):
-            model = await asyncio.to_thread(lambda: self.gateway_model)
-            return await gateway_client.arows(
-                self.post, job, model, self.count_usage, progress, max_in_flight
-            )
-        return await super().arun(job, progress, max_in_flight)
-
     # -- /v1/score ----------------------------------------------------------------------
-    def score(self, request: ScoreRequest) -> list[list[float]]:
+    async def score(self, request: ScoreRequest) -> list[list[float]]:
+        return await asyncio.to_thread(self._post_score, request)
+
+    def _post_score(self, request: ScoreRequest) -> list[list[float]]:
+        """The blocking HTTP call of ``score`` (run in a worker thread)."""
         if not request.single_token_labels:  # (length_normalize is moot for one token)
             return self._score_labels(request)
         body = {
@@ -180,9 +166,6 @@ class RemoteBackend(Backend):
         if answer.usage is not None:
             self.count_usage(answer.usage.prompt_tokens, answer.usage.cached_tokens)
         return answer.rows
-
-    async def ascore(self, request: ScoreRequest) -> list[list[float]]:
-        return await asyncio.to_thread(self.score, request)
 
     # -- HTTP ---------------------------------------------------------------------------
     def endpoint_schema(self, path: str) -> dict | None:

@@ -80,3 +80,8 @@ def classify_row(model: type[Classification], labels: LabelSet, row: list[float]
     probs, logprobs = label_probs(labels, row)
     best = max(range(len(row)), key=lambda j: (row[j], -j))
     return model(label=labels.values[best], probs=probs, logprobs=logprobs)
+
+
+def classifications(function, rows: list[list[float]]) -> list[Classification]:
+    """A classifier's typed results from probability rows (label order), one per row."""
+    return [classify_row(function.result_model, function.labels, row) for row in rows]

@@ -1,20 +1,25 @@
-"""Sending a compiled call's requests to a backend, and the progress bar of batch calls."""
+"""Sending a compiled call's score requests (the default route of every backend), and the
+progress bar of batch calls."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from tqdm.auto import tqdm
 
-from prefillonly_sgl.dsl.request import CompiledCall
+from prefillonly_sgl.dsl.request import CompiledCall, ScoreRequest
 
-DEFAULT_IN_FLIGHT = 4  # requests the async path keeps running at once
+DEFAULT_IN_FLIGHT = 4  # requests a job keeps running at once
+Score = Callable[[ScoreRequest], Awaitable[list[list[float]]]]  # one request -> its rows
 
 
 class Progress:
-    """A batch call's progress bar, in inputs. The backend opens it (``start``) once the
-    job is compiled and about to be sent, so a call refused before anything is sent shows
-    no bar; ``update`` after each finished request."""
+    """A batch call's progress bar, in inputs. The route opens it (``start``) once the job
+    is compiled and about to be sent, so a call refused before anything is sent shows no
+    bar; ``update`` after each finished request. ``total`` may grow before it opens (the
+    content-free inputs calibration adds)."""
 
     def __init__(self, total: int, enabled: bool, name: str) -> None:
         self.total, self.enabled, self.name = total, enabled, name
@@ -40,24 +45,37 @@ class Progress:
         self.close()
 
 
-def send(backend, compiled: CompiledCall, progress: Progress | None = None):
-    """Each request in order; one answer (rows per item) per request."""
-    if progress is not None:
-        progress.start()
-    answers = []
-    for request in compiled.requests:
-        answers.append(backend.score(request))
-        if progress is not None:
-            progress.update(len(request.items))
-    return answers
+class Route(Protocol):
+    """How one function's jobs reach a backend (Backend.choose_route)."""
+
+    calibrates_here: bool  # False: the far side applies the function's calibration
+
+    async def rows(self, job, progress: Progress | None, max_in_flight: int) -> list[list[float]]:
+        """The job's rows, in input order."""
+        ...
 
 
-async def asend(
-    backend,
+class CompiledRoute:
+    """The job compiled to score requests with the backend's tokenizer (read when first
+    needed: a remote one is loaded then), each sent to the backend's ``score``."""
+
+    calibrates_here = True
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+
+    async def rows(self, job, progress=None, max_in_flight=DEFAULT_IN_FLIGHT):
+        compiled = job.compile(self.backend.tokenizer)
+        answers = await send(self.backend.score, compiled, progress, max_in_flight)
+        return compiled.gather(answers)
+
+
+async def send(
+    score: Score,
     compiled: CompiledCall,
     progress: Progress | None = None,
     max_in_flight: int = DEFAULT_IN_FLIGHT,
-):
+) -> list:
     """Every request, ``max_in_flight`` at a time; answers in request order."""
     if progress is not None:
         progress.start()
@@ -67,7 +85,7 @@ async def asend(
     async def run(index: int) -> None:
         request = compiled.requests[index]
         async with gate:
-            answers[index] = await backend.ascore(request)
+            answers[index] = await score(request)
         if progress is not None:
             progress.update(len(request.items))
 

@@ -24,6 +24,7 @@ Then sglang.launch_server.run_server runs the server exactly as `sglang serve` w
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import logging
 import os
@@ -95,6 +96,9 @@ class SGLangRuntime:
         self.options = options
         self._app_specs = {spec.path: spec for spec in app_specs}
         self._front: ScoringFront | None = None
+        # One context for the server's lifetime: what handlers keep per server (the DSL's
+        # backend and its calibration priors, dsl/endpoint.server_backend) hangs off it.
+        self.context = ServerContext(self)
 
     @property
     def tokenizer_manager(self):
@@ -163,12 +167,17 @@ class SGLangRuntime:
                     tm.abort_request(rid)
 
 
-class ServerContext:
-    """What an EndpointSpec handler gets (protocol: server/endpoints.ServerContext)."""
+# The HTTP request a handler is answering (its disconnect aborts the scoring it started),
+# set per request by _add_endpoint; the context itself is one per runtime.
+_RAW_REQUEST: contextvars.ContextVar = contextvars.ContextVar("raw_request", default=None)
 
-    def __init__(self, runtime: SGLangRuntime, raw_request=None) -> None:
+
+class ServerContext:
+    """What an EndpointSpec handler gets (protocol: server/endpoints.ServerContext): one
+    per runtime, the request being answered read from _RAW_REQUEST."""
+
+    def __init__(self, runtime: SGLangRuntime) -> None:
         self._runtime = runtime
-        self._raw_request = raw_request
 
     @property
     def tokenizer_manager(self):
@@ -204,7 +213,7 @@ class ServerContext:
             label_token_ids,
             apply_softmax,
             item_first,
-            self._raw_request,
+            _RAW_REQUEST.get(),
             length_normalize,
         )
 
@@ -281,11 +290,14 @@ def _add_endpoint(app, spec: EndpointSpec, runtime: SGLangRuntime) -> None:
     from fastapi import Request
 
     async def endpoint(body, raw_request):
+        token = _RAW_REQUEST.set(raw_request)
         try:
-            result = spec.handler(body, ServerContext(runtime, raw_request))
+            result = spec.handler(body, runtime.context)
             return await result if inspect.isawaitable(result) else result
         except InvalidRequestError as e:
             return _error_response(400, str(e))
+        finally:
+            _RAW_REQUEST.reset(token)
 
     # FastAPI reads the body model from the signature: give it the spec's types.
     endpoint.__signature__ = inspect.Signature(
@@ -354,7 +366,7 @@ def _wrap_lifespan(
             )
             for spec in specs:
                 if spec.on_startup is not None:
-                    result = spec.on_startup(ServerContext(runtime))
+                    result = spec.on_startup(runtime.context)
                     if inspect.isawaitable(result):
                         await result
             try:

@@ -29,10 +29,11 @@ from prefillonly_sgl.sglang_runtime import process_state
 logger = logging.getLogger(__name__)
 
 # Instruments: measuring hooks, installed (whatever the features) in a prefillonly engine
-# whose environment sets their variable: only prefillonly's own calibration runs do.
+# whose environment sets their variable (ProcessSwitches' field of that name): only
+# prefillonly's own calibration runs and benchmarks do.
 INSTRUMENTS: dict[str, str] = {
-    environment.MEMORY_PROBE: "prefillonly_sgl.sglang_runtime.memory_probe:register",
-    environment.FORWARD_PROFILE: "prefillonly_sgl.sglang_runtime.forward_profile:register",
+    "memory_probe": "prefillonly_sgl.sglang_runtime.memory_probe:register",
+    "forward_profile": "prefillonly_sgl.sglang_runtime.forward_profile:register",
 }
 
 
@@ -72,12 +73,13 @@ def load_plugin() -> None:
         return  # not a process prefillonly started: stock SGLang
     if multiprocessing.parent_process() is not None:
         _thread_lock_for_progress_bars()  # a worker of an engine prefillonly started
-    process_state.configure(config)  # where the features' hooks read their settings
+    switches = environment.ProcessSwitches.from_environment()
+    process_state.configure(config, switches)  # where the hooks read their settings
     for name in config.features:
         _call(FEATURES[name].register)
         logger.info("prefillonly: applied runtime feature %s", name)
-    for variable, entry in INSTRUMENTS.items():
-        if environment.read(variable):
+    for switch, entry in INSTRUMENTS.items():
+        if getattr(switches, switch):
             _call(entry)
 
 

@@ -39,7 +39,6 @@ from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-from prefillonly_sgl import environment
 from prefillonly_sgl.attention.cpu_extend import ExtendAttention
 from prefillonly_sgl.attention.plan import Span, plan_query_chunk
 from prefillonly_sgl.attention.query_chunk import QueryChunkAttention, query_chunks_supported
@@ -93,7 +92,7 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
             spans.append(Span(start, prefix_len, n_new))
             slots.append(req_to_token[pool_index, :prefix_len].long() if prefix_len else None)
             start += n_new
-        shared = environment.read(environment.SHARED_PREFIX_ATTENTION) != "0"
+        shared = process_state.current().switches.shared_prefix_attention
         attention = ExtendAttention(spans, slots, device=self.device, shared_prefix=shared)
         _log_plan(attention)
         return attention
@@ -156,7 +155,7 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
                 self.extend_attention.spans,
                 self.extend_attention.prefix_slots,
                 device=self.device,
-                shared_prefix=environment.read(environment.SHARED_PREFIX_ATTENTION) != "0",
+                shared_prefix=process_state.current().switches.shared_prefix_attention,
             )
             self._query_chunks[start, end] = chunk
         o = chunk(
@@ -209,7 +208,7 @@ def _as_list(cpu_list, tensor) -> list[int]:
 
 
 def _log_plan(attention: ExtendAttention) -> None:
-    path = environment.read(environment.ATTENTION_LOG)
+    path = process_state.current().switches.attention_log
     if not path:
         return
     spans = [(s.prefix_len, s.n_new) for s in attention.spans]

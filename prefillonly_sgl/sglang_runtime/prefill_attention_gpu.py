@@ -33,7 +33,6 @@ from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-from prefillonly_sgl import environment
 from prefillonly_sgl.attention.flashinfer_chunk import FlashInferQueryChunk
 from prefillonly_sgl.attention.plan import Span, plan_query_chunk
 from prefillonly_sgl.kv.policy import DROPPED_SLOT
@@ -96,7 +95,7 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
         """Whether this extend batch's layers may run in query chunks: a plain ragged +
         paged-prefix extend (what forward_query_chunk reproduces per chunk)."""
         return (
-            environment.read(environment.CUDA_QUERY_CHUNKS) == "1"
+            process_state.current().switches.cuda_query_chunks
             and forward_batch.forward_mode in _PLAIN_EXTEND
             and getattr(self.forward_metadata, "use_ragged", False)
             and flashinfer_pool_reads(self, _prefill_graph_backend()) is None

@@ -4,6 +4,8 @@ engine's workers: one scheduler, one model, one configuration).
 - config: the runtime configuration's worker part (runtime_config.WorkerConfig), read once
   from the environment by the plugin (plugin.load_plugin) before any feature installs its
   hooks; hooks read their feature's settings here, never from the environment.
+- switches: the debugging logs, instruments and A/B switches people set
+  (environment.ProcessSwitches), read by the plugin at the same time.
 - prefill_kv: whether this scheduler drops score prompts' suffix KV, decided once at
   start-up by prefill_kv/scheduler_process.py and read by the attention backends
   (prefill_attention*.py): the one piece of state two features share.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from prefillonly_sgl.environment import ProcessSwitches
 from prefillonly_sgl.runtime_config import WorkerConfig
 
 
@@ -31,6 +34,7 @@ class PrefillKvState:
 @dataclass
 class ProcessState:
     config: WorkerConfig = field(default_factory=WorkerConfig)
+    switches: ProcessSwitches = field(default_factory=ProcessSwitches)
     prefill_kv: PrefillKvState = field(default_factory=PrefillKvState)
     radix_evictions: int = 0
 
@@ -46,6 +50,7 @@ def current() -> ProcessState:
     return _STATE
 
 
-def configure(config: WorkerConfig) -> None:
+def configure(config: WorkerConfig, switches: ProcessSwitches) -> None:
     """The plugin, once per process, before the features register."""
     _STATE.config = config
+    _STATE.switches = switches

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 
-from prefillonly_sgl import environment
+from prefillonly_sgl.sglang_runtime import process_state
 
 # SGLang module class name -> kind. Leaves only (a linear layer inside an MLP is timed as
 # "linear", the MLP itself not at all).
@@ -77,7 +77,7 @@ def _install_timers(runner) -> None:
 
 
 def _around_forward(original, self, forward_batch, *args, **kwargs):
-    profiling = environment.read(environment.FORWARD_PROFILE)
+    profiling = process_state.current().switches.forward_profile
     if not profiling or not forward_batch.forward_mode.is_extend():
         return original(self, forward_batch, *args, **kwargs)
     if not _state["installed"]:
@@ -102,7 +102,7 @@ def _ints(values):
 
 
 def _around_run_batch(original, self, batch, *args, **kwargs):
-    path = environment.read(environment.FORWARD_PROFILE)
+    path = process_state.current().switches.forward_profile
     if not path or not batch.forward_mode.is_extend():
         return original(self, batch, *args, **kwargs)
     _state.pop("last", None)

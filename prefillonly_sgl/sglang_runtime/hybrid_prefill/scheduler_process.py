@@ -39,7 +39,7 @@ def _after_load_model(result, self, *args, **kwargs):
     settings = process_state.current().settings("hybrid_prefill")
     if settings is None:
         return result
-    log = environment.read(environment.HYBRID_LOG)
+    log = process_state.current().switches.hybrid_log
     chunked = chunking.apply(self.model, settings.chunk_size, log)
     layers = []
     if settings.mode == "layer":
@@ -70,7 +70,7 @@ def _after_load_model(result, self, *args, **kwargs):
             "attention stays whole (token-wise chunks only)",
             type(self.model).__name__,
         )
-    cuda_opt_in = environment.read(environment.CUDA_QUERY_CHUNKS) == "1"
+    cuda_opt_in = process_state.current().switches.cuda_query_chunks
     if layers and "cuda" in str(self.device) and not cuda_opt_in:
         logger.warning(
             "prefillonly: hybrid prefilling mode 'layer' on CUDA is opt-in until its FlashInfer "

@@ -38,7 +38,6 @@ from sglang.srt.managers.schedule_policy import AddReqResult, SchedulePolicy
 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 
-from prefillonly_sgl import environment
 from prefillonly_sgl.kv.messages import reusable_len_in
 from prefillonly_sgl.scheduler.policy import JctPolicy
 from prefillonly_sgl.scheduler.prefix_marks import prefix_marks
@@ -103,7 +102,7 @@ class JctSchedulePolicy(SchedulePolicy):
         changed = self.jct.groups_sharing(rid for batch in self._recent_batches for rid in batch)
         new_groups, new_outside = self._sync(waiting_queue, now)
         self._match(new_groups + list(changed), new_outside)
-        plan = self.jct.plan_step(now, explain=bool(environment.read(environment.SCHEDULER_LOG)))
+        plan = self.jct.plan_step(now, explain=bool(process_state.current().switches.scheduler_log))
         members = set(plan.batch)
         position = {rid: i for i, rid in enumerate(plan.batch)}
         head = sorted((r for r in waiting_queue if r.rid in members), key=lambda r: position[r.rid])
@@ -181,7 +180,7 @@ def _rotate(items: list, start: int) -> list:
 
 
 def _log_plan(plan) -> None:
-    path = environment.read(environment.SCHEDULER_LOG)
+    path = process_state.current().switches.scheduler_log
     if not path:
         return
     jobs = " ".join(f"{key[:6]}:{seconds:.3f}" for key, seconds in plan.predicted.items())

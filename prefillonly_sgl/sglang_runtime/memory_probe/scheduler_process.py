@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 
-from prefillonly_sgl import environment
+from prefillonly_sgl.sglang_runtime import process_state
 
 
 def _status_bytes(field: str) -> int:
@@ -43,7 +43,7 @@ def _peak(device: str) -> int:
 
 
 def _around_forward(original, self, forward_batch, *args, **kwargs):
-    path = environment.read(environment.MEMORY_PROBE)
+    path = process_state.current().switches.memory_probe
     if not path or not forward_batch.forward_mode.is_extend():
         return original(self, forward_batch, *args, **kwargs)
     device = "cuda" if str(self.device).startswith("cuda") else "cpu"
