@@ -164,7 +164,7 @@ FEATURES: dict[str, Feature] = {
             "prompt_logprob_cache",
             "echo + logprobs requests reuse the prefix cache: each cached token keeps its "
             "prompt logprob and top-k; logprobs computed in chunks",
-            "prefillonly_sgl.sglang_runtime.prompt_logprob_cache:register",
+            "prefillonly_sgl.sglang_runtime.prompt_logprobs:register",
             disable_flag="--disable-prompt-logprob-cache",
             options=(
                 Option(

@@ -1,10 +1,21 @@
-"""Shared fixtures. Engines are started once per test module (start-up ~15 s on CPU)."""
+"""Shared fixtures. Engines and servers start once (start-up ~15-30 s on CPU): the tiny
+engine and the DSL-apps server once per session, other servers once per module
+(``tiny_server``).
+
+Markers: ``slow`` on the modules that start gateways, Ray, several servers or run long
+load; ``./run test -m "not slow"`` is the quick subset (docs: README).
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from server_process import running_server
 
 from prefillonly_sgl.models.tiny import build_tiny_model
+
+TESTS = Path(__file__).parent
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +40,39 @@ def yes_no_labels(tiny_llama_reference):
     """Token ids of " Yes" and " No" in the tiny models' tokenizer."""
     tok = tiny_llama_reference.tokenizer
     return [tok.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_llama_path):
+    """One Engine on the tiny Llama (float32, CPU) for every module that needs a plain one."""
+    from prefillonly_sgl import Engine
+
+    with Engine(tiny_llama_path, device="cpu", dtype="float32", max_total_tokens=8192) as engine:
+        yield engine
+
+
+def tiny_server(*args: str, scope: str = "module", name: str = "server"):
+    """A fixture called ``name``: ``prefillonly serve`` on the tiny Llama with ``args``,
+    started once per module (or ``scope``)."""
+
+    @pytest.fixture(scope=scope, name=name)
+    def server(tiny_llama_path, tmp_path_factory):
+        log = tmp_path_factory.mktemp("server") / "serve.log"
+        with running_server(tiny_llama_path, log, *args) as srv:
+            yield srv
+
+    return server
+
+
+# The DSL apps (typed endpoints, /v1/rerank, /v1/classify) on one server for the session:
+# test_app_endpoints.py and test_ranking_apis.py.
+apps_server = tiny_server(
+    "--app", str(TESTS / "dsl_app_example.py"),
+    "--app", str(TESTS / "ranking_app_example.py"),
+    "--classify", "review_sentiment",
+    scope="session",
+    name="apps_server",
+)  # fmt: skip
 
 
 # Short names for modules on the tiny Llama; modules on other models define their own.

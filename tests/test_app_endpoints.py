@@ -24,7 +24,6 @@ from server_process import (
     REPO,
     START_TIMEOUT_S,
     free_port,
-    running_server,
     serve_command,
     serve_env,
 )
@@ -48,10 +47,8 @@ REVIEWS = [
 
 
 @pytest.fixture(scope="module")
-def server(tiny_llama_path, tmp_path_factory):
-    log = tmp_path_factory.mktemp("server") / "serve.log"
-    with running_server(tiny_llama_path, log, "--app", str(APP)) as srv:
-        yield srv
+def server(apps_server):
+    return apps_server  # conftest: this app and ranking_app_example.py, one per session
 
 
 @pytest.fixture(scope="module")

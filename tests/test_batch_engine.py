@@ -20,8 +20,9 @@ from batch_app_example import liked, recommend, verdict
 from conftest import counting_backend, max_abs_diff
 from server_process import running_server, serve_env
 
-from prefillonly_sgl import Engine
 from prefillonly_sgl.batch import run_batch
+
+pytestmark = pytest.mark.slow  # a server besides the engine
 
 APP = Path(__file__).with_name("batch_app_example.py")
 REVIEWS = ["I feel much better now", "would not take it again", "ok", "it worked"]
@@ -29,9 +30,8 @@ RECORDS = [{"id": f"r{i}", "review": REVIEWS[i % 4], "drug": f"drug {i % 3}"} fo
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_llama_path):
-    with Engine(tiny_llama_path, device="cpu", dtype="float32", max_total_tokens=4096) as engine:
-        yield engine
+def engine(tiny_engine):
+    return tiny_engine  # conftest: one per session
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -33,6 +33,8 @@ ray = pytest.importorskip("ray", reason="the Ray extra: pip install 'prefillonly
 
 from prefillonly_sgl.batch.ray_runner import bucket_count, bucket_of, folder_format  # noqa: E402
 
+pytestmark = pytest.mark.slow  # Ray actors and a cluster
+
 APP = Path(__file__).with_name("batch_app_example.py")
 TOLERANCE = 1e-4
 # Three users (three prefixes, each starting with its own word so no two share a token)

@@ -18,6 +18,8 @@ from prefillonly_sgl.data.drug_reviews import load_drug_reviews
 from prefillonly_sgl.models import default_model
 from prefillonly_sgl.reference import TransformersReference
 
+pytestmark = pytest.mark.slow  # the 135M default model, engine and server
+
 TOLERANCE = 1e-4  # float32 both sides
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from prefillonly_sgl.cli import main
+
+pytestmark = pytest.mark.slow  # the demo end to end
 
 
 def test_demo_prints_predictions_accuracy_and_throughput(tiny_llama_path, capsys):

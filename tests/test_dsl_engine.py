@@ -12,7 +12,7 @@ import pytest
 from conftest import max_abs_diff
 
 import prefillonly_sgl as prefillonly
-from prefillonly_sgl import Engine, InvalidRequestError, LabelError, Prompt
+from prefillonly_sgl import InvalidRequestError, LabelError, Prompt
 from prefillonly_sgl.dsl import LocalEngineBackend
 
 TOLERANCE = 1e-6
@@ -60,9 +60,8 @@ class RecordingBackend(LocalEngineBackend):
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_llama_path):
-    with Engine(tiny_llama_path, device="cpu", dtype="float32", max_total_tokens=4096) as engine:
-        yield engine
+def engine(tiny_engine):
+    return tiny_engine  # conftest: one per session
 
 
 def direct(engine, request) -> list[list[float]]:

@@ -7,6 +7,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.slow  # several engines started and shut down
+
 # Written the way users write it first: no `if __name__ == "__main__":` guard, although
 # SGLang starts its workers with multiprocessing "spawn".
 GUARDLESS_SCRIPT = textwrap.dedent(

@@ -26,6 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from server_process import running_server
 
+pytestmark = pytest.mark.slow  # its own server, fuzzed
+
 TESTS = Path(__file__).parent
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
 MAX_REQUEST_BYTES = 300_000

@@ -33,6 +33,8 @@ from prefillonly_sgl.replicas.launcher import (
     free_port_run,
 )
 
+pytestmark = pytest.mark.slow  # a gateway and two replicas
+
 pytest.importorskip("smg", reason="SGLang's gateway: pip install 'prefillonly-sgl[gateway]'")
 
 APP = Path(__file__).with_name("ranking_app_example.py")

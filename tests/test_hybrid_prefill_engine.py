@@ -16,6 +16,8 @@ from conftest import max_abs_diff
 from prefillonly_sgl import Engine
 from prefillonly_sgl.environment import HYBRID_LOG as LOG_ENV
 
+pytestmark = pytest.mark.slow  # engines per hybrid mode
+
 TOLERANCE = 1e-4  # vs transformers
 # chunked vs unchunked: the same values up to float rounding. 1e-5, not 1e-6: the
 # scheduler may batch a call's items differently in the two engines (timing), and a

@@ -24,6 +24,8 @@ from prefillonly_sgl.scheduler.jct_model import DEFAULT, FitReport
 from prefillonly_sgl.scheduler.profiles import save_profile
 from prefillonly_sgl.scheduler.settings import resolve_settings
 
+pytestmark = pytest.mark.slow  # engines per scheduling policy
+
 TOLERANCE = 1e-4
 POOL = 8192
 

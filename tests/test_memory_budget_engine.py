@@ -13,6 +13,8 @@ from prefillonly_sgl import Engine
 from prefillonly_sgl.memory import calibration
 from prefillonly_sgl.memory.budget import Measurement, MemoryBudgetError, plan_pool
 
+pytestmark = pytest.mark.slow  # calibration engines
+
 MAX_PROMPT = 2048
 POOL = 20000  # tokens the test's budget is chosen to leave for the pool
 

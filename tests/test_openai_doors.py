@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 import requests
+from conftest import tiny_server
 from openai import AsyncOpenAI, BadRequestError, OpenAI
-from server_process import running_server
+
+pytestmark = pytest.mark.slow  # its own server and the openai / lm-eval clients
 
 POOL = 1024
 TOL = 1e-4
@@ -37,11 +39,7 @@ def chat(review: str) -> list[dict]:
     return [*FEW_SHOT, {"role": "user", "content": f"Review: {review}"}]
 
 
-@pytest.fixture(scope="module")
-def server(tiny_llama_path, tmp_path_factory):
-    log = tmp_path_factory.mktemp("openai") / "serve.log"
-    with running_server(tiny_llama_path, log, "--max-total-tokens", str(POOL)) as srv:
-        yield srv
+server = tiny_server("--max-total-tokens", str(POOL))
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from conftest import counting_backend, max_abs_diff
 
-from prefillonly_sgl import Engine, Prompt, classifier
+from prefillonly_sgl import Prompt, classifier
 from prefillonly_sgl.dsl import DeclarationError, calibration
 from prefillonly_sgl.pipelines import credit, drug_reviews, movielens
 
@@ -26,9 +26,8 @@ calibrated = classifier(labels=["positive", "negative"], calibrate="review")(pro
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_llama_path):
-    with Engine(tiny_llama_path, device="cpu", dtype="float32", max_total_tokens=8192) as engine:
-        yield engine
+def engine(tiny_engine):
+    return tiny_engine  # conftest: one per session
 
 
 def rows(results):

@@ -19,6 +19,8 @@ from prefillonly_sgl.environment import ATTENTION_LOG as LOG_ENV
 from prefillonly_sgl.environment import FORWARD_PROFILE as PROFILE_ENV
 from prefillonly_sgl.reference import TransformersReference
 
+pytestmark = pytest.mark.slow  # engines with and without the attention backend
+
 TOLERANCE = 1e-4
 
 PROFILE = "User profile: likes science fiction, history books and long walks. " * 6 + "\n"

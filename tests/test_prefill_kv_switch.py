@@ -20,6 +20,8 @@ from test_prefill_kv_engine import (
 from prefillonly_sgl.kv.policy import reusable_prefix_len
 from prefillonly_sgl.reference import TransformersReference
 
+pytestmark = pytest.mark.slow  # engines with and without prefill-only KV
+
 
 @pytest.fixture(scope="module")
 def ref_labels(tiny_llama_path):

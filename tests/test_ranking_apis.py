@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import requests
 from conftest import max_abs_diff
-from server_process import running_server
 
 import prefillonly_sgl as prefillonly
 from prefillonly_sgl import Prompt
@@ -29,11 +28,8 @@ TOLERANCE = 1e-4
 
 
 @pytest.fixture(scope="module")
-def server(tiny_llama_path, tmp_path_factory):
-    log = tmp_path_factory.mktemp("ranking-apis") / "server.log"
-    with running_server(tiny_llama_path, log, "--app", str(APP), "--classify",
-                        "review_sentiment") as server:  # fmt: skip
-        yield server
+def server(apps_server):
+    return apps_server  # conftest: this app and dsl_app_example.py, one per session
 
 
 def reference_rows(reference, compiled) -> list[list[float]]:

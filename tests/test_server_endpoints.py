@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import max_abs_diff
-from server_process import REPO, running_server, serve_command, serve_env
+from conftest import max_abs_diff, tiny_server
+from server_process import REPO, serve_command, serve_env
+
+pytestmark = pytest.mark.slow  # its own server
 
 APP = Path(__file__).with_name("server_app_example.py")
 MAX_REQUEST_BYTES = 200_000
@@ -25,17 +27,11 @@ ITEMS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def server(tiny_llama_path, tmp_path_factory):
-    log = tmp_path_factory.mktemp("server") / "serve.log"
-    with running_server(
-        tiny_llama_path,
-        log,
-        "--app", str(APP),
-        "--max-request-bytes", str(MAX_REQUEST_BYTES),
-        "--max-total-tokens", str(POOL),  # overrides the 4096 default of running_server
-    ) as srv:  # fmt: skip
-        yield srv
+server = tiny_server(
+    "--app", str(APP),
+    "--max-request-bytes", str(MAX_REQUEST_BYTES),
+    "--max-total-tokens", str(POOL),  # overrides the 4096 default of running_server
+)  # fmt: skip
 
 
 def post(server, path, body, **kwargs):

@@ -19,8 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from conftest import max_abs_diff
-from server_process import running_server
+from conftest import max_abs_diff, tiny_server
+
+pytestmark = pytest.mark.slow  # its own server under load
 
 MAX_PROMPTS = 64
 CLIENTS = 32
@@ -30,17 +31,11 @@ SIGTERM_ITEMS = 24
 TOLERANCE = 1e-4
 
 
-@pytest.fixture(scope="module")
-def server(tiny_llama_path, tmp_path_factory):
-    log = tmp_path_factory.mktemp("server") / "serve.log"
-    with running_server(
-        tiny_llama_path,
-        log,
-        "--max-pending-prompts", str(MAX_PROMPTS),
-        "--max-pending-requests", "48",
-        "--shutdown-timeout", "120",
-    ) as srv:  # fmt: skip
-        yield srv
+server = tiny_server(
+    "--max-pending-prompts", str(MAX_PROMPTS),
+    "--max-pending-requests", "48",
+    "--shutdown-timeout", "120",
+)  # fmt: skip
 
 
 def metric(server, name: str) -> float:

@@ -97,7 +97,7 @@ def test_every_hook_table_target_is_listed():
     from sglang.srt.plugins.hook_registry import HookType
 
     tables = hook_tables()
-    assert "prefillonly_sgl.sglang_runtime.prompt_logprob_cache.HOOKS" in tables
+    assert "prefillonly_sgl.sglang_runtime.prompt_logprobs.scheduler_process.HOOKS" in tables
     assert len(tables) >= 11
     for name, table in tables.items():
         for target, (hook_type, hook) in table.items():

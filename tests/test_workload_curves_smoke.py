@@ -16,6 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from harness import loadgen, stats  # noqa: E402
 from harness.loadgen import Outcome  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the benchmark harness's servers
+
 
 def test_poisson_arrivals_have_the_asked_rate_and_a_burst_is_all_at_once():
     times = loadgen.arrival_times(4000, 8.0, seed=1)

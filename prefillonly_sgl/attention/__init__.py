@@ -6,5 +6,5 @@
 - query_chunk.py: attention of one query chunk of a batch (hybrid prefilling's layers);
   flashinfer_chunk.py: the same with FlashInfer's ragged prefill on CUDA.
 
-The SGLang backend that uses it is prefillonly_sgl/sglang_runtime/prefill_attention.py.
+The SGLang backends that use it are in prefillonly_sgl/sglang_runtime/prefill_attention/.
 """

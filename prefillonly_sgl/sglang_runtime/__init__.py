@@ -10,10 +10,12 @@
   usage and rids from the TokenizerManager.
 - plugin.py: the SGLang plugin that installs the runtime features in every SGLang process
   (from the runtime configuration, read once into process_state.py, where hooks read it);
-  hooks.py: their hook tables. Features: prefill_attention*.py (attention backends),
-  prefill_kv/ with reusable_prefix.py (its tokenizer-process side), jct_scheduler/,
-  hybrid_prefill/ (one module per process); memory_probe/ (the memory budget's peak) and
-  forward_profile/ (benchmarks) measure.
+  hooks.py: their hook tables. Features, one folder each: prefill_attention/ (attention
+  backends), prefill_kv/ with reusable_prefix.py (its tokenizer-process side, which the
+  JCT scheduler reads too), jct_scheduler/, hybrid_prefill/, prompt_logprobs/ (one module
+  per process); memory_probe/ (the memory budget's peak) and forward_profile/
+  (benchmarks) measure. single_token.py and tokenizer_endpoints.py are the OpenAI doors
+  of the server (always on, no feature switch).
 - cpu_support/: what SGLang 0.5.23 needs to run on a CPU-only machine (activated at
   interpreter start by a .pth file that only the CPU install writes).
 - hook_targets.py: every SGLang symbol this project calls or hooks, checked by a test so

@@ -75,7 +75,7 @@ HOOK_TARGETS: dict[str, str] = {
     # -- plugin mechanism --
     "sglang.srt.plugins.load_plugins": "runs our entry point in every SGLang process",
     "sglang.srt.plugins.hook_registry.HookRegistry.register": "how runtime patches attach",
-    # -- prefill-only attention (sglang_runtime/prefill_attention.py) --
+    # -- prefill-only attention (sglang_runtime/prefill_attention/torch_backend.py) --
     "sglang.srt.layers.attention.attention_registry.register_attention_backend": (
         "re-registers the names torch_native and flashinfer with our backend factories"
     ),
@@ -190,7 +190,7 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.layers.attention.flashinfer_backend.FlashInferAttnBackend.init_forward_metadata": (
         "decides use_ragged; overridden to refuse a paged-only plan under prefill_kv "
-        "(prefill_attention_gpu.flashinfer_pool_reads mirrors its conditions)"
+        "(prefill_attention/flashinfer_backend.flashinfer_pool_reads mirrors its conditions)"
     ),
     "sglang.srt.layers.attention.flashinfer_backend.FlashInferAttnBackend.forward_extend": (
         "stock: ragged over new k/v in hand + paged over the cached prefix"
@@ -302,9 +302,10 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.mem_cache.common.release_kv_cache": (
         "stock; caches and frees [0, kv_committed_len), hence the boundary above; BEFORE "
-        "(prompt_logprob_cache.py): an echo request's KV slots, read before its row goes"
+        "(prompt_logprobs/scheduler_process.py): an echo request's KV slots, read before "
+        "its row goes"
     ),
-    # -- prompt logprobs (sglang_runtime/prompt_logprob_cache.py, scheduler) --
+    # -- prompt logprobs (sglang_runtime/prompt_logprobs/scheduler_process.py, scheduler) --
     "sglang.srt.managers.schedule_batch.Req.init_next_round_input": (
         "AROUND: an echo request matches uncapped, then extends from the positions whose "
         "entries the side table holds (its logprob_start_len becomes that length)"

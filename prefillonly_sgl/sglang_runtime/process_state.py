@@ -8,7 +8,7 @@ engine's workers: one scheduler, one model, one configuration).
   (environment.ProcessSwitches), read by the plugin at the same time.
 - prefill_kv: whether this scheduler drops score prompts' suffix KV, decided once at
   start-up by prefill_kv/scheduler_process.py and read by the attention backends
-  (prefill_attention*.py): the one piece of state two features share.
+  (prefill_attention/): the one piece of state two features share.
 - radix_evictions: radix-cache evictions so far (the JCT scheduler re-matches prefixes
   after one).
 """

@@ -5,7 +5,7 @@ its reusable prefix; the rest of its k/v live only while their own layer compute
     kv/messages.py             R to the scheduler, the score limit back to the main process
     ../reusable_prefix.py      hooks in the TokenizerManager's process: R per score prompt
     scheduler_process.py       hooks in the scheduler: length limit, admission, allocation
-    ../prefill_attention*.py   attention that never reads dropped tokens from the pool
+    ../prefill_attention/   attention that never reads dropped tokens from the pool
 
 Requires "prefill_attention" (features.py): stock attention reads new tokens back from
 the pool.

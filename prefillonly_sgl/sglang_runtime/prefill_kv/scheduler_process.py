@@ -27,7 +27,7 @@ Per request (score prompts and single-token requests: those carrying R), while a
   step every request whose queued result finishes it by length
   (Scheduler._reqs_finishing_inflight), so no token slot past the kept boundary is ever
   committed.
-The attention backends (prefill_attention*.py) never read dropped tokens from the pool (the
+The attention backends (prefill_attention/) never read dropped tokens from the pool (the
 CPU one does not write them either; FlashInfer's stock write sends them to DROPPED_SLOT).
 """
 

@@ -21,9 +21,9 @@ layers and pools, q/k head dims different from the v head dim.
 
 GPU: stock FlashInferAttnBackend already runs ragged attention over the new tokens
 merged with paged attention over the cached prefix, so its forward stays stock;
-PrefillOnlyFlashInferBackend (prefill_attention_gpu.py) adds what prefill-only KV needs:
-it says when FlashInfer never reads new tokens from the pool, and refuses a plan that
-would.
+PrefillOnlyFlashInferBackend (flashinfer_backend.py, beside this file) adds what
+prefill-only KV needs: it says when FlashInfer never reads new tokens from the pool, and
+refuses a plan that would.
 
 Debugging: PREFILLONLY_ATTENTION_LOG=<file> appends one line per extend batch with the
 plan (which requests ran alone, in how many blocks, and which were batched).
@@ -233,7 +233,7 @@ def create_flashinfer_backend(runner):
 
     if runner.use_mla_backend or get_spec().speculative_algorithm is not None:
         return _STOCK_FACTORIES["flashinfer"](runner)
-    from prefillonly_sgl.sglang_runtime.prefill_attention_gpu import (
+    from prefillonly_sgl.sglang_runtime.prefill_attention.flashinfer_backend import (
         PrefillOnlyFlashInferBackend,
     )
 
