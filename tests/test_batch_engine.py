@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from batch_app_example import liked, recommend, verdict
 from conftest import counting_backend, max_abs_diff
-from server_process import running_server, serve_env
+from server_process import serve_env
 
 from prefillonly_sgl.batch import run_batch
 
@@ -153,16 +153,15 @@ def test_a_killed_batch_job_resumes_without_rescoring(engine, tiny_llama_path, t
     assert max_abs_diff(probs_of(rows), [[w.probs["Yes"], w.probs["No"]] for w in want]) < 1e-5
 
 
-def test_the_server_backend_gives_the_local_results(engine, tiny_llama_path, tmp_path):
+def test_the_server_backend_gives_the_local_results(engine, apps_server, tmp_path):
     out_local, out_remote = tmp_path / "local.jsonl", tmp_path / "remote.jsonl"
     run_batch(liked, RECORDS, out_local, engine=engine, progress=False)
-    with running_server(tiny_llama_path, tmp_path / "server.log") as server:
-        report = run_batch(liked, RECORDS, out_remote, engine=server.url, progress=False)
-        # Again, into another file: the server's prefix cache now holds the shared prefix.
-        # (The first run's 12 items share only a short prefix, so the scheduler runs them
-        # in one batch, none a cache hit of another.)
-        again = run_batch(liked, RECORDS, tmp_path / "again.jsonl", engine=server.url,
-                          progress=False)  # fmt: skip
+    url = apps_server.url  # conftest: one per session (liked is not one of its apps)
+    report = run_batch(liked, RECORDS, out_remote, engine=url, progress=False)
+    # Again, into another file: the server's prefix cache now holds the shared prefix.
+    # (The first run's 12 items share only a short prefix, so the scheduler runs them in
+    # one batch, none a cache hit of another.)
+    again = run_batch(liked, RECORDS, tmp_path / "again.jsonl", engine=url, progress=False)
     assert report.scored == again.scored == 12 and again.cached_tokens > 0
     assert max_abs_diff(probs_of(read_jsonl(out_local)), probs_of(read_jsonl(out_remote))) < 1e-5
 

@@ -170,12 +170,10 @@ def test_label_and_input_errors_before_sending(engine):
 
 
 def test_async_variants_on_the_engines_loop(engine):
-    loop = asyncio.get_event_loop_policy().get_event_loop()  # the engine's loop
-    one = loop.run_until_complete(sentiment.acall("ok", engine=engine))
-    many = loop.run_until_complete(
-        sentiment.abatch(REVIEWS, engine=engine, batch_size=1, progress=False)
-    )
-    ranking = loop.run_until_complete(recommend.acall(PROFILE, items=FILMS, engine=engine))
+    run = engine.run_until_complete  # on the engine's own loop
+    one = run(sentiment.acall("ok", engine=engine))
+    many = run(sentiment.abatch(REVIEWS, engine=engine, batch_size=1, progress=False))
+    ranking = run(recommend.acall(PROFILE, items=FILMS, engine=engine))
     assert max_abs_diff([list(one.probs.values())], [list(many[2].probs.values())]) < TOLERANCE
     sync = sentiment.batch(REVIEWS, engine=engine, progress=False)
     got = [list(r.probs.values()) for r in many]
