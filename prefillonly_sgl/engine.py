@@ -231,7 +231,11 @@ class Engine:
         """Run a coroutine that awaits this engine (``async_score``, a DSL job) to the end
         from synchronous code, on the engine's event loop, as SGLang's own Engine.score
         does."""
-        loop = self._engine_or_close(coroutine).loop
+        try:
+            loop = self._require_running().loop
+        except EngineClosedError:
+            coroutine.close()  # never awaited: no "coroutine was never awaited" warning
+            raise
         task = loop.create_task(coroutine)
         try:
             return loop.run_until_complete(task)
@@ -242,13 +246,6 @@ class Engine:
             while not task.done():
                 with contextlib.suppress(BaseException):
                     loop.run_until_complete(task)
-            raise
-
-    def _engine_or_close(self, coroutine):
-        try:
-            return self._require_running()
-        except EngineClosedError:
-            coroutine.close()  # never awaited: no "coroutine was never awaited" warning
             raise
 
     @property

@@ -4,6 +4,7 @@ Uses the tiny test tokenizer (" good", "good", " Yes", ... are single tokens).""
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from typing import Literal
 
@@ -345,6 +346,33 @@ def test_ranking_is_sorted_stable_and_top_k(tok):
     assert [len(r.items) for r in backend.requests] == [4, 4]  # one request a call
     with pytest.raises(InvalidRequestError, match="top_k"):
         recommend("p", items=["a"], top_k=0, engine=backend)
+
+
+def test_a_synchronous_call_inside_a_running_loop_runs_on_a_loop_of_its_own(tok):
+    """A notebook cell is synchronous code on a running loop: Backend.wait cannot re-enter
+    it, so the job runs on its own loop in a worker thread (same answer as outside)."""
+    rows = {"Item: a\nRelevant?": [0.2, 0.8], "Item: b\nRelevant?": [0.9, 0.1]}
+    outside = recommend("p", items=["a", "b"], engine=TableBackend(tok, rows))
+
+    async def cell():
+        return recommend("p", items=["a", "b"], engine=TableBackend(tok, rows))
+
+    inside = asyncio.run(cell())
+    assert [r.item for r in inside.items] == [r.item for r in outside.items] == ["b", "a"]
+
+
+def test_a_servers_backend_refuses_synchronous_use():
+    from prefillonly_sgl.dsl.endpoint import server_backend
+
+    context = type("Context", (), {})()
+    backend = server_backend(context)
+    assert server_backend(context) is backend  # one per serving runtime: its priors live on
+
+    async def job():
+        return []
+
+    with pytest.raises(RuntimeError, match="await backend.run"):
+        backend.wait(job())
 
 
 def test_ranker_expected_rating_and_item_parameter(tok):

@@ -55,14 +55,7 @@ class ServerBackend(Backend):
         return self.context.tokenizer
 
     async def score(self, request: ScoreRequest) -> list[list[float]]:
-        result = await self.context.score(
-            request.query,
-            list(request.items),
-            list(request.label_token_ids),
-            apply_softmax=request.apply_softmax,
-            length_normalize=request.length_normalize,
-        )
-        return result.scores
+        return (await request.sent_to(self.context.score)).scores
 
     def wait(self, coroutine):
         coroutine.close()

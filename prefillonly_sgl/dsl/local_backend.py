@@ -20,13 +20,7 @@ class LocalEngineBackend(Backend):
         return self.engine.tokenizer
 
     async def score(self, request: ScoreRequest) -> list[list[float]]:
-        result = await self.engine.async_score(
-            request.query,
-            list(request.items),
-            list(request.label_token_ids),
-            apply_softmax=request.apply_softmax,
-            length_normalize=request.length_normalize,
-        )
+        result = await request.sent_to(self.engine.async_score)
         self.count_usage(result.prompt_tokens, result.cached_tokens)
         return result.scores
 

@@ -26,6 +26,17 @@ class ScoreRequest:
     apply_softmax: bool = True
     length_normalize: bool = False  # a label's per-token probability (Engine.score)
 
+    async def sent_to(self, score):
+        """``score``'s answer to this request, for a function with Engine.async_score's
+        signature (the engine's own, or a server's scoring path)."""
+        return await score(
+            self.query,
+            list(self.items),
+            list(self.label_token_ids),
+            apply_softmax=self.apply_softmax,
+            length_normalize=self.length_normalize,
+        )
+
     @property
     def single_token_labels(self) -> bool:
         """Every label is one token: what SGLang's /v1/score carries."""
