@@ -48,7 +48,13 @@ def _serve(argv: list[str]) -> int:
         config = serve_config(options, sglang_argv)  # every rule: runtime_config.py
         # The app modules before the memory calibration and SGLang start: fail fast.
         specs = load_app_endpoints(options.apps)
-        specs += builtin_endpoints(options.apps, options.rerank, options.classify)
+        specs += builtin_endpoints(
+            options.apps,
+            options.rerank,
+            options.classify,
+            options.rerank_method,
+            str(config.model_path),
+        )
         if config.memory is not None:
             config = config.planned(plan_memory(config))
         sglang_argv = server_argv(config, sglang_argv, options.metrics)

@@ -23,6 +23,7 @@ import weakref
 from pathlib import Path
 
 from prefillonly_sgl import runtime_config
+from prefillonly_sgl.continuations import ContinuationResult
 from prefillonly_sgl.errors import EngineClosedError
 from prefillonly_sgl.features import STOCK_SGLANG  # noqa: F401  (re-exported)
 from prefillonly_sgl.hybrid.settings import HybridSettings
@@ -226,6 +227,33 @@ class Engine:
         return await self._front.score(
             query, items, label_token_ids, apply_softmax, item_first, None, length_normalize
         )
+
+    def continuation_logprobs(
+        self,
+        query: TextOrIds | None,
+        items: list[TextOrIds] | TextOrIds,
+        continuation: TextOrIds | list[TextOrIds],
+    ) -> ContinuationResult:
+        """The log-probability of each token of ``continuation`` after each query+item
+        prompt: one prefill per prompt (the query computed once and kept in the prefix
+        cache), never one request per continuation token. continuation: one text (or
+        token-id list) for every item, or one per item; text is tokenized on its own
+        (no special tokens), after the prompt's tokens. ``result.means``: the mean per
+        token (query likelihood's score); ``result.sums``: the continuation's
+        log-probability (docs/reranking.md)."""
+        return self.run_until_complete(self.async_continuation_logprobs(query, items, continuation))
+
+    async def async_continuation_logprobs(
+        self,
+        query: TextOrIds | None,
+        items: list[TextOrIds] | TextOrIds,
+        continuation: TextOrIds | list[TextOrIds],
+    ) -> ContinuationResult:
+        """``continuation_logprobs`` for asyncio code (on the engine's loop, as async_score)."""
+        from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
+
+        check_running_loop_is_served(self._require_running())
+        return await self._front.continuation_logprobs(query, items, continuation)
 
     def run_until_complete(self, coroutine):
         """Run a coroutine that awaits this engine (``async_score``, a DSL job) to the end

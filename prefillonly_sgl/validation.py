@@ -78,7 +78,8 @@ def validate_labels(label_token_ids: object, vocab_size: int) -> list[tuple[int,
     return labels
 
 
-def _check_text_or_ids(value: object, name: str, vocab_size: int) -> None:
+def check_text_or_ids(value: object, name: str, vocab_size: int) -> None:
+    """A text, or a list of token ids inside the vocabulary."""
     if isinstance(value, str):
         return
     if isinstance(value, list) and all(type(t) is int for t in value):
@@ -130,7 +131,7 @@ def validate_score_request(
     labels = validate_labels(label_token_ids, limits.vocab_size)
     if query is None:
         query = ""
-    _check_text_or_ids(query, "query", limits.vocab_size)
+    check_text_or_ids(query, "query", limits.vocab_size)
     if isinstance(items, str):
         items = [items]
     if not isinstance(items, list | tuple):
@@ -141,7 +142,7 @@ def validate_score_request(
         raise InvalidRequestError("items is empty: give at least one item to score")
     items = list(items)
     for i, item in enumerate(items):
-        _check_text_or_ids(item, f"items[{i}]", limits.vocab_size)
+        check_text_or_ids(item, f"items[{i}]", limits.vocab_size)
         if isinstance(item, str) != isinstance(query, str):
             raise InvalidRequestError(
                 f"query and items[{i}] must both be text or both be token ids"

@@ -13,10 +13,12 @@ rule with models built per function (dsl/app_models.py).
 - ScoreLabelsRequest / ScoreLabelsResponse (usage: ScoreLabelsUsage): /v1/score_labels.
   Served by apis/score_labels.py; posted by RemoteBackend for labels of several tokens.
 - RerankRequest / RerankAnswer and ClassifyRequest / ClassifyResponse (usage: Usage):
-  /v1/rerank and /v1/classify. Served by apis/ranking.py; posted by the DSL's gateway
-  client (dsl/gateway_client.py) through SGLang's gateway. RerankMeta is the meta_info of
-  each entry of SGLang's native rerank answer (what the gateway parses and passes
-  through): the ranker, its labels, the document's label probabilities, the call's tokens.
+  /v1/rerank and /v1/classify. Served by apis/rerank.py and apis/ranking.py; posted by
+  the DSL's gateway client (dsl/gateway_client.py) through SGLang's gateway. RerankMeta
+  is the meta_info of each entry of SGLang's native rerank answer (what the gateway
+  parses and passes through): the ranker, its method and labels, the document's row
+  (label probabilities, or a likelihood ranker's token logprobs), the call's tokens.
+  Cohere's v2 and TEI's shapes: rerank_wire.py.
 - classify_parameter: which classifiers /v1/classify carries (one text per input, so one
   parameter without a default); checked by `serve --classify` and by the gateway client.
 - request_body: a request model's JSON body as a client sends it (checked, fields given
@@ -147,6 +149,9 @@ class RerankRequest(BaseModel):
         None, description="SGLang's request id; its presence asks for SGLang's native answer"
     )
     user: str | None = None
+    max_tokens_per_doc: int | None = Field(
+        None, ge=1, description="cut each document to its first N tokens (Cohere v2's field)"
+    )
 
     @property
     def wants_sglang_answer(self) -> bool:
@@ -161,11 +166,36 @@ class RerankResult(BaseModel):
     document: RerankDocument | None = None
 
 
+class RerankApiVersion(BaseModel):
+    version: str
+
+
+class RerankBilledUnits(BaseModel):
+    search_units: int = 1
+
+
+class RerankTokens(BaseModel):
+    input_tokens: int
+    output_tokens: int = 0
+
+
+class RerankResponseMeta(BaseModel):
+    """Cohere's `meta` (api_version, billed_units, tokens), naming the ranker and its
+    method ("judge": a label's probability; "likelihood": the query's log-probability)."""
+
+    api_version: RerankApiVersion
+    billed_units: RerankBilledUnits = RerankBilledUnits()
+    tokens: RerankTokens
+    ranker: str
+    method: str
+
+
 class RerankResponse(BaseModel):
     id: str
     model: str
     results: list[RerankResult]
     usage: Usage
+    meta: RerankResponseMeta | None = None
 
 
 class RerankMeta(BaseModel):
@@ -177,7 +207,9 @@ class RerankMeta(BaseModel):
     labels: list[str]
     call_prompt_tokens: int
     call_cached_tokens: int
-    probs: list[float]  # in the order of labels
+    probs: list[float]  # in the order of labels ([] for a likelihood ranker)
+    method: str = "labels"  # the ranker's DSL method: "labels" or "likelihood"
+    token_logprobs: list[float] | None = None  # a likelihood ranker's row
 
 
 class SGLangRerankResult(BaseModel):

@@ -5,9 +5,12 @@ sglang_runtime/http_server.py, which gets these specs from its caller, cli.py).
 
 - score_labels.py: POST /v1/score_labels, label words (or token ids of labels of several
   tokens) instead of /v1/score's one token id per label.
-- ranking.py: POST /v1/rerank (Cohere / Jina schema, or SGLang's native answer for the
-  gateway) and POST /v1/classify (SGLang's / vLLM's schema), backed by DSL functions:
-  the built-in Qwen3-Reranker prompt, or `--rerank NAME` / `--classify NAME` of `--app`.
+- ranking.py: which DSL functions back the rerank APIs and POST /v1/classify (SGLang's
+  / vLLM's schema): `--rerank NAME` / `--classify NAME` of `--app`, or the built-ins.
+- rerank.py: POST /v1/rerank (Cohere v1 / Jina, or SGLang's native answer for the
+  gateway), /v2/rerank (Cohere v2) and /rerank (TEI), one scorer; truncation.py: how
+  documents are cut; rerankers.py: the built-in rankers (the yes/no judge, query
+  likelihood) and which one a model gets.
 
 Their request and response models are the wire contracts in prefillonly_sgl/wire.py,
 which the DSL's clients (dsl/remote_backend.py, dsl/gateway_client.py) import too.
@@ -21,9 +24,17 @@ from prefillonly_sgl.server.endpoints import EndpointSpec
 
 
 def builtin_endpoints(
-    apps: list[str], rerank: str | None, classify: str | None
+    apps: list[str],
+    rerank: str | None,
+    classify: str | None,
+    rerank_method: str = "auto",
+    model: str | None = None,
 ) -> list[EndpointSpec]:
-    """Every built-in endpoint of `serve`: /v1/score_labels, then /v1/rerank and
+    """Every built-in endpoint of `serve`: /v1/score_labels, then the rerank APIs and
     /v1/classify backed by the DSL functions named ``rerank`` / ``classify`` in the
-    ``apps`` modules (None: the built-in reranker; a 400 for /v1/classify)."""
-    return [score_labels_endpoint(), *ranking_api_endpoints(apps, rerank, classify)]
+    ``apps`` modules (None: the built-in reranker of ``rerank_method`` for ``model``; a
+    400 for /v1/classify)."""
+    return [
+        score_labels_endpoint(),
+        *ranking_api_endpoints(apps, rerank, classify, rerank_method, model),
+    ]

@@ -42,10 +42,12 @@ class _Post:
     inputs: int
     results_key: str | None  # where the answer lists its results (None: it is one)
 
-    def rows(self, post: Post, labels: tuple[str, ...]) -> list[list[float]]:
+    def rows(self, post: Post, function) -> list[list[float]]:
         answer = post(self.path, self.body)
         results = [answer] if self.results_key is None else answer[self.results_key]
-        return [[result["probs"][label] for label in labels] for result in results]
+        if function.scores_continuation:  # a likelihood ranker's rows: token logprobs
+            return [list(result["token_logprobs"]) for result in results]
+        return [[result["probs"][label] for label in function.labels.texts] for result in results]
 
 
 def _posts(job: Job) -> list[_Post]:
@@ -73,14 +75,13 @@ class EndpointRoute:
 
     async def rows(self, job: Job, progress, max_in_flight: int) -> list[list[float]]:
         """The job's probability rows (input order), ``max_in_flight`` POSTs at once."""
-        labels = job.function.labels.texts
         if progress is not None:
             progress.start()
         gate = asyncio.Semaphore(max_in_flight)
 
         async def run(one: _Post) -> list[list[float]]:
             async with gate:
-                answer = await asyncio.to_thread(one.rows, self.post, labels)
+                answer = await asyncio.to_thread(one.rows, self.post, job.function)
             if progress is not None:
                 progress.update(one.inputs)
             return answer

@@ -41,22 +41,27 @@ def app_models(function) -> AppModels:
 def _build_models(function) -> AppModels:
     name = function.fn.__name__
     marker = {"kind": function.kind, "function": name, "labels": list(function.labels.texts)}
+    if function.kind == "ranker":
+        marker["method"] = function.method
     config = ConfigDict(
         extra="forbid", arbitrary_types_allowed=True, json_schema_extra={MARKER: marker}
     )
     fields = {n: (f.annotation, f) for n, f in function.inputs.model.model_fields.items()}
     if function.kind == "ranker":
-        texts = typing.Literal[function.labels.texts]
+        if function.scores_continuation:
+            score = typing.Literal["mean", "sum"] | None
+            score_help = "sort by the continuation's mean (default) or sum log-probability"
+        else:
+            texts = typing.Literal[function.labels.texts]
+            score = texts | dict[texts, float] | None
+            score_help = "sort by this label, or by {label: weight} sums"
         fields |= {
             "items": (
                 list[function.item_type],
                 Field(..., min_length=1, description=f"values of {function.item_param}"),
             ),
             "top_k": (int | None, Field(None, ge=1, description="how many best items")),
-            "score": (
-                texts | dict[texts, float] | None,
-                Field(None, description="sort by this label, or by {label: weight} sums"),
-            ),
+            "score": (score, Field(None, description=score_help)),
         }
         request = create_model(f"{name}Request", __config__=config, **fields)
         models = AppModels(marker, request, function.result_model)

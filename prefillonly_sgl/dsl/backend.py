@@ -14,7 +14,8 @@ and the built-in APIs all run a job (job.py) this way. ``run``:
 The priors belong to the backend, which lives as long as what it talks to: backends.py
 keeps one per Engine and per server URL, endpoint.py one per serving runtime.
 
-A subclass gives ``tokenizer`` and ``score`` (one compiled score request -> rows, async).
+A subclass gives ``tokenizer`` and ``score`` (one compiled score request -> rows, async),
+and ``continuation_logprobs`` where it can serve likelihood rankers.
 Synchronous code runs a job with ``backend.wait(backend.run(job))``.
 """
 
@@ -27,8 +28,9 @@ from typing import Any
 
 from prefillonly_sgl.dsl import calibration
 from prefillonly_sgl.dsl.job import Job
-from prefillonly_sgl.dsl.request import ScoreRequest
+from prefillonly_sgl.dsl.request import ContinuationRequest, ScoreRequest
 from prefillonly_sgl.dsl.runner import DEFAULT_IN_FLIGHT, CompiledRoute, Progress, Route
+from prefillonly_sgl.errors import InvalidRequestError
 
 
 class Backend:
@@ -52,6 +54,19 @@ class Backend:
     async def score(self, request: ScoreRequest) -> list[list[float]]:
         """One compiled score request's rows (one per item, label order)."""
         raise NotImplementedError
+
+    async def continuation_logprobs(self, request: ContinuationRequest) -> list[list[float]]:
+        """One continuation request's rows (per item the continuation's token logprobs)."""
+        raise InvalidRequestError(
+            f"{type(self).__name__} cannot score continuations (a likelihood ranker needs an "
+            "Engine or a server)"
+        )
+
+    async def answer(self, request: ScoreRequest | ContinuationRequest) -> list[list[float]]:
+        """A compiled request's rows, by its kind."""
+        if isinstance(request, ContinuationRequest):
+            return await self.continuation_logprobs(request)
+        return await self.score(request)
 
     @functools.cached_property
     def priors(self) -> calibration.Priors:

@@ -36,7 +36,7 @@ from prefillonly_sgl.dsl.app_models import app_models
 from prefillonly_sgl.dsl.backend import Backend
 from prefillonly_sgl.dsl.job import ClassifyJob, RankJob
 from prefillonly_sgl.dsl.labels import LabelError
-from prefillonly_sgl.dsl.request import ScoreRequest
+from prefillonly_sgl.dsl.request import ContinuationRequest, ScoreRequest
 from prefillonly_sgl.server.endpoints import EndpointSpec
 
 logger = logging.getLogger(__name__)
@@ -56,6 +56,9 @@ class ServerBackend(Backend):
 
     async def score(self, request: ScoreRequest) -> list[list[float]]:
         return (await request.sent_to(self.context.score)).scores
+
+    async def continuation_logprobs(self, request: ContinuationRequest) -> list[list[float]]:
+        return (await request.sent_to(self.context.continuation_logprobs)).token_logprobs
 
     def wait(self, coroutine):
         coroutine.close()
@@ -145,6 +148,8 @@ def _count(body: dict, field: str) -> int:
 
 def _label_check(function):
     def on_startup(context) -> None:
+        if function.scores_continuation:
+            return  # no labels to compile
         prompt = sample_prompt(function, context.tokenizer)
         if prompt is None:
             return

@@ -8,9 +8,9 @@ import enum
 import functools
 import typing
 
-from prefillonly_sgl.dsl.labels import TAIL_CHARS, LabelSet, compile_labels, label_set
+from prefillonly_sgl.dsl.labels import NO_LABELS, TAIL_CHARS, LabelSet, compile_labels, label_set
 from prefillonly_sgl.dsl.prompt import ChatFormat, Prompt
-from prefillonly_sgl.dsl.request import CompiledCall, group_requests
+from prefillonly_sgl.dsl.request import CompiledCall, group_continuations, group_requests
 from prefillonly_sgl.dsl.signature import DeclarationError, Signature, type_hints
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.wire import LabelIds
@@ -21,6 +21,8 @@ _LABEL_CACHE_SIZE = 1024
 
 def labels_from(fn, labels) -> LabelSet:
     """The label set given to the decorator, else the function's return annotation."""
+    if labels is NO_LABELS:
+        return labels
     if labels is None:
         labels = type_hints(fn).get("return")
         is_enum = isinstance(labels, type) and issubclass(labels, enum.Enum)
@@ -36,6 +38,7 @@ class ScoringFunction:
     """A decorated prompt function with its labels, chat option and input validation."""
 
     kind = "function"  # "classifier" / "ranker": what its typed endpoint is
+    scores_continuation = False  # True: a likelihood ranker (rows: continuation logprobs)
 
     def __init__(
         self,
@@ -110,5 +113,12 @@ class ScoringFunction:
         sharing a prefix share a request, at most ``max_items`` items each (None: no
         limit); see request.group_requests."""
         prompts = [self.prompt(tokenizer, **a) for a in arguments]
+        if self.scores_continuation:
+            return group_continuations(prompts)
+        if any(p.continuation for p in prompts):
+            raise InvalidRequestError(
+                f"{self.fn.__qualname__} returned a Prompt with a continuation: only a "
+                "likelihood ranker (@ranker(method='likelihood')) scores one"
+            )
         label_ids = [self.label_ids(tokenizer, p) for p in prompts]
         return group_requests(prompts, label_ids, self.normalize, max_items, self.length_normalize)

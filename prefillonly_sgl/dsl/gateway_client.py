@@ -15,7 +15,8 @@ gateway when it is the one those routes serve on the replicas (`serve --rerank N
 The replicas name the function and its labels in each answer (rerank: each result's
 meta_info, which the gateway passes through, with the document's label probabilities;
 classify: `function`, `labels`), so a call never silently runs another function; the
-rows are rebuilt from the label probabilities, exactly as after a /v1/score call. The
+rows are rebuilt from the label probabilities (a likelihood ranker's: from the query's
+token logprobs), exactly as after a /v1/score call. The
 bodies and answers are the replicas' wire models (prefillonly_sgl/wire.py).
 """
 
@@ -98,7 +99,14 @@ def _rank_rows(post: Post, job: RankJob, count_usage: CountUsage) -> list[list[f
     rows: list[list[float] | None] = [None] * len(job.items)
     for result, meta in zip(results, metas):
         _check_served(function, meta.function, meta.labels, "/v1/rerank")
-        rows[result["index"]] = list(meta.probs)
+        if meta.method != function.method:
+            raise GatewayRouteError(
+                f"the gateway's /v1/rerank serves {meta.function} by {meta.method}, not by "
+                f"{function.method}"
+            )
+        # A likelihood ranker's row is its continuation's token logprobs.
+        row = meta.token_logprobs if function.scores_continuation else meta.probs
+        rows[result["index"]] = list(row or [])
     if any(row is None for row in rows):
         raise GatewayRouteError(f"/v1/rerank answered {len(results)} of {len(rows)} documents")
     count_usage(metas[0].call_prompt_tokens, metas[0].call_cached_tokens)  # the call's

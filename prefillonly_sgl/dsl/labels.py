@@ -58,6 +58,9 @@ class LabelSet:
         raise LabelError(f"{value!r} is not one of the labels {list(self.texts)}")
 
 
+NO_LABELS = LabelSet(values=(), texts=(), label_type=None)  # a likelihood ranker's
+
+
 def label_set(labels) -> LabelSet:
     """A LabelSet from a list/tuple of str or int, an Enum class or a Literal[...] type.
     Raises LabelError for an empty set, a blank label or two labels with the same text."""

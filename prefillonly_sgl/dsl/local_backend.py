@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from prefillonly_sgl.dsl.backend import Backend
-from prefillonly_sgl.dsl.request import ScoreRequest
+from prefillonly_sgl.dsl.request import ContinuationRequest, ScoreRequest
 
 
 class LocalEngineBackend(Backend):
@@ -23,6 +23,11 @@ class LocalEngineBackend(Backend):
         result = await request.sent_to(self.engine.async_score)
         self.count_usage(result.prompt_tokens, result.cached_tokens)
         return result.scores
+
+    async def continuation_logprobs(self, request: ContinuationRequest) -> list[list[float]]:
+        result = await request.sent_to(self.engine.async_continuation_logprobs)
+        self.count_usage(result.prompt_tokens, result.cached_tokens)
+        return result.token_logprobs
 
     def wait(self, coroutine):
         return self.engine.run_until_complete(coroutine)

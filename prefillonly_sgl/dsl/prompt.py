@@ -1,7 +1,9 @@
 """How a scoring function marks its prompt's reusable prefix, and chat-template rendering.
 
 A decorated function returns either a plain string (the whole prompt is the item) or a
-``Prompt(prefix=..., item=...)``. The prefix is what many calls share (a user profile,
+``Prompt(prefix=..., item=...)``; a likelihood ranker's also names the ``continuation``
+whose log-probability after the prompt is the item's score (the query, in query
+likelihood). The prefix is what many calls share (a user profile,
 few-shot examples); it becomes the SGLang score request's ``query`` and the item text one
 of its ``items``. SGLang scores ``query + item`` tokenized as one text, so the split never
 changes a result, only how requests are grouped and what the prefix cache can reuse.
@@ -24,10 +26,13 @@ _ITEM_MARK = "\ue000PREFILLONLY_ITEM\ue000"  # private-use characters: never in 
 
 @dataclass(frozen=True)
 class Prompt:
-    """A prompt split into the shared ``prefix`` and the per-call ``item``."""
+    """A prompt split into the shared ``prefix`` and the per-call ``item``; ``continuation``:
+    the text after it whose tokens a likelihood ranker scores (``@ranker(method=
+    "likelihood")``), tokenized on its own after the prompt's tokens."""
 
     prefix: str = ""
     item: str = ""
+    continuation: str = ""
 
     @property
     def text(self) -> str:
@@ -59,7 +64,11 @@ class ChatFormat:
                 "the prompt cannot be split into prefix and item; pass chat=False and "
                 "format the prompt yourself"
             )
-        return Prompt(prefix=_without_duplicate_bos(head, tokenizer), item=prompt.item + tail)
+        return Prompt(
+            prefix=_without_duplicate_bos(head, tokenizer),
+            item=prompt.item + tail,
+            continuation=prompt.continuation,  # the assistant's answer, after the template
+        )
 
     def _apply(self, tokenizer, user: str) -> str:
         messages = [] if self.system is None else [{"role": "system", "content": self.system}]

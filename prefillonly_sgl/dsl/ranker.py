@@ -16,24 +16,40 @@ engine's scheduler computes the prefix once, the items then hit the cache).
 
 Under `prefillonly serve --app FILE` it is also POST /apps/recommend (endpoint.py); a
 remote backend calls that endpoint when the server has it.
+
+``method="likelihood"``: no labels; the prompt names a continuation, and an item's score
+is the continuation's mean log-probability per token after the item's prompt (query
+likelihood: the query after each document; docs/reranking.md). One forward per item,
+the prefix shared through the prefix cache (Engine.continuation_logprobs):
+
+    @prefillonly.ranker(method="likelihood")
+    def passages(query: str, document: str) -> prefillonly.Prompt:
+        return prefillonly.Prompt(
+            prefix="Please write a question based on this passage.\n",
+            item=f"Passage: {document}\nQuestion:",
+            continuation=f" {query}",
+        )
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Mapping
 
 from prefillonly_sgl.dsl.backends import resolve_backend
 from prefillonly_sgl.dsl.endpoint import ranker_endpoint
 from prefillonly_sgl.dsl.function import RESERVED, ScoringFunction
 from prefillonly_sgl.dsl.job import RankJob
-from prefillonly_sgl.dsl.labels import LabelSet
+from prefillonly_sgl.dsl.labels import NO_LABELS, LabelSet
 from prefillonly_sgl.dsl.request import CompiledCall
 from prefillonly_sgl.dsl.results import Ranking, label_probs, ranking_model
 from prefillonly_sgl.dsl.signature import DeclarationError, validate_list
 from prefillonly_sgl.errors import InvalidRequestError
 
 RANKER_RESERVED = RESERVED + ("items", "top_k", "score")
+METHODS = ("labels", "likelihood")
+LIKELIHOOD_SCORES = ("mean", "sum")  # a likelihood ranker's named scores
 
 
 class Ranker(ScoringFunction):
@@ -45,7 +61,29 @@ class Ranker(ScoringFunction):
 
     kind = "ranker"
 
-    def __init__(self, fn, labels=None, *, score=None, item: str | None = None, **options):
+    def __init__(
+        self,
+        fn,
+        labels=None,
+        *,
+        score=None,
+        item: str | None = None,
+        method: str = "labels",
+        **options,
+    ):
+        if method not in METHODS:
+            raise DeclarationError(
+                f"{fn.__qualname__}: method={method!r}: expected one of {list(METHODS)}"
+            )
+        self.method = method
+        self.scores_continuation = method == "likelihood"
+        if self.scores_continuation:
+            if labels is not None:
+                raise DeclarationError(
+                    f"{fn.__qualname__}: a likelihood ranker scores its prompt's "
+                    "continuation; it takes no labels"
+                )
+            labels = NO_LABELS
         names = list(inspect.signature(fn).parameters)
         if not names:
             raise DeclarationError(f"{fn.__qualname__}: a ranker needs an item parameter")
@@ -58,7 +96,7 @@ class Ranker(ScoringFunction):
             fn, labels, reserved=RANKER_RESERVED, exclude=(self.item_param,), **options
         )
         self.item_type = self.inputs.hints.get(self.item_param, object)
-        self.score_of = score_function(self.labels, score)
+        self.score_of = self._score_function(score)
         self.result_model = ranking_model(fn.__name__, self.item_type)
 
     # -- jobs and results (no backend needed) --------------------------------------------
@@ -80,13 +118,15 @@ class Ranker(ScoringFunction):
         """The Ranking of ``items`` from their probability rows (label order); ``score``
         overrides the declared score (see score_function)."""
         check_top_k(top_k)
-        score_of = self.score_of if score is None else score_function(self.labels, score)
+        score_of = self.score_of if score is None else self._score_function(score)
         by_input = []
         for index, (item, row) in enumerate(zip(items, rows, strict=True)):
-            probs, logprobs = label_probs(self.labels, row)
-            by_input.append(
-                dict(item=item, index=index, score=score_of(probs), probs=probs, logprobs=logprobs)
-            )
+            if self.scores_continuation:  # a row: the continuation's token logprobs
+                one = dict(score=score_of(row), probs={}, logprobs={}, token_logprobs=row)
+            else:
+                probs, logprobs = label_probs(self.labels, row)
+                one = dict(score=score_of(probs), probs=probs, logprobs=logprobs)
+            by_input.append(dict(item=item, index=index, **one))
         ranked = sorted(by_input, key=lambda r: -r["score"])  # stable: ties keep input order
         return self.result_model(items=ranked[:top_k], by_input=by_input)
 
@@ -110,20 +150,45 @@ class Ranker(ScoringFunction):
         """The job, with everything the call needs checked before anything is sent."""
         check_top_k(top_k)
         if score is not None:
-            score_function(self.labels, score)
+            self._score_function(score)
         return self.job(*args, items=items, **kwargs)
+
+    def _score_function(self, score) -> Callable:
+        """What an item is sorted by: of its label probabilities (score_function), or for
+        a likelihood ranker of its continuation's token logprobs (likelihood_score)."""
+        if self.scores_continuation:
+            return likelihood_score(score)
+        return score_function(self.labels, score)
 
     def __prefillonly_endpoint__(self):
         """Its typed endpoint under `prefillonly serve --app` (see endpoint.py)."""
         return ranker_endpoint(self)
 
     def __repr__(self) -> str:
+        if self.scores_continuation:
+            return f"<ranker {self.fn.__qualname__} method='likelihood'>"
         return f"<ranker {self.fn.__qualname__} labels={list(self.labels.texts)}>"
 
 
 def check_top_k(top_k) -> None:
     if top_k is not None and (type(top_k) is not int or top_k < 1):
         raise InvalidRequestError(f"top_k must be a positive integer or None, got {top_k!r}")
+
+
+def likelihood_score(score) -> Callable[[list[float]], float]:
+    """A likelihood ranker's item score from its continuation's token logprobs: "mean"
+    (the default: per token, so continuations of different lengths compare), "sum" (the
+    continuation's log-probability), or a function of the list."""
+    if score is None or score == "mean":
+        return lambda row: math.fsum(row) / len(row)
+    if score == "sum":
+        return math.fsum
+    if callable(score) and not isinstance(score, type):
+        return lambda row: float(score(row))
+    raise InvalidRequestError(
+        f"score={score!r}: a likelihood ranker sorts by 'mean', 'sum' or a function of the "
+        "continuation's token logprobs"
+    )
 
 
 def score_function(labels: LabelSet, score) -> Callable[[dict], float]:
@@ -158,6 +223,7 @@ def ranker(
     normalize: bool = True,
     length_normalize: bool = False,
     path: str | None = None,
+    method: str = "labels",
 ):
     """Declare a ranker. The decorated function takes the shared arguments and one item
     (the parameter named ``item``, else the last one, or the one named by ``item=``) and
@@ -168,8 +234,12 @@ def ranker(
     Other options: as for ``classifier``. A call sends one request with every item.
     path: its endpoint
     under ``prefillonly serve --app`` (default ``/apps/<name>``).
+    method: "labels" (the default: the labels' probabilities after the prompt) or
+    "likelihood" (no labels: the log-probability of the prompt's continuation; score
+    "mean" per token by default, or "sum"; see the module doc).
     """
     options = dict(
+        method=method,
         score=score,
         item=item,
         chat=chat,

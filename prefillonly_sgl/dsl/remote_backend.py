@@ -13,6 +13,11 @@ endpoint instead (app_client.py), and needs no tokenizer here. When ``base_url``
 SGLang's model gateway (`smg`, found by its GET /workers), which routes neither /v1/score
 nor typed endpoints, a job goes through its /v1/rerank or /v1/classify
 (gateway_client.py).
+
+A likelihood ranker's continuations go to SGLang's native /generate (prompt and
+continuation as token ids, no output token, input logprobs from the prompt's last
+position: what sglang_runtime/continuation_logprobs.py sends in-process), which stock
+SGLang serves too; on `prefillonly serve` each request also carries its reusable prefix.
 """
 
 from __future__ import annotations
@@ -26,11 +31,18 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from prefillonly_sgl.continuations import (
+    generate_fields,
+    plan_continuations,
+    token_logprobs_of,
+    tokenizer_encode,
+)
 from prefillonly_sgl.dsl import app_client, gateway_client
 from prefillonly_sgl.dsl.backend import Backend
-from prefillonly_sgl.dsl.request import ScoreRequest
+from prefillonly_sgl.dsl.request import ContinuationRequest, ScoreRequest
 from prefillonly_sgl.dsl.runner import CompiledRoute, Route
 from prefillonly_sgl.errors import InvalidRequestError, PrefillOnlyError
+from prefillonly_sgl.validation import ModelLimits
 from prefillonly_sgl.wire import (
     ScoreLabelsRequest,
     ScoreLabelsResponse,
@@ -166,6 +178,32 @@ class RemoteBackend(Backend):
         if answer.usage is not None:
             self.count_usage(answer.usage.prompt_tokens, answer.usage.cached_tokens)
         return answer.rows
+
+    # -- /generate (likelihood rankers) -------------------------------------------------
+    async def continuation_logprobs(self, request: ContinuationRequest) -> list[list[float]]:
+        return await asyncio.to_thread(self._post_continuations, request)
+
+    def _post_continuations(self, request: ContinuationRequest) -> list[list[float]]:
+        # The server checks the lengths and ids; here only the tokenization is done.
+        limits = ModelLimits(vocab_size=len(self.tokenizer), max_prompt_tokens=2**62)
+        plan = plan_continuations(
+            request.query,
+            list(request.items),
+            list(request.continuations),
+            limits,
+            tokenizer_encode(self.tokenizer),
+        )
+        answer = self._request("POST", "/generate", generate_fields(plan))
+        answers = answer if isinstance(answer, list) else [answer]
+        metas = [one["meta_info"] for one in answers]
+        self.count_usage(
+            sum(int(m.get("prompt_tokens") or 0) for m in metas),
+            sum(int(m.get("cached_tokens") or 0) for m in metas),
+        )
+        return [
+            token_logprobs_of(meta["input_token_logprobs"], length)
+            for meta, length in zip(metas, plan.continuation_lengths(), strict=True)
+        ]
 
     # -- HTTP ---------------------------------------------------------------------------
     def endpoint_schema(self, path: str) -> dict | None:

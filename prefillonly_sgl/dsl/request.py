@@ -1,9 +1,11 @@
-"""Compiled score requests: what a DSL call sends to a backend (plain Python).
+"""Compiled requests: what a DSL call sends to a backend (plain Python).
 
-A call (or a batch of calls) compiles to a list of ``ScoreRequest`` — SGLang's score
-request fields (query, items, label_token_ids, apply_softmax), where a label of several
-tokens is a tuple of ids, and length_normalize — plus, for each input, where its answer
-will be: (request index, item index).
+A call (or a batch of calls) compiles to a list of requests plus, for each input, where
+its answer will be: (request index, item index). A function scoring labels compiles to
+``ScoreRequest`` — SGLang's score request fields (query, items, label_token_ids,
+apply_softmax), where a label of several tokens is a tuple of ids, and length_normalize;
+a likelihood ranker to ``ContinuationRequest`` (query, items, one continuation per item:
+Engine.continuation_logprobs's arguments).
 """
 
 from __future__ import annotations
@@ -44,10 +46,23 @@ class ScoreRequest:
 
 
 @dataclass(frozen=True)
+class ContinuationRequest:
+    """Each continuation's token log-probabilities after ``query + item``."""
+
+    query: str
+    items: tuple[str, ...]
+    continuations: tuple[str, ...]  # one per item
+
+    async def sent_to(self, continuation_logprobs):
+        """The answer of a function with Engine.async_continuation_logprobs's signature."""
+        return await continuation_logprobs(self.query, list(self.items), list(self.continuations))
+
+
+@dataclass(frozen=True)
 class CompiledCall:
     """The requests for a call or batch; ``where[i]`` = (request, item) of input i."""
 
-    requests: tuple[ScoreRequest, ...]
+    requests: tuple[ScoreRequest | ContinuationRequest, ...]
     where: tuple[tuple[int, int], ...]
 
     def gather(self, answers: list[list[list[float]]]) -> list[list[float]]:
@@ -97,4 +112,27 @@ def group_requests(
                 where[i] = (len(requests), position)
             items = tuple(item for _, item in chunk)
             requests.append(ScoreRequest(prefix, items, ids, apply_softmax, length_normalize))
+    return CompiledCall(requests=tuple(requests), where=tuple(where))
+
+
+def group_continuations(prompts: list[Prompt]) -> CompiledCall:
+    """Prompts sharing a prefix become the items of one ContinuationRequest (each with its
+    continuation), requests in order of first appearance."""
+    groups: dict[str, list[int]] = {}
+    for i, prompt in enumerate(prompts):
+        if not prompt.text:
+            raise InvalidRequestError(f"input {i}: the prompt is empty")
+        if not prompt.continuation:
+            raise InvalidRequestError(
+                f"input {i}: the prompt has no continuation (a likelihood ranker scores "
+                "Prompt(..., continuation=...))"
+            )
+        groups.setdefault(prompt.prefix, []).append(i)
+    requests, where = [], [None] * len(prompts)
+    for prefix, members in groups.items():
+        for position, i in enumerate(members):
+            where[i] = (len(requests), position)
+        items = tuple(prompts[i].item for i in members)
+        continuations = tuple(prompts[i].continuation for i in members)
+        requests.append(ContinuationRequest(prefix, items, continuations))
     return CompiledCall(requests=tuple(requests), where=tuple(where))

@@ -34,7 +34,9 @@ class Classification(BaseModel):
 
 
 class RankedItem(BaseModel):
-    """One candidate: ``index`` is its position in the call's ``items``."""
+    """One candidate: ``index`` is its position in the call's ``items``; ``probs`` and
+    ``logprobs`` per label (empty for a likelihood ranker); ``token_logprobs``: a
+    likelihood ranker's continuation, per token (None for labels)."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
@@ -43,6 +45,7 @@ class RankedItem(BaseModel):
     score: float
     probs: dict[str, float]
     logprobs: dict[str, float]
+    token_logprobs: list[float] | None = None
 
 
 class Ranking(BaseModel):

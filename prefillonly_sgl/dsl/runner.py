@@ -56,8 +56,8 @@ class Route(Protocol):
 
 
 class CompiledRoute:
-    """The job compiled to score requests with the backend's tokenizer (read when first
-    needed: a remote one is loaded then), each sent to the backend's ``score``."""
+    """The job compiled to requests with the backend's tokenizer (read when first needed:
+    a remote one is loaded then), each answered by the backend (``Backend.answer``)."""
 
     calibrates_here = True
 
@@ -66,7 +66,7 @@ class CompiledRoute:
 
     async def rows(self, job, progress=None, max_in_flight=DEFAULT_IN_FLIGHT):
         compiled = job.compile(self.backend.tokenizer)
-        answers = await send(self.backend.score, compiled, progress, max_in_flight)
+        answers = await send(self.backend.answer, compiled, progress, max_in_flight)
         return compiled.gather(answers)
 
 

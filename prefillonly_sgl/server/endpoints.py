@@ -82,6 +82,10 @@ class ServerContext(Protocol):
         length_normalize: bool = False,
     ) -> Any: ...  # prefillonly_sgl.score_result.ScoreResult
 
+    async def continuation_logprobs(
+        self, query: Any, items: Any, continuation: Any
+    ) -> Any: ...  # prefillonly_sgl.continuations.ContinuationResult
+
 
 @dataclass(frozen=True)
 class EndpointSpec:

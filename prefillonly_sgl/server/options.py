@@ -21,6 +21,7 @@ DEFAULT_MAX_PENDING_REQUESTS = 256
 DEFAULT_MAX_PENDING_PROMPTS = 4096
 DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
+RERANK_METHODS = ("auto", "judge", "query-likelihood")  # apis/rerankers.py
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class ServeOptions:
 
     apps: tuple[str, ...] = ()
     rerank: str | None = None  # a ranker in the --app modules for /v1/rerank
+    rerank_method: str = "auto"  # the built-in reranker: auto, judge, query-likelihood
     classify: str | None = None  # a classifier in the --app modules for /v1/classify
     max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
     max_pending_prompts: int = DEFAULT_MAX_PENDING_PROMPTS
@@ -99,8 +101,16 @@ def add_serve_options(parser: argparse.ArgumentParser, group=None) -> None:
         "--rerank",
         default=None,
         metavar="NAME",
-        help="the @ranker of the --app modules behind POST /v1/rerank (default: the built-in "
-        "Qwen3-Reranker prompt, yes/no; docs/server.md)",
+        help="the @ranker of the --app modules behind POST /v1/rerank, /v2/rerank and /rerank "
+        "(default: a built-in, see --rerank-method; docs/reranking.md)",
+    )
+    group.add_argument(
+        "--rerank-method",
+        default="auto",
+        choices=RERANK_METHODS,
+        help="the built-in reranker: judge (Qwen3-Reranker's yes/no prompt, for generative "
+        "rerankers), query-likelihood (the query's log-probability after the document, any "
+        "model); auto (default): judge for a model named as a reranker, else query-likelihood",
     )
     group.add_argument(
         "--classify",
@@ -206,6 +216,7 @@ def parse_serve_argv(argv: list[str]) -> tuple[ServeOptions, list[str]]:
         ServeOptions(
             apps=tuple(ours.apps),
             rerank=ours.rerank,
+            rerank_method=ours.rerank_method,
             classify=ours.classify,
             max_pending_requests=ours.max_pending_requests,
             max_pending_prompts=ours.max_pending_prompts,

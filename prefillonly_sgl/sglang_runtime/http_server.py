@@ -217,6 +217,12 @@ class ServerContext:
             length_normalize,
         )
 
+    async def continuation_logprobs(self, query, items, continuation):
+        """prefillonly_sgl.Engine.continuation_logprobs semantics, on the server's engine."""
+        return await self._runtime.front.continuation_logprobs(
+            query, items, continuation, _RAW_REQUEST.get()
+        )
+
 
 def _json_response(content, status: int = 200):
     from fastapi.responses import Response

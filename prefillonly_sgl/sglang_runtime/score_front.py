@@ -5,6 +5,10 @@ TokenizerManager, return a ScoreResult with its usage.
     server: typed endpoints      ─┼─> ScoringFront.score ─> TokenizerManager.score_request
     server: /v1/score's checks   ─┘   (ScoringFront.check)
 
+    Engine.continuation_logprobs ─┐
+    server: /v1/rerank, /rerank   ─┴> ScoringFront.continuation_logprobs
+                                      ─> continuation_logprobs.py (generate_request)
+
 SGLang's own /v1/score handler still answers /v1/score (its response format, with every
 SGLang field), after the guard has run its checks on the body.
 
@@ -15,9 +19,15 @@ prefixes as cache hits of them).
 
 from __future__ import annotations
 
+from prefillonly_sgl.continuations import (
+    ContinuationResult,
+    plan_continuations,
+    tokenizer_encode,
+)
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.label_trie import build_trie
 from prefillonly_sgl.score_result import ScoreResult
+from prefillonly_sgl.sglang_runtime.continuation_logprobs import continuation_logprobs
 from prefillonly_sgl.sglang_runtime.label_sequences import score_label_sequences
 from prefillonly_sgl.sglang_runtime.request_recording import record_generate_requests
 from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord
@@ -65,9 +75,7 @@ class ScoringFront:
         watches it for disconnects)."""
         query, items, labels = self.check(query, items, label_token_ids, item_first)
         trie = build_trie(labels)
-        # This call's own record; an HTTP request's record (the guard's) is its parent.
-        outer = CURRENT_REQUEST.get()
-        record = outer.child("score") if outer is not None else RequestRecord("score")
+        record = _call_record("score")
         token = CURRENT_REQUEST.set(record)  # SGLang's tasks below copy this context
         try:
             if trie.single_token:  # per token, a length is 1: nothing to normalise
@@ -100,3 +108,31 @@ class ScoringFront:
             prompt_tokens=prompt_tokens,
             cached_tokens=record.usage.cached_tokens,
         )
+
+    async def continuation_logprobs(
+        self, query, items, continuation, request=None
+    ) -> ContinuationResult:
+        """Each continuation token's log-probability after query + item
+        (prefillonly_sgl.Engine.continuation_logprobs semantics)."""
+        plan = plan_continuations(
+            query, items, continuation, self.limits, tokenizer_encode(self.tokenizer)
+        )
+        record = _call_record("continuation_logprobs")
+        token = CURRENT_REQUEST.set(record)
+        try:
+            rows, prompt_tokens = await continuation_logprobs(self.tokenizer_manager, plan, request)
+        except ValueError as e:  # SGLang's way of refusing a request
+            raise InvalidRequestError(str(e)) from e
+        finally:
+            CURRENT_REQUEST.reset(token)
+        return ContinuationResult(
+            token_logprobs=rows,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=record.usage.cached_tokens,
+        )
+
+
+def _call_record(name: str) -> RequestRecord:
+    """This call's own usage record; an HTTP request's record (the guard's) is its parent."""
+    outer = CURRENT_REQUEST.get()
+    return outer.child(name) if outer is not None else RequestRecord(name)

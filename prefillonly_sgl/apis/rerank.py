@@ -1,0 +1,313 @@
+"""The rerank APIs, one scorer behind three schemas:
+
+POST /v1/rerank   Cohere v1 / Jina (what vLLM, SGLang and `cohere.Client().rerank` send):
+                  query, documents (texts or {"text": ...}), top_n, return_documents,
+                  max_tokens_per_doc -> {id, model, results [{index, relevance_score,
+                  document?}], usage, meta}. A request carrying SGLang's field `rid` (SGLang's
+                  gateway `smg` always sends it) gets SGLang's native answer instead: a list
+                  of {score, document, index, meta_info}, best first, meta_info naming the
+                  ranker, its method and labels, the document's row and the call's tokens.
+POST /v2/rerank   Cohere v2 (`cohere.ClientV2().rerank`): query, documents (texts), top_n,
+                  max_tokens_per_doc (default 4096) -> {id, results [{index,
+                  relevance_score}], meta}.
+POST /rerank      Hugging Face TEI (LlamaIndex's / LangChain's TEI rerankers): query, texts,
+                  raw_scores, return_text, truncate, truncation_direction -> [{index,
+                  score, text?}], best first.
+
+The scorer is a DSL ranker taking ``query`` (and, when it has one, ``instruction``) with
+the document as its item: by default a built-in (apis/rerankers.py: the yes/no judge for
+generative rerankers, query likelihood for any other model), or `serve --app FILE
+--rerank NAME`. A call is one job (``Backend.run``): the query's prefix is computed once.
+``relevance_score`` / TEI's ``score`` lie in [0, 1]: a judge's score (P(yes)), or for a
+likelihood ranker exp(its score), the query's per-token probability (the same order);
+TEI's ``raw_scores`` gives the ranker's own score (the mean log-probability). Documents
+are cut as apis/truncation.py says. Bad input gets a 400 naming the problem.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass
+
+from prefillonly_sgl.apis.truncation import JOIN_SLACK, fit_documents
+from prefillonly_sgl.dsl.endpoint import server_backend
+from prefillonly_sgl.dsl.job import RankJob
+from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.rerank_wire import (
+    RerankV2Request,
+    RerankV2Response,
+    RerankV2Result,
+    TeiRank,
+    TeiRerankRequest,
+    TeiRerankResponse,
+)
+from prefillonly_sgl.server.endpoints import EndpointSpec
+from prefillonly_sgl.wire import (
+    RerankAnswer,
+    RerankApiVersion,
+    RerankDocument,
+    RerankMeta,
+    RerankRequest,
+    RerankResponse,
+    RerankResponseMeta,
+    RerankResult,
+    RerankTokens,
+    SGLangRerankResult,
+    Usage,
+)
+
+
+@dataclass(frozen=True)
+class Reranked:
+    """One call's answer: ``items`` every document best first (the ranker's RankedItems)."""
+
+    items: list
+    usage: Usage
+
+    def relevance(self, item) -> float:
+        return math.exp(item.score) if item.token_logprobs is not None else item.score
+
+
+class Reranker:
+    """A DSL ranker as the scorer of the rerank APIs (checked once, at start-up)."""
+
+    def __init__(self, function) -> None:
+        params = set(function.inputs.params)
+        name = function.fn.__name__
+        if "query" not in params:
+            raise ValueError(f"--rerank {name}: the ranker needs a 'query' parameter")
+        required = {
+            p.name
+            for p in function.inputs.signature.parameters.values()
+            if p.default is p.empty and p.name not in ("query", function.item_param)
+        }
+        if required:
+            raise ValueError(
+                f"--rerank {name}: the rerank APIs give only query and documents, but the "
+                f"ranker also requires {sorted(required)} (give them defaults)"
+            )
+        self.function = function
+        self.name = name
+        self.method = "likelihood" if function.scores_continuation else "judge"
+        self.takes_instruction = "instruction" in params
+
+    async def rerank(
+        self,
+        context,
+        query: str,
+        documents: list[str],
+        instruction: str | None = None,
+        max_tokens_per_doc: int | None = None,
+        truncate: bool = False,
+        keep_end: bool = False,
+        field: str = "documents",
+    ) -> Reranked:
+        shared = {"query": query}
+        if instruction is not None:
+            if not self.takes_instruction:
+                raise InvalidRequestError(f"instruction: the reranker {self.name} takes none")
+            shared["instruction"] = instruction
+        shared = self.function.inputs.validate((), shared)
+        room = context.limits.scoring_prompt_tokens - self._prompt_tokens(context, shared)
+        documents = fit_documents(
+            context.tokenizer, documents, room, max_tokens_per_doc, truncate, keep_end, field
+        )
+        job = RankJob(self.function, shared, tuple(documents))
+        rows = await server_backend(context).run(job)
+        ranking = self.function.ranking(documents, rows)
+        return Reranked(items=ranking.items, usage=_usage(context))
+
+    def _prompt_tokens(self, context, shared: dict) -> int:
+        """Tokens of the ranker's prompt around an empty document, plus the joins' slack."""
+        tokenizer = context.tokenizer
+        prompt = self.function.prompt(tokenizer, **shared, **{self.function.item_param: ""})
+        n = len(tokenizer.encode(prompt.text))
+        if prompt.continuation:
+            n += len(tokenizer.encode(prompt.continuation, add_special_tokens=False))
+        return n + JOIN_SLACK
+
+    def meta(self, usage: Usage, version: str) -> RerankResponseMeta:
+        return RerankResponseMeta(
+            api_version=RerankApiVersion(version=version),
+            tokens=RerankTokens(input_tokens=usage.prompt_tokens),
+            ranker=self.name,
+            method=self.method,
+        )
+
+
+def _usage(context) -> Usage:
+    usage = context.usage
+    if usage is None:
+        return Usage()
+    return Usage(prompt_tokens=usage.prompt_tokens, total_tokens=usage.prompt_tokens,
+                 cached_tokens=usage.cached_tokens)  # fmt: skip
+
+
+def model_name(context, asked: str | None) -> str:
+    served = getattr(getattr(context, "tokenizer_manager", None), "served_model_name", None)
+    return asked or served or "default"
+
+
+def _top_n(top_n: int | None, n_documents: int) -> int:
+    top_n = n_documents if top_n is None else top_n
+    if not 1 <= top_n <= n_documents:
+        raise InvalidRequestError(
+            f"top_n must be between 1 and the number of documents ({n_documents}), got {top_n}"
+        )
+    return top_n
+
+
+def _count(field: str):
+    return lambda body: len(body.get(field) or []) or 1
+
+
+def rerank_v1_endpoint(reranker: Reranker) -> EndpointSpec:
+    """POST /v1/rerank: Cohere v1's schema, or SGLang's native answer for ``rid``."""
+    function = reranker.function
+
+    async def rerank(request: RerankRequest, context) -> RerankAnswer:
+        if request.top_n is not None and request.top_k is not None:
+            raise InvalidRequestError("give top_n or top_k (the same thing), not both")
+        documents = [d if isinstance(d, str) else d.text for d in request.documents]
+        top_n = _top_n(request.top_n if request.top_n is not None else request.top_k,
+                       len(documents))  # fmt: skip
+        answer = await reranker.rerank(
+            context,
+            request.query,
+            documents,
+            request.instruction or request.instruct,
+            request.max_tokens_per_doc,
+        )
+        best = answer.items[:top_n]
+        given = request.documents
+        if request.wants_sglang_answer:
+            # meta_info passes through smg untouched: the DSL's gateway client rebuilds
+            # its rows from it (gateway_client.py), whatever the ranker's score.
+            labels = [str(t) for t in function.labels.texts]
+            return RerankAnswer(
+                [
+                    SGLangRerankResult(
+                        score=r.score,
+                        document=_text(given[r.index]) if request.return_documents else None,
+                        index=r.index,
+                        meta_info=RerankMeta(
+                            function=reranker.name,
+                            labels=labels,
+                            call_prompt_tokens=answer.usage.prompt_tokens,
+                            call_cached_tokens=answer.usage.cached_tokens,
+                            probs=[r.probs[t] for t in function.labels.texts],
+                            method=function.method,
+                            token_logprobs=r.token_logprobs,
+                        ),
+                    )
+                    for r in best
+                ]
+            )
+        return RerankResponse(
+            id=f"rerank-{uuid.uuid4().hex}",
+            model=model_name(context, request.model),
+            results=[
+                RerankResult(
+                    index=r.index,
+                    relevance_score=answer.relevance(r),
+                    document=RerankDocument(text=_text(given[r.index]))
+                    if request.return_documents
+                    else None,
+                )
+                for r in best
+            ],
+            usage=answer.usage,
+            meta=reranker.meta(answer.usage, "1"),
+        )
+
+    return EndpointSpec(
+        "/v1/rerank",
+        RerankRequest,
+        RerankAnswer,
+        rerank,
+        summary=f"Rerank documents for a query (Cohere v1 schema; {reranker.name}, "
+        f"{reranker.method})",
+        tags=("prefillonly",),
+        count_prompts=_count("documents"),
+    )
+
+
+def _text(document) -> str:
+    return document if isinstance(document, str) else document.text
+
+
+def rerank_v2_endpoint(reranker: Reranker) -> EndpointSpec:
+    """POST /v2/rerank: Cohere v2's schema."""
+
+    async def rerank(request: RerankV2Request, context) -> RerankV2Response:
+        if request.relevant_spans and request.relevant_spans.get("mode") == "enabled":
+            raise InvalidRequestError("relevant_spans is not supported: leave it out")
+        top_n = _top_n(request.top_n, len(request.documents))
+        answer = await reranker.rerank(
+            context, request.query, list(request.documents),
+            max_tokens_per_doc=request.max_tokens_per_doc,
+        )  # fmt: skip
+        return RerankV2Response(
+            id=f"rerank-{uuid.uuid4().hex}",
+            results=[
+                RerankV2Result(index=r.index, relevance_score=answer.relevance(r))
+                for r in answer.items[:top_n]
+            ],
+            meta=reranker.meta(answer.usage, "2"),
+        )
+
+    return EndpointSpec(
+        "/v2/rerank",
+        RerankV2Request,
+        RerankV2Response,
+        rerank,
+        summary=f"Rerank documents for a query (Cohere v2 schema; {reranker.name})",
+        tags=("prefillonly",),
+        count_prompts=_count("documents"),
+    )
+
+
+def tei_rerank_endpoint(reranker: Reranker) -> EndpointSpec:
+    """POST /rerank: Hugging Face TEI's schema."""
+
+    async def rerank(request: TeiRerankRequest, context) -> TeiRerankResponse:
+        answer = await reranker.rerank(
+            context,
+            request.query,
+            list(request.texts),
+            truncate=request.truncate,
+            keep_end=request.truncation_direction.lower() == "left",
+            field="texts",
+        )
+        return TeiRerankResponse(
+            [
+                TeiRank(
+                    index=r.index,
+                    score=r.score if request.raw_scores else answer.relevance(r),
+                    text=request.texts[r.index] if request.return_text else None,
+                )
+                for r in answer.items
+            ]
+        )
+
+    return EndpointSpec(
+        "/rerank",
+        TeiRerankRequest,
+        TeiRerankResponse,
+        rerank,
+        summary=f"Rerank texts for a query (TEI schema; {reranker.name})",
+        tags=("prefillonly",),
+        count_prompts=_count("texts"),
+    )
+
+
+def rerank_endpoints(function) -> list[EndpointSpec]:
+    """/v1/rerank, /v2/rerank and /rerank backed by ``function`` (ValueError if it cannot
+    serve them)."""
+    reranker = Reranker(function)
+    return [
+        rerank_v1_endpoint(reranker),
+        rerank_v2_endpoint(reranker),
+        tei_rerank_endpoint(reranker),
+    ]

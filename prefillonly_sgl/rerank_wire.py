@@ -1,0 +1,66 @@
+"""The rerank shapes other than Cohere v1's (which is wire.py's RerankRequest): Cohere's
+v2 (`POST /v2/rerank`, what `cohere.ClientV2().rerank` sends) and Hugging Face TEI's
+(`POST /rerank`, what LlamaIndex's and LangChain's TEI rerankers send). Served by
+apis/rerank.py with the same scorer as /v1/rerank (plain pydantic)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+from prefillonly_sgl.wire import RerankResponseMeta
+
+COHERE_V2_MAX_TOKENS_PER_DOC = 4096  # Cohere's documented default
+
+
+class RerankV2Request(BaseModel):
+    # Cohere's other fields (priority, ...) are accepted and ignored, as on /v1/rerank.
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    query: str = Field(..., min_length=1, description="what the documents are ranked for")
+    documents: list[str] = Field(..., min_length=1, description="texts to rank")
+    top_n: int | None = Field(None, description="return the best n (default: all)")
+    max_tokens_per_doc: int = Field(
+        COHERE_V2_MAX_TOKENS_PER_DOC, ge=1, description="cut each document to its first N tokens"
+    )
+    relevant_spans: dict | None = Field(None, description="not supported: must be off")
+
+
+class RerankV2Result(BaseModel):
+    index: int
+    relevance_score: float
+
+
+class RerankV2Response(BaseModel):
+    id: str
+    results: list[RerankV2Result]
+    meta: RerankResponseMeta
+
+
+class TeiRerankRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # TEI refuses unknown fields too
+
+    query: str = Field(..., min_length=1, description="what the texts are ranked for")
+    texts: list[str] = Field(..., min_length=1, description="texts to rank")
+    raw_scores: bool = Field(
+        False, description="the ranker's own score (mean log-probability for query likelihood)"
+    )
+    return_text: bool = Field(False, description="echo each text in its result")
+    truncate: bool = Field(
+        False, description="cut texts that do not fit the model's context (else a 400)"
+    )
+    truncation_direction: Literal["Right", "Left", "right", "left"] = Field(
+        "Right", description="Right: keep a text's start; Left: keep its end"
+    )
+
+
+class TeiRank(BaseModel):
+    index: int
+    score: float
+    text: str | None = None
+
+
+class TeiRerankResponse(RootModel[list[TeiRank]]):
+    """TEI's answer: every text, best first."""
