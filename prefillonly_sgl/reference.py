@@ -68,6 +68,22 @@ class TransformersReference:
         picked = logprobs.gather(1, ids[0, 1:, None])[:, 0]
         return [None, *picked.tolist()]
 
+    def continuation_logprobs(self, query, items, continuation) -> list[list[float]]:
+        """Per item, each continuation token's log-probability after query + item (text:
+        the prompt tokenized whole, the continuation on its own; token ids concatenated)."""
+        continuations = (
+            continuation
+            if isinstance(continuation, list) and not all(type(t) is int for t in continuation)
+            else [continuation] * len(items)
+        )
+        rows = []
+        for item, cont in zip(items, continuations, strict=True):
+            prompt = self.prompt_ids(query, item)
+            if isinstance(cont, str):
+                cont = self.tokenizer.encode(cont, add_special_tokens=False)
+            rows.append(self.prompt_logprobs(list(prompt) + list(cont))[len(prompt) :])
+        return rows
+
     def score(self, query, items, label_token_ids, apply_softmax: bool = True, item_first=False):
         """One list per item, like Engine.score."""
         import torch

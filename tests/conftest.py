@@ -70,6 +70,7 @@ apps_server = tiny_server(
     "--app", str(TESTS / "dsl_app_example.py"),
     "--app", str(TESTS / "ranking_app_example.py"),
     "--classify", "review_sentiment",
+    "--rerank-method", "judge",  # the tiny model would get query likelihood
     scope="session",
     name="apps_server",
 )  # fmt: skip

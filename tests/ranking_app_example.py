@@ -18,6 +18,14 @@ def relevant(query: str, document: str) -> Prompt:
     return Prompt(prefix=f"Question: {query}\n", item=f"Item: {document}\nRelevant?")
 
 
+@prefillonly.ranker(method="likelihood", item="document")
+def likely_answer(query: str, document: str) -> Prompt:
+    """A likelihood ranker: the query's log-probability after the document."""
+    return Prompt(
+        prefix="Answer questions.\n", item=f"Text: {document}\nQ:", continuation=f" {query}"
+    )
+
+
 @prefillonly.ranker(labels=["Yes", "No"], score="Yes", item="document")
 def needs_user(query: str, user: str, document: str) -> Prompt:
     return Prompt(prefix=f"{user}: {query}\n", item=f"Item: {document}\nRelevant?")

@@ -132,7 +132,7 @@ def server(model_path, tmp_path_factory):
 
 
 def test_builtin_rerank_answers_on_the_default_model(server, reference):
-    from prefillonly_sgl.apis.ranking import qwen3_reranker
+    from prefillonly_sgl.apis.rerankers import qwen3_reranker
 
     query = "What is the capital of France?"
     documents = ["The capital of France is Paris.", "I like bananas.", "Socks are warm."]

@@ -22,7 +22,7 @@ import pytest
 import requests
 from server_process import serve_env
 
-from prefillonly_sgl.apis.ranking import qwen3_reranker
+from prefillonly_sgl.apis.rerankers import qwen3_reranker
 from prefillonly_sgl.dsl import RemoteBackend
 from prefillonly_sgl.dsl.gateway_client import GatewayRouteError
 from prefillonly_sgl.errors import InvalidRequestError
@@ -60,6 +60,7 @@ def replicas(tiny_llama_path, tmp_path_factory):
         "--skip-server-warmup",
         "--app", str(APP),
         "--classify", "review_sentiment",
+        "--rerank-method", "judge",  # the tiny model would get query likelihood
     ]  # fmt: skip
     logs = tmp_path_factory.mktemp("replicas")
     for attempt in range(2):

@@ -14,11 +14,9 @@ from conftest import max_abs_diff
 
 import prefillonly_sgl as prefillonly
 from prefillonly_sgl import Prompt
-from prefillonly_sgl.apis.ranking import (
-    classify_endpoint,
-    qwen3_reranker,
-    rerank_endpoint,
-)
+from prefillonly_sgl.apis.ranking import classify_endpoint
+from prefillonly_sgl.apis.rerank import Reranker
+from prefillonly_sgl.apis.rerankers import qwen3_reranker
 from prefillonly_sgl.dsl import RemoteBackend
 
 APP = Path(__file__).with_name("ranking_app_example.py")
@@ -146,7 +144,32 @@ def test_a_request_carrying_rid_gets_sglangs_native_answer(server):
         ("/v1/rerank", {"query": "", "documents": DOCUMENTS}, "query"),
         ("/v1/rerank", {"query": QUERY, "documents": DOCUMENTS, "top_n": 0}, "top_n"),
         ("/v1/rerank", {"query": QUERY, "documents": DOCUMENTS, "top_n": 9}, "top_n"),
-        ("/v1/rerank", {"query": "word " * 5000, "documents": DOCUMENTS}, "longer than"),
+        ("/v1/rerank", {"query": "word " * 5000, "documents": DOCUMENTS}, "shorten the query"),
+        (
+            "/v1/rerank",
+            {"query": QUERY, "documents": ["word " * 5000]},
+            "documents[0] is 15001 tokens; with the query and the ranker's prompt at most 3862 "
+            "fit (shorten it, or cut it: max_tokens_per_doc)",
+        ),
+        (
+            "/v1/rerank",
+            {"query": QUERY, "documents": ["a"], "max_tokens_per_doc": 0},
+            "max_tokens_per_doc",
+        ),
+        ("/v2/rerank", {"query": QUERY, "documents": []}, "documents"),
+        (
+            "/v2/rerank",
+            {"query": QUERY, "documents": ["a"], "relevant_spans": {"mode": "enabled"}},
+            "relevant_spans is not supported",
+        ),
+        ("/rerank", {"query": QUERY, "texts": []}, "texts"),
+        ("/rerank", {"query": QUERY, "texts": ["a"], "truncate_bogus": True}, "truncate_bogus"),
+        ("/rerank", {"query": QUERY, "texts": ["word " * 5000]}, "cut it: truncate: true"),
+        (
+            "/rerank",
+            {"query": QUERY, "texts": ["a"], "truncation_direction": "Up"},
+            "truncation_direction",
+        ),
         ("/v1/rerank", {"documents": DOCUMENTS}, "query"),
         (
             "/v1/rerank",
@@ -166,9 +189,9 @@ def test_malformed_requests_get_a_400_naming_the_problem(server, path, body, mes
 def test_declarations_that_cannot_serve_the_apis_are_refused_at_start():
     from ranking_app_example import needs_user, relevant, review_sentiment
 
-    rerank_endpoint(relevant)  # query + document: fine
+    Reranker(relevant)  # query + document: fine
     with pytest.raises(ValueError, match="also requires \\['user'\\]"):
-        rerank_endpoint(needs_user)
+        Reranker(needs_user)
     with pytest.raises(ValueError, match="one input text"):
         classify_endpoint(relevant)
     classify_endpoint(review_sentiment)
@@ -178,7 +201,7 @@ def test_the_gateway_client_writes_and_reads_the_apis_wire_models():
     """No server: the DSL's gateway client sends the bodies it always sent, built from the
     replicas' request models, and rebuilds rows and usage from answers written with their
     response models (prefillonly_sgl/wire.py on both ends)."""
-    from ranking_app_example import relevant, review_sentiment
+    from ranking_app_example import likely_answer, relevant, review_sentiment
 
     from prefillonly_sgl.dsl import gateway_client
     from prefillonly_sgl.wire import (
@@ -224,3 +247,58 @@ def test_the_gateway_client_writes_and_reads_the_apis_wire_models():
     assert counted == [(7, 3), (5, 1)]
     with pytest.raises(gateway_client.GatewayRouteError, match="no ClassifyResponse"):
         rows(lambda path, body: {"data": []}, job)
+
+    # A likelihood ranker's rows are its continuations' token logprobs, read from meta_info.
+    def likely_post(path, body, headers=None):
+        return [
+            SGLangRerankResult(score=-0.5, index=i, meta_info=RerankMeta(
+                function="likely_answer", labels=[], call_prompt_tokens=9,
+                call_cached_tokens=0, probs=[], method="likelihood", token_logprobs=row,
+            )).model_dump(mode="json")
+            for i, row in ((1, [-0.25, -0.75]), (0, [-2.0]))
+        ]  # fmt: skip
+
+    assert rows(likely_post, likely_answer.job("q", items=["a", "b"])) == [[-2.0], [-0.25, -0.75]]
+    with pytest.raises(gateway_client.GatewayRouteError, match="by likelihood, not by labels"):
+        rows(lambda path, body, headers=None: [
+            {**r, "meta_info": {**r["meta_info"], "function": "relevant",
+                                "labels": ["Yes", "No"]}}
+            for r in likely_post(path, body)
+        ], relevant.job("q", items=["a", "b"]))  # fmt: skip
+
+
+def test_a_likelihood_ranker_on_every_route_equals_transformers(server, reference):
+    """The same likelihood ranker through the server's typed endpoint, through SGLang's
+    /generate (typed_endpoints=False: the route a stock SGLang server also answers) and
+    the answers' token logprobs against a transformers forward."""
+    from ranking_app_example import likely_answer
+
+    compiled = likely_answer.compile(reference.tokenizer, QUERY, items=DOCUMENTS)
+    want = compiled.gather(
+        [reference.continuation_logprobs(r.query, list(r.items), list(r.continuations))
+         for r in compiled.requests]
+    )  # fmt: skip
+    typed = RemoteBackend(server.url, tokenizer=reference.tokenizer)
+    generate = RemoteBackend(server.url, tokenizer=reference.tokenizer, typed_endpoints=False)
+    for backend in (typed, generate):
+        ranking = likely_answer(QUERY, items=DOCUMENTS, engine=backend)
+        got = [r.token_logprobs for r in ranking.by_input]
+        assert max_abs_diff(got, want) < TOLERANCE, backend
+        means = [sum(row) / len(row) for row in want]
+        assert [r.index for r in ranking.items] == sorted(range(4), key=lambda i: -means[i])
+    assert generate.prompt_tokens == sum(
+        len(reference.prompt_ids(r.query, item))
+        + len(reference.tokenizer.encode(c, add_special_tokens=False))
+        for r in compiled.requests
+        for item, c in zip(r.items, r.continuations)
+    )  # fmt: skip  (one prompt per document: no request per query token)
+
+
+def test_sglangs_native_rerank_answer_names_the_method(server):
+    body = {"query": QUERY, "documents": DOCUMENTS[:2], "rid": None}
+    native = requests.post(f"{server.url}/v1/rerank", json=body, timeout=120).json()
+    assert all(r["meta_info"]["method"] == "labels" for r in native)
+    cohere = requests.post(f"{server.url}/v1/rerank", json={"query": QUERY, "documents": DOCUMENTS})
+    meta = cohere.json()["meta"]
+    assert meta["ranker"] == "qwen3_reranker" and meta["method"] == "judge"
+    assert meta["api_version"] == {"version": "1"} and meta["tokens"]["input_tokens"] > 0

@@ -102,6 +102,7 @@ class Reranker:
         truncate: bool = False,
         keep_end: bool = False,
         field: str = "documents",
+        how_to_cut: str = "max_tokens_per_doc",
     ) -> Reranked:
         shared = {"query": query}
         if instruction is not None:
@@ -111,7 +112,14 @@ class Reranker:
         shared = self.function.inputs.validate((), shared)
         room = context.limits.scoring_prompt_tokens - self._prompt_tokens(context, shared)
         documents = fit_documents(
-            context.tokenizer, documents, room, max_tokens_per_doc, truncate, keep_end, field
+            context.tokenizer,
+            documents,
+            room,
+            max_tokens_per_doc,
+            truncate,
+            keep_end,
+            field,
+            how_to_cut,
         )
         job = RankJob(self.function, shared, tuple(documents))
         rows = await server_backend(context).run(job)
@@ -279,6 +287,7 @@ def tei_rerank_endpoint(reranker: Reranker) -> EndpointSpec:
             truncate=request.truncate,
             keep_end=request.truncation_direction.lower() == "left",
             field="texts",
+            how_to_cut="truncate: true",
         )
         return TeiRerankResponse(
             [

@@ -34,10 +34,11 @@ def fit_documents(
     truncate: bool = False,
     keep_end: bool = False,
     field: str = "documents",
+    how_to_cut: str = "max_tokens_per_doc",
 ) -> list[str]:
     """The documents as the ranker will see them. ``room``: tokens a document may take in
     the prompt (what fits). InvalidRequestError for a document over ``room`` unless
-    ``truncate``, naming it as ``field[i]`` (the request's field)."""
+    ``truncate``, naming it as ``field[i]`` (the request's field) and ``how_to_cut``."""
     if room < 1:
         raise InvalidRequestError(
             "the query and the ranker's prompt already fill the model's context: shorten the query"
@@ -51,7 +52,7 @@ def fit_documents(
             if not truncate:
                 raise InvalidRequestError(
                     f"{field}[{i}] is {n} tokens; with the query and the ranker's prompt "
-                    f"at most {room} fit (cut it: truncate: true, or max_tokens_per_doc)"
+                    f"at most {room} fit (shorten it, or cut it: {how_to_cut})"
                 )
             document = cut(tokenizer, document, room, keep_end)
         fitted.append(document)
