@@ -62,6 +62,15 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.managers.tokenizer_manager.TokenizerManager.score_request": (
         "the one scoring call (score_front.ScoringFront: Engine, typed endpoints)"
     ),
+    # -- continuation logprobs (continuation_logprobs.py: query likelihood) --
+    "sglang.srt.managers.io_struct.GenerateReqInput": (
+        "a continuation call's batch: input_ids, return_logprob, logprob_start_len (the "
+        "prompt's last position), max_new_tokens 0, custom_params (the reusable prefix)"
+    ),
+    "sglang.srt.managers.schedule_batch.Req.init_next_round_input": (
+        "relied on: caps a request's prefix-cache match at its logprob_start_len (a "
+        "continuation call recomputes the prompt's last position, not more)"
+    ),
     "sglang.srt.managers.tokenizer_manager.TokenizerManager.abort_request": (
         "aborts a disconnected client's prompts; abort_all after --shutdown-timeout"
     ),
