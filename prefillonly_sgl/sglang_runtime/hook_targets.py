@@ -67,10 +67,6 @@ HOOK_TARGETS: dict[str, str] = {
         "a continuation call's batch: input_ids, return_logprob, logprob_start_len (the "
         "prompt's last position), max_new_tokens 0, custom_params (the reusable prefix)"
     ),
-    "sglang.srt.managers.schedule_batch.Req.init_next_round_input": (
-        "relied on: caps a request's prefix-cache match at its logprob_start_len (a "
-        "continuation call recomputes the prompt's last position, not more)"
-    ),
     "sglang.srt.managers.tokenizer_manager.TokenizerManager.abort_request": (
         "aborts a disconnected client's prompts; abort_all after --shutdown-timeout"
     ),
@@ -317,7 +313,9 @@ HOOK_TARGETS: dict[str, str] = {
     # -- prompt logprobs (sglang_runtime/prompt_logprobs/scheduler_process.py, scheduler) --
     "sglang.srt.managers.schedule_batch.Req.init_next_round_input": (
         "AROUND: an echo request matches uncapped, then extends from the positions whose "
-        "entries the side table holds (its logprob_start_len becomes that length)"
+        "entries the side table holds (its logprob_start_len becomes that length); "
+        "continuation calls rely on its stock cap of the match at logprob_start_len "
+        "(continuation_logprobs.py: the prompt's last position is recomputed, no more)"
     ),
     "sglang.srt.managers.schedule_batch.Req._compute_max_prefix_len": (
         "stock: caps the match at logprob_start_len, which the hook above sets"
