@@ -21,7 +21,12 @@ from dataclasses import dataclass
 
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.single_token.prefix import with_prefix_ids
-from prefillonly_sgl.validation import ModelLimits, TextOrIds, check_text_or_ids
+from prefillonly_sgl.validation import (
+    ModelLimits,
+    TextOrIds,
+    check_query_and_items,
+    check_text_or_ids,
+)
 
 
 @dataclass(frozen=True)
@@ -85,37 +90,31 @@ def plan_continuations(
 
     continuation: one text (or token-id list) for every item, or a list of them, one per
     item (texts: a list of strings; token ids: a list of lists)."""
-    if query is None:
-        query = ""
-    check_text_or_ids(query, "query", limits.vocab_size)
-    if isinstance(items, str):
-        items = [items]
-    if not isinstance(items, list | tuple):
-        raise InvalidRequestError(
-            f"items must be a list of strings or token-id lists, got {type(items).__name__}"
-        )
-    if not items:
-        raise InvalidRequestError("items is empty: give at least one item to score")
-    continuations = _per_item(continuation, len(items))
+    query, items = check_query_and_items(query, items, limits.vocab_size)
     text = isinstance(query, str)
+    encoded: dict[str, list[int]] = {}  # one shared continuation is tokenized once
     input_ids, starts = [], []
-    for i, (item, cont) in enumerate(zip(items, continuations)):
+    for i, (item, (cont, name)) in enumerate(zip(items, _per_item(continuation, len(items)))):
         check_text_or_ids(item, f"items[{i}]", limits.vocab_size)
-        check_text_or_ids(cont, _name(continuation, i), limits.vocab_size)
+        check_text_or_ids(cont, name, limits.vocab_size)
         if isinstance(item, str) != text or isinstance(cont, str) != text:
             raise InvalidRequestError(
-                f"query, items[{i}] and {_name(continuation, i)} must all be text or all be "
-                "token ids"
+                f"query, items[{i}] and {name} must all be text or all be token ids"
             )
         prompt = encode(f"{query}{item}", True) if text else list(query) + list(item)
-        cont_ids = encode(cont, False) if text else list(cont)
+        if text:
+            cont_ids = encoded.get(cont)
+            if cont_ids is None:
+                cont_ids = encoded[cont] = encode(cont, False)
+        else:
+            cont_ids = list(cont)
         if not prompt:
             raise InvalidRequestError(
                 f"items[{i}]: the prompt (query + item) is empty: the continuation's first "
                 "token needs a past"
             )
         if not cont_ids:
-            raise InvalidRequestError(f"{_name(continuation, i)} is empty: nothing to score")
+            raise InvalidRequestError(f"{name} is empty: nothing to score")
         total = len(prompt) + len(cont_ids)
         if total > limits.scoring_prompt_tokens:
             raise InvalidRequestError(
@@ -124,33 +123,30 @@ def plan_continuations(
             )
         input_ids.append(prompt + cont_ids)
         starts.append(len(prompt))
-    reusable = encode(query, True) if text and query else list(query) if not text else []
+    if text:
+        reusable = encode(query, True) if query else []
+    else:
+        reusable = list(query)
     return ContinuationPlan(input_ids=input_ids, starts=starts, reusable=reusable)
 
 
-def _per_item(continuation: object, n: int) -> list[TextOrIds]:
+def _per_item(continuation: object, n: int) -> list[tuple[TextOrIds, str]]:
+    """Each item's continuation and its name in errors."""
     if isinstance(continuation, str):
-        return [continuation] * n
+        return [(continuation, "continuation")] * n
     if isinstance(continuation, list | tuple) and continuation:
-        if all(type(t) is int for t in continuation):
-            return [list(continuation)] * n  # one token-id continuation for every item
+        if all(type(t) is int for t in continuation):  # one token-id list for every item
+            return [(list(continuation), "continuation")] * n
         if len(continuation) != n:
             raise InvalidRequestError(
                 f"continuation has {len(continuation)} entries for {n} items: give one "
                 "continuation, or one per item"
             )
-        return list(continuation)
+        return [(c, f"continuation[{i}]") for i, c in enumerate(continuation)]
     raise InvalidRequestError(
         "continuation must be a string or a list of token ids (or a list of them, one per "
         f"item), got {continuation!r:.80}"
     )
-
-
-def _name(continuation: object, i: int) -> str:
-    one = isinstance(continuation, str) or (
-        isinstance(continuation, list | tuple) and all(type(t) is int for t in continuation)
-    )
-    return "continuation" if one else f"continuation[{i}]"
 
 
 def generate_fields(plan: ContinuationPlan) -> dict:

@@ -113,6 +113,24 @@ def prompt_token_counter(tokenizer) -> Callable[[TextOrIds, TextOrIds], int]:
     return count
 
 
+def check_query_and_items(query: object, items: object, vocab_size: int) -> tuple[TextOrIds, list]:
+    """(query, items) of a call scoring items after a query: the query a text or token ids
+    ("" for None), items a non-empty list (one text alone: a list of it); each item is
+    checked by the caller, which knows how it joins the query."""
+    if query is None:
+        query = ""
+    check_text_or_ids(query, "query", vocab_size)
+    if isinstance(items, str):
+        items = [items]
+    if not isinstance(items, list | tuple):
+        raise InvalidRequestError(
+            f"items must be a list of strings or token-id lists, got {type(items).__name__}"
+        )
+    if not items:
+        raise InvalidRequestError("items is empty: give at least one item to score")
+    return query, list(items)
+
+
 def validate_score_request(
     query: object,
     items: object,
@@ -129,18 +147,7 @@ def validate_score_request(
     item + query with item_first.
     """
     labels = validate_labels(label_token_ids, limits.vocab_size)
-    if query is None:
-        query = ""
-    check_text_or_ids(query, "query", limits.vocab_size)
-    if isinstance(items, str):
-        items = [items]
-    if not isinstance(items, list | tuple):
-        raise InvalidRequestError(
-            f"items must be a list of strings or token-id lists, got {type(items).__name__}"
-        )
-    if not items:
-        raise InvalidRequestError("items is empty: give at least one item to score")
-    items = list(items)
+    query, items = check_query_and_items(query, items, limits.vocab_size)
     for i, item in enumerate(items):
         check_text_or_ids(item, f"items[{i}]", limits.vocab_size)
         if isinstance(item, str) != isinstance(query, str):

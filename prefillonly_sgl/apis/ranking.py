@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from prefillonly_sgl.apis.rerank import model_name, rerank_endpoints
+from prefillonly_sgl.apis.rerank import call_usage, model_name, rerank_endpoints
 from prefillonly_sgl.apis.rerankers import BUILTIN_RERANKERS, rerank_method
 from prefillonly_sgl.dsl.endpoint import server_backend
 from prefillonly_sgl.dsl.job import ClassifyJob
@@ -30,17 +30,8 @@ from prefillonly_sgl.wire import (
     ClassifyData,
     ClassifyRequest,
     ClassifyResponse,
-    Usage,
     classify_parameter,
 )
-
-
-def _usage(context) -> Usage:
-    usage = context.usage
-    if usage is None:
-        return Usage()
-    return Usage(prompt_tokens=usage.prompt_tokens, total_tokens=usage.prompt_tokens,
-                 cached_tokens=usage.cached_tokens)  # fmt: skip
 
 
 def classify_endpoint(function) -> EndpointSpec:
@@ -77,7 +68,7 @@ def classify_endpoint(function) -> EndpointSpec:
                 )
                 for i, r in enumerate(results)
             ],
-            usage=_usage(context),
+            usage=call_usage(context),
             function=function.fn.__name__,
             labels=labels,
         )

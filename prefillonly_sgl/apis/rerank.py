@@ -124,7 +124,7 @@ class Reranker:
         job = RankJob(self.function, shared, tuple(documents))
         rows = await server_backend(context).run(job)
         ranking = self.function.ranking(documents, rows)
-        return Reranked(items=ranking.items, usage=_usage(context))
+        return Reranked(items=ranking.items, usage=call_usage(context))
 
     def _prompt_tokens(self, context, shared: dict) -> int:
         """Tokens of the ranker's prompt around an empty document, plus the joins' slack."""
@@ -144,7 +144,8 @@ class Reranker:
         )
 
 
-def _usage(context) -> Usage:
+def call_usage(context) -> Usage:
+    """The answered request's token usage (the API answers' `usage`)."""
     usage = context.usage
     if usage is None:
         return Usage()

@@ -19,6 +19,8 @@ prefixes as cache hits of them).
 
 from __future__ import annotations
 
+import contextlib
+
 from prefillonly_sgl.continuations import (
     ContinuationResult,
     plan_continuations,
@@ -75,9 +77,7 @@ class ScoringFront:
         watches it for disconnects)."""
         query, items, labels = self.check(query, items, label_token_ids, item_first)
         trie = build_trie(labels)
-        record = _call_record("score")
-        token = CURRENT_REQUEST.set(record)  # SGLang's tasks below copy this context
-        try:
+        with _sglang_call("score") as record:
             if trie.single_token:  # per token, a length is 1: nothing to normalise
                 result = await self.tokenizer_manager.score_request(
                     query=query,
@@ -99,10 +99,6 @@ class ScoringFront:
                     item_first,
                     request,
                 )
-        except ValueError as e:  # SGLang's way of refusing a request
-            raise InvalidRequestError(str(e)) from e
-        finally:
-            CURRENT_REQUEST.reset(token)
         return ScoreResult(
             scores=scores,
             prompt_tokens=prompt_tokens,
@@ -117,14 +113,8 @@ class ScoringFront:
         plan = plan_continuations(
             query, items, continuation, self.limits, tokenizer_encode(self.tokenizer)
         )
-        record = _call_record("continuation_logprobs")
-        token = CURRENT_REQUEST.set(record)
-        try:
+        with _sglang_call("continuation_logprobs") as record:
             rows, prompt_tokens = await continuation_logprobs(self.tokenizer_manager, plan, request)
-        except ValueError as e:  # SGLang's way of refusing a request
-            raise InvalidRequestError(str(e)) from e
-        finally:
-            CURRENT_REQUEST.reset(token)
         return ContinuationResult(
             token_logprobs=rows,
             prompt_tokens=prompt_tokens,
@@ -132,7 +122,19 @@ class ScoringFront:
         )
 
 
-def _call_record(name: str) -> RequestRecord:
-    """This call's own usage record; an HTTP request's record (the guard's) is its parent."""
+@contextlib.contextmanager
+def _sglang_call(name: str):
+    """One call into SGLang under its own usage record (yielded; an HTTP request's record,
+    the guard's, is its parent), SGLang's ValueError (its way of refusing a request) as
+    an InvalidRequestError."""
     outer = CURRENT_REQUEST.get()
-    return outer.child(name) if outer is not None else RequestRecord(name)
+    record = outer.child(name) if outer is not None else RequestRecord(name)
+    token = CURRENT_REQUEST.set(record)  # SGLang's tasks below copy this context
+    try:
+        yield record
+    except InvalidRequestError:
+        raise
+    except ValueError as e:
+        raise InvalidRequestError(str(e)) from e
+    finally:
+        CURRENT_REQUEST.reset(token)
