@@ -60,6 +60,9 @@ class Engine:
         request waits about its own predicted time at most behind shorter ones).
     jct_profile: a profile file from `prefillonly profile`; default: the saved profile of
         this model, device, dtype and features, else the built-in default model.
+    jct_eviction: "queue" (default): under memory pressure the cached prefixes waiting
+        requests will hit are evicted last, and those hits run before a batch would evict
+        them; "lru": SGLang's least-recently-used eviction (for A/B runs).
     hybrid_prefill: run long prompts in chunks of hybrid_prefill_chunk_size tokens: a long
         prompt's peak activation memory drops, its scores stay the same
         (docs/hybrid_prefill.md). hybrid_prefill_mode "layer" (default): whole decoder

@@ -127,6 +127,15 @@ FEATURES: dict[str, Feature] = {
                     str,
                     "FILE",
                 ),
+                Option(
+                    "jct_eviction",
+                    "--jct-eviction",
+                    "JCT scheduler: 'queue' (default) keeps the cached prefixes waiting "
+                    "requests will hit longest and runs those hits before a batch evicts "
+                    "them; 'lru': SGLang's least-recently-used eviction (docs/scheduler.md)",
+                    str,
+                    choices=("queue", "lru"),  # scheduler/eviction.py: EVICTION_POLICIES
+                ),
             ),
             settings="prefillonly_sgl.scheduler.settings:JctSettings",
             reads_reusable_len=True,

@@ -151,3 +151,34 @@ def test_jct_arguments_need_the_jct_policy(tiny_llama_path):
         _engine(tiny_llama_path, schedule_policy="fcfs", jct_aging=2.0)
     with pytest.raises(ValueError, match="does not exist"):
         _engine(tiny_llama_path, jct_profile="/no/such/profile.json")
+
+
+def test_under_memory_pressure_queue_aware_eviction_stays_correct_and_live(
+    tiny_llama_path, reference, labels, cpu_costs
+):
+    """Four users' ~330-token profiles against a 768-token pool (two fit): their items
+    arrive interleaved, so every profile is evicted and computed again while others wait.
+    Queue-aware eviction (the default) locks the waiting groups' prefixes around SGLang's
+    evict: the scores still equal transformers, and every lock is released (a leaked one
+    would leave its prefix unevictable and the last rounds without room)."""
+    profiles = [f"User {u} likes walks, books, maps and tea; film {u}.\n" * 20 for u in range(4)]
+    items = [f"Item {i}: a film. Relevant?" for i in range(3)]
+    calls = [(f"{u}-{i}", profiles[u], [item]) for i, item in enumerate(items) for u in range(4)]
+    with Engine(tiny_llama_path, device="cpu", dtype="float32", max_total_tokens=768,
+                jct_profile=cpu_costs) as small:  # fmt: skip
+        assert small.jct_settings.eviction == "queue"
+        for _ in range(3):
+            results, cached = {}, []
+
+            async def one(name, query, its):
+                result = await small.async_score(query, its, labels)
+                results[name] = result.scores
+                cached.append(result.cached_tokens)
+
+            async def everything():
+                await asyncio.gather(*(one(*call) for call in calls))
+
+            small._sgl.loop.run_until_complete(everything())
+            for name, query, its in calls:
+                assert max_abs_diff(results[name], reference.score(query, its, labels)) < TOLERANCE
+            assert sum(cached) > 0

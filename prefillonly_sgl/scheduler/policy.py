@@ -59,10 +59,20 @@ class Job:
 @dataclass(frozen=True)
 class Plan:
     """The next prefill batch (request keys, in the order to admit them) and, when asked
-    for (explain=True), every waiting request's predicted remaining seconds."""
+    for (explain=True), every waiting request's predicted remaining seconds.
+
+    What queue-aware eviction (eviction.py) weighs the batch by: its new tokens, those of
+    them in uncached reusable prefixes (what prefill-only KV keeps in the pool), how long
+    its head has waited and its predicted seconds, and how many waiting requests are cache
+    hits on a prefix group's cached prefix."""
 
     batch: list[Hashable]
     predicted: dict[Hashable, float] = field(default_factory=dict)
+    new_tokens: int = 0
+    new_prefix_tokens: int = 0
+    head_waited: float = 0.0
+    head_seconds: float = 0.0
+    hits: int = 0
 
 
 class _Columns:
@@ -121,6 +131,7 @@ class JctPolicy:
         # step is planned before that batch's prefixes reach the cache.
         self._in_flight_levels: set[tuple[int, int]] = set()
         self._in_flight_keys: set[Hashable] = set()
+        self._next_use = np.zeros(0)  # per group: its best priority key at the last plan
 
     # -- the waiting requests ---------------------------------------------------------------
     def __contains__(self, key: Hashable) -> bool:
@@ -192,6 +203,10 @@ class JctPolicy:
                     found |= self._level_groups.get(level, set())
         return found
 
+    def group_marks(self, gid: int) -> PrefixMarks:
+        """A live prefix group's reusable-prefix marks (marks.group identifies it)."""
+        return self._groups[gid].marks
+
     def live_groups(self) -> list[int]:
         """The ids of the prefix groups with waiting members."""
         return [gid for gid, group in enumerate(self._groups) if group is not None]
@@ -220,7 +235,7 @@ class JctPolicy:
         return gid
 
     # -- the plan ----------------------------------------------------------------------------
-    def plan(self, jobs: Sequence[Job]) -> Plan:
+    def plan(self, jobs: Sequence[Job], hits_only: bool = False) -> Plan:
         """The next batch for exactly these waiting requests (tests and simulations: the
         policy is brought in line with `jobs`, then plans with explanations)."""
         present = {job.key for job in jobs}
@@ -234,23 +249,52 @@ class JctPolicy:
                 self.set_group_cached(gid, min(job.cached, job.marks.length))
             else:
                 self.set_cached(job.key, job.cached)
-        return self.plan_step(0.0, explain=True)
+        return self.plan_step(0.0, explain=True, hits_only=hits_only)
 
-    def plan_step(self, now: float, explain: bool = False) -> Plan:
-        """The next prefill batch of the waiting requests, at time `now`."""
+    def plan_step(self, now: float, explain: bool = False, hits_only: bool = False) -> Plan:
+        """The next prefill batch of the waiting requests, at time `now`; hits_only: of the
+        cache hits on prefix groups' cached prefixes only (eviction.defer_for_hits)."""
         slots = np.flatnonzero(self._cols.alive)
         if len(slots) == 0:
             return Plan([])
         s = _Step(self, slots, now)
+        hit = s.hit_mask()
+        if hits_only:
+            s.candidates = s.candidates[hit[s.candidates]]
         ranked = s.ranked()
         batch = self._batch(s, ranked)
+        self._remember_next_use(s)
         self._in_flight_levels = {lv for i in batch for lv in s.conflicts(i)}
         self._in_flight_keys = {self._keys[slots[i]] for i in batch}
         keys = [self._keys[slots[i]] for i in batch]
-        if not explain:
-            return Plan(keys)
-        predicted = {self._keys[slot]: float(r) for slot, r in zip(slots, s.remaining)}
-        return Plan(keys, predicted)
+        predicted = (
+            {self._keys[slot]: float(r) for slot, r in zip(slots, s.remaining)} if explain else {}
+        )
+        if not batch:
+            return Plan(keys, predicted, hits=int(hit.sum()))
+        head = batch[0]
+        return Plan(
+            keys,
+            predicted,
+            new_tokens=int(s.new[batch].sum()),
+            new_prefix_tokens=s.new_prefix_tokens(batch),
+            head_waited=float(now - self._cols.entered[slots[head]]),
+            head_seconds=float(s.remaining[head]),
+            hits=int(hit.sum()),
+        )
+
+    def _remember_next_use(self, s: _Step) -> None:
+        """Each waiting group's best priority key this step: how soon its prefix is used."""
+        best = np.full(len(self._groups), np.inf)
+        grouped = np.flatnonzero(s.group >= 0)
+        np.minimum.at(best, s.group[grouped], s.key[grouped])
+        self._next_use = best
+
+    def group_next_use(self) -> dict[int, float]:
+        """Live prefix groups -> their best member's priority key at the last plan (lower:
+        sooner), the order queue-aware eviction keeps their prefixes in (eviction.py)."""
+        best = self._next_use
+        return {gid: float(best[gid]) if gid < len(best) else np.inf for gid in self.live_groups()}
 
     def _batch(self, s: _Step, ranked: list[int]) -> list[int]:
         if not ranked:
@@ -348,6 +392,22 @@ class _Step:
 
     def _levels(self, gid: int) -> list[tuple[int, int]]:
         return self.policy._groups[gid].marks.uncached_levels(int(self.policy._group_cached[gid]))
+
+    def hit_mask(self) -> np.ndarray:
+        """Requests whose prefix group's reusable prefix the cache holds (cache hits)."""
+        reusable = _by_group(self.policy._group_reusable, self.group)
+        return (self.group >= 0) & (self.cached > 0) & (reusable - self.cached < MIN_SHARED_TOKENS)
+
+    def new_prefix_tokens(self, batch: list[int]) -> int:
+        """Uncached reusable-prefix tokens the batch computes, each group's once."""
+        seen, total = set(), 0
+        reusable = self.policy._group_reusable
+        for i in batch:
+            gid = int(self.group[i])
+            if gid >= 0 and gid not in seen:
+                seen.add(gid)
+                total += max(0, int(reusable[gid]) - int(self.cached[i]))
+        return total
 
     def conflicts(self, i: int) -> list[tuple[int, int]]:
         """The uncached prefix levels request i would compute."""

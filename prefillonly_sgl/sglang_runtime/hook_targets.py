@@ -260,8 +260,29 @@ HOOK_TARGETS: dict[str, str] = {
         "AFTER: counts evictions; after one every prefix group is matched again"
     ),
     "sglang.srt.mem_cache.radix_cache.RadixCache": (
-        "evictions are counted for this exact class; other caches: every group each step"
+        "evictions are counted for this exact class; other caches (SGLang's default "
+        "UnifiedRadixCache): every group matched each step"
     ),
+    "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache": (
+        "the default tree cache; queue-aware eviction applies to this exact class"
+    ),
+    "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache.evict_for_alloc": (
+        "AROUND (queue-aware eviction): the allocator's eviction (params.num_tokens: the "
+        "shortfall) run with the waiting groups' prefixes locked, released one at a time "
+        "only when it frees too little"
+    ),
+    "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache.lock": (
+        "a waiting group's cached prefix (match_prefix's last_device_node) -> TreeLock"
+    ),
+    "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache.unlock": "releases it",
+    "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache.evictable_size": (
+        "with the waiting prefixes locked: the room a batch has without evicting them"
+    ),
+    "sglang.srt.mem_cache.allocator.base.BaseTokenToKVPoolAllocator.available_size": (
+        "tree_cache.token_to_kv_pool_allocator: free pool tokens (queue-aware eviction)"
+    ),
+    "sglang.srt.mem_cache.base_prefix_cache.EvictParams": "num_tokens (a dataclass)",
+    "sglang.srt.mem_cache.base_prefix_cache.EvictResult": "num_tokens_evicted",
     "sglang.srt.observability.req_time_stats.SchedulerReqTimeStats.set_wait_queue_entry_time": (
         "Req.time_stats.wait_queue_entry_time (perf_counter seconds): when it joined"
     ),

@@ -13,7 +13,18 @@ extension points:
   admits only the planned requests (the first other request ends the batch), still under
   SGLang's own memory and token budgets.
 - RadixCache.evict (AFTER): counts evictions, so the cache is matched again in full only
-  after one.
+  after one. SGLang 0.5.23 builds a UnifiedRadixCache instead unless asked otherwise,
+  which is not counted: then every group is matched each step (which also refreshes the
+  waiting groups' prefixes in the cache's LRU order).
+- UnifiedRadixCache.evict_for_alloc (AROUND), with queue-aware eviction (jct_eviction
+  "queue", scheduler/eviction.py): the allocator's eviction runs with the waiting prefix
+  groups' cached prefixes locked (the cache's own TreeLocks: evict skips locked nodes),
+  released one at a time, furthest next use first, only when what is unprotected cannot
+  free enough.
+
+Queue-aware eviction also weighs each planned batch before SGLang admits it: when its new
+pool tokens exceed what is free plus what can be evicted without touching a waiting
+group's prefix, the waiting cache hits run first (eviction.defer_for_hits).
 
 Matching against the radix cache (the cost that grows with the queue): requests of a prefix
 group share its reusable prefix, so the group is matched, not its members, and only when
@@ -35,10 +46,16 @@ import time
 from dataclasses import dataclass
 
 from sglang.srt.managers.schedule_policy import AddReqResult, SchedulePolicy
-from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, EvictResult, MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
 from prefillonly_sgl.kv.messages import reusable_len_in
+from prefillonly_sgl.scheduler.eviction import (
+    defer_for_hits,
+    evict_protected_last,
+    release_order,
+)
 from prefillonly_sgl.scheduler.policy import JctPolicy
 from prefillonly_sgl.scheduler.prefix_marks import prefix_marks
 from prefillonly_sgl.scheduler.settings import JctSettings
@@ -87,11 +104,20 @@ class JctSchedulePolicy(SchedulePolicy):
         self._rotation = 0
         # Evictions are counted only for SGLang's plain radix cache; others: match all.
         self._state = process_state.current()
-        self._evictions_seen = (
-            self._state.radix_evictions if type(self.tree_cache) is RadixCache else None
+        plain_radix = type(self.tree_cache) is RadixCache
+        self._evictions_seen = self._state.radix_evictions if plain_radix else None
+        # Queue-aware eviction is written against SGLang's default cache (its allocator
+        # eviction and TreeLocks); elsewhere SGLang's own order stays.
+        self.queue_aware = (
+            settings.eviction == "queue" and type(self.tree_cache) is UnifiedRadixCache
         )
+        if self.queue_aware:
+            self.tree_cache.prefillonly_queue = self  # read by the evict hook below
         logger.info(
-            "prefillonly: JCT scheduler (aging %.3g, model %s)", settings.aging, settings.model
+            "prefillonly: JCT scheduler (aging %.3g, eviction %s, model %s)",
+            settings.aging,
+            "queue-aware" if self.queue_aware else "SGLang's",
+            settings.model,
         )
 
     def calc_priority(self, waiting_queue, running_batch=None, processed_tokens=0) -> None:
@@ -102,7 +128,10 @@ class JctSchedulePolicy(SchedulePolicy):
         changed = self.jct.groups_sharing(rid for batch in self._recent_batches for rid in batch)
         new_groups, new_outside = self._sync(waiting_queue, now)
         self._match(new_groups + list(changed), new_outside)
-        plan = self.jct.plan_step(now, explain=bool(process_state.current().switches.scheduler_log))
+        explain = bool(process_state.current().switches.scheduler_log)
+        plan = self.jct.plan_step(now, explain=explain)
+        if self.queue_aware:
+            plan = self._hits_first(plan, now, explain)
         members = set(plan.batch)
         position = {rid: i for i, rid in enumerate(plan.batch)}
         head = sorted((r for r in waiting_queue if r.rid in members), key=lambda r: position[r.rid])
@@ -165,10 +194,51 @@ class JctSchedulePolicy(SchedulePolicy):
             self._prefixes = {g: p for g, p in self._prefixes.items() if g in alive}
 
     def _cached(self, prefix: _Prefix) -> int:
+        return self._match_prefix(prefix).device_prefix_len
+
+    def _match_prefix(self, prefix: _Prefix):
         key = RadixKey(
             token_ids=prefix.token_ids, extra_key=prefix.extra_key, cache_salt=prefix.cache_salt
         )
-        return self.tree_cache.match_prefix(MatchPrefixParams(key=key)).device_prefix_len
+        return self.tree_cache.match_prefix(MatchPrefixParams(key=key))
+
+    # -- queue-aware eviction (scheduler/eviction.py) ---------------------------------------
+    def protect_waiting(self) -> list:
+        """Locks the cached prefix of every waiting prefix group in the radix cache (its
+        own TreeLocks: evict skips locked nodes); returns the locks in release order,
+        furthest next use first. The caller unlocks each (tree_cache.unlock)."""
+        next_use = self.jct.group_next_use()
+        locked = []
+        for gid in release_order(next_use):
+            prefix = self._prefixes.get(gid)
+            if prefix is None:
+                continue
+            match = self._match_prefix(prefix)
+            self.jct.set_group_cached(gid, match.device_prefix_len)
+            if match.device_prefix_len > 0:
+                locked.append(self.tree_cache.lock(match.last_device_node))
+        return locked
+
+    def _hits_first(self, plan, now: float, explain: bool):
+        """The waiting cache hits instead of `plan` when its batch would evict a prefix
+        they will hit (eviction.defer_for_hits); else `plan`."""
+        if not plan.batch or not plan.hits:
+            return plan
+        kept_only = process_state.current().prefill_kv.active  # the pool keeps prefixes only
+        need = plan.new_prefix_tokens if kept_only else plan.new_tokens
+        available = self.tree_cache.token_to_kv_pool_allocator.available_size()
+        if need <= available:
+            return plan
+        locked = self.protect_waiting()
+        try:
+            room = available + self.tree_cache.evictable_size()
+        finally:
+            for lock in locked:
+                self.tree_cache.unlock(lock)
+        if not defer_for_hits(need, room, plan.head_waited, plan.head_seconds, plan.hits):
+            return plan
+        hits = self.jct.plan_step(now, explain=explain, hits_only=True)
+        return hits if hits.batch else plan
 
 
 def _rotate(items: list, start: int) -> list:
@@ -227,6 +297,30 @@ def _after_evict(result, *args, **kwargs):
     return result
 
 
+def _around_evict_for_alloc(evict_for_alloc, self, params, *args, **kwargs):
+    """With queue-aware eviction on this cache: what no waiting request will hit goes
+    first, the waiting groups' prefixes last (eviction.py). Other callers (joint reclaim,
+    SWA or Mamba components) get SGLang's eviction unchanged."""
+    queue = getattr(self, "prefillonly_queue", None)
+    plain = not args and kwargs.get("allocation_reclaim_satisfied") is None
+    if (
+        queue is None
+        or not plain
+        or params.num_tokens <= 0
+        or params.swa_num_tokens
+        or (params.mamba_num)
+    ):
+        return evict_for_alloc(self, params, *args, **kwargs)
+
+    def evict_tokens(tokens: int) -> int:
+        return evict_for_alloc(self, EvictParams(num_tokens=tokens)).num_tokens_evicted
+
+    freed = evict_protected_last(
+        params.num_tokens, queue.protect_waiting(), evict_tokens, self.unlock
+    )
+    return EvictResult(num_tokens_evicted=freed)
+
+
 HOOKS = {
     "sglang.srt.managers.scheduler.Scheduler.init_schedule_policy": (
         "AFTER",
@@ -237,4 +331,8 @@ HOOKS = {
         _after_get_prefill_adder_class,
     ),
     "sglang.srt.mem_cache.radix_cache.RadixCache.evict": ("AFTER", _after_evict),
+    "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache.evict_for_alloc": (
+        "AROUND",
+        _around_evict_for_alloc,
+    ),
 }
