@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/workload_curves.py --workload recommendation
     .venv/bin/python benchmarks/workload_curves.py --workload credit
     .venv/bin/python benchmarks/workload_curves.py --workload recommendation --smoke  # tiny
+    .venv/bin/python benchmarks/workload_curves.py --workload recommendation-paper
+        # the paper's shape (50 items per profile) under one memory budget for every system
 
 For each system (benchmarks/harness/servers.py: stock SGLang under fcfs / lpm /
 shortest-prefill-first / hrrn, prefillonly-sgl, and prefillonly-sgl with one feature off in turn),
@@ -22,8 +24,13 @@ one real server at a time on localhost, the prefix cache flushed before every ru
 Reported per system and P99 bound (--p99-bound and twice it): the highest rate sustained
 on the grid and the rate at which P99 crosses the bound (interpolated between grid points),
 their ratios to stock SGLang's best policy; burst latencies; prefix-cache hit share (stock
-SGLang's from its /metrics counters); peak scheduler memory. Written to
-benchmarks/workload_results/<workload>/ (results.json, latency.png, summary.md).
+SGLang's from its /metrics counters); peak scheduler memory; each system's KV pool.
+
+--memory-budget (issue 38): one byte budget for every system instead of one pool: each
+system's pool is what the budget leaves after its own measured peak at the workload's
+longest prompt (harness/memory.py; stock with stock settings, ours by `serve
+--memory-budget`). Written to benchmarks/workload_results/<workload>/ (results.json,
+latency.png, summary.md).
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import loadgen, plots, stats, workloads  # noqa: E402
+from harness import loadgen, memory, plots, stats, workloads  # noqa: E402
 from harness.servers import STOCK, SYSTEMS, Server  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "workload_results"
@@ -76,13 +83,29 @@ DEFAULTS = {
         systems=DEFAULT_SYSTEMS,
     ),  # fmt: skip
 }
+# The paper's post recommendation, scaled to the 2-core CPU: its 50 items per profile, items
+# of ~30 tokens against ~1,500-token profiles (1:50; the paper's 150 against 14k is 1:93),
+# more users than stock SGLang's pool holds profiles under the budget, which every system
+# shares (the pools are printed with the results); queue-aware eviction against SGLang's
+# LRU (ours-lru) for the hit shares.
+DEFAULTS["recommendation-paper"] = dict(
+    groups=4,
+    per_group=50,
+    prefix_tokens=1500,
+    load_factors=[0.5, 0.7, 1, 1.4, 2, 2.8, 4, 5.6, 8],
+    p99_bound=10.0,
+    run_seconds=20,
+    min_requests=150,  # three users: more than the smallest pool holds profiles
+    memory_budget="1.3GiB",
+    systems=["stock-fcfs", "stock-lpm", "stock-spf", "stock-hrrn", "ours", "ours-lru"],
+)  # fmt: skip
 SMOKE = dict(groups=2, per_group=2, prefix_tokens=200, load_factors=[0.5, 2], p99_bound=30.0,
              run_seconds=1, min_requests=4, systems=["stock-fcfs", "ours"],
              dtype="float32")  # fmt: skip
 
 
 def build_workload(name: str, tokenizer, args) -> workloads.Workload:
-    if name == "recommendation":
+    if name.startswith("recommendation"):
         return workloads.recommendation(tokenizer, args.groups, args.per_group, args.prefix_tokens)
     return workloads.credit(tokenizer, args.groups, args.per_group, args.prefix_tokens)
 
@@ -213,9 +236,17 @@ def summary_markdown(results: list[dict], args, command: str) -> str:
         "SGLang's best policy.",
         "",
         f"| system | rate at P99 = {bounds[0]:g} s | rate at P99 = {bounds[1]:g} s | "
-        "burst wall s | burst mean s | burst P99 s | cache hits (burst) | peak scheduler MiB |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "burst wall s | burst mean s | burst P99 s | cache hits (burst) | cache hits (Poisson) "
+        "| KV pool tokens | peak scheduler MiB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    budget = getattr(args, "memory_budget", None)
+    if budget and budget != "None":
+        lines[2] += (
+            f" One memory budget, {budget}, for every system's weights, activations and KV "
+            f"pool at the longest prompt ({getattr(args, 'longest_prompt', '?')} tokens): "
+            "each pool is what its own measured peak leaves (harness/memory.py)."
+        )
 
     def cell(system, i):
         rate, exact = crossing[system][i]
@@ -238,18 +269,29 @@ def summary_markdown(results: list[dict], args, command: str) -> str:
         if r["system"] in STOCK and "cache_from_metrics" not in b:
             share = None  # runs saved before the /metrics counters: usage reported none
         hits = stats.percent(share)
+        pool = f"{r['pool']:,}" if r.get("pool") else ""
         lines.append(
             f"| {r['system']} | {cell(r['system'], 0)} | {cell(r['system'], 1)} | "
             f"{b['wall']:.1f} | {b['mean']:.1f} | {b['p99']:.1f} | {hits} | "
+            f"{stats.percent(poisson_hit_share(r['poisson']))} | {pool} | "
             f"{r['peak_memory'] / 2**20:,.0f} |"
         )
     if "ours" in by and "ideal" in by["ours"]:
         ideal = by["ours"]["ideal"]
         lines.append(f"| ideal order (burst, on ours) | | | {ideal['wall']:.1f} | "
-                     f"{ideal['mean']:.1f} | {ideal['p99']:.1f} | | |")  # fmt: skip
+                     f"{ideal['mean']:.1f} | {ideal['p99']:.1f} | | | | |")  # fmt: skip
     if stock:
         lines += ["", f"Stock SGLang's best policy: {best_name[0]} / {best_name[1]} (per bound)."]
     return "\n".join(lines) + "\n"
+
+
+def poisson_hit_share(rows: list[dict]) -> float | None:
+    """Prompt tokens served from the prefix cache over a system's Poisson runs, each run
+    weighted by its requests (its burst share is shown beside it)."""
+    weighted = [(r["cache_hit_share"], r["requests"]) for r in rows
+                if r.get("cache_hit_share") is not None]  # fmt: skip
+    total = sum(n for _, n in weighted)
+    return sum(share * n for share, n in weighted) / total if total else None
 
 
 def parse_args(argv=None):
@@ -274,6 +316,9 @@ def parse_args(argv=None):
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="cuda: stock SGLang on flashinfer; ours picks it itself")  # fmt: skip
     parser.add_argument("--pool", type=int, default=32768, help="KV pool tokens (every system)")
+    parser.add_argument("--memory-budget",
+                        help="instead of --pool: one memory budget (e.g. 1.2GiB) for every "
+                        "system's weights, activations and KV pool; 'none': --pool")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--report", action="store_true", help="re-render the run saved in --out")
@@ -288,12 +333,34 @@ def parse_args(argv=None):
     for key, value in preset.items():
         if getattr(args, key) is None:  # what the command line leaves open
             setattr(args, key, value)
+    if str(args.memory_budget).lower() == "none":
+        args.memory_budget = None
     if args.systems == ["all"]:
         args.systems = list(SYSTEMS)
     if args.drain is None:
         args.drain = 2 * args.p99_bound
     args.out = args.out or (OUT / (f"{args.workload}-smoke" if args.smoke else args.workload))
     return args
+
+
+def system_pools(args, workload, tokenizer, log) -> dict:
+    """Per system: its KV pool in tokens (--pool, or stock's under --memory-budget), or
+    ours' memory budget and the workload's longest prompt (the server sizes its pool)."""
+    if not args.memory_budget:
+        return dict.fromkeys(args.systems, args.pool)
+
+    def tokens(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    # + 8: the tokenizer's special tokens, and a merge at the query/item seam
+    longest = max(tokens(r["query"]) + tokens(r["item"]) for r in workload.requests) + 8
+    args.longest_prompt = longest
+    pools = {s: ("budget", args.memory_budget, longest) for s in args.systems}
+    if any(s in STOCK for s in args.systems):
+        plan = memory.stock_plan(args.model, args.device, args.dtype, args.memory_budget, longest)
+        log(f"stock SGLang under {args.memory_budget}: {plan.describe()}")
+        pools.update({s: plan.pool_tokens for s in args.systems if s in STOCK})
+    return pools
 
 
 def render(results: list[dict], args, command: str) -> str:
@@ -323,6 +390,9 @@ def main(argv=None) -> int:
         args.saturation = float(saturation) if saturation not in (None, "None") else None
         args.run_seconds = float(saved["args"]["run_seconds"])
         args.min_requests = int(saved["args"]["min_requests"])
+        budget = saved["args"].get("memory_budget")
+        args.memory_budget = None if budget in (None, "None") else budget
+        args.longest_prompt = saved["args"].get("longest_prompt", "?")
         print(render(saved["results"], args, saved.get("command", "")))
         return 0
     from transformers import AutoTokenizer
@@ -346,15 +416,19 @@ def main(argv=None) -> int:
         print(f"[{args.workload}] {message}", flush=True)
 
     log(f"{len(bodies)} requests, systems: {', '.join(args.systems)}")
+    pools = system_pools(args, workload, tokenizer, log)
     results = []
     for system in args.systems:
         log(f"{system}: starting")
-        server = Server.start(system, args.model, args.dtype, args.pool,
+        server = Server.start(system, args.model, args.dtype, pools[system],
                               args.out / f"server-{system}.log", device=args.device)  # fmt: skip
         try:
+            pool = memory.served_pool(server.url)
+            log(f"{system}: KV pool {pool:,} tokens")
             asyncio.run(loadgen.run(server.url, bodies[:1], [0.0], 3600))  # warm-up
             groups = [r["group"] for r in workload.requests]
-            results.append(measure_system(system, server, bodies, groups, args, log))
+            results.append({**measure_system(system, server, bodies, groups, args, log),
+                            "pool": pool})  # fmt: skip
         finally:
             server.stop()
         log(f"{system}: P99 reaches {args.p99_bound:g} s at ~{results[-1]['rate_at_bound']:.2f} "

@@ -62,6 +62,24 @@ def test_a_short_run_takes_whole_groups_and_the_ideal_order_one_request_first():
     assert workload_curves.ideal_order([0, 1, 0, 0]) == [[0], [2, 3], [1]]
 
 
+def test_the_poisson_hit_share_weights_runs_by_their_requests_and_pools_are_reported():
+    import workload_curves
+
+    rows = [{"cache_hit_share": 0.5, "requests": 100}, {"cache_hit_share": 0.8, "requests": 50},
+            {"cache_hit_share": None, "requests": 10}]  # fmt: skip
+    assert workload_curves.poisson_hit_share(rows) == pytest.approx(0.6)
+    assert workload_curves.poisson_hit_share([]) is None
+    # one budget: ours sizes its own pool from it; stock takes the pool measured for it
+    from harness.servers import server_command
+
+    ours = server_command("ours", "m", 1, "bfloat16", ("budget", "1.3GiB", 1573))
+    assert ours[ours.index("--memory-budget") + 1] == "1.3GiB" and "--max-total-tokens" not in ours
+    lru = server_command("ours-lru", "m", 1, "bfloat16", 4096)
+    assert lru[lru.index("--jct-eviction") + 1] == "lru"
+    with pytest.raises(ValueError, match="stock SGLang takes a pool in tokens"):
+        server_command("stock-lpm", "m", 1, "bfloat16", ("budget", "1.3GiB", 1573))
+
+
 def test_cache_hit_share_from_counters_and_its_absence():
     assert stats.counter_share((1000.0, 200.0), (3000.0, 1200.0)) == 0.5
     assert stats.counter_share(None, (3000.0, 1200.0)) is None
@@ -94,3 +112,4 @@ def test_the_recommendation_smoke_run_writes_results_plot_and_summary(tmp_path):
     assert (out / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = (out / "summary.md").read_text()
     assert "| ours |" in summary and "| stock-fcfs |" in summary
+    assert all(result["pool"] == 32768 for result in systems.values())  # --pool, served

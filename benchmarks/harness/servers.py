@@ -29,6 +29,7 @@ STOCK = {  # SGLang as shipped: its scheduling policies
 OURS = {  # prefillonly serve, with one feature off in turn
     "ours": [],
     "ours-no-jct": ["--schedule-policy", "shortest-prefill-first"],
+    "ours-lru": ["--jct-eviction", "lru"],  # SGLang's LRU, not queue-aware eviction
     "ours-no-hybrid": ["--disable-hybrid-prefill"],
     "ours-no-kv": ["--disable-prefill-only-kv"],
     "ours-no-attention": ["--disable-prefill-only-attention"],  # takes prefill-only KV too
@@ -37,9 +38,18 @@ OURS = {  # prefillonly serve, with one feature off in turn
 SYSTEMS = (*STOCK, *OURS)
 
 
-def server_command(system: str, model: str, port: int, dtype: str, pool: int, device="cpu"):
+def server_command(system: str, model: str, port: int, dtype: str, pool, device="cpu"):
+    """pool: KV pool tokens, or for ours ("budget", bytes or "1.2GiB", longest prompt): a
+    memory budget the server sizes its pool from (harness/memory.py)."""
     common = ["--model-path", model, "--dtype", dtype, "--port", str(port), "--host",
-              "127.0.0.1", "--max-total-tokens", str(pool), "--skip-server-warmup"]  # fmt: skip
+              "127.0.0.1", "--skip-server-warmup"]  # fmt: skip
+    if isinstance(pool, tuple):
+        if system not in OURS:
+            raise ValueError(f"{system}: stock SGLang takes a pool in tokens (harness/memory.py)")
+        _, budget, longest = pool
+        common += ["--memory-budget", str(budget), "--max-prompt-tokens", str(longest)]
+    else:
+        common += ["--max-total-tokens", str(pool)]
     if system in STOCK:
         backend = "torch_native" if device == "cpu" else "flashinfer"
         # Stock /v1/score reports no cached tokens in its usage, so its prefix-cache hits are
@@ -62,7 +72,7 @@ class Server:
             )
 
     @classmethod
-    def start(cls, system: str, model: str, dtype: str, pool: int, log: Path, **kw) -> Server:
+    def start(cls, system: str, model: str, dtype: str, pool, log: Path, **kw) -> Server:
         port = free_port()
         server = cls(server_command(system, model, port, dtype, pool, **kw), port, log)
         try:
