@@ -230,16 +230,7 @@ def rerank_v1_endpoint(reranker: Reranker) -> EndpointSpec:
             meta=reranker.meta(answer.usage, "1"),
         )
 
-    return EndpointSpec(
-        "/v1/rerank",
-        RerankRequest,
-        RerankAnswer,
-        rerank,
-        summary=f"Rerank documents for a query (Cohere v1 schema; {reranker.name}, "
-        f"{reranker.method})",
-        tags=("prefillonly",),
-        count_prompts=_count("documents"),
-    )
+    return _endpoint(reranker, "/v1/rerank", RerankRequest, RerankAnswer, rerank, "Cohere v1")
 
 
 def _text(document) -> str:
@@ -266,15 +257,7 @@ def rerank_v2_endpoint(reranker: Reranker) -> EndpointSpec:
             meta=reranker.meta(answer.usage, "2"),
         )
 
-    return EndpointSpec(
-        "/v2/rerank",
-        RerankV2Request,
-        RerankV2Response,
-        rerank,
-        summary=f"Rerank documents for a query (Cohere v2 schema; {reranker.name})",
-        tags=("prefillonly",),
-        count_prompts=_count("documents"),
-    )
+    return _endpoint(reranker, "/v2/rerank", RerankV2Request, RerankV2Response, rerank, "Cohere v2")
 
 
 def tei_rerank_endpoint(reranker: Reranker) -> EndpointSpec:
@@ -301,14 +284,21 @@ def tei_rerank_endpoint(reranker: Reranker) -> EndpointSpec:
             ]
         )
 
+    return _endpoint(
+        reranker, "/rerank", TeiRerankRequest, TeiRerankResponse, rerank, "TEI", field="texts"
+    )
+
+
+def _endpoint(reranker, path, request, response, handler, schema, field="documents"):
+    """One ranking API's EndpointSpec: `field` names the request's list of texts."""
     return EndpointSpec(
-        "/rerank",
-        TeiRerankRequest,
-        TeiRerankResponse,
-        rerank,
-        summary=f"Rerank texts for a query (TEI schema; {reranker.name})",
+        path,
+        request,
+        response,
+        handler,
+        summary=f"Rerank {field} for a query ({schema} schema; {reranker.name}, {reranker.method})",
         tags=("prefillonly",),
-        count_prompts=_count("texts"),
+        count_prompts=_count(field),
     )
 
 

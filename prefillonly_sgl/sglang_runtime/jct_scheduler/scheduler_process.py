@@ -302,14 +302,9 @@ def _around_evict_for_alloc(evict_for_alloc, self, params, *args, **kwargs):
     first, the waiting groups' prefixes last (eviction.py). Other callers (joint reclaim,
     SWA or Mamba components) get SGLang's eviction unchanged."""
     queue = getattr(self, "prefillonly_queue", None)
+    full_tokens_only = not (params.swa_num_tokens or params.mamba_num)
     plain = not args and kwargs.get("allocation_reclaim_satisfied") is None
-    if (
-        queue is None
-        or not plain
-        or params.num_tokens <= 0
-        or params.swa_num_tokens
-        or (params.mamba_num)
-    ):
+    if queue is None or not plain or not full_tokens_only or params.num_tokens <= 0:
         return evict_for_alloc(self, params, *args, **kwargs)
 
     def evict_tokens(tokens: int) -> int:
