@@ -92,8 +92,12 @@ DEFAULTS["recommendation-paper"] = dict(
     groups=4,
     per_group=50,
     prefix_tokens=1500,
-    load_factors=[0.5, 0.7, 1, 1.4, 2, 2.8, 4, 5.6, 8],
-    p99_bound=10.0,
+    # From 0.7x stock's saturation (0.5x costs ~2 minutes a system and shows nothing new)
+    # to 11x: ours met every rate up to 5.6x in the first run.
+    load_factors=[0.7, 1, 1.4, 2, 2.8, 4, 5.6, 8, 11],
+    # 5 s (and 10 s): a run sends at most the 200 requests, and ours' burst of all of them
+    # takes ~9 s, so at a 10 s bound ours could miss no rate at all.
+    p99_bound=5.0,
     run_seconds=20,
     min_requests=150,  # three users: more than the smallest pool holds profiles
     memory_budget="1.3GiB",
@@ -261,7 +265,10 @@ def summary_markdown(results: list[dict], args, command: str) -> str:
             shown = f">= {rate:g}"
         else:
             shown = f"~{rate:g}"
-        return f"{shown} ({rate / best[i]:.2f}x)" if best[i] and rate else shown
+        shown = f"{shown} ({rate / best[i]:.2f}x)" if best[i] and rate else shown
+        # A run sends at most the workload's requests, so a system whose burst of all of
+        # them meets the bound meets it at every rate: its "rate" there is no measurement.
+        return shown + " (burst met it)" if by[system]["burst"]["p99"] <= bounds[i] else shown
 
     for r in results:
         b = r["burst"]
@@ -383,8 +390,8 @@ def main(argv=None) -> int:
             setattr(args, key, saved["args"][key])
         for key in ("groups", "per_group", "prefix_tokens"):  # saved as text
             setattr(args, key, int(saved["args"][key]))
-        for key in ("p99_bound",):
-            setattr(args, key, float(saved["args"][key]))
+        if "--p99-bound" not in (sys.argv[1:] if argv is None else argv):
+            args.p99_bound = float(saved["args"]["p99_bound"])  # else: re-rendered at a new bound
         args.rates = sorted({row["rate"] for r in saved["results"] for row in r["poisson"]})
         saturation = saved["args"].get("saturation")
         args.saturation = float(saturation) if saturation not in (None, "None") else None
