@@ -113,3 +113,11 @@ def test_the_recommendation_smoke_run_writes_results_plot_and_summary(tmp_path):
     summary = (out / "summary.md").read_text()
     assert "| ours |" in summary and "| stock-fcfs |" in summary
     assert all(result["pool"] == 32768 for result in systems.values())  # --pool, served
+    # Re-rendered at another bound: a bound above a system's whole burst marks its cells,
+    # since no rate can miss it when a run sends at most the burst's requests.
+    rerender = ["--workload", "recommendation", "--smoke", "--out", str(out), "--report"]
+    assert workload_curves.main([*rerender, "--p99-bound", "1000"]) == 0
+    summary = (out / "summary.md").read_text()
+    assert "rate at P99 = 1000 s" in summary and summary.count("(burst met it)") == 4
+    assert workload_curves.main([*rerender, "--p99-bound", "1e-6"]) == 0
+    assert "(burst met it)" not in (out / "summary.md").read_text()
