@@ -245,7 +245,7 @@ def summary_markdown(results: list[dict], args, command: str) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     budget = getattr(args, "memory_budget", None)
-    if budget and budget != "None":
+    if budget:
         lines[2] += (
             f" One memory budget, {budget}, for every system's weights, activations and KV "
             f"pool at the longest prompt ({getattr(args, 'longest_prompt', '?')} tokens): "
@@ -335,6 +335,7 @@ def parse_args(argv=None):
         help="tiny random model, 2 systems, few requests: checks the harness",
     )
     args = parser.parse_args(argv)
+    args.given = {key for key, value in vars(args).items() if value is not None}
     preset = {"dtype": "bfloat16", **DEFAULTS[args.workload],
               **(SMOKE if args.smoke else {})}  # fmt: skip
     for key, value in preset.items():
@@ -390,8 +391,8 @@ def main(argv=None) -> int:
             setattr(args, key, saved["args"][key])
         for key in ("groups", "per_group", "prefix_tokens"):  # saved as text
             setattr(args, key, int(saved["args"][key]))
-        if "--p99-bound" not in (sys.argv[1:] if argv is None else argv):
-            args.p99_bound = float(saved["args"]["p99_bound"])  # else: re-rendered at a new bound
+        if "p99_bound" not in args.given:  # else: re-rendered at the bound given
+            args.p99_bound = float(saved["args"]["p99_bound"])
         args.rates = sorted({row["rate"] for r in saved["results"] for row in r["poisson"]})
         saturation = saved["args"].get("saturation")
         args.saturation = float(saturation) if saturation not in (None, "None") else None
@@ -442,8 +443,8 @@ def main(argv=None) -> int:
             "req/s")  # fmt: skip
 
     command = "python benchmarks/workload_curves.py " + " ".join(argv or sys.argv[1:])
-    saved = {"args": {k: str(v) for k, v in vars(args).items()}, "command": command.strip(),
-             "results": results}  # fmt: skip
+    kept = {k: str(v) for k, v in vars(args).items() if k != "given"}  # as the run was set
+    saved = {"args": kept, "command": command.strip(), "results": results}
     (args.out / "results.json").write_text(json.dumps(saved, indent=1))
     print("\n" + render(results, args, command.strip()))
     log(f"results, plot and summary in {args.out}")
