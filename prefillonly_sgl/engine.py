@@ -258,6 +258,35 @@ class Engine:
         check_running_loop_is_served(self._require_running())
         return await self._front.continuation_logprobs(query, items, continuation)
 
+    def decide(self, input, questions: list, *, model: str | None = None, **options):
+        """Typed questions about a state, each answered with every option's probability:
+        OpenAI's /v1/decisions request (``input``: text or a list of messages; each
+        question a dict: {"type": "predicate" | "choice" | "score", "instructions", ...};
+        ``options``: debias, calibrate, min_label_mass, chat_template_kwargs) answered
+        with what the server's /v1/decisions returns (decisions.openai_wire.Decision).
+        The state is computed once for every question and stays in the prefix cache for
+        the next call about it (docs/decisions.md)."""
+        return self.run_until_complete(self.async_decide(input, questions, model=model, **options))
+
+    async def async_decide(self, input, questions: list, *, model: str | None = None, **options):
+        """``decide`` for asyncio code (on the engine's loop, as async_score)."""
+        from prefillonly_sgl.decisions import openai_wire
+        from prefillonly_sgl.decisions.bodies import parse
+        from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
+
+        check_running_loop_is_served(self._require_running())
+        body = {"model": model or Path(str(self.model_path)).name, "input": input}
+        request = parse(openai_wire.DecisionsRequest, {**body, "questions": questions, **options})
+        outcome = await self._front.decide(openai_wire.to_call(request))
+        return openai_wire.to_response(request.model, outcome)
+
+    async def async_decide_call(self, call):
+        """A decisions.call.DecisionCall's outcome (what the DSL's decision functions send)."""
+        from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
+
+        check_running_loop_is_served(self._require_running())
+        return await self._front.decide(call)
+
     def run_until_complete(self, coroutine):
         """Run a coroutine that awaits this engine (``async_score``, a DSL job) to the end
         from synchronous code, on the engine's event loop, as SGLang's own Engine.score

@@ -5,6 +5,10 @@ TokenizerManager, return a ScoreResult with its usage.
     server: typed endpoints      ─┼─> ScoringFront.score ─> TokenizerManager.score_request
     server: /v1/score's checks   ─┘   (ScoringFront.check)
 
+    Engine.decide                ─┐
+    server: /v1/decisions,        ├─> ScoringFront.decide ─> ScoringFront.score per group
+            /v1/systemone        ─┘   (decisions/plan.py: the state once, questions items)
+
     Engine.continuation_logprobs ─┐
     server: /v1/rerank, /rerank   ─┴> ScoringFront.continuation_logprobs
                                       ─> continuation_logprobs.py (generate_request)
@@ -26,6 +30,9 @@ from prefillonly_sgl.continuations import (
     plan_continuations,
     tokenizer_encode,
 )
+from prefillonly_sgl.decisions.call import DecisionCall, DecisionOutcome
+from prefillonly_sgl.decisions.plan import plan_decision
+from prefillonly_sgl.decisions.runner import decide
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.label_trie import build_trie
 from prefillonly_sgl.score_result import ScoreResult
@@ -104,6 +111,18 @@ class ScoringFront:
             prompt_tokens=prompt_tokens,
             cached_tokens=record.usage.cached_tokens,
         )
+
+    async def decide(self, call: DecisionCall, request=None) -> DecisionOutcome:
+        """Every question of a decision call answered behind its state, computed once
+        (decisions/: the plan, its score requests through ``score``, the answers)."""
+        plan = plan_decision(call, self.tokenizer, self.limits.scoring_prompt_tokens)
+
+        async def score(query, items, labels):
+            result = await self.score(query, items, labels, apply_softmax=False, request=request)
+            return result.scores
+
+        with _sglang_call("decide") as record:
+            return await decide(plan, score, lambda: list(record.usage.by_prompt.values()))
 
     async def continuation_logprobs(
         self, query, items, continuation, request=None

@@ -1,0 +1,200 @@
+"""A decision call compiled to score requests (plain Python; the tokenizer is passed in).
+
+Every question becomes an item behind one computed state:
+- the state is rendered once (prompts.render_state) and its token ids are the query of
+  every score request of the call, so the prefix cache holds it after the first prompt
+  and each other question computes only its own tokens (and a later call on the same
+  state finds it cached);
+- each question's prompt is tokenized whole, as a transformers forward of the same text
+  would be, and the query is the longest token prefix all of them share with the state;
+- each option's label is its own token ids after the prompt (dsl/labels.py's compiler:
+  any number of tokens, scored by the chain rule); an option whose label is the start of
+  another's gets the end of the answer after it (the template's end of turn), so the
+  options stay exclusive events;
+- questions with the same labels go out as one score request (all yes/no questions of a
+  call are one request); extra prompts, when asked for, go out the same way: the other
+  option orders (debiasing) behind the same state, and the content-free states
+  (calibration) behind their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from prefillonly_sgl.decisions.call import DecisionCall, Message, Question
+from prefillonly_sgl.decisions.prompts import (
+    end_of_answer,
+    label_texts,
+    question_block,
+    render_state,
+)
+from prefillonly_sgl.dsl.labels import LabelError, compile_labels, label_set
+from prefillonly_sgl.errors import InvalidRequestError
+
+CONTENT_FREE = ("N/A", "", "[MASK]")  # the DSL's calibration texts (dsl/calibration.py)
+Ids = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PlannedPrompt:
+    question: int  # index into call.questions
+    order: tuple[int, ...]  # the options as listed in this prompt
+    state: int  # 0: the call's state; 1..: the content-free states, in CONTENT_FREE order
+    ids: Ids
+    labels: tuple[Ids, ...]  # per option, in the question's own order
+
+
+@dataclass(frozen=True)
+class ScoreGroup:
+    """One score request: prompts sharing a state and labels."""
+
+    query: list[int]
+    items: list[list[int]]
+    labels: list[list[int]]
+    prompts: list[int]  # indices into DecisionPlan.prompts, one per item
+
+
+@dataclass(frozen=True)
+class DecisionPlan:
+    call: DecisionCall
+    prompts: tuple[PlannedPrompt, ...]
+    groups: tuple[ScoreGroup, ...]
+    state_tokens: int  # the query length of the call's own state
+    refusals: dict[int, str] = field(default_factory=dict)  # question -> why refused
+
+
+def option_orders(question: Question, debias: str) -> list[tuple[int, ...]]:
+    """The option orders a question is asked in: as given; with "reverse" also reversed;
+    with "cyclic" every rotation (each option once in every position). Debiasing applies
+    to choice questions (a scale's and yes/no's order carry meaning)."""
+    n = len(question.options)
+    given = tuple(range(n))
+    if question.kind != "choice" or debias == "none":
+        return [given]
+    if debias == "reverse":
+        return [given, given[::-1]]
+    return [given[r:] + given[:r] for r in range(n)]
+
+
+def content_free_state(messages: tuple[Message, ...], text: str) -> tuple[Message, ...]:
+    """The state with what the user said replaced by a content-free text (the system
+    messages kept): the prior's context."""
+    return tuple(Message(m.role, text) if m.role == "user" else m for m in messages)
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class _Labels:
+    """Label token ids per (label texts, prompt tail), compiled once per call."""
+
+    def __init__(self, tokenizer, end_ids: Ids) -> None:
+        self.tokenizer = tokenizer
+        self.end_ids = end_ids
+        self._cache: dict[tuple, tuple[Ids, ...]] = {}
+
+    def __call__(self, question: Question, texts: list[str], tail: str) -> tuple[Ids, ...]:
+        key = (tuple(texts), tail)
+        if key not in self._cache:
+            self._cache[key] = self._compile(question, texts, tail)
+        return self._cache[key]
+
+    def _compile(self, question: Question, texts: list[str], tail: str) -> tuple[Ids, ...]:
+        try:
+            compiled = compile_labels(label_set(texts), self.tokenizer, tail)
+        except LabelError as e:
+            raise InvalidRequestError(f"{question.where}: {e}") from e
+        labels = [(c,) if isinstance(c, int) else tuple(c) for c in compiled]
+        # A label that starts another is followed by the end of the answer: "1" and "12",
+        # "yes" and "yes, partly" are then different answers, not one inside the other.
+        return tuple(
+            label + self.end_ids[:1]
+            if any(len(o) > len(label) and o[: len(label)] == label for o in labels)
+            else label
+            for label in labels
+        )
+
+
+def plan_decision(call: DecisionCall, tokenizer, max_prompt_tokens: int) -> DecisionPlan:
+    """The score requests that answer ``call``. InvalidRequestError names the field of
+    anything that cannot be asked (a state past the context, labels that collide)."""
+    states = [call.messages]
+    if call.calibrate:
+        states += [content_free_state(call.messages, text) for text in CONTENT_FREE]
+    templates = [render_state(tokenizer, s, call.chat_template_kwargs) for s in states]
+    end = end_of_answer(tokenizer, templates[0], call.chat_template_kwargs)
+    end_ids = tuple(tokenizer.encode(end, add_special_tokens=False)) or (
+        (tokenizer.eos_token_id,) if tokenizer.eos_token_id is not None else ()
+    )
+    labels_of = _Labels(tokenizer, end_ids)
+
+    # (question, order, state, prompt text, labels), every prompt of the call
+    specs = []
+    for q, question in enumerate(call.questions):
+        for order in option_orders(question, call.debias):
+            block = question_block(question, order, call.wording)
+            for s, template in enumerate(templates):
+                text = template.prompt(block)
+                texts = label_texts(question, order, call.wording)
+                specs.append((q, order, s, text, labels_of(question, texts, text[-32:])))
+
+    prompts: list[PlannedPrompt] = []
+    queries: dict[int, list[int]] = {}
+    for s, template in enumerate(templates):
+        mine = [spec for spec in specs if spec[2] == s]
+        encoded = _encode_all(tokenizer, [spec[3] for spec in mine], template.add_special_tokens)
+        state_ids = _encode_all(tokenizer, [template.prefix], template.add_special_tokens)[0]
+        shared = min(common_prefix_len(state_ids, ids) for ids in encoded)
+        if s == 0 and shared >= max_prompt_tokens:
+            raise InvalidRequestError(
+                f"input: the state is {len(state_ids)} tokens; this server scores prompts of "
+                f"at most {max_prompt_tokens} tokens (its context), questions included"
+            )
+        queries[s] = list(state_ids[:shared])
+        for (q, order, _, _, labels), ids in zip(mine, encoded):
+            prompts.append(PlannedPrompt(q, order, s, tuple(ids), labels))
+
+    refusals: dict[int, str] = {}
+    for p in prompts:
+        longest = len(p.ids) + max(len(label) for label in p.labels) - 1
+        if longest > max_prompt_tokens and p.question not in refusals:
+            refusals[p.question] = (
+                f"the question's prompt and longest answer are {longest} tokens, past "
+                f"the {max_prompt_tokens} this server scores"
+            )
+
+    by_key: dict[tuple, ScoreGroup] = {}
+    for i, p in enumerate(prompts):
+        if p.question in refusals:
+            continue
+        group = by_key.get((p.state, p.labels))
+        if group is None:
+            group = by_key[(p.state, p.labels)] = ScoreGroup(
+                query=queries[p.state], items=[], labels=[list(x) for x in p.labels], prompts=[]
+            )
+        group.items.append(list(p.ids[len(group.query) :]))
+        group.prompts.append(i)
+    return DecisionPlan(
+        call=call,
+        prompts=tuple(prompts),
+        groups=tuple(by_key.values()),
+        state_tokens=len(queries[0]),
+        refusals=refusals,
+    )
+
+
+def _encode_all(tokenizer, texts: list[str], add_special_tokens: bool) -> list[list[int]]:
+    """Token ids of each text, tokenized whole (a fast tokenizer encodes the batch in
+    parallel)."""
+    if getattr(tokenizer, "is_fast", False):
+        return [
+            list(ids)
+            for ids in tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]
+        ]
+    return [list(tokenizer.encode(t, add_special_tokens=add_special_tokens)) for t in texts]
