@@ -7,6 +7,8 @@ sglang_runtime/http_server.py, which gets these specs from its caller, cli.py).
   tokens) instead of /v1/score's one token id per label.
 - ranking.py: which DSL functions back the rerank APIs and POST /v1/classify (SGLang's
   / vLLM's schema): `--rerank NAME` / `--classify NAME` of `--app`, or the built-ins.
+- decisions.py: POST /v1/decisions (OpenAI's shape, SGLang's body too) and /v1/systemone
+  (System One's): typed questions about a state, answered behind it computed once.
 - rerank.py: POST /v1/rerank (Cohere v1 / Jina, or SGLang's native answer for the
   gateway), /v2/rerank (Cohere v2) and /rerank (TEI), one scorer; truncation.py: how
   documents are cut; rerankers.py: the built-in rankers (the yes/no judge, query
@@ -18,6 +20,7 @@ which the DSL's clients (dsl/remote_backend.py, dsl/gateway_client.py) import to
 
 from __future__ import annotations
 
+from prefillonly_sgl.apis.decisions import decision_endpoints
 from prefillonly_sgl.apis.ranking import ranking_api_endpoints
 from prefillonly_sgl.apis.score_labels import score_labels_endpoint
 from prefillonly_sgl.server.endpoints import EndpointSpec
@@ -30,11 +33,12 @@ def builtin_endpoints(
     rerank_method: str = "auto",
     model: str | None = None,
 ) -> list[EndpointSpec]:
-    """Every built-in endpoint of `serve`: /v1/score_labels, then the rerank APIs and
-    /v1/classify backed by the DSL functions named ``rerank`` / ``classify`` in the
-    ``apps`` modules (None: the built-in reranker of ``rerank_method`` for ``model``; a
-    400 for /v1/classify)."""
+    """Every built-in endpoint of `serve`: /v1/score_labels, the decision routes, then the
+    rerank APIs and /v1/classify backed by the DSL functions named ``rerank`` /
+    ``classify`` in the ``apps`` modules (None: the built-in reranker of
+    ``rerank_method`` for ``model``; a 400 for /v1/classify)."""
     return [
         score_labels_endpoint(),
+        *decision_endpoints(),
         *ranking_api_endpoints(apps, rerank, classify, rerank_method, model),
     ]

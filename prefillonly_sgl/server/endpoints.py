@@ -86,6 +86,8 @@ class ServerContext(Protocol):
         self, query: Any, items: Any, continuation: Any
     ) -> Any: ...  # prefillonly_sgl.continuations.ContinuationResult
 
+    async def decide(self, call: Any) -> Any: ...  # decisions.call: DecisionCall -> DecisionOutcome
+
 
 @dataclass(frozen=True)
 class EndpointSpec:
@@ -96,6 +98,11 @@ class EndpointSpec:
         (default 1); it gets the raw JSON object, before validation.
     on_startup(context): called once when the server is ready (e.g. to turn label words
         into token ids and fail at start-up if one cannot be scored).
+    raw_body: the handler gets the JSON object itself (a path that takes more than one
+        body shape parses it; `request_model` then only documents the main shape) and its
+        answer goes out as it returns it (a dict or a pydantic model).
+    error_shape: "sglang" (SGLang's error object) or "openai" ({"error": {...}}, what
+        OpenAI's clients read): the shape of this path's 4xx/5xx bodies.
     """
 
     path: str
@@ -107,6 +114,8 @@ class EndpointSpec:
     tags: Sequence[str] = ("apps",)
     count_prompts: Callable[[dict], int] | None = None
     on_startup: Callable[[ServerContext], Any] | None = None
+    raw_body: bool = False
+    error_shape: str = "sglang"
 
     def __post_init__(self) -> None:
         from pydantic import BaseModel

@@ -1,8 +1,10 @@
 """The JSON error body of every refusal this server makes (plain Python).
 
 SGLang's own shape (entrypoints.openai.protocol.ErrorResponse), so stock clients parse
-it; one builder for the guard (raw ASGI) and the FastAPI handlers (validation errors,
-typed endpoints), so a status always carries the same `type`.
+it, or on the paths that ask for it OpenAI's (`{"error": {message, type, param, code}}`,
+what the openai client and System One's read); one builder for the guard (raw ASGI) and
+the FastAPI handlers (validation errors, typed endpoints), so a status always carries the
+same `type`.
 """
 
 from __future__ import annotations
@@ -12,11 +14,25 @@ import orjson
 ERROR_TYPES = {
     400: "BadRequestError",
     413: "RequestTooLargeError",
+    415: "UnsupportedMediaTypeError",
     503: "ServiceUnavailableError",
 }
 
 
-def error_body(status: int, message: str) -> bytes:
+OPENAI_ERROR_TYPES = {
+    400: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    503: "server_error",
+}
+
+
+def error_body(status: int, message: str, shape: str = "sglang") -> bytes:
+    if shape == "openai":
+        kind = OPENAI_ERROR_TYPES.get(status, "server_error" if status >= 500 else "error")
+        return orjson.dumps(
+            {"error": {"message": message, "type": kind, "param": None, "code": status}}
+        )
     return orjson.dumps(
         {
             "object": "error",

@@ -89,11 +89,12 @@ class GuardPolicy:
     max_request_bytes: int
     admission: AdmissionControl
     in_flight: InFlightRequests = field(default_factory=InFlightRequests)
+    error_shapes: dict[str, str] = field(default_factory=dict)  # path -> "openai" (errors.py)
 
 
-async def send_json_error(send, status: int, message: str, headers=()) -> None:
-    """An error answer in SGLang's shape (server/errors.py)."""
-    body = error_body(status, message)
+async def send_json_error(send, status: int, message: str, headers=(), shape="sglang") -> None:
+    """An error answer in SGLang's shape, or the path's (server/errors.py)."""
+    body = error_body(status, message, shape)
     await send(
         {
             "type": "http.response.start",
@@ -142,10 +143,14 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
+        shape = self.policy.error_shapes.get(path, "sglang")
         if self.runtime.shutting_down():
             self.metrics.rejected("shutting_down")
             await send_json_error(
-                send, 503, "server is shutting down; send the request to another replica"
+                send,
+                503,
+                "server is shutting down; send the request to another replica",
+                shape=shape,
             )
             return
         try:
@@ -155,18 +160,18 @@ class RequestGuard:
             return
         except RequestTooLargeError as e:
             self.metrics.rejected("too_large")
-            await send_json_error(send, 413, str(e))
+            await send_json_error(send, 413, str(e), shape=shape)
             return
         except InvalidRequestError as e:
             self.metrics.rejected("invalid")
-            await send_json_error(send, 400, str(e))
+            await send_json_error(send, 400, str(e), shape=shape)
             return
 
         admission = self.policy.admission
         refusal = admission.admit(prompts)
         if refusal is not None:
             self.metrics.rejected("overloaded")
-            await send_json_error(send, 503, refusal, headers=[(b"retry-after", b"1")])
+            await send_json_error(send, 503, refusal, headers=[(b"retry-after", b"1")], shape=shape)
             return
         self.metrics.pending(admission.requests, admission.prompts)
         released = False
@@ -181,7 +186,7 @@ class RequestGuard:
                 self.metrics.pending(admission.requests, admission.prompts)
 
         try:
-            await self._run(scope, receive, send, body, path, release)
+            await self._run(scope, receive, send, body, path, release, shape)
         finally:
             release()
 
@@ -209,7 +214,7 @@ class RequestGuard:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _run(self, scope, receive, send, body: bytes, path: str, release) -> None:
+    async def _run(self, scope, receive, send, body: bytes, path: str, release, shape) -> None:
         record = RequestRecord(path=path)
         started = time.perf_counter()
         disconnected = asyncio.Event()
@@ -262,7 +267,7 @@ class RequestGuard:
                         await endpoint
                     if not response["started"]:
                         response["status"] = 503
-                        await send_json_error(send, 503, stop.result())
+                        await send_json_error(send, 503, stop.result(), shape=shape)
             with contextlib.suppress(asyncio.CancelledError):
                 await endpoint
         finally:

@@ -34,6 +34,7 @@ import orjson
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.score_result import ScoreResult
 from prefillonly_sgl.server.admission import AdmissionControl
+from prefillonly_sgl.server.body_encoding import DecodeRequestBody
 from prefillonly_sgl.server.endpoints import EndpointSpec, check_unique_paths
 from prefillonly_sgl.server.errors import error_body
 from prefillonly_sgl.server.guard import (
@@ -223,6 +224,11 @@ class ServerContext:
             query, items, continuation, _RAW_REQUEST.get()
         )
 
+    async def decide(self, call):
+        """A decisions.call.DecisionCall answered on the server's engine (Engine.decide's
+        path: the state computed once, each question an item)."""
+        return await self._runtime.front.decide(call, _RAW_REQUEST.get())
+
 
 def _json_response(content, status: int = 200):
     from fastapi.responses import Response
@@ -230,10 +236,10 @@ def _json_response(content, status: int = 200):
     return Response(orjson.dumps(content), status_code=status, media_type="application/json")
 
 
-def _error_response(status: int, message: str):
+def _error_response(status: int, message: str, shape: str = "sglang"):
     from fastapi.responses import Response
 
-    body = error_body(status, message)
+    body = error_body(status, message, shape)
     return Response(body, status_code=status, media_type="application/json")
 
 
@@ -295,13 +301,17 @@ def _replace_score_route(app) -> None:
 def _add_endpoint(app, spec: EndpointSpec, runtime: SGLangRuntime) -> None:
     from fastapi import Request
 
+    if spec.raw_body:
+        _add_raw_endpoint(app, spec, runtime)
+        return
+
     async def endpoint(body, raw_request):
         token = _RAW_REQUEST.set(raw_request)
         try:
             result = spec.handler(body, runtime.context)
             return await result if inspect.isawaitable(result) else result
         except InvalidRequestError as e:
-            return _error_response(400, str(e))
+            return _error_response(400, str(e), spec.error_shape)
         finally:
             _RAW_REQUEST.reset(token)
 
@@ -326,6 +336,92 @@ def _add_endpoint(app, spec: EndpointSpec, runtime: SGLangRuntime) -> None:
         tags=list(spec.tags),
         name=spec.path.strip("/").replace("/", "_") or "root",
     )
+
+
+def _add_raw_endpoint(app, spec: EndpointSpec, runtime: SGLangRuntime) -> None:
+    """A route whose handler parses the JSON body itself (EndpointSpec.raw_body): the
+    request model documents it in /openapi.json; the answer goes out as returned."""
+    from fastapi import Request
+    from pydantic import BaseModel
+
+    async def endpoint(raw_request: Request):
+        token = _RAW_REQUEST.set(raw_request)
+        try:
+            try:
+                body = orjson.loads(await raw_request.body())
+            except orjson.JSONDecodeError as e:
+                return _error_response(400, f"the body is not valid JSON: {e}", spec.error_shape)
+            result = spec.handler(body, runtime.context)
+            result = await result if inspect.isawaitable(result) else result
+            if isinstance(result, BaseModel):
+                result = result.model_dump(mode="json")
+            return _json_response(result)
+        except InvalidRequestError as e:
+            return _error_response(400, str(e), spec.error_shape)
+        finally:
+            _RAW_REQUEST.reset(token)
+
+    schema = spec.request_model.model_json_schema(ref_template="#/components/schemas/{model}")
+    app.add_api_route(
+        spec.path,
+        endpoint,
+        methods=["POST"],
+        summary=spec.summary,
+        description=spec.description or inspect.getdoc(spec.handler),
+        tags=list(spec.tags),
+        name=spec.path.strip("/").replace("/", "_") or "root",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _inline_defs(schema)}},
+            }
+        },
+    )
+
+
+def _inline_defs(schema: dict) -> dict:
+    """A pydantic JSON schema whose $defs stay inside it (openapi_extra cannot add
+    components): references rewritten to the local $defs."""
+    text = orjson.dumps(schema).decode().replace("#/components/schemas/", "#/$defs/")
+    return orjson.loads(text)
+
+
+def _replace_models_route(app) -> None:
+    """GET /v1/models: SGLang's list (OpenAI's `data`), plus System One's `models`
+    ({name, description, release_date}), which typesafe-sdk's `models.list()` reads; each
+    client ignores the other's key."""
+    from fastapi.routing import APIRoute
+
+    stock = [r for r in app.router.routes if isinstance(r, APIRoute) and r.path == "/v1/models"]
+    if len(stock) != 1:
+        raise RuntimeError(f"expected one SGLang /v1/models route, found {len(stock)}")
+    stock_endpoint = stock[0].endpoint
+
+    async def available_models():
+        listed = await stock_endpoint()
+        content = (
+            listed.model_dump() if hasattr(listed, "model_dump") else orjson.loads(listed.body)
+        )
+        content["models"] = [system_one_model(card) for card in content.get("data", [])]
+        return _json_response(content)
+
+    available_models.__doc__ = stock_endpoint.__doc__
+    app.router.routes.remove(stock[0])
+    app.add_api_route("/v1/models", available_models, methods=["GET"])
+
+
+def system_one_model(card: dict) -> dict:
+    """A model card as System One lists it: the release date is the day the model's card
+    was created (its `created` time), as no release date is known for a local folder."""
+    import datetime
+
+    created = card.get("created") or 0
+    day = datetime.datetime.fromtimestamp(created, datetime.timezone.utc).date().isoformat()
+    return {
+        "name": card.get("id"),
+        "description": f"{card.get('id')} served by prefillonly-sgl: prefill-only decisions",
+        "release_date": day,
+    }
 
 
 async def _abort_when_drain_times_out(tm, timeout: float, in_flight: InFlightRequests) -> None:
@@ -391,7 +487,7 @@ def _guard_metrics(enabled: bool):
     return PrometheusGuardMetrics
 
 
-REPLACED_PATHS = frozenset({"/v1/rerank", "/v1/classify"})
+REPLACED_PATHS = frozenset({"/v1/rerank", "/v1/classify", "/v1/decisions", "/v1/systemone"})
 
 
 def install(
@@ -410,7 +506,8 @@ def install(
     from prefillonly_sgl.sglang_runtime import single_token, tokenizer_endpoints
 
     # SGLang's /v1/rerank and /v1/classify serve cross-encoder / classification models
-    # only: ours (apis/ranking.py, among `specs`) replace them.
+    # only, and its /v1/decisions and /v1/systemone score each question's whole prompt
+    # outside the prefix-sharing path: ours (apis/, among `specs`) replace them.
     ours = {spec.path for spec in specs}
     app.router.routes[:] = [
         r
@@ -422,18 +519,25 @@ def install(
     runtime = SGLangRuntime(options, specs)
     _install_validation_handler(app)
     _replace_score_route(app)
+    _replace_models_route(app)
     single_token.install_routes(app)
     single_token.install_in_this_process(mark_reusable_prefixes)
     tokenizer_endpoints.install(app, lambda: runtime.tokenizer_manager)
     for spec in specs:
         _add_endpoint(app, spec, runtime)
+    error_shapes = {spec.path: spec.error_shape for spec in specs if spec.error_shape != "sglang"}
     policy = GuardPolicy(
         guarded_paths=WORK_PATHS | {spec.path for spec in specs},
         max_request_bytes=options.max_request_bytes,
         admission=AdmissionControl(options.max_pending_requests, options.max_pending_prompts),
+        error_shapes=error_shapes,
     )
     app.add_middleware(
         RequestGuard, policy=policy, runtime=runtime, metrics=_guard_metrics(enable_metrics)
+    )
+    # Added last, so it runs first: the guard sees decoded bodies.
+    app.add_middleware(
+        DecodeRequestBody, max_request_bytes=options.max_request_bytes, error_shapes=error_shapes
     )
     _wrap_lifespan(app, runtime, specs, policy.in_flight)
     return runtime
