@@ -21,25 +21,25 @@ def field_path(loc) -> str:
 def validation_message(error: ValidationError, body: object = None, limit: int = 3) -> str:
     parts = []
     for e in error.errors(include_url=False)[:limit]:
-        where = field_path(body_loc(e["loc"], body))
+        where = field_path(body_loc(e["loc"], body, e["type"] == "missing"))
         msg = e["msg"].removeprefix("Value error, ")
         parts.append(f"{where}: {msg}" if where else msg)
     more = len(error.errors()) - limit
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 
 
-def body_loc(loc, body: object) -> list:
+def body_loc(loc, body: object, missing: bool = False) -> list:
     """pydantic's error location as a path in the body: the parts that name a union
     member (`str`, `list[...]`, a discriminator's tag) are not in the body and are
-    dropped, found by walking the body along the location; the last part may name a
-    missing field."""
+    dropped, found by walking the body along the location; with ``missing`` the last
+    part names the field that is missing."""
     out, node = [], body
     for n, part in enumerate(loc):
         if isinstance(node, dict) and isinstance(part, str) and part in node:
             node = node[part]
         elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             node = node[part]
-        elif n == len(loc) - 1 and isinstance(node, dict) and isinstance(part, str):
+        elif missing and n == len(loc) - 1 and isinstance(node, dict):
             node = None  # a missing field
         else:
             continue
