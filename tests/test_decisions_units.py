@@ -224,24 +224,32 @@ def test_answers_average_orders_and_divide_out_the_prior(tokenizer):
 
 
 # -- wire shapes -------------------------------------------------------------------------
+def _one(**question) -> dict:
+    return {"questions": [question]}
+
+
+def _choices(*values) -> dict:
+    return _one(type="choice", instructions="a", choices=[{"value": v} for v in values])
+
+
+IMAGE = {"type": "input_image", "image_url": "data:,"}
 BAD_OPENAI = [
     ({"questions": []}, "questions: List should have at least 1"),
-    ({"questions": [{"type": "predicate", "instructions": "  "}]}, r"questions[0].instructions: must not be empty"),
-    ({"questions": [{"type": "bogus", "instructions": "a"}]}, "questions[0]: Input tag 'bogus'"),
-    ({"questions": [{"type": "predicate"}]}, "questions[0].instructions: Field required"),
-    ({"questions": [{"type": "choice", "instructions": "a", "choices": [{"value": "x"}, {"value": "X"}]}]},
-     "questions[0].choices[1].value"),
-    ({"questions": [{"type": "choice", "instructions": "a", "choices": [{"value": "true"}, {"value": True}]}]},
-     "questions[0].choices[1].value"),
-    ({"questions": [{"type": "choice", "instructions": "a", "choices": [{"value": 1}, {"value": "b"}]}]},
-     "questions[0].choices[0].value"),
-    ({"questions": [{"type": "predicate", "instructions": "a", "colour": 1}]}, "questions[0].colour"),
-    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:,"}]}]},
-     "input[0].content[0]: an image needs a vision model"),
-    ({"input": [{"type": "function_call_output", "call_id": "c1", "output": "42"}]}, "input[0].call_id"),
+    (_one(type="predicate", instructions="  "), "questions[0].instructions: must not be empty"),
+    (_one(type="bogus", instructions="a"), "questions[0]: Input tag 'bogus'"),
+    (_one(type="predicate"), "questions[0].instructions: Field required"),
+    (_choices("x", "X"), "questions[0].choices[1].value"),
+    (_choices("true", True), "questions[0].choices[1].value"),
+    (_choices(1, "b"), "questions[0].choices[0].value"),
+    (_one(type="predicate", instructions="a", colour=1), "questions[0].colour"),
+    ({"input": [{"role": "user", "content": [IMAGE]}]}, "input[0].content[0]: an image needs"),
+    (
+        {"input": [{"type": "function_call_output", "call_id": "c", "output": "4"}]},
+        "input[0].call_id",
+    ),
     ({"debias": "sideways"}, "debias"),
     ({"min_label_mass": 2}, "min_label_mass"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("change, message", BAD_OPENAI)
@@ -276,8 +284,8 @@ def test_sglang_and_systemone_bodies_refuse_naming_the_field():
     box = {"model": "m", "state": "x", "questions": {"where": {"type": "box"}}}
     with pytest.raises(InvalidRequestError, match="questions.where: box questions"):
         systemone_wire.to_call(parse(systemone_wire.SystemOneRequest, box))
-    twice = {"model": "m", "state": "x",
-             "questions": {"t": {"type": "choice", "criteria": {"Calm": None, "calm ": None}}}}  # fmt: skip
+    calm_twice = {"type": "choice", "criteria": {"Calm": None, "calm ": None}}
+    twice = {"model": "m", "state": "x", "questions": {"t": calm_twice}}
     with pytest.raises(InvalidRequestError, match="questions.t.criteria"):
         parse(systemone_wire.SystemOneRequest, twice)
     empty = {"model": "m", "state": "x", "questions": {"n": {"type": "noul"}}}
