@@ -76,6 +76,29 @@ apps_server = tiny_server(
 )  # fmt: skip
 
 
+@pytest.fixture(scope="session")
+def default_model_path():
+    from prefillonly_sgl.models import default_model
+
+    return default_model.default_model_path()
+
+
+@pytest.fixture(scope="session")
+def default_server(default_model_path, tmp_path_factory):
+    """`prefillonly serve` on the default model with no --app (the built-in endpoints),
+    once for the session: test_decisions_server.py and test_reranking.py."""
+    log = tmp_path_factory.mktemp("default-model-serve") / "server.log"
+    with running_server(default_model_path, log) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def default_reference(default_model_path):
+    from prefillonly_sgl.reference import TransformersReference
+
+    return TransformersReference(default_model_path)
+
+
 # Short names for modules on the tiny Llama; modules on other models define their own.
 @pytest.fixture(scope="session")
 def reference(tiny_llama_reference):

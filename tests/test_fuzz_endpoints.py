@@ -58,6 +58,22 @@ VALID = {
     "/v1/completions": {"model": "m", "prompt": [QUERY + ITEM, QUERY + "Item: socks."],
                         "max_tokens": 1, "temperature": 0, "logprobs": 2,
                         "shared_prefix": QUERY, "logprob_token_ids": [287, 286]},
+    # Typed decisions: OpenAI's shape, SGLang's own body on the same path, System One's.
+    "/v1/decisions": {"model": "m", "input": QUERY, "debias": "reverse", "questions": [
+        {"type": "predicate", "instructions": "Does the user like books?", "name": "books"},
+        {"type": "choice", "instructions": "Genre?", "choices": [
+            {"value": "science fiction"}, {"value": "history", "description": "the past"},
+            {"value": True}]},
+        {"type": "score", "instructions": "How much?", "levels": [{"label": "low"},
+                                                                   {"label": "high"}]}]},
+    "/v1/decisions#sglang": {"input": QUERY, "return_prompt_token_ids": True, "questions": [
+        {"id": "books", "type": "yes_no", "question": "Does the user like books?"},
+        {"id": "genre", "type": "choice", "question": "Genre?",
+         "options": [{"name": "fiction"}, {"name": "history"}]}]},
+    "/v1/systemone": {"model": "m", "state": QUERY, "questions": {
+        "books": {"type": "noul", "instructions": "Does the user like books?"},
+        "genre": {"type": "choice", "criteria": {"fiction": None, "history": "the past"}},
+        "level": {"type": "score", "criteria": ["low", "high"]}}},
     # A loglikelihood request as lm-eval sends it (the URL fragment only names the case).
     "/v1/completions#echo": {"model": "m", "prompt": [[1, 40, 41, 42, 43, 44]], "echo": True,
                              "logprobs": 1, "max_tokens": 0, "temperature": 0, "seed": 1234},

@@ -12,11 +12,8 @@ import math
 import cohere
 import pytest
 import requests
-from server_process import running_server
 
 from prefillonly_sgl.apis.rerankers import query_likelihood
-from prefillonly_sgl.models import default_model
-from prefillonly_sgl.reference import TransformersReference
 
 pytestmark = pytest.mark.slow  # the 135M default model's server
 
@@ -143,20 +140,13 @@ def documents(case: int) -> tuple[list[str], int]:
 
 
 @pytest.fixture(scope="module")
-def model_path():
-    return default_model.default_model_path()
+def server(default_server):
+    return default_server  # the session's default-model server (conftest.py)
 
 
 @pytest.fixture(scope="module")
-def server(model_path, tmp_path_factory):
-    log = tmp_path_factory.mktemp("default-model-serve") / "server.log"
-    with running_server(model_path, log) as server:  # no --app: the built-in endpoints
-        yield server
-
-
-@pytest.fixture(scope="module")
-def reference(model_path):
-    return TransformersReference(model_path)
+def reference(default_reference):
+    return default_reference
 
 
 def test_the_default_rerank_puts_the_relevant_document_first(server):
