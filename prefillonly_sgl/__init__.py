@@ -30,6 +30,11 @@ _LAZY = {
     "Classification": "prefillonly_sgl.dsl",
     "Ranking": "prefillonly_sgl.dsl",
     "RankedItem": "prefillonly_sgl.dsl",
+    # typed decisions (prefillonly_sgl/decisions)
+    "decision": "prefillonly_sgl.decisions.function",
+    "Scale": "prefillonly_sgl.decisions.function",
+    "Options": "prefillonly_sgl.decisions.function",
+    "DecisionServer": "prefillonly_sgl.decisions.remote",
 }
 __all__ = sorted(_LAZY)
 

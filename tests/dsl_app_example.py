@@ -3,12 +3,15 @@
     prefillonly serve --model-path MODEL --app tests/dsl_app_example.py
 
 exposes POST /apps/sentiment, /apps/sentiment/batch, /apps/calibrated_sentiment (and its
-/batch) and /apps/recommend.
+/batch), /apps/recommend, and the decision function `triage`: POST /decisions/triage, and
+/v1/decisions or /v1/systemone with "model": "triage" (tests/test_decisions_dsl.py).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
 
 import prefillonly_sgl as prefillonly
 from prefillonly_sgl import Prompt
@@ -40,3 +43,23 @@ def recommend(profile: str, item: str) -> Prompt:
         prefix=f"User profile: {profile}\n",
         item=f"Item: {item}\nRelevant? Answer Yes or No:",
     )
+
+
+class Triage(BaseModel):
+    billing: bool = Field(description="Is the ticket about billing?")
+    team: Annotated[
+        Literal["billing", "technical support", "sales"],
+        prefillonly.Options(billing="payments and refunds"),
+    ] = Field(description="Which team should handle the ticket?")
+    urgency: Annotated[int, prefillonly.Scale("low", "normal", "urgent")] = Field(
+        description="How urgent is the ticket?"
+    )
+
+
+@prefillonly.decision
+def triage(ticket: str) -> Triage:
+    """Routes a support ticket: three questions about it, one state."""
+    return [
+        {"role": "system", "content": "You triage support tickets."},
+        {"role": "user", "content": f"Ticket: {ticket}"},
+    ]

@@ -39,6 +39,6 @@ def builtin_endpoints(
     ``rerank_method`` for ``model``; a 400 for /v1/classify)."""
     return [
         score_labels_endpoint(),
-        *decision_endpoints(),
+        *decision_endpoints(apps),
         *ranking_api_endpoints(apps, rerank, classify, rerank_method, model),
     ]

@@ -5,32 +5,56 @@ behind the state computed once (decisions/; the server's ScoringFront.decide).
 The handlers parse the body themselves (EndpointSpec.raw_body): /v1/decisions takes two
 shapes, told apart by the body (decisions/sglang_wire.is_sglang_body), and every
 refusal names the field. Errors go out in OpenAI's shape (`{"error": {...}}`), which the
-openai client and System One's both read.
+openai client and System One's both read. A request whose `model` names a decision
+function of the `--app` modules and that brings no questions asks that function's
+questions (decisions/served.py).
 """
 
 from __future__ import annotations
 
 from prefillonly_sgl.decisions import openai_wire, sglang_wire, systemone_wire
 from prefillonly_sgl.decisions.bodies import parse
-from prefillonly_sgl.server.endpoints import EndpointSpec
+from prefillonly_sgl.decisions.function import DecisionFunction
+from prefillonly_sgl.decisions.served import arguments_from, served_functions
+from prefillonly_sgl.server.endpoints import EndpointSpec, load_app_module
 
 
-async def decisions(body: object, context) -> object:
-    """Answer OpenAI's /v1/decisions request (or SGLang's own body, in its shape)."""
-    if sglang_wire.is_sglang_body(body):
-        request = parse(sglang_wire.SGLangDecisionRequest, body)
-        outcome = await context.decide(sglang_wire.to_call(request))
-        return sglang_wire.to_response(request, outcome)
-    request = parse(openai_wire.DecisionsRequest, body)
-    outcome = await context.decide(openai_wire.to_call(request))
-    return openai_wire.to_response(request.model, outcome)
+def _served(body: object, functions: dict[str, DecisionFunction]) -> DecisionFunction | None:
+    if isinstance(body, dict) and not body.get("questions"):
+        return functions.get(body.get("model"))
+    return None
 
 
-async def systemone(body: object, context) -> object:
-    """Answer System One's request."""
-    request = parse(systemone_wire.SystemOneRequest, body)
-    outcome = await context.decide(systemone_wire.to_call(request))
-    return systemone_wire.to_response(request, outcome)
+def decisions_handler(functions: dict[str, DecisionFunction]):
+    async def decisions(body: object, context) -> object:
+        """Answer OpenAI's /v1/decisions request (or SGLang's own body, in its shape)."""
+        function = _served(body, functions)
+        if function is not None:
+            call = function.call(**arguments_from(function, body.get("input"), "input"))
+            return openai_wire.to_response(function.name, await context.decide(call))
+        if sglang_wire.is_sglang_body(body):
+            request = parse(sglang_wire.SGLangDecisionRequest, body)
+            outcome = await context.decide(sglang_wire.to_call(request))
+            return sglang_wire.to_response(request, outcome)
+        request = parse(openai_wire.DecisionsRequest, body)
+        outcome = await context.decide(openai_wire.to_call(request))
+        return openai_wire.to_response(request.model, outcome)
+
+    return decisions
+
+
+def systemone_handler(functions: dict[str, DecisionFunction]):
+    async def systemone(body: object, context) -> object:
+        """Answer System One's request."""
+        function = _served(body, functions)
+        if function is not None:
+            call = function.call(**arguments_from(function, body.get("state"), "state"))
+            return systemone_wire.to_response(function.name, await context.decide(call))
+        request = parse(systemone_wire.SystemOneRequest, body)
+        outcome = await context.decide(systemone_wire.to_call(request))
+        return systemone_wire.to_response(request.model, outcome, request)
+
+    return systemone
 
 
 def _questions_in(body: dict) -> int:
@@ -38,7 +62,10 @@ def _questions_in(body: dict) -> int:
     return len(questions) if isinstance(questions, list | dict) else 1
 
 
-def decision_endpoints() -> list[EndpointSpec]:
+def decision_endpoints(apps: list[str] = ()) -> list[EndpointSpec]:
+    """The two routes; the decision functions of the ``apps`` modules are served on them
+    by name (their own typed endpoints come with the --app endpoints)."""
+    functions = served_functions(load_app_module(app) for app in apps)
     common = dict(
         tags=("decisions",),
         count_prompts=_questions_in,
@@ -50,15 +77,15 @@ def decision_endpoints() -> list[EndpointSpec]:
             "/v1/decisions",
             openai_wire.DecisionsRequest,
             openai_wire.Decision,
-            decisions,
+            decisions_handler(functions),
             summary="Typed decisions (OpenAI's /v1/decisions; SGLang's body too)",
             **common,
         ),
         EndpointSpec(
             "/v1/systemone",
             systemone_wire.SystemOneRequest,
-            systemone_wire.SystemOneRequest,
-            systemone,
+            systemone_wire.SystemOneResponse,
+            systemone_handler(functions),
             summary="Typed decisions (System One's /v1/systemone)",
             **common,
         ),

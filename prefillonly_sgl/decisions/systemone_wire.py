@@ -91,6 +91,14 @@ class SystemOneRequest(BaseModel):
     min_label_mass: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
+class SystemOneResponse(BaseModel):
+    """The answer (documentation only: each answer's fields are listed above)."""
+
+    model: str
+    answers: dict[str, dict[str, Any]]
+    usage: dict[str, int]
+
+
 def to_call(request: SystemOneRequest) -> DecisionCall:
     if request.assets or request.images:
         field = "assets" if request.assets else "images"
@@ -131,7 +139,10 @@ def to_call(request: SystemOneRequest) -> DecisionCall:
     )
 
 
-def to_response(request: SystemOneRequest, outcome: DecisionOutcome) -> dict:
+def to_response(
+    model: str, outcome: DecisionOutcome, request: SystemOneRequest | None = None
+) -> dict:
+    """The answer; a score's legend holds the request's own levels (JSON kept as sent)."""
     answers = {}
     for r in outcome.results:
         q = r.question
@@ -152,7 +163,8 @@ def to_response(request: SystemOneRequest, outcome: DecisionOutcome) -> dict:
                 "x_label_mass": r.label_mass,
             }
         else:
-            original = request.questions[q.name].criteria
+            asked = request.questions.get(q.name) if request is not None else None
+            original = asked.criteria if asked is not None else [o.text for o in q.options]
             answers[q.name] = {
                 "type": "score",
                 "score": r.expected_index,
@@ -162,7 +174,7 @@ def to_response(request: SystemOneRequest, outcome: DecisionOutcome) -> dict:
                 "x_label_mass": r.label_mass,
             }
     return {
-        "model": request.model,
+        "model": model,
         "answers": answers,
         "usage": {"input_tokens": outcome.usage.input_tokens, "output_tokens": 0},
     }

@@ -295,4 +295,7 @@ def _error_message(error: urllib.error.HTTPError) -> str:
         payload = json.loads(raw)
     except ValueError:
         return raw
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict) and error.get("message"):  # OpenAI's shape
+        return str(error["message"])
     return str(payload.get("message") or payload.get("detail") or payload)

@@ -1,0 +1,65 @@
+"""Decision functions served by `prefillonly serve --app FILE` (plain Python; the server's
+context runs the call):
+
+    POST /decisions/<name>   the function's arguments -> {value, probabilities,
+                             confidence, label_mass}   (its typed endpoint)
+    POST /v1/decisions, /v1/systemone with "model": "<name>" and no questions: the
+        function's questions about the state it renders from the request's input
+        (OpenAI's `input` text, System One's `state`: text for a one-parameter
+        function, an object of arguments otherwise), answered in that protocol's shape.
+"""
+
+from __future__ import annotations
+
+from prefillonly_sgl.decisions.function import DecisionFunction, results_model
+from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.server.endpoints import EndpointSpec
+
+
+def decision_function_endpoint(function: DecisionFunction) -> EndpointSpec:
+    answer_model = results_model(function)
+
+    async def handler(request, context):
+        call = function.call(**request.model_dump())
+        outcome = await context.decide(call)
+        decided = function.decided(outcome.results)
+        return answer_model(
+            value=decided.value,
+            probabilities={
+                k: {str(v): p for v, p in a.probabilities.items()}
+                for k, a in decided.answers.items()
+            },
+            confidence={k: a.confidence for k, a in decided.answers.items()},
+            label_mass={k: a.label_mass for k, a in decided.answers.items()},
+        )
+
+    return EndpointSpec(
+        function.path,
+        function.inputs.model,
+        answer_model,
+        handler,
+        summary=f"Decision function {function.name}: {', '.join(f.name for f in function.fields)}",
+        tags=("apps",),
+    )
+
+
+def arguments_from(function: DecisionFunction, given, field: str) -> dict:
+    """The function's arguments from a decision request's input / state."""
+    params = function.inputs.params
+    if isinstance(given, dict):
+        return given
+    if isinstance(given, str) and len(params) == 1:
+        return {params[0]: given}
+    raise InvalidRequestError(
+        f"{field}: {function.name} takes {params}: give them as an object"
+        + (" (System One's state)" if len(params) != 1 else "")
+    )
+
+
+def served_functions(modules) -> dict[str, DecisionFunction]:
+    found = {}
+    for module in modules:
+        for value in vars(module).values():
+            if isinstance(value, DecisionFunction):
+                found[value.name] = value
+    return found
