@@ -6,7 +6,8 @@ Every question becomes an item behind one computed state:
   and each other question computes only its own tokens (and a later call on the same
   state finds it cached);
 - each question's prompt is tokenized whole, as a transformers forward of the same text
-  would be, and the query is the longest token prefix all of them share with the state;
+  would be, and the query is the longest token prefix all of them share (the state, and
+  the questions' first words where they begin alike);
 - each option's label is its own token ids after the prompt (dsl/labels.py's compiler:
   any number of tokens, scored by the chain rule); an option whose label is the start of
   another's gets the end of the answer after it (the template's end of turn), so the
@@ -91,6 +92,19 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+def shared_prefix_len(state_ids: Sequence[int], prompts: list[list[int]]) -> int:
+    """The query's length: the tokens every prompt begins with (the state, and whatever
+    the questions begin with alike: "Is the following true? Does the"; for one prompt,
+    the state's tokens as they tokenize in context), never a whole prompt (an item is
+    not empty)."""
+    first = prompts[0]
+    if len(prompts) > 1:
+        shared = min(common_prefix_len(first, p) for p in prompts[1:])
+    else:
+        shared = common_prefix_len(state_ids, first)
+    return min(shared, min(len(p) for p in prompts) - 1)
+
+
 class _Labels:
     """Label token ids per (label texts, prompt tail), compiled once per call."""
 
@@ -150,13 +164,12 @@ def plan_decision(call: DecisionCall, tokenizer, max_prompt_tokens: int) -> Deci
         mine = [spec for spec in specs if spec[2] == s]
         encoded = _encode_all(tokenizer, [spec[3] for spec in mine], template.add_special_tokens)
         state_ids = _encode_all(tokenizer, [template.prefix], template.add_special_tokens)[0]
-        shared = min(common_prefix_len(state_ids, ids) for ids in encoded)
-        if s == 0 and shared >= max_prompt_tokens:
+        if s == 0 and common_prefix_len(state_ids, encoded[0]) >= max_prompt_tokens:
             raise InvalidRequestError(
                 f"input: the state is {len(state_ids)} tokens; this server scores prompts of "
                 f"at most {max_prompt_tokens} tokens (its context), questions included"
             )
-        queries[s] = list(state_ids[:shared])
+        queries[s] = list(encoded[0][: shared_prefix_len(state_ids, encoded)])
         for (q, order, _, _, labels), ids in zip(mine, encoded):
             prompts.append(PlannedPrompt(q, order, s, tuple(ids), labels))
 
