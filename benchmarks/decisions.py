@@ -292,6 +292,15 @@ def run_probe(args, server) -> dict:
 
 
 # -- report ------------------------------------------------------------------------------
+def _kept(row: dict) -> dict:
+    """A row as saved: timing rows without their answers, answers without token ids."""
+    if row["set"] != "agreement":
+        return {k: v for k, v in row.items() if k != "answers"}
+    drop = ("prompt_token_ids", "label_token_ids")
+    answers = {q: {k: v for k, v in a.items() if k not in drop} for q, a in row["answers"].items()}
+    return {**row, "answers": answers}
+
+
 def agreement(rows: list[dict]) -> float | None:
     """The largest difference between stock's and ours' probabilities for one option of
     one question of the same request."""
@@ -421,6 +430,7 @@ def main() -> None:
         rows += ours
     table = summary(rows)
     extra["agreement"] = agreement(rows)
+    rows = [_kept(row) for row in rows]
     (args.out / "decisions.json").write_text(json.dumps(
         {"settings": {k: str(v) for k, v in vars(args).items()}, "summary": table,
          "extra": extra, "rows": rows}, indent=1))  # fmt: skip

@@ -2,7 +2,7 @@
 return model's fields are the questions runs on the local engine, on our server through
 OpenAI's /v1/decisions and through System One's /v1/systemone, with the same answers
 (1e-4); served by `serve --app`, it is a typed endpoint and a `model` of both decision
-routes."""
+routes. And the routes' largest requests (400 questions, 255 options) answer 200."""
 
 from __future__ import annotations
 
@@ -116,3 +116,18 @@ def _returning(model):
 
     fn.__annotations__ = {"ticket": str, "return": model}
     return fn
+
+
+def test_the_largest_requests_answer_200(server):
+    """Over HTTP: 400 questions, and one question of 255 options (names of several tokens)."""
+    many = [{"type": "predicate", "instructions": f"Is claim {i} true?"} for i in range(400)]
+    r = requests.post(f"{server.url}/v1/decisions", timeout=300,
+                      json={"model": "m", "input": TICKET, "questions": many})  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert len(r.json()["answers"]) == 400
+    options = {f"option number {i}": None for i in range(255)}
+    wide = {"model": "m", "state": TICKET,
+            "questions": {"which": {"type": "choice", "criteria": options}}}  # fmt: skip
+    r = requests.post(f"{server.url}/v1/systemone", json=wide, timeout=300)
+    assert r.status_code == 200, r.text
+    assert len(r.json()["answers"]["which"]["probabilities"]) == 255

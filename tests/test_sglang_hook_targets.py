@@ -42,16 +42,17 @@ def test_server_state_carries_the_scheduler_info():
 
 
 def test_sglang_still_has_the_routes_serve_replaces():
-    """`serve` removes SGLang's /v1/score, /v1/rerank, /v1/classify, /v1/chat/completions
-    and /v1/completions routes and adds its own (http_server.install): each must still be
-    there, once."""
+    """`serve` removes SGLang's /v1/score, /v1/rerank, /v1/classify, /v1/decisions,
+    /v1/systemone, /v1/models, /v1/chat/completions and /v1/completions routes and adds
+    its own (http_server.install): each must still be there, once."""
     from fastapi.routing import APIRoute
     from sglang.srt.entrypoints.http_server import app
 
     from prefillonly_sgl.sglang_runtime.http_server import REPLACED_PATHS
 
     paths = [r.path for r in app.router.routes if isinstance(r, APIRoute)]
-    for path in {"/v1/score", "/v1/chat/completions", "/v1/completions", *REPLACED_PATHS}:
+    ours = {"/v1/score", "/v1/models", "/v1/chat/completions", "/v1/completions"}
+    for path in {*ours, *REPLACED_PATHS}:
         assert paths.count(path) == 1, path
 
 

@@ -51,6 +51,15 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.entrypoints.openai.serving_score.OpenAIServingScore.handle_request": (
         "SGLang's /v1/score handler, called by our route (app.state.openai_serving_score)"
     ),
+    "sglang.srt.entrypoints.http_server.available_models": (
+        "SGLang's GET /v1/models, called by our route, which adds System One's `models`"
+    ),
+    "sglang.srt.entrypoints.http_server.v1_decisions_request": (
+        "SGLang's /v1/decisions route, replaced by apis/decisions.py (REPLACED_PATHS)"
+    ),
+    "sglang.srt.entrypoints.http_server.systemone_decisions": (
+        "SGLang's /v1/systemone route, replaced by apis/decisions.py (REPLACED_PATHS)"
+    ),
     "sglang.launch_server.run_server": "runs the server exactly as `sglang serve` does",
     "sglang.srt.server_args.prepare_server_args": "parses every SGLang flag given to serve",
     "sglang.srt.server_args.ServerArgs.add_cli_args": "lists SGLang's flags in serve --help",
