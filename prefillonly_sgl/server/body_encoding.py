@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import zlib
 
-from prefillonly_sgl.server.errors import error_body
+from prefillonly_sgl.server.errors import send_json_error
 
 
 class BodyTooLarge(Exception):
@@ -65,12 +65,9 @@ class DecodeRequestBody:
         encoding = encodings[0]
         decode = DECODERS.get(encoding)
         if decode is None or len(encodings) > 1:
-            return await _error(
-                send,
-                415,
-                f"Content-Encoding {', '.join(encodings)!s} is not supported (zstd, gzip, deflate)",
-                shape,
-            )
+            named = ", ".join(encodings)
+            message = f"Content-Encoding {named} is not supported (zstd, gzip, deflate)"
+            return await send_json_error(send, 415, message, shape=shape)
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -79,16 +76,18 @@ class DecodeRequestBody:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.limit:
-                return await _error(send, 413, self._too_large("compressed"), shape)
+                return await send_json_error(send, 413, self._too_large("compressed"), shape=shape)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         try:
             body = decode(b"".join(chunks), self.limit)
         except BodyTooLarge:
-            return await _error(send, 413, self._too_large("decoded"), shape)
+            return await send_json_error(send, 413, self._too_large("decoded"), shape=shape)
         except Exception as e:  # zstd's / zlib's errors: the body is not what it says
-            return await _error(send, 400, f"the body is not valid {encoding} data ({e})", shape)
+            return await send_json_error(
+                send, 400, f"the body is not valid {encoding} data ({e})", shape=shape
+            )
         headers = [
             (k, v)
             for k, v in scope.get("headers", ())
@@ -111,18 +110,3 @@ class DecodeRequestBody:
             f"request body is larger than the {self.limit} bytes this server accepts "
             f"({which}; --max-request-bytes)"
         )
-
-
-async def _error(send, status: int, message: str, shape: str) -> None:
-    body = error_body(status, message, shape)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})

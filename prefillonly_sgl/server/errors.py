@@ -42,3 +42,20 @@ def error_body(status: int, message: str, shape: str = "sglang") -> bytes:
             "code": status,
         }
     )
+
+
+async def send_json_error(send, status: int, message: str, headers=(), shape="sglang") -> None:
+    """An error answer sent from ASGI middleware (the guard, compressed bodies)."""
+    body = error_body(status, message, shape)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

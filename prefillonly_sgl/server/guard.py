@@ -28,7 +28,7 @@ from typing import Protocol
 
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.server.admission import AdmissionControl
-from prefillonly_sgl.server.errors import error_body
+from prefillonly_sgl.server.errors import send_json_error
 from prefillonly_sgl.server.request_checks import RequestTooLargeError, parse_json_body
 from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord, RequestUsage
 
@@ -90,23 +90,6 @@ class GuardPolicy:
     admission: AdmissionControl
     in_flight: InFlightRequests = field(default_factory=InFlightRequests)
     error_shapes: dict[str, str] = field(default_factory=dict)  # path -> "openai" (errors.py)
-
-
-async def send_json_error(send, status: int, message: str, headers=(), shape="sglang") -> None:
-    """An error answer in SGLang's shape, or the path's (server/errors.py)."""
-    body = error_body(status, message, shape)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 class _ClientGone(Exception):
