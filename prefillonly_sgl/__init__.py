@@ -31,10 +31,10 @@ _LAZY = {
     "Ranking": "prefillonly_sgl.dsl",
     "RankedItem": "prefillonly_sgl.dsl",
     # typed decisions (prefillonly_sgl/decisions)
-    "decision": "prefillonly_sgl.decisions.function",
-    "Scale": "prefillonly_sgl.decisions.function",
-    "Options": "prefillonly_sgl.decisions.function",
-    "DecisionServer": "prefillonly_sgl.decisions.remote",
+    "decision": "prefillonly_sgl.dsl.decision",
+    "Scale": "prefillonly_sgl.dsl.decision",
+    "Options": "prefillonly_sgl.dsl.decision",
+    "DecisionServer": "prefillonly_sgl.dsl.decision_server",
 }
 __all__ = sorted(_LAZY)
 

@@ -4,7 +4,7 @@ here, and both sides import it. A DSL function's own typed endpoints follow the 
 rule with models built per function (dsl/app_models.py).
 
 - LabelIds: one label's token ids: an id, or a tuple of ids for a label of several tokens
-  (a JSON list). What the DSL compiles (dsl/labels.py, dsl/request.py) and
+  (a JSON list). What the DSL compiles (labels.py, dsl/request.py) and
   /v1/score_labels takes.
 - ScoreUsage: the `usage` of prefillonly serve's /v1/score answer (SGLang's fields with
   the cached tokens always filled, plus queue and running time). Written by

@@ -7,15 +7,15 @@ shapes, told apart by the body (decisions/sglang_wire.is_sglang_body), and every
 refusal names the field. Errors go out in OpenAI's shape (`{"error": {...}}`), which the
 openai client and System One's both read. A request whose `model` names a decision
 function of the `--app` modules and that brings no questions asks that function's
-questions (decisions/served.py).
+questions (dsl/decision_endpoint.py).
 """
 
 from __future__ import annotations
 
 from prefillonly_sgl.decisions import openai_wire, sglang_wire, systemone_wire
 from prefillonly_sgl.decisions.bodies import parse
-from prefillonly_sgl.decisions.function import DecisionFunction
-from prefillonly_sgl.decisions.served import arguments_from, served_functions
+from prefillonly_sgl.dsl.decision import DecisionFunction
+from prefillonly_sgl.dsl.decision_endpoint import arguments_from
 from prefillonly_sgl.server.endpoints import EndpointSpec, load_app_module
 
 
@@ -60,6 +60,16 @@ def systemone_handler(functions: dict[str, DecisionFunction]):
 def _questions_in(body: dict) -> int:
     questions = body.get("questions")
     return len(questions) if isinstance(questions, list | dict) else 1
+
+
+def served_functions(modules) -> dict[str, DecisionFunction]:
+    """The decision functions of the --app modules, by name."""
+    found = {}
+    for module in modules:
+        for value in vars(module).values():
+            if isinstance(value, DecisionFunction):
+                found[value.name] = value
+    return found
 
 
 def decision_endpoints(apps: list[str] = ()) -> list[EndpointSpec]:

@@ -3,7 +3,7 @@ that do not hold the model's tokenizer, and labels of any number of tokens:
     {"query": "Review: great!\\nSentiment:", "items": [""], "labels": [" very good", " bad"]}
  -> {"scores": [{" very good": 0.93, " bad": 0.07}], "rows": [[0.93, 0.07]], "usage": {...}}
 Each label is taken verbatim, tokenized where it follows each prompt (the DSL's label
-compiler, dsl/labels.py: a 400 names a label that merges with the prompt's end); a label
+compiler, labels.py: a 400 names a label that merges with the prompt's end); a label
 of several tokens scores the product of their probabilities (docs/labels.md).
 Instead of words, "label_token_ids" gives the labels as token ids (per label an id or a
 list of ids): what the DSL's remote backend sends for labels of several tokens, which
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 
-from prefillonly_sgl.dsl.labels import label_word_ids
+from prefillonly_sgl.labels import label_word_ids
 from prefillonly_sgl.server.endpoints import EndpointSpec
 from prefillonly_sgl.wire import ScoreLabelsRequest, ScoreLabelsResponse, ScoreLabelsUsage
 

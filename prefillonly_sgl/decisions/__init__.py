@@ -9,6 +9,6 @@ on a scale), each answered with every option's probability, nothing generated.
     openai_wire.py, systemone_wire.py, sglang_wire.py: the three wire shapes <-> the call
 
 Plain Python: the SGLang side is ScoringFront.decide (sglang_runtime/score_front.py);
-the HTTP routes are apis/decisions.py; the DSL's decision functions are decisions/function.py.
+the HTTP routes are apis/decisions.py; the DSL's decision functions are dsl/decision.py.
 See docs/decisions.md.
 """

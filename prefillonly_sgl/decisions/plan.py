@@ -8,7 +8,7 @@ Every question becomes an item behind one computed state:
 - each question's prompt is tokenized whole, as a transformers forward of the same text
   would be, and the query is the longest token prefix all of them share (the state, and
   the questions' first words where they begin alike);
-- each option's label is its own token ids after the prompt (dsl/labels.py's compiler:
+- each option's label is its own token ids after the prompt (labels.py's compiler:
   any number of tokens, scored by the chain rule); an option whose label is the start of
   another's gets the end of the answer after it (the template's end of turn), so the
   options stay exclusive events;
@@ -30,10 +30,10 @@ from prefillonly_sgl.decisions.prompts import (
     question_block,
     render_state,
 )
-from prefillonly_sgl.dsl.labels import LabelError, compile_labels, label_set
 from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.labels import LabelError, compile_labels, label_set
+from prefillonly_sgl.priors import CONTENT_FREE
 
-CONTENT_FREE = ("N/A", "", "[MASK]")  # the DSL's calibration texts (dsl/calibration.py)
 Ids = tuple[int, ...]
 
 

@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from prefillonly_sgl.decisions.call import Message, Question, Wording
 from prefillonly_sgl.errors import InvalidRequestError
 
-_SENTINEL = "\u2063PREFILLONLY_DECISION_QUESTION\u2063"
-_REPLY = "\u2063PREFILLONLY_DECISION_ANSWER\u2063"
+_SENTINEL = "\u2063decision-question-slot\u2063"
+_REPLY = "\u2063decision-answer-slot\u2063"
 PLAIN_ANSWER_CUE = "\nAnswer:"
 
 

@@ -26,7 +26,6 @@ from prefillonly_sgl.dsl.backend import Backend
 from prefillonly_sgl.dsl.backends import set_default_backend, use
 from prefillonly_sgl.dsl.classifier import Classifier, classifier
 from prefillonly_sgl.dsl.job import ClassifyJob, RankJob
-from prefillonly_sgl.dsl.labels import LabelError, LabelSet, compile_labels, label_set
 from prefillonly_sgl.dsl.local_backend import LocalEngineBackend
 from prefillonly_sgl.dsl.prompt import Prompt
 from prefillonly_sgl.dsl.ranker import Ranker, ranker
@@ -34,6 +33,7 @@ from prefillonly_sgl.dsl.remote_backend import RemoteBackend, RemoteBackendError
 from prefillonly_sgl.dsl.request import CompiledCall, ScoreRequest
 from prefillonly_sgl.dsl.results import Classification, RankedItem, Ranking
 from prefillonly_sgl.dsl.signature import DeclarationError
+from prefillonly_sgl.labels import LabelError, LabelSet, compile_labels, label_set
 
 __all__ = [
     "Backend",

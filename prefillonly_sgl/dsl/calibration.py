@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from prefillonly_sgl.dsl.signature import DeclarationError
+from prefillonly_sgl.priors import CONTENT_FREE, average, divide_prior  # noqa: F401  (the DSL's names)
 
-CONTENT_FREE = ("N/A", "", "[MASK]")
 MAX_PRIORS = 1024  # remembered per backend (one per classifier and context)
 
 
@@ -60,20 +59,6 @@ def context_key(arguments: dict, content: tuple[str, ...]) -> str:
 def content_free_inputs(arguments: dict, content: tuple[str, ...]) -> list[dict]:
     """The arguments with the content replaced by each content-free text."""
     return [{**arguments, **dict.fromkeys(content, text)} for text in CONTENT_FREE]
-
-
-def average(rows: list[list[float]]) -> list[float]:
-    return [sum(column) / len(rows) for column in zip(*rows)]
-
-
-def divide_prior(row: list[float], prior: list[float]) -> list[float]:
-    """``row`` with the prior divided out, renormalised to sum 1 (a label the prior puts
-    at 0 keeps 0 weight rather than dividing by it)."""
-    scaled = [p / q if q > 0 else 0.0 for p, q in zip(row, prior)]
-    total = sum(scaled)
-    if total <= 0 or not math.isfinite(total):
-        return list(row)
-    return [s / total for s in scaled]
 
 
 class Priors:

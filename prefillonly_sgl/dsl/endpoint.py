@@ -35,8 +35,8 @@ from pydantic import BaseModel
 from prefillonly_sgl.dsl.app_models import app_models
 from prefillonly_sgl.dsl.backend import Backend
 from prefillonly_sgl.dsl.job import ClassifyJob, RankJob
-from prefillonly_sgl.dsl.labels import LabelError
 from prefillonly_sgl.dsl.request import ContinuationRequest, ScoreRequest
+from prefillonly_sgl.labels import LabelError
 from prefillonly_sgl.server.endpoints import EndpointSpec
 
 logger = logging.getLogger(__name__)

@@ -8,11 +8,11 @@ import enum
 import functools
 import typing
 
-from prefillonly_sgl.dsl.labels import NO_LABELS, TAIL_CHARS, LabelSet, compile_labels, label_set
 from prefillonly_sgl.dsl.prompt import ChatFormat, Prompt
 from prefillonly_sgl.dsl.request import CompiledCall, group_continuations, group_requests
 from prefillonly_sgl.dsl.signature import DeclarationError, Signature, type_hints
 from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.labels import NO_LABELS, TAIL_CHARS, LabelSet, compile_labels, label_set
 from prefillonly_sgl.wire import LabelIds
 
 RESERVED = ("engine",)  # call keywords every decorated function takes

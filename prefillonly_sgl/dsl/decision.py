@@ -44,7 +44,7 @@ import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, create_model
+from pydantic import BaseModel
 
 from prefillonly_sgl.decisions.call import (
     DecisionCall,
@@ -284,7 +284,7 @@ class DecisionFunction:
         return [self.decided(results, usage) for results, usage in target.run(all_of())]
 
     def __prefillonly_endpoint__(self):
-        from prefillonly_sgl.decisions.served import decision_function_endpoint
+        from prefillonly_sgl.dsl.decision_endpoint import decision_function_endpoint
 
         return decision_function_endpoint(self)
 
@@ -319,17 +319,6 @@ def decision(fn=None, *, debias: str = "none", calibrate: bool = False, path: st
     return wrap(fn) if fn is not None else wrap
 
 
-def results_model(function: DecisionFunction) -> type[BaseModel]:
-    """The typed endpoint's answer: the value and each field's probabilities."""
-    return create_model(
-        f"{function.name}_decision",
-        value=(function.model, ...),
-        probabilities=(dict[str, dict[str, float]], ...),
-        confidence=(dict[str, float], ...),
-        label_mass=(dict[str, float], ...),
-    )
-
-
 # -- where a call runs ---------------------------------------------------------------------
 class _EngineDecider:
     def __init__(self, engine) -> None:
@@ -348,7 +337,7 @@ class _EngineDecider:
 def decider(engine=None):
     """Where a decision runs: an Engine, a server URL or DecisionServer, else the DSL's
     default (``prefillonly.use``)."""
-    from prefillonly_sgl.decisions.remote import DecisionServer
+    from prefillonly_sgl.dsl.decision_server import DecisionServer
     from prefillonly_sgl.engine import Engine
 
     if engine is None:

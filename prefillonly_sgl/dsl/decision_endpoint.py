@@ -11,12 +11,13 @@ context runs the call):
 
 from __future__ import annotations
 
-from prefillonly_sgl.decisions.function import DecisionFunction, results_model
+from pydantic import BaseModel, create_model
+
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.server.endpoints import EndpointSpec
 
 
-def decision_function_endpoint(function: DecisionFunction) -> EndpointSpec:
+def decision_function_endpoint(function) -> EndpointSpec:
     answer_model = results_model(function)
 
     async def handler(request, context):
@@ -43,7 +44,7 @@ def decision_function_endpoint(function: DecisionFunction) -> EndpointSpec:
     )
 
 
-def arguments_from(function: DecisionFunction, given, field: str) -> dict:
+def arguments_from(function, given, field: str) -> dict:
     """The function's arguments from a decision request's input / state."""
     params = function.inputs.params
     if isinstance(given, dict):
@@ -56,10 +57,12 @@ def arguments_from(function: DecisionFunction, given, field: str) -> dict:
     )
 
 
-def served_functions(modules) -> dict[str, DecisionFunction]:
-    found = {}
-    for module in modules:
-        for value in vars(module).values():
-            if isinstance(value, DecisionFunction):
-                found[value.name] = value
-    return found
+def results_model(function) -> type[BaseModel]:
+    """The typed endpoint's answer: the value and each field's probabilities."""
+    return create_model(
+        f"{function.name}_decision",
+        value=(function.model, ...),
+        probabilities=(dict[str, dict[str, float]], ...),
+        confidence=(dict[str, float], ...),
+        label_mass=(dict[str, float], ...),
+    )
