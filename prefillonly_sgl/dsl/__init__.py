@@ -12,13 +12,15 @@ A call flows: classifier.py / ranker.py validate the arguments into a job (job.p
 the backend runs it (backends.py chooses which: backend.py is the interface,
 local_backend.py an Engine here, remote_backend.py a server) -> probability rows -> typed
 results (results.py). Compiling a job: function.py (what both decorators share) with
-prompt.py (Prompt: shared prefix vs item; chat templates), labels.py (label sets -> each
-label's tokens in context, one or several), request.py (prompts grouped into score
+prompt.py (Prompt: shared prefix vs item; chat templates), ../labels.py (label sets ->
+each label's tokens in context, one or several), request.py (prompts grouped into score
 requests) and runner.py (sending them). signature.py validates inputs with pydantic. Over
 HTTP: app_models.py (the endpoint models), endpoint.py (`prefillonly serve --app`, server
 side), app_client.py (what RemoteBackend posts there), gateway_client.py (through SGLang's
 gateway: /v1/rerank, /v1/classify). calibration.py: contextual calibration of a
-classifier. Everything but the backends is plain Python.
+classifier. decision.py: @decision, typed questions about a state (decisions/ compiles
+them; decision_server.py sends them to any decisions server; decision_endpoint.py serves
+them). Everything but the backends is plain Python.
 """
 
 from prefillonly_sgl.dsl import calibration
