@@ -24,10 +24,10 @@ import torch
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 
-from prefillonly_sgl.kv.messages import with_reusable_len
-from prefillonly_sgl.scheduler.jct_model import DEFAULT
-from prefillonly_sgl.scheduler.settings import JctSettings
-from prefillonly_sgl.sglang_runtime.jct_scheduler.scheduler_process import JctSchedulePolicy
+from prefillonly_sgl.features.jct_scheduler.jct_model import DEFAULT
+from prefillonly_sgl.features.jct_scheduler.scheduler_process import JctSchedulePolicy
+from prefillonly_sgl.features.jct_scheduler.settings import JctSettings
+from prefillonly_sgl.features.prefill_kv.messages import with_reusable_len
 
 PROFILE_TOKENS = 1500
 ITEM_TOKENS = 100

@@ -9,9 +9,9 @@ from prefillonly_sgl.apis import builtin_endpoints
 from prefillonly_sgl.batch import cli as batch_cli
 from prefillonly_sgl.demos import drug_review_sentiment
 from prefillonly_sgl.engine import Engine, plan_memory
+from prefillonly_sgl.features.jct_scheduler import profiler
 from prefillonly_sgl.models.default_model import default_model_path
 from prefillonly_sgl.replicas import cli as replicas_cli
-from prefillonly_sgl.scheduler import profiler
 from prefillonly_sgl.server.endpoints import load_app_endpoints
 from prefillonly_sgl.server.options import (
     add_serve_options,

@@ -49,6 +49,16 @@ def resolve_dtype(model_path: str | Path, device: str, dtype: str | None) -> str
     return folder_dtype(model_path) or dtype
 
 
+def resolved_dtype(model_path: str | Path, dtype: str) -> str:
+    """dtype as the engine runs it, for keying what is measured per dtype (job-time
+    profiles, memory calibrations): "auto" is the folder's own (config.json)."""
+    if dtype != "auto":
+        return dtype
+    if not (Path(model_path) / "config.json").exists():
+        return "auto"
+    return folder_dtype(model_path) or "float32"
+
+
 def sglang_defaults(device: str) -> dict:
     """The ServerArgs fields prefillonly sets for `device` unless the user gave them (the
     Engine as keyword arguments, `serve` as flags: runtime_config.py)."""

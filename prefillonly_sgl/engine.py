@@ -26,10 +26,10 @@ from prefillonly_sgl import runtime_config
 from prefillonly_sgl.continuations import ContinuationResult
 from prefillonly_sgl.errors import EngineClosedError
 from prefillonly_sgl.features import STOCK_SGLANG  # noqa: F401  (re-exported)
-from prefillonly_sgl.hybrid.settings import HybridSettings
+from prefillonly_sgl.features.hybrid_prefill.settings import HybridSettings
+from prefillonly_sgl.features.jct_scheduler.settings import JctSettings
 from prefillonly_sgl.memory.budget import MemoryPlan
 from prefillonly_sgl.runtime_config import RuntimeConfig
-from prefillonly_sgl.scheduler.settings import JctSettings
 from prefillonly_sgl.score_result import ScoreResult
 from prefillonly_sgl.validation import ModelLimits, TextOrIds
 
@@ -78,7 +78,7 @@ class Engine:
     max_prompt_tokens: the longest prompt the memory budget must fit (default: the longest
         the engine accepts, the context less the few tokens SGLang keeps back).
     **settings: the features' switches and options above (the feature registry,
-        features.py, says which keywords are; runtime_config.py checks them together),
+        features/__init__.py, says which keywords are; runtime_config.py checks them together),
         and any other sglang ServerArgs field, passed through unchanged.
 
     The resolved configuration is ``engine.config`` (runtime_config.RuntimeConfig).
@@ -164,7 +164,7 @@ class Engine:
 
     @property
     def features(self) -> tuple[str, ...]:
-        """The runtime features this engine runs with (features.py), in order."""
+        """The runtime features this engine runs with (features/__init__.py), in order."""
         return self.config.features
 
     @property

@@ -30,7 +30,7 @@ HYBRID_LOG = "PREFILLONLY_HYBRID_LOG"
 # "0": prefill-only attention runs a batch's shared prefix once per request (A/B runs).
 SHARED_PREFIX_ATTENTION = "PREFILLONLY_SHARED_PREFIX_ATTENTION"
 # "1": hybrid prefilling's layer mode on CUDA attends through FlashInfer per query chunk
-# (attention/flashinfer_chunk.py), opt-in until that path has run on a GPU.
+# (features/prefill_attention/flashinfer_chunk.py), opt-in until that path has run on a GPU.
 CUDA_QUERY_CHUNKS = "PREFILLONLY_CUDA_QUERY_CHUNKS"
 
 VARIABLES = (
@@ -58,7 +58,7 @@ def read(name: str, environ: Mapping[str, str] | None = None) -> str | None:
 @dataclass(frozen=True)
 class ProcessSwitches:
     """The variables for people that hooks act on, read once per SGLang process (the
-    plugin, at load: sglang_runtime/process_state.py keeps them); hooks read them there,
+    plugin, at load: hooking/process_state.py keeps them); hooks read them there,
     never from the environment."""
 
     attention_log: str | None = None  # files the features' debugging logs append to

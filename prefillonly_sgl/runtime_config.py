@@ -262,7 +262,7 @@ def from_engine_args(
     **kwargs,
 ) -> tuple[RuntimeConfig, dict[str, Any]]:
     """Engine(...)'s arguments as (configuration, the other ServerArgs fields): a keyword
-    that is a feature's switch or option (features.py) is the configuration's, the rest
+    that is a feature's switch or option (features/__init__.py) is the configuration's, the rest
     goes to SGLang unchanged."""
     switch_args = {f.engine_arg for f in FEATURES.values()}
     config = resolve(

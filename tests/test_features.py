@@ -1,5 +1,5 @@
 """Which runtime features apply, from the Engine's switches and serve's flags: one set of
-rules (prefillonly_sgl/features.py), without SGLang."""
+rules (prefillonly_sgl/features/__init__.py), without SGLang."""
 
 from __future__ import annotations
 

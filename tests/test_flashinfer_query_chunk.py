@@ -8,9 +8,12 @@ import pytest
 import torch
 from test_prefill_attention_kernel import expected, make_batch
 
-from prefillonly_sgl.attention.flashinfer_chunk import FlashInferQueryChunk, chunk_pieces
-from prefillonly_sgl.attention.plan import Span, plan_query_chunk
-from prefillonly_sgl.hybrid.chunking import chunk_ranges
+from prefillonly_sgl.features.hybrid_prefill.chunking import chunk_ranges
+from prefillonly_sgl.features.prefill_attention.flashinfer_chunk import (
+    FlashInferQueryChunk,
+    chunk_pieces,
+)
+from prefillonly_sgl.features.prefill_attention.plan import Span, plan_query_chunk
 
 
 def test_pieces_and_indptrs_of_a_chunk():

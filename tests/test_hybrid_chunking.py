@@ -8,8 +8,12 @@ import pytest
 import torch
 from torch import nn
 
-from prefillonly_sgl.hybrid import chunking
-from prefillonly_sgl.hybrid.settings import DEFAULT_CHUNK_SIZE, LAYER_CHUNK_SIZE, HybridSettings
+from prefillonly_sgl.features.hybrid_prefill import chunking
+from prefillonly_sgl.features.hybrid_prefill.settings import (
+    DEFAULT_CHUNK_SIZE,
+    LAYER_CHUNK_SIZE,
+    HybridSettings,
+)
 
 HIDDEN, INTERMEDIATE, HEADS, HEAD_DIM = 32, 80, 4, 8
 

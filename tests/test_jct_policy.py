@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from prefillonly_sgl.scheduler import jct_model
-from prefillonly_sgl.scheduler.jct_model import JctModel, Sample
-from prefillonly_sgl.scheduler.policy import JctPolicy, Job
-from prefillonly_sgl.scheduler.prefix_marks import prefix_marks
-from prefillonly_sgl.scheduler.simulate import request, simulate
+from prefillonly_sgl.features.jct_scheduler import jct_model
+from prefillonly_sgl.features.jct_scheduler.jct_model import JctModel, Sample
+from prefillonly_sgl.features.jct_scheduler.policy import JctPolicy, Job
+from prefillonly_sgl.features.jct_scheduler.prefix_marks import prefix_marks
+from prefillonly_sgl.features.jct_scheduler.simulate import request, simulate
 
 # 0.1 s per batch + 1 ms per new token: easy to reason about.
 MODEL = JctModel(per_batch=0.1, per_token=0.001, per_token_cached=0.0)
@@ -123,7 +123,7 @@ class FirstComeFirstServed:
     model = MODEL
 
     def plan(self, jobs):
-        from prefillonly_sgl.scheduler.policy import Plan
+        from prefillonly_sgl.features.jct_scheduler.policy import Plan
 
         batch, budget = [], 4096
         for j in sorted(jobs, key=lambda j: -j.waited):
@@ -213,7 +213,7 @@ def test_the_waiting_set_is_kept_between_steps():
 
 
 def test_profile_key_ignores_features_that_leave_job_time_as_it_is(tmp_path):
-    from prefillonly_sgl.scheduler.profiles import profile_key
+    from prefillonly_sgl.features.jct_scheduler.profiles import profile_key
 
     (tmp_path / "config.json").write_text('{"torch_dtype": "bfloat16"}')
     base = profile_key(tmp_path, "cpu", "auto", ["prefill_attention", "prefill_kv"])
@@ -240,7 +240,7 @@ def test_the_built_in_models_pack_cache_hits_and_run_a_cold_profile_alone(dtype)
 
 
 def test_resolve_settings_takes_the_engines_dtype_model(tmp_path, monkeypatch):
-    from prefillonly_sgl.scheduler.settings import resolve_settings
+    from prefillonly_sgl.features.jct_scheduler.settings import resolve_settings
 
     monkeypatch.setenv("PREFILLONLY_CACHE", str(tmp_path / "cache"))  # no saved profiles
     (tmp_path / "config.json").write_text('{"torch_dtype": "float32"}')

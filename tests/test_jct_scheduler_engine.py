@@ -20,9 +20,9 @@ from conftest import max_abs_diff
 from prefillonly_sgl import Engine
 from prefillonly_sgl.cli import main
 from prefillonly_sgl.features import choose_features
-from prefillonly_sgl.scheduler.jct_model import DEFAULT, FitReport
-from prefillonly_sgl.scheduler.profiles import save_profile
-from prefillonly_sgl.scheduler.settings import resolve_settings
+from prefillonly_sgl.features.jct_scheduler.jct_model import DEFAULT, FitReport
+from prefillonly_sgl.features.jct_scheduler.profiles import save_profile
+from prefillonly_sgl.features.jct_scheduler.settings import resolve_settings
 
 pytestmark = pytest.mark.slow  # engines per scheduling policy
 

@@ -1,8 +1,8 @@
-"""Which tokens of a scoring request keep pool KV (prefillonly_sgl/kv/policy.py)."""
+"""Which tokens of a scoring request keep pool KV (features/prefill_kv/policy.py)."""
 
 from __future__ import annotations
 
-from prefillonly_sgl.kv.policy import (
+from prefillonly_sgl.features.prefill_kv.policy import (
     common_prefix_len,
     dropped_new_tokens,
     kept_new_tokens,

@@ -56,8 +56,13 @@ def _graph(packages: bool = False) -> dict[str, set[str]]:
 
 
 def _package_of(module: str) -> str:
-    """prefillonly_sgl.<first part>: a top-level module, or the subpackage holding it."""
-    return ".".join(module.split(".")[:2])
+    """prefillonly_sgl.<first part>: a top-level module, or the subpackage holding it; each
+    feature folder (prefillonly_sgl.features.<name>) is a package of its own, beside the
+    registry (prefillonly_sgl.features itself)."""
+    parts = module.split(".")
+    if parts[:2] == ["prefillonly_sgl", "features"] and len(parts) > 2:
+        return ".".join(parts[:3])
+    return ".".join(parts[:2])
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:

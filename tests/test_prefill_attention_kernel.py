@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 import torch
 
-from prefillonly_sgl.attention.cpu_extend import ExtendAttention, tail_mask
-from prefillonly_sgl.attention.plan import (
+from prefillonly_sgl.features.prefill_attention.cpu_extend import ExtendAttention, tail_mask
+from prefillonly_sgl.features.prefill_attention.plan import (
     Limits,
     MaskKind,
     Span,

@@ -17,7 +17,7 @@ def test_feature_is_declared_and_resolves():
 def test_register_replaces_factories_by_name_and_keeps_stock_ones():
     from sglang.srt.layers.attention import attention_registry as registry
 
-    from prefillonly_sgl.sglang_runtime.prefill_attention import torch_backend as ours
+    from prefillonly_sgl.features.prefill_attention import scheduler_torch_backend as ours
 
     saved = dict(registry.ATTENTION_BACKENDS)
     try:

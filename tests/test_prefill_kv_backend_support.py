@@ -15,11 +15,13 @@ import torch
 from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
 
-from prefillonly_sgl.sglang_runtime.prefill_attention.flashinfer_backend import (
+from prefillonly_sgl.features.prefill_attention.scheduler_flashinfer_backend import (
     flashinfer_pool_reads,
 )
-from prefillonly_sgl.sglang_runtime.prefill_attention.torch_backend import PrefillOnlyTorchBackend
-from prefillonly_sgl.sglang_runtime.prefill_kv import scheduler_process
+from prefillonly_sgl.features.prefill_attention.scheduler_torch_backend import (
+    PrefillOnlyTorchBackend,
+)
+from prefillonly_sgl.features.prefill_kv import scheduler_process
 
 RAGGED_ALWAYS = dict(
     is_multimodal=False,
@@ -117,7 +119,7 @@ def test_scheduler_decision():
 
 
 def test_only_rows_with_a_pool_slot_are_written(monkeypatch):
-    from prefillonly_sgl.sglang_runtime.prefill_attention.torch_backend import _kept_rows
+    from prefillonly_sgl.features.prefill_attention.scheduler_torch_backend import _kept_rows
 
     loc = torch.tensor([7, 8, 0, 0, 9, 0])  # DROPPED_SLOT (0): KV dropped by prefill-only KV
     monkeypatch.setattr(scheduler_process.STATE, "active", True)
@@ -128,7 +130,7 @@ def test_only_rows_with_a_pool_slot_are_written(monkeypatch):
 
 
 def test_stock_fallback_refuses_tokens_without_pool_kv(monkeypatch):
-    from prefillonly_sgl.sglang_runtime.prefill_attention.torch_backend import (
+    from prefillonly_sgl.features.prefill_attention.scheduler_torch_backend import (
         _refuse_dropped_tokens,
     )
 
@@ -144,7 +146,7 @@ def test_stock_fallback_refuses_tokens_without_pool_kv(monkeypatch):
 def test_flashinfer_refuses_a_paged_only_plan_under_prefill_only_kv(monkeypatch):
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    from prefillonly_sgl.sglang_runtime.prefill_attention.flashinfer_backend import (
+    from prefillonly_sgl.features.prefill_attention.scheduler_flashinfer_backend import (
         PrefillOnlyFlashInferBackend,
     )
 

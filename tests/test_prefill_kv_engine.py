@@ -21,8 +21,8 @@ from conftest import max_abs_diff
 from prefillonly_sgl import STOCK_SGLANG, Engine
 from prefillonly_sgl.environment import ATTENTION_LOG as LOG_ENV
 from prefillonly_sgl.errors import InvalidRequestError
-from prefillonly_sgl.kv.messages import REUSABLE_LEN_KEY
-from prefillonly_sgl.kv.policy import common_prefix_len, reusable_prefix_len
+from prefillonly_sgl.features.prefill_kv.messages import REUSABLE_LEN_KEY
+from prefillonly_sgl.features.prefill_kv.policy import common_prefix_len, reusable_prefix_len
 from prefillonly_sgl.reference import TransformersReference
 
 TOLERANCE = 1e-4

@@ -5,9 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from prefillonly_sgl.prompt_logprobs.plan import caches_prompt_logprobs, splice, table_positions
-from prefillonly_sgl.prompt_logprobs.settings import PromptLogprobSettings
-from prefillonly_sgl.prompt_logprobs.table import MAX_TOP_K, CachedRows, PositionTable
+from prefillonly_sgl.features.prompt_logprobs.plan import (
+    caches_prompt_logprobs,
+    splice,
+    table_positions,
+)
+from prefillonly_sgl.features.prompt_logprobs.settings import PromptLogprobSettings
+from prefillonly_sgl.features.prompt_logprobs.table import MAX_TOP_K, CachedRows, PositionTable
 
 ECHO = dict(
     return_logprob=True, logprob_start_len=0, top_logprobs_num=1, named_token_ids=None,

@@ -1,5 +1,5 @@
-"""Attention in query chunks (a layer run in chunks, hybrid/layer_chunks.py), on random
-tensors (no SGLang): every chunk's rows equal a naive full causal attention over each
+"""Attention in query chunks (a layer run in chunks, features/hybrid_prefill/layer_chunks.py),
+on random tensors (no SGLang): every chunk's rows equal a naive full causal attention over each
 request's prefix + new tokens (float32, 1e-5), whatever the chunk size: chunks cutting a
 long request in several, chunks holding several requests, cached prefixes, GQA."""
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 from test_prefill_attention_kernel import expected, make_batch
 
-from prefillonly_sgl.attention.plan import Span, plan_query_chunk
-from prefillonly_sgl.attention.query_chunk import QueryChunkAttention
-from prefillonly_sgl.hybrid.chunking import chunk_ranges
+from prefillonly_sgl.features.hybrid_prefill.chunking import chunk_ranges
+from prefillonly_sgl.features.prefill_attention.plan import Span, plan_query_chunk
+from prefillonly_sgl.features.prefill_attention.query_chunk import QueryChunkAttention
 
 
 def test_the_plan_splits_a_chunk_by_request():

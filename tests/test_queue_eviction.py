@@ -1,4 +1,4 @@
-"""Queue-aware eviction as plain Python (scheduler/eviction.py, no SGLang): the order
+"""Queue-aware eviction as plain Python (features/jct_scheduler/eviction.py, no SGLang): the order
 prefixes are given up in, the release of every protection, when a batch waits for cache
 hits, what the JCT policy tells it, and a simulated overloaded recommendation queue where
 it keeps more of the prompt tokens cached than SGLang's least-recently-used order."""
@@ -10,18 +10,18 @@ import random
 import pytest
 
 from prefillonly_sgl.features import FEATURES
-from prefillonly_sgl.scheduler.eviction import (
+from prefillonly_sgl.features.jct_scheduler.eviction import (
     DEFER_LIMIT,
     EVICTION_POLICIES,
     defer_for_hits,
     evict_protected_last,
     release_order,
 )
-from prefillonly_sgl.scheduler.jct_model import DEFAULT, JctModel
-from prefillonly_sgl.scheduler.policy import JctPolicy, Job
-from prefillonly_sgl.scheduler.prefix_marks import prefix_marks
-from prefillonly_sgl.scheduler.settings import JctSettings
-from prefillonly_sgl.scheduler.simulate import request, simulate
+from prefillonly_sgl.features.jct_scheduler.jct_model import DEFAULT, JctModel
+from prefillonly_sgl.features.jct_scheduler.policy import JctPolicy, Job
+from prefillonly_sgl.features.jct_scheduler.prefix_marks import prefix_marks
+from prefillonly_sgl.features.jct_scheduler.settings import JctSettings
+from prefillonly_sgl.features.jct_scheduler.simulate import request, simulate
 
 
 class LruCache:

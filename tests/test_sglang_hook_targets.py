@@ -63,8 +63,9 @@ def test_plugin_entry_point_is_installed():
 
 def test_plugin_is_inert_without_the_runtime_configuration(monkeypatch):
     from prefillonly_sgl import environment
+    from prefillonly_sgl.hooking import process_state
     from prefillonly_sgl.runtime_config import WorkerConfig
-    from prefillonly_sgl.sglang_runtime import plugin, process_state
+    from prefillonly_sgl.sglang_runtime import plugin
 
     monkeypatch.delenv(environment.RUNTIME_CONFIG, raising=False)
     before = process_state.current().config
@@ -78,17 +79,19 @@ def test_plugin_is_inert_without_the_runtime_configuration(monkeypatch):
 
 def hook_tables() -> dict[str, dict]:
     """Every hook table (hooks.py: a module-level dict named *HOOKS) in the modules under
-    sglang_runtime/, found by importing them all: none is left out by hand."""
+    sglang_runtime/ and features/, found by importing them all: none is left out by hand."""
     import pkgutil
 
-    import prefillonly_sgl.sglang_runtime as package
+    import prefillonly_sgl.features as features
+    import prefillonly_sgl.sglang_runtime as runtime
 
     tables = {}
-    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-        module = importlib.import_module(info.name)
-        for name, value in vars(module).items():
-            if name.endswith("HOOKS") and isinstance(value, dict):
-                tables[f"{info.name}.{name}"] = value
+    for package in (runtime, features):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            module = importlib.import_module(info.name)
+            for name, value in vars(module).items():
+                if name.endswith("HOOKS") and isinstance(value, dict):
+                    tables[f"{info.name}.{name}"] = value
     return tables
 
 
@@ -98,7 +101,7 @@ def test_every_hook_table_target_is_listed():
     from sglang.srt.plugins.hook_registry import HookType
 
     tables = hook_tables()
-    assert "prefillonly_sgl.sglang_runtime.prompt_logprobs.scheduler_process.HOOKS" in tables
+    assert "prefillonly_sgl.features.prompt_logprobs.scheduler_process.HOOKS" in tables
     assert len(tables) >= 11
     for name, table in tables.items():
         for target, (hook_type, hook) in table.items():

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from prefillonly_sgl.errors import InvalidRequestError
-from prefillonly_sgl.kv.policy import runs_one_forward
+from prefillonly_sgl.features.prefill_kv.policy import runs_one_forward
 from prefillonly_sgl.single_token.logprobs import text_offsets, top_rows
 from prefillonly_sgl.single_token.prefix import (
     WHOLE_PROMPT,

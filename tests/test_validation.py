@@ -70,7 +70,7 @@ def test_score_prompts_have_their_own_limit_when_given():
 
 
 def test_limits_come_from_the_schedulers_start_up_info():
-    from prefillonly_sgl.kv.messages import SCORING_LIMIT_KEY as SCHEDULER_INFO_KEY
+    from prefillonly_sgl.features.prefill_kv.messages import SCORING_LIMIT_KEY as SCHEDULER_INFO_KEY
     from prefillonly_sgl.sglang_runtime.model_limits import limits_from_scheduler_info
 
     # SGLang refuses len >= max_req_input_len: the longest accepted prompt is one less.

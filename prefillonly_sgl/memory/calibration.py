@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from prefillonly_sgl.device_defaults import resolved_dtype
 from prefillonly_sgl.environment import MEMORY_PROBE as PROBE_ENV
 from prefillonly_sgl.memory.budget import (
     Measurement,
@@ -29,7 +30,6 @@ from prefillonly_sgl.memory.budget import (
     mib,
     plan_pool,
 )
-from prefillonly_sgl.scheduler.profiles import resolved_dtype
 
 FORMAT = 1
 # Pool of the calibration engine when the prompt keeps no pool KV (prefill-only KV): its

@@ -12,7 +12,7 @@
   (from the runtime configuration, read once into process_state.py, where hooks read it);
   hooks.py: their hook tables. Features, one folder each: prefill_attention/ (attention
   backends), prefill_kv/ with reusable_prefix.py (its tokenizer-process side, which the
-  JCT scheduler reads too), jct_scheduler/, hybrid_prefill/, prompt_logprobs/ (one module
+  JCT scheduler reads too), jct_scheduler/, hybrid_prefill/, features/prompt_logprobs/ (one module
   per process); memory_probe/ (the memory budget's peak) and forward_profile/
   (benchmarks) measure. single_token.py and tokenizer_endpoints.py are the OpenAI doors
   of the server (always on, no feature switch).

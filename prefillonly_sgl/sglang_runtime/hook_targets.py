@@ -89,7 +89,7 @@ HOOK_TARGETS: dict[str, str] = {
     # -- plugin mechanism --
     "sglang.srt.plugins.load_plugins": "runs our entry point in every SGLang process",
     "sglang.srt.plugins.hook_registry.HookRegistry.register": "how runtime patches attach",
-    # -- prefill-only attention (sglang_runtime/prefill_attention/torch_backend.py) --
+    # -- prefill-only attention (features/prefill_attention/scheduler_torch_backend.py) --
     "sglang.srt.layers.attention.attention_registry.register_attention_backend": (
         "re-registers the names torch_native and flashinfer with our backend factories"
     ),
@@ -119,13 +119,13 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool.set_kv_buffer": "saves new KV",
     "sglang.srt.layers.radix_attention.AttentionType.ENCODER_ONLY": "left to stock",
     "sglang.srt.runtime_context.get_spec": "speculative decoding -> stock flashinfer factory",
-    # -- hook tables (sglang_runtime/hooks.py) --
+    # -- hook tables (hooking/hooks.py) --
     "sglang.srt.plugins.hook_registry.HookType": "AROUND / AFTER: a table's hook types",
     "sglang.srt.plugins.hook_registry.HookRegistry.apply_hooks": (
         "hooks.apply_hooks_now: hooks needed in a process whose plugins already loaded "
         "(prefill_kv's tokenizer side, the shutdown hook)"
     ),
-    # -- prefill-only KV (sglang_runtime/prefill_kv/), all via HookRegistry --
+    # -- prefill-only KV (features/prefill_kv/), all via HookRegistry --
     # (reusable_prefix.py, tokenizer process: for prefill_kv and jct_scheduler)
     "sglang.srt.managers.tokenizer_manager_score_mixin.TokenizerManagerScoreMixin"
     ".score_request": "AROUND: tokenizes the query once per score call (contextvar)",
@@ -204,7 +204,8 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.layers.attention.flashinfer_backend.FlashInferAttnBackend.init_forward_metadata": (
         "decides use_ragged; overridden to refuse a paged-only plan under prefill_kv "
-        "(prefill_attention/flashinfer_backend.flashinfer_pool_reads mirrors its conditions)"
+        "(prefill_attention/scheduler_flashinfer_backend.flashinfer_pool_reads mirrors its "
+        "conditions)"
     ),
     "sglang.srt.layers.attention.flashinfer_backend.FlashInferAttnBackend.forward_extend": (
         "stock: ragged over new k/v in hand + paged over the cached prefix"
@@ -228,7 +229,7 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.managers.utils.validate_input_length": (
         "AROUND: scoring prompts may exceed the pool (the kept prefix is clamped to it "
-        "where R is read, kv/policy.clamp_reusable_len)"
+        "where R is read, features/prefill_kv/policy.clamp_reusable_len)"
     ),
     "sglang.srt.managers.schedule_policy.PrefillAdder.add_one_req": (
         "AROUND: charges the pool for kept tokens only; such requests are never chunked"
@@ -244,7 +245,7 @@ HOOK_TARGETS: dict[str, str] = {
         "AROUND: real slots for kept tokens only, DROPPED_SLOT (never allocated) for the rest"
     ),
     "sglang.srt.mem_cache.allocator.token.TokenToKVPoolAllocator": "the only pool handled",
-    # -- JCT scheduler (sglang_runtime/jct_scheduler/scheduler_process.py) --
+    # -- JCT scheduler (features/jct_scheduler/scheduler_process.py) --
     "sglang.srt.managers.scheduler.Scheduler.init_schedule_policy": (
         "AFTER: the scheduler's SchedulePolicy becomes JctSchedulePolicy"
     ),
@@ -295,9 +296,10 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.observability.req_time_stats.SchedulerReqTimeStats.set_wait_queue_entry_time": (
         "Req.time_stats.wait_queue_entry_time (perf_counter seconds): when it joined"
     ),
-    # -- hybrid prefilling (sglang_runtime/hybrid_prefill/scheduler_process.py) --
+    # -- hybrid prefilling (features/hybrid_prefill/scheduler_process.py) --
     "sglang.srt.model_executor.model_runner.ModelRunner.load_model": (
-        "AFTER: the loaded model's token-wise modules run chunk by chunk (hybrid/chunking.py)"
+        "AFTER: the loaded model's token-wise modules run chunk by chunk "
+        "(features/hybrid_prefill/chunking.py)"
     ),
     "sglang.srt.layers.layernorm.RMSNorm": (
         "chunked: forward(x[, residual[, post_residual_addition]]), attribute variance_epsilon"
@@ -308,7 +310,8 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.models.llama.LlamaMLP": "chunked: a gated MLP (gate_up_proj, down_proj)",
     "sglang.srt.models.qwen2.Qwen2MLP": "chunked: a gated MLP (gate_up_proj, down_proj)",
     "sglang.srt.models.llama.LlamaDecoderLayer.forward": (
-        "replaced per instance in mode 'layer' (hybrid/layer_chunks.py): (positions, "
+        "replaced per instance in mode 'layer' (features/hybrid_prefill/layer_chunks.py): "
+        "(positions, "
         "hidden_states, forward_batch, capture_output) -> hidden_states; input_layernorm, "
         "self_attn.{qkv_proj, q_size, kv_size, rotary_emb, attn, o_proj}, "
         "post_attention_layernorm, mlp(x, forward_batch=)"
@@ -337,10 +340,10 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.mem_cache.common.release_kv_cache": (
         "stock; caches and frees [0, kv_committed_len), hence the boundary above; BEFORE "
-        "(prompt_logprobs/scheduler_process.py): an echo request's KV slots, read before "
+        "(features/prompt_logprobs/scheduler_process.py): an echo request's KV slots, read before "
         "its row goes"
     ),
-    # -- prompt logprobs (sglang_runtime/prompt_logprobs/scheduler_process.py, scheduler) --
+    # -- prompt logprobs (features/prompt_logprobs/scheduler_process.py, scheduler) --
     "sglang.srt.managers.schedule_batch.Req.init_next_round_input": (
         "AROUND: an echo request matches uncapped, then extends from the positions whose "
         "entries the side table holds (its logprob_start_len becomes that length); "

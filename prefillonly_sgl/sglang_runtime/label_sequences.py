@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import asyncio
 
+from prefillonly_sgl.features.prefill_kv.tokenizer_process import keep_whole_prompts
 from prefillonly_sgl.label_trie import LabelTrie, label_scores, sequence_logprobs
-from prefillonly_sgl.sglang_runtime.reusable_prefix import keep_whole_prompts
 from prefillonly_sgl.validation import TextOrIds
 
 

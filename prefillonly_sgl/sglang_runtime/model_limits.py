@@ -4,7 +4,7 @@ HTTP server refuse exactly what the scheduler would refuse."""
 
 from __future__ import annotations
 
-from prefillonly_sgl.kv.messages import scoring_limit_in
+from prefillonly_sgl.features.prefill_kv.messages import scoring_limit_in
 from prefillonly_sgl.validation import ModelLimits
 
 

@@ -28,7 +28,7 @@ import sys
 import psutil
 
 from prefillonly_sgl.errors import EngineStartError
-from prefillonly_sgl.sglang_runtime.hooks import apply_hooks_now
+from prefillonly_sgl.hooking.hooks import apply_hooks_now
 from prefillonly_sgl.validation import ModelLimits
 
 # The processes of the engine this thread is shutting down; None outside a shutdown.

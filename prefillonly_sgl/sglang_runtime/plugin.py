@@ -9,7 +9,7 @@ unless the process was started by prefillonly (``prefillonly_sgl.Engine`` or ``p
 serve``), which puts the resolved runtime configuration's worker part in the environment
 (``runtime_enabled``); spawned workers inherit it. Each process reads it once, here, and
 keeps it in process_state.py, then calls the register function of every feature it names
-(features.py). Stock SGLang
+(features/__init__.py). Stock SGLang
 stays stock, which the benchmarks rely on.
 """
 
@@ -23,8 +23,8 @@ import os
 
 from prefillonly_sgl import environment
 from prefillonly_sgl.features import FEATURES
+from prefillonly_sgl.hooking import process_state
 from prefillonly_sgl.runtime_config import RuntimeConfig, WorkerConfig
-from prefillonly_sgl.sglang_runtime import process_state
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +49,10 @@ def runtime_enabled(config: RuntimeConfig):
     try:
         if config.needs_tokenizer_hooks:
             # Tokenizer-side hooks run in this (the main) process, where SGLang's plugin
-            # loader may already have run (see reusable_prefix.install_in_this_process).
-            from prefillonly_sgl.sglang_runtime import reusable_prefix
+            # loader may already have run (see tokenizer_process.install_in_this_process).
+            from prefillonly_sgl.features.prefill_kv import tokenizer_process
 
-            reusable_prefix.install_in_this_process()
+            tokenizer_process.install_in_this_process()
         yield
     finally:
         for name, value in saved.items():

@@ -241,7 +241,7 @@ AFTER_HOOKS = {
 
 def install_in_this_process(mark_prefixes: bool) -> None:
     """The serving hooks, applied now (serve calls it before SGLang starts)."""
-    from prefillonly_sgl.sglang_runtime.hooks import apply_hooks_now, register_hooks
+    from prefillonly_sgl.hooking.hooks import apply_hooks_now, register_hooks
 
     _MARK_PREFIXES["on"] = mark_prefixes
     register_hooks(HOOK_TABLE_NAME, HOOKS)  # applied with the next table, at once

@@ -29,7 +29,7 @@ HOOKS = {f"{_DETOKENIZE}._handle_non_streaming_request": ("AROUND", _around_deto
 def install(app, tokenizer_manager) -> None:
     """GET /tokenizer_info on `app`, and the /detokenize hook in this process.
     tokenizer_manager: a callable giving the running TokenizerManager."""
-    from prefillonly_sgl.sglang_runtime.hooks import apply_hooks_now
+    from prefillonly_sgl.hooking.hooks import apply_hooks_now
 
     apply_hooks_now(HOOK_TABLE_NAME, HOOKS)
 

@@ -1,7 +1,7 @@
 """The reusable prefix of a single-token OpenAI request (plain Python, no SGLang).
 
 What later requests can reuse is kept in the prefix cache; the rest of the prompt gets no
-KV beyond its own forward (kv/policy.py). Per door:
+KV beyond its own forward (features/prefill_kv/policy.py). Per door:
 
 - chat: the rendered template of every message before the last (system prompt, few-shot
   turns), i.e. the prompt up to where the last message starts. The template is rendered
@@ -15,7 +15,7 @@ KV beyond its own forward (kv/policy.py). Per door:
 
 The prefix travels from the HTTP handler to the tokenizer hook inside the request's
 `custom_params` (PREFIX_IDS_KEY, main process only); the hook replaces it by R
-(kv/messages.py), the value the scheduler reads.
+(features/prefill_kv/messages.py), the value the scheduler reads.
 """
 
 from __future__ import annotations

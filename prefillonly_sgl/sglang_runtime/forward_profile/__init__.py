@@ -11,7 +11,7 @@ forward.
 
 from __future__ import annotations
 
-from prefillonly_sgl.sglang_runtime.hooks import register_hooks
+from prefillonly_sgl.hooking.hooks import register_hooks
 
 
 def register() -> None:

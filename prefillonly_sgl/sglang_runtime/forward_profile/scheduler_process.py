@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 
-from prefillonly_sgl.sglang_runtime import process_state
+from prefillonly_sgl.hooking import process_state
 
 # SGLang module class name -> kind. Leaves only (a linear layer inside an MLP is timed as
 # "linear", the MLP itself not at all).

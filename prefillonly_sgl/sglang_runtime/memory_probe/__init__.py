@@ -8,7 +8,7 @@ just before it and the peak during it. Set only by the memory-budget calibration
 
 from __future__ import annotations
 
-from prefillonly_sgl.sglang_runtime.hooks import register_hooks
+from prefillonly_sgl.hooking.hooks import register_hooks
 
 
 def register() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 
-from prefillonly_sgl.sglang_runtime import process_state
+from prefillonly_sgl.hooking import process_state
 
 
 def _status_bytes(field: str) -> int:

@@ -1,0 +1,91 @@
+"""The JCT scheduler's settings (plain Python): resolved once from the Engine's arguments
+or serve's flags (feature option jct_aging / jct_profile, features/__init__.py) and shipped to
+SGLang's scheduler process inside the runtime configuration (runtime_config.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from prefillonly_sgl.device_defaults import resolved_dtype
+from prefillonly_sgl.features import JCT_POLICY  # noqa: F401  (re-exported)
+from prefillonly_sgl.features.jct_scheduler.eviction import DEFAULT_EVICTION, EVICTION_POLICIES
+from prefillonly_sgl.features.jct_scheduler.jct_model import DEFAULT, JctModel, default_model
+from prefillonly_sgl.features.jct_scheduler.policy import (
+    DEFAULT_AGING,
+    DEFAULT_LONG_FACTOR,
+    DEFAULT_SIZE_RATIO,
+)
+from prefillonly_sgl.features.jct_scheduler.profiles import find_profile, load_profile, profile_key
+
+
+@dataclass(frozen=True)
+class JctSettings:
+    model: JctModel = DEFAULT
+    aging: float = DEFAULT_AGING
+    long_factor: float = DEFAULT_LONG_FACTOR
+    size_ratio: float = DEFAULT_SIZE_RATIO
+    eviction: str = DEFAULT_EVICTION  # eviction.py
+
+    def __post_init__(self) -> None:
+        if self.eviction not in EVICTION_POLICIES:
+            raise ValueError(
+                f"JCT eviction must be one of {', '.join(EVICTION_POLICIES)}, got {self.eviction!r}"
+            )
+        if not self.aging >= 0:
+            raise ValueError(f"JCT aging must be >= 0 (seconds per second waited): {self.aging}")
+        if not self.long_factor > 0 or not self.size_ratio >= 1:
+            raise ValueError(
+                f"JCT long_factor must be > 0 and size_ratio >= 1, got {self.long_factor}, "
+                f"{self.size_ratio}"
+            )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> JctSettings:
+        return cls(**{**values, "model": JctModel(**values["model"])})
+
+    @classmethod
+    def resolve(
+        cls, context, jct_aging: float | None = None, jct_profile=None, jct_eviction=None
+    ) -> JctSettings:
+        """The feature registry's resolver (features/__init__.py): `context` is runtime_config's
+        FeatureContext (model, device, dtype, features)."""
+        return resolve_settings(
+            context.model_path,
+            context.device,
+            context.dtype,
+            context.features,
+            jct_aging,
+            jct_profile,
+            jct_eviction,
+        )
+
+
+def resolve_settings(
+    model_path: str | Path,
+    device: str,
+    dtype: str,
+    features,
+    aging: float | None = None,
+    profile: str | Path | None = None,
+    eviction: str | None = None,
+) -> JctSettings:
+    """The settings an engine starts with: the profile given, else the saved profile of
+    this model / device / dtype / runtime features (`prefillonly profile` writes it), else
+    the built-in model of that dtype; aging None: DEFAULT_AGING; eviction None:
+    DEFAULT_EVICTION."""
+    if profile is not None:
+        model = load_profile(profile)
+    else:
+        model = find_profile(profile_key(model_path, device, dtype, features)) or default_model(
+            resolved_dtype(model_path, dtype)
+        )
+    return JctSettings(
+        model=model,
+        aging=DEFAULT_AGING if aging is None else aging,
+        eviction=eviction or DEFAULT_EVICTION,
+    )

@@ -1,0 +1,21 @@
+"""Prefill-only attention (feature "prefill_attention"): attention for the new tokens
+only, against the cached prefix read from the pool (docs/prefill_attention.md).
+
+    plan.py                          how an extend batch is cut into SDPA calls (plain)
+    cpu_extend.py                    the CPU kernel: new tokens only, fused SDPA (torch)
+    query_chunk.py                   one query chunk of a batch (hybrid prefilling's layers)
+    flashinfer_chunk.py              the same with FlashInfer's ragged prefill on CUDA
+    scheduler_torch_backend.py       the CPU backend (under torch_native's name), in the
+                                     scheduler process; registers the GPU one too
+    scheduler_flashinfer_backend.py  the GPU subclass (FlashInfer's name): what prefill-only
+                                     KV needs on top of stock FlashInfer
+"""
+
+from __future__ import annotations
+
+
+def register() -> None:
+    """Plugin entry (every SGLang process)."""
+    from prefillonly_sgl.features.prefill_attention import scheduler_torch_backend
+
+    scheduler_torch_backend.register()

@@ -1,0 +1,157 @@
+"""GPU side of the prefill-only attention backend (imported only on a CUDA engine).
+
+Stock FlashInferAttnBackend already computes only what is new in an extend batch: ragged
+attention of the new tokens over their own k / v (causal), merged by log-sum-exp with
+paged attention over the cached prefix in the pool (`use_ragged`). That is issue 6's
+"attention of new tokens only", so the forward itself is stock.
+
+What this subclass adds is prefill-only KV (prefill_kv/) on GPU: a scoring request's
+tokens after its reusable prefix get DROPPED_SLOT instead of a real slot, so attention
+must never read new tokens back from the pool. The ragged path never does (new k / v in
+hand; the paged part covers only the cached prefix, which is always real); FlashInfer's
+paged-only path does (it writes the new k / v to the pool, then reads the whole sequence
+from it). `prefill_only_kv_unsupported()` names the configurations where FlashInfer takes
+the paged-only path, and prefill_kv keeps every request stock there. As a last line of
+defence, an extend batch planned without ragged while prefill-only KV is active raises
+instead of returning wrong probabilities.
+
+Hybrid prefilling's layers in query chunks (features/hybrid_prefill/layer_chunks.py) attend through
+forward_query_chunk: FlashInfer's ragged prefill over a query range (qo_indptr) merged with
+the paged prefix, flashinfer_chunk.py. Opt-in (PREFILLONLY_CUDA_QUERY_CHUNKS=1)
+until tests/test_flashinfer_query_chunk.py has passed on a GPU: scores must not come from
+a kernel path nobody has run; without it the layers keep SGLang's forward (with the
+token-wise chunks of mode "token").
+
+Not run on a GPU yet (no GPU was lent to this project's sessions); the decision logic
+is tested on CPU (tests/test_prefill_kv_backend_support.py) and tests/test_gpu_engine.py
+runs the parity checks wherever CUDA is present.
+"""
+
+from __future__ import annotations
+
+from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
+from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+from prefillonly_sgl.features.prefill_attention.flashinfer_chunk import FlashInferQueryChunk
+from prefillonly_sgl.features.prefill_attention.plan import Span, plan_query_chunk
+from prefillonly_sgl.features.prefill_kv.policy import DROPPED_SLOT
+from prefillonly_sgl.hooking import process_state
+
+# The forward modes prefill-only KV requests run in (no speculative / dLLM modes here).
+_PLAIN_EXTEND = (ForwardMode.EXTEND, ForwardMode.MIXED)
+
+
+def flashinfer_pool_reads(backend, prefill_graph_backend: str | None) -> str | None:
+    """Why this FlashInfer backend would read new tokens' k / v from the pool in an extend
+    batch (its paged-only path), or None when every extend batch runs ragged + paged-prefix.
+    Mirrors FlashInferAttnBackend.init_forward_metadata / forward_extend of SGLang 0.5.23."""
+    checks = (
+        (backend.is_multimodal, "multimodal models use the paged-only prefill"),
+        (backend.enable_mis, "multi-item scoring (--enable-mis) uses the paged-only prefill"),
+        (backend.enable_deterministic, "deterministic inference uses the paged-only prefill"),
+        (backend.use_paged, "SGLANG_FLASHINFER_USE_PAGED forces the paged-only prefill"),
+        (backend.num_wrappers != 1, "sliding-window / cross-attention models use two wrappers"),
+        (backend.use_sliding_window_kv_pool, "the sliding-window KV pool is not handled"),
+        (backend.prefill_uses_dequant_workspace, "the FP4 dequant workspace reads the pool"),
+        (backend.is_dllm_model, "dLLM extend batches are not handled"),
+        (
+            prefill_graph_backend in ("full", "tc_piecewise"),
+            f"the {prefill_graph_backend} prefill CUDA graph plans the paged-only prefill",
+        ),
+    )
+    return next((why for failed, why in checks if failed), None)
+
+
+def _prefill_graph_backend() -> str | None:
+    from sglang.srt.model_executor.cuda_graph_config import Backend, Phase
+    from sglang.srt.model_executor.cuda_graph_config import check_cuda_graph_backend as check
+
+    return next((b for b in (Backend.FULL, Backend.TC_PIECEWISE) if check(Phase.PREFILL, b)), None)
+
+
+class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
+    def prefill_only_kv_unsupported(self) -> str | None:
+        """prefill_kv's question to the prefill backend (see the module docstring)."""
+        return flashinfer_pool_reads(self, _prefill_graph_backend())
+
+    def init_forward_metadata(self, forward_batch) -> None:
+        super().init_forward_metadata(forward_batch)
+        self._query_chunks = {}
+        self._chunk_spans = None
+        self._chunk_wrappers = {}
+        paged_only = forward_batch.forward_mode in _PLAIN_EXTEND and not getattr(
+            self.forward_metadata, "use_ragged", True
+        )
+        if paged_only and _drops_kv():
+            raise RuntimeError(
+                "prefill-only KV is active but FlashInfer planned its paged-only prefill, "
+                "which would read dropped tokens from the KV pool; start with "
+                "--disable-prefill-only-kv (Engine(prefill_only_kv=False)) and report "
+                "this configuration"
+            )
+
+    def supports_query_chunks(self, forward_batch) -> bool:
+        """Whether this extend batch's layers may run in query chunks: a plain ragged +
+        paged-prefix extend (what forward_query_chunk reproduces per chunk)."""
+        return (
+            process_state.current().switches.cuda_query_chunks
+            and forward_batch.forward_mode in _PLAIN_EXTEND
+            and getattr(self.forward_metadata, "use_ragged", False)
+            and flashinfer_pool_reads(self, _prefill_graph_backend()) is None
+        )
+
+    def forward_query_chunk(self, q, k_all, v_all, layer, forward_batch, start, end):
+        """forward_extend for the batch's rows [start, end) of a layer run in query chunks
+        (the CPU backend's method of the same name, with FlashInfer)."""
+        loc = forward_batch.out_cache_loc[start:end]
+        k_new, v_new = k_all[start:end], v_all[start:end]
+        if _drops_kv():
+            kept = loc != DROPPED_SLOT
+            loc, k_new, v_new = loc[kept], k_new[kept], v_new[kept]
+        if loc.numel():
+            self.token_to_kv_pool.set_kv_buffer(
+                layer, KVWriteLoc(loc, None), k_new, v_new, *self._kv_write_scales(layer)
+            )
+        chunk = self._query_chunks.get((start, end))
+        if chunk is None:
+            spans, slots = self._spans(forward_batch)
+            chunk = FlashInferQueryChunk(
+                plan_query_chunk(spans, start, end),
+                spans,
+                slots,
+                self.workspace_buffer,
+                self._chunk_wrappers,
+            )
+            self._query_chunks[start, end] = chunk
+        k_pool, v_pool = self.token_to_kv_pool.get_kv_buffer(layer.layer_id)
+        o = chunk(
+            q.view(end - start, layer.tp_q_head_num, layer.head_dim),
+            k_all,
+            v_all,
+            k_pool,
+            v_pool,
+            layer.scaling,
+        )
+        return o.view(end - start, layer.tp_q_head_num * layer.head_dim)
+
+    def _spans(self, forward_batch):
+        """The batch's requests as plan.Span rows and their prefix slots (once per forward)."""
+        if self._chunk_spans is None:
+            prefix_lens = list(forward_batch.extend_prefix_lens_cpu)
+            new_lens = list(forward_batch.extend_seq_lens_cpu)
+            req_to_token = self.req_to_token_pool.req_to_token
+            spans, slots, row = [], [], 0
+            pool_indices = forward_batch.req_pool_indices.tolist()
+            for pool_index, p, n in zip(pool_indices, prefix_lens, new_lens):
+                spans.append(Span(row, p, n))
+                slots.append(req_to_token[pool_index, :p] if p else None)
+                row += n
+            self._chunk_spans = (spans, slots)
+        return self._chunk_spans
+
+
+def _drops_kv() -> bool:
+    """Whether this scheduler drops score prompts' suffix KV (prefill-only KV decided it
+    at start-up: process_state.py)."""
+    return process_state.current().prefill_kv.active

@@ -1,0 +1,265 @@
+"""Prefill-only attention backend: computes attention for new tokens only.
+
+Stock SGLang's torch_native backend pads every request's queries to its full length and
+recomputes causal attention over the cached prefix (`per_req_query_redudant`), so a
+prefix-cache hit saves only the MLP and projections. This backend, for each request of
+an extend batch, computes the attention of its new tokens against (cached prefix KV read
+from the pool) + (its own new k / v, in hand), causal within the new part — with
+PyTorch's fused SDPA, small requests batched (prefillonly_sgl/prefill_attention/).
+
+Registration: SGLang's attention-backend registry (`register_attention_backend`) maps a
+backend *name* to a factory. We re-register the names "torch_native" (CPU) and
+"flashinfer" (GPU) with our factories instead of adding a new name, because SGLang keys
+many decisions on these names (server-args validation, CUDA-graph and triton switches,
+KV-allocation paths); a new name would need those patched too. Only processes whose
+runtime configuration lists "prefill_attention" are affected (see plugin.py), so stock
+SGLang in the same environment stays stock.
+
+What falls back to the stock implementation (unchanged behaviour): decode, forward modes
+other than EXTEND / MIXED, encoder-decoder and encoder-only layers, sliding-window
+layers and pools, q/k head dims different from the v head dim.
+
+GPU: stock FlashInferAttnBackend already runs ragged attention over the new tokens
+merged with paged attention over the cached prefix, so its forward stays stock;
+PrefillOnlyFlashInferBackend (flashinfer_backend.py, beside this file) adds what
+prefill-only KV needs: it says when FlashInfer never reads new tokens from the pool, and
+refuses a plan that would.
+
+Debugging: PREFILLONLY_ATTENTION_LOG=<file> appends one line per extend batch with the
+plan (which requests ran alone, in how many blocks, and which were batched).
+PREFILLONLY_SHARED_PREFIX_ATTENTION=0 turns the shared-prefix groups off (each hit then
+gathers and attends to its prefix on its own, as before): for A/B measurements
+(benchmarks/forward_profile.py).
+"""
+
+from __future__ import annotations
+
+from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+from sglang.srt.layers.radix_attention import AttentionType
+from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+from prefillonly_sgl.features.prefill_attention.cpu_extend import ExtendAttention
+from prefillonly_sgl.features.prefill_attention.plan import Span, plan_query_chunk
+from prefillonly_sgl.features.prefill_attention.query_chunk import (
+    QueryChunkAttention,
+    query_chunks_supported,
+)
+from prefillonly_sgl.features.prefill_kv.policy import DROPPED_SLOT
+from prefillonly_sgl.hooking import process_state
+
+_SUPPORTED_MODES = (ForwardMode.EXTEND, ForwardMode.MIXED)
+
+
+class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
+    """CPU (and any torch device) backend; see the module docstring."""
+
+    def __init__(self, model_runner) -> None:
+        super().__init__(model_runner)
+        self._model_runner = model_runner
+
+    def prefill_only_kv_unsupported(self) -> str | None:
+        """prefill_kv's question (asked once the model is loaded): could an extend batch
+        read new tokens from the pool? Only in layers left to the stock forward (_handles)."""
+        runner = self._model_runner
+        if (
+            self.use_sliding_window_kv_pool
+            or getattr(runner, "sliding_window_size", None) is not None
+            or runner.model_config.is_encoder_decoder
+        ):
+            return "sliding-window / cross-attention layers use the stock torch_native path"
+        return None
+
+    def init_forward_metadata(self, forward_batch) -> None:
+        super().init_forward_metadata(forward_batch)
+        self.extend_attention = None
+        self.kept_rows = None
+        self._query_chunks = {}
+        if (
+            forward_batch.forward_mode in _SUPPORTED_MODES
+            and forward_batch.encoder_lens is None
+            and not self.use_sliding_window_kv_pool
+        ):
+            self.extend_attention = self._plan(forward_batch)
+            self.kept_rows = _kept_rows(forward_batch.out_cache_loc)
+
+    def _plan(self, forward_batch) -> ExtendAttention:
+        prefix_lens = _as_list(
+            forward_batch.extend_prefix_lens_cpu, forward_batch.extend_prefix_lens
+        )
+        new_lens = _as_list(forward_batch.extend_seq_lens_cpu, forward_batch.extend_seq_lens)
+        pool_indices = forward_batch.req_pool_indices.tolist()
+        req_to_token = self.req_to_token_pool.req_to_token
+        spans, slots, start = [], [], 0
+        for pool_index, prefix_len, n_new in zip(pool_indices, prefix_lens, new_lens):
+            spans.append(Span(start, prefix_len, n_new))
+            slots.append(req_to_token[pool_index, :prefix_len].long() if prefix_len else None)
+            start += n_new
+        shared = process_state.current().switches.shared_prefix_attention
+        attention = ExtendAttention(spans, slots, device=self.device, shared_prefix=shared)
+        _log_plan(attention)
+        return attention
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+        if not self._handles(layer, k, v):
+            _refuse_dropped_tokens(forward_batch)
+            return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache)
+        if save_kv_cache:
+            # Kept for the prefix cache (and decode of generate requests). Rows whose KV
+            # prefill-only KV dropped (DROPPED_SLOT) are not written at all.
+            loc, k_saved, v_saved = forward_batch.out_cache_loc, k, v
+            if self.kept_rows is not None:
+                rows = self.kept_rows
+                loc, k_saved, v_saved = loc[rows], k[rows], v[rows]
+            self.token_to_kv_pool.set_kv_buffer(
+                layer, KVWriteLoc(loc, self.swa_out_cache_loc), k_saved, v_saved
+            )
+        o = self.extend_attention(  # (T, H, Dv); one SDPA call's own output when it is one
+            q.view(-1, layer.tp_q_head_num, layer.qk_head_dim),
+            k.view(-1, layer.tp_k_head_num, layer.qk_head_dim),
+            v.view(-1, layer.tp_v_head_num, layer.v_head_dim),
+            self.token_to_kv_pool.get_key_buffer(layer.layer_id),
+            self.token_to_kv_pool.get_value_buffer(layer.layer_id),
+            layer.scaling,
+        )
+        return o.view(q.shape[0], layer.tp_q_head_num * layer.v_head_dim)
+
+    def supports_query_chunks(self, forward_batch) -> bool:
+        """Whether this extend batch's layers may run in query chunks (hybrid prefilling,
+        features/hybrid_prefill/layer_chunks.py): planned by this backend, no sliding-window
+        pool."""
+        return (
+            getattr(self, "extend_attention", None) is not None
+            and not self.use_sliding_window_kv_pool
+            and str(self.device).startswith("cpu")  # the chunk kernels are torch's CPU ones
+            and query_chunks_supported()
+        )
+
+    def forward_query_chunk(self, q, k_all, v_all, layer, forward_batch, start, end):
+        """forward_extend for the batch's rows [start, end) of a layer run in query
+        chunks: saves the chunk's k / v to the pool (rows prefill-only KV keeps) and returns
+        the attention of its queries against every key so far, (end - start, H * Dv).
+        k_all / v_all: the layer's (T, Hkv, D) buffers, rows before `end` computed."""
+        if not self._handles(layer, k_all, v_all):
+            raise RuntimeError(f"layer {layer.layer_id} cannot run in query chunks")
+        loc = forward_batch.out_cache_loc[start:end]
+        k_new, v_new = k_all[start:end], v_all[start:end]
+        if _drops_kv():
+            kept = loc != DROPPED_SLOT
+            if not bool(kept.all()):
+                rows = kept.nonzero().squeeze(1)
+                loc, k_new, v_new = loc[rows], k_new[rows], v_new[rows]
+        if loc.numel():
+            self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(loc, None), k_new, v_new)
+        chunk = self._query_chunks.get((start, end))
+        if chunk is None:  # planned once per forward, used by every layer
+            plan = plan_query_chunk(self.extend_attention.spans, start, end)
+            chunk = QueryChunkAttention(
+                plan,
+                self.extend_attention.spans,
+                self.extend_attention.prefix_slots,
+                device=self.device,
+                shared_prefix=process_state.current().switches.shared_prefix_attention,
+            )
+            self._query_chunks[start, end] = chunk
+        o = chunk(
+            q.view(end - start, layer.tp_q_head_num, layer.qk_head_dim),
+            k_all,
+            v_all,
+            self.token_to_kv_pool.get_key_buffer(layer.layer_id),
+            self.token_to_kv_pool.get_value_buffer(layer.layer_id),
+            layer.scaling,
+        )
+        return o.reshape(end - start, layer.tp_q_head_num * layer.v_head_dim)
+
+    def _handles(self, layer, k, v) -> bool:
+        return (
+            getattr(self, "extend_attention", None) is not None
+            and k is not None
+            and v is not None
+            and not layer.is_cross_attention
+            and layer.attn_type != AttentionType.ENCODER_ONLY
+            and (layer.sliding_window_size is None or layer.sliding_window_size <= -1)
+            and layer.qk_head_dim == layer.v_head_dim
+        )
+
+
+def _kept_rows(out_cache_loc):
+    """Rows of the batch that own a pool slot, or None when all do (prefill-only KV gives
+    the tokens it drops DROPPED_SLOT, which the allocator never hands out)."""
+    if out_cache_loc is None or not _drops_kv():
+        return None
+    kept = out_cache_loc != DROPPED_SLOT
+    if bool(kept.all()):
+        return None
+    return kept.nonzero().squeeze(1)
+
+
+def _refuse_dropped_tokens(forward_batch) -> None:
+    """The stock forward reads new tokens back from the pool: wrong for tokens whose KV
+    prefill-only KV dropped (DROPPED_SLOT). prefill_kv turns itself off where this could
+    happen; should a layer still get here with such tokens, fail loudly, not score wrong."""
+    dropped = forward_batch.out_cache_loc == DROPPED_SLOT
+    if _drops_kv() and bool(dropped.any()):
+        raise RuntimeError(
+            "a layer the prefill-only attention backend leaves to stock torch_native got "
+            "tokens without pool KV (prefill-only KV); start with --disable-prefill-only-kv"
+        )
+
+
+def _as_list(cpu_list, tensor) -> list[int]:
+    return list(cpu_list) if cpu_list is not None else tensor.tolist()
+
+
+def _log_plan(attention: ExtendAttention) -> None:
+    path = process_state.current().switches.attention_log
+    if not path:
+        return
+    spans = [(s.prefix_len, s.n_new) for s in attention.spans]
+    alone = {i: len(blocks) for i, blocks in attention.alone}
+    groups = [list(g.group.members) for g in attention.groups]
+    shared = [list(g.group.members) for g in attention.shared]
+    with open(path, "a") as f:
+        f.write(
+            f"prefill_attention spans(prefix,new)={spans} alone(blocks)={alone} groups={groups}"
+            f" shared_prefix={shared}\n"
+        )
+
+
+def create_torch_backend(runner):
+    return PrefillOnlyTorchBackend(runner)
+
+
+def create_flashinfer_backend(runner):
+    """Our FlashInfer subclass for plain MHA models; SGLang's own factory otherwise
+    (MLA models, EAGLE's extra stream)."""
+    from sglang.srt.runtime_context import get_spec
+
+    if runner.use_mla_backend or get_spec().speculative_algorithm is not None:
+        return _STOCK_FACTORIES["flashinfer"](runner)
+    from prefillonly_sgl.features.prefill_attention.scheduler_flashinfer_backend import (
+        PrefillOnlyFlashInferBackend,
+    )
+
+    return PrefillOnlyFlashInferBackend(runner, init_new_workspace=runner.init_new_workspace)
+
+
+_STOCK_FACTORIES: dict = {}
+
+
+def register() -> None:
+    """Plugin feature "prefill_attention": our factories under SGLang's backend names."""
+    from sglang.srt.layers.attention import attention_registry
+
+    for name, factory in (
+        ("torch_native", create_torch_backend),
+        ("flashinfer", create_flashinfer_backend),
+    ):
+        _STOCK_FACTORIES.setdefault(name, attention_registry.ATTENTION_BACKENDS[name])
+        attention_registry.register_attention_backend(name)(factory)
+
+
+def _drops_kv() -> bool:
+    """Whether this scheduler drops score prompts' suffix KV (prefill-only KV decided it
+    at start-up: process_state.py)."""
+    return process_state.current().prefill_kv.active

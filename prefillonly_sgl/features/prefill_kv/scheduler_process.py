@@ -1,0 +1,303 @@
+"""Prefill-only KV, scheduler side: score prompts get pool slots only for their kept
+tokens (policy.py decides which; R arrives in messages.py's field).
+
+Decided once per scheduler (get_worker_info, before any request): process_state's
+prefill_kv.active
+where this is known to be safe: the plain token allocator with page size 1 (DROPPED_SLOT
+is its never-allocated dummy slot), not a dLLM, and a prefill attention backend whose
+`prefill_only_kv_unsupported()` says None (ours: torch_native without sliding windows;
+FlashInfer whenever it always plans the ragged prefill). Elsewhere every request is
+stock, with a warning in the log saying why.
+
+Per request (score prompts and single-token requests: those carrying R), while active:
+- length: validate_input_length lets a score prompt be as long as the context (the stock
+  limit is also bounded by the pool); R is clamped to the pool where it is read; a
+  single-token request keeps its one output token (init_req_max_new_tokens would clip it
+  to what the pool leaves after the prompt).
+- admission: PrefillAdder.add_one_req charges the pool budget only for kept tokens and
+  never chunks a score prompt (a later chunk would read earlier chunks' KV from the
+  pool): one that does not fit the chunk budget runs alone, first in its batch.
+- allocation: alloc_for_extend gives real slots to kept tokens and DROPPED_SLOT to the
+  rest (alloc_token_slots, called once inside it, allocates by the layout handed over in
+  _PENDING_LAYOUT), and ends the request's kv_committed_len / kv_allocated_len at the
+  kept boundary, so the stock release_kv_cache caches and frees only [0, boundary).
+- never a decode step: a single-token request finishes by length with its prefill's
+  token. SGLang's overlapped loop (its default, on CPU too) merges a prefill batch into
+  the running batch before processing its result, but leaves out of the next decode
+  step every request whose queued result finishes it by length
+  (Scheduler._reqs_finishing_inflight), so no token slot past the kept boundary is ever
+  committed.
+The attention backends (prefill_attention/) never read dropped tokens from the pool (the
+CPU one does not write them either; FlashInfer's stock write sends them to DROPPED_SLOT).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from prefillonly_sgl.features.prefill_kv.messages import reusable_len_in, with_scoring_limit
+from prefillonly_sgl.features.prefill_kv.policy import (
+    DROPPED_SLOT,
+    clamp_reusable_len,
+    dropped_new_tokens,
+    kept_new_tokens,
+    runs_one_forward,
+    slot_mask,
+)
+from prefillonly_sgl.hooking import process_state
+
+logger = logging.getLogger(__name__)
+
+
+# This scheduler's decision, shared with the attention backends (process_state.py).
+STATE = process_state.current().prefill_kv
+
+
+def reusable_len(req) -> int | None:
+    """R of a score prompt or a single-token request, clamped to the pool; None for every
+    other request (stock), and for all requests where the pool or the attention backend
+    is not supported."""
+    if not STATE.active or not runs_one_forward(req.sampling_params.max_new_tokens):
+        return None
+    r = reusable_len_in(req.sampling_params.custom_params)
+    if r is None or STATE.max_pool_input_len is None:
+        return r
+    return clamp_reusable_len(r, STATE.max_pool_input_len)
+
+
+# -- start-up ----------------------------------------------------------------------------
+def _after_get_worker_info(result, self, *args, **kwargs):
+    runner = self.model_runner
+    STATE.inactive_because = _unsupported_here(self, runner)
+    STATE.active = STATE.inactive_because is None
+    if STATE.active:
+        # The eager runner copies every forward's inputs into static buffers sized for the
+        # longest forward stock SGLang can run: max(pool, chunked_prefill_size, ...). An
+        # unchunked score prompt can be longer than both; SGLang's own switch makes it
+        # use the live tensors instead (such forwards never fit a CUDA graph anyway).
+        from sglang.srt.environ import envs
+
+        envs.SGLANG_EAGER_INPUT_NO_COPY.set(True)
+    else:
+        logger.warning(
+            "prefillonly: prefill-only KV is off in this scheduler (%s): scoring requests "
+            "keep KV for every token, as in stock SGLang",
+            STATE.inactive_because,
+        )
+    context_len = self.model_config.context_len
+    table_len = runner.req_to_token_pool.max_context_len
+    # Same margins as the stock limit (TpModelWorker.get_worker_info), minus the pool bound.
+    STATE.max_scoring_input_len = min(context_len - 1, table_len - 1) - 5
+    return result
+
+
+def _unsupported_here(worker, runner) -> str | None:
+    """Why this scheduler cannot drop suffix KV (None: it can). The pool must be the plain
+    token allocator with page size 1 (DROPPED_SLOT is its never-allocated dummy slot), and
+    the prefill attention backend must say it never reads new tokens back from the pool."""
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+
+    allocator = runner.token_to_kv_pool_allocator
+    if type(allocator) is not TokenToKVPoolAllocator or allocator.page_size != 1:
+        return f"KV allocator {type(allocator).__name__} (page size {allocator.page_size})"
+    if worker.is_dllm():
+        return "dLLM models are not handled"
+    backend = runner.attn_backend
+    backend = getattr(backend, "prefill_backend", backend)  # HybridAttnBackend: prefill side
+    check = getattr(backend, "prefill_only_kv_unsupported", None)
+    if check is None:  # stock backends read new tokens back from the pool
+        return f"attention backend {type(backend).__name__} is not prefillonly's"
+    return check()
+
+
+def _after_get_init_info(result, self, *args, **kwargs):
+    """The start-up handshake tells the main process the score-prompt limit (messages.py),
+    only where this feature is active."""
+    STATE.max_pool_input_len = int(self.max_req_input_len)
+    if STATE.active and STATE.max_scoring_input_len is not None:
+        limit = max(STATE.max_pool_input_len, STATE.max_scoring_input_len)
+        result = with_scoring_limit(dict(result), limit)
+    return result
+
+
+# -- per request: length -----------------------------------------------------------------
+def _around_validate_input_length(original, req, max_req_input_len, allow_auto_truncate):
+    if reusable_len(req) is None or STATE.max_scoring_input_len is None:
+        return original(req, max_req_input_len, allow_auto_truncate)
+    limit = max(max_req_input_len, STATE.max_scoring_input_len)
+    return original(req, limit, allow_auto_truncate)
+
+
+def _around_init_req_max_new_tokens(original, self, req, *args, **kwargs):
+    """A single-token request keeps its one token: SGLang clips max_new_tokens to what the
+    pool leaves after the prompt (0 for a prompt longer than the pool, which would then
+    run as a score prompt and sample nothing), but that token is never decoded, so it
+    needs no pool slot."""
+    single = reusable_len(req) is not None and req.sampling_params.max_new_tokens == 1
+    result = original(self, req, *args, **kwargs)
+    if single and not req.finished():
+        req.sampling_params.max_new_tokens = 1
+    return result
+
+
+# -- per request: admission --------------------------------------------------------------
+class _KeptTokensBudget:
+    """The adder's PrefillBudget, charging one request only for the tokens it keeps."""
+
+    def __init__(self, inner, req, reusable: int) -> None:
+        self._inner = inner
+        self._req = req
+        self._reusable = reusable
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def check_prefill(self, *, extend_input_len, total_tokens, chunk_limit, **kwargs):
+        total_len = len(self._req.full_untruncated_fill_ids)
+        if chunk_limit is None or extend_input_len <= chunk_limit:
+            total_tokens -= dropped_new_tokens(
+                total_len - extend_input_len, extend_input_len, total_len, self._reusable
+            )
+        return self._inner.check_prefill(
+            extend_input_len=extend_input_len,
+            total_tokens=total_tokens,
+            chunk_limit=chunk_limit,
+            **kwargs,
+        )
+
+    def reserve(self, extend_input_len, max_new_tokens, **kwargs):
+        total_len = len(self._req.full_untruncated_fill_ids)
+        extend_input_len -= dropped_new_tokens(
+            self._req.prefix_len, extend_input_len, total_len, self._reusable
+        )
+        return self._inner.reserve(extend_input_len, max_new_tokens, **kwargs)
+
+
+def _around_add_one_req(original, self, req, has_chunked_req, truncation_align_size):
+    from sglang.srt.managers.schedule_policy import AddReqResult
+    from sglang.srt.mem_cache.prefill_budget import PrefillBudget
+
+    r = reusable_len(req)
+    if r is None or self.page_size != 1 or type(self.memory_budget) is not PrefillBudget:
+        return original(self, req, has_chunked_req, truncation_align_size)
+    remaining = len(req.full_untruncated_fill_ids) - req.prefix_len
+    chunk_budget = self.rem_chunk_tokens
+    unchunked = chunk_budget is not None and remaining > chunk_budget
+    if unchunked and self.can_run_list:
+        return AddReqResult.OTHER  # too long to share a batch: it goes first next time
+    budget = self.memory_budget
+    self.memory_budget = _KeptTokensBudget(budget, req, r)
+    if unchunked:
+        self.rem_chunk_tokens = None  # never chunked: later chunks would read the pool
+    try:
+        result = original(self, req, has_chunked_req, truncation_align_size)
+    finally:
+        self.memory_budget = budget
+        if unchunked:
+            self.rem_chunk_tokens = chunk_budget
+    if unchunked and self.can_run_list and self.can_run_list[-1] is req:
+        self.rem_chunk_tokens = chunk_budget - remaining  # <= 0: the batch is full
+        return AddReqResult.OTHER
+    return result
+
+
+# -- per request: allocation -------------------------------------------------------------
+@dataclass(frozen=True)
+class _SlotLayout:
+    """Which of an extend batch's new tokens get real slots (requests in batch order)."""
+
+    kept: list[int]
+    extend_lens: list[int]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.extend_lens)
+
+
+# The layout alloc_for_extend hands to the alloc_token_slots call inside it (SGLang passes
+# that call only the token count).
+_PENDING_LAYOUT: contextvars.ContextVar[_SlotLayout | None] = contextvars.ContextVar(
+    "prefillonly_pending_slot_layout", default=None
+)
+
+
+def _layout_of(batch) -> _SlotLayout | None:
+    """None when every new token of the batch keeps its KV (the stock allocation)."""
+    if not STATE.active or batch.is_dllm():
+        return None
+    kept = []
+    for req, prefix_len, extend_len in zip(batch.reqs, batch.prefix_lens, batch.extend_lens):
+        r = reusable_len(req)
+        total_len = len(req.full_untruncated_fill_ids)
+        kept.append(
+            extend_len if r is None else kept_new_tokens(prefix_len, extend_len, total_len, r)
+        )
+    if kept == list(batch.extend_lens):
+        return None
+    return _SlotLayout(kept, list(batch.extend_lens))
+
+
+def _around_alloc_for_extend(original, batch):
+    layout = _layout_of(batch)
+    if layout is None:
+        return original(batch)
+    token = _PENDING_LAYOUT.set(layout)
+    try:
+        result = original(batch)
+    finally:
+        _PENDING_LAYOUT.reset(token)
+    for req, prefix_len, n_kept, n_new in zip(
+        batch.reqs, batch.prefix_lens, layout.kept, layout.extend_lens
+    ):
+        if n_kept < n_new:
+            # The row holds real slots only up to here; release_kv_cache caches and
+            # frees [0, boundary) and never touches the DROPPED_SLOT entries after it.
+            boundary = prefix_len + n_kept
+            req.kv.kv_committed_len = boundary
+            req.kv.kv_allocated_len = boundary
+    return result
+
+
+def _around_alloc_token_slots(original, tree_cache, num_tokens, *args, **kwargs):
+    layout = _PENDING_LAYOUT.get()
+    if layout is None:
+        return original(tree_cache, num_tokens, *args, **kwargs)
+    if num_tokens != layout.num_tokens:
+        raise RuntimeError(
+            f"prefill-only KV: alloc_for_extend asked for {num_tokens} slots, its batch has "
+            f"{layout.num_tokens} new tokens (an SGLang change?); start with "
+            "--disable-prefill-only-kv"
+        )
+    allocator = tree_cache.token_to_kv_pool_allocator
+    n_real = sum(layout.kept)
+    out = torch.full((num_tokens,), DROPPED_SLOT, dtype=torch.int64, device=allocator.device)
+    if n_real:
+        real = original(tree_cache, n_real, *args, **kwargs)
+        mask = torch.tensor(slot_mask(layout.kept, layout.extend_lens), dtype=torch.bool)
+        out = out.to(real.dtype)
+        out[mask.to(out.device)] = real
+    return out
+
+
+HOOKS = {
+    "sglang.srt.managers.tp_worker.TpModelWorker.get_worker_info": (
+        "AFTER",
+        _after_get_worker_info,
+    ),
+    "sglang.srt.managers.scheduler.Scheduler.get_init_info": ("AFTER", _after_get_init_info),
+    "sglang.srt.managers.utils.validate_input_length": ("AROUND", _around_validate_input_length),
+    "sglang.srt.managers.scheduler.Scheduler.init_req_max_new_tokens": (
+        "AROUND",
+        _around_init_req_max_new_tokens,
+    ),
+    "sglang.srt.managers.schedule_policy.PrefillAdder.add_one_req": (
+        "AROUND",
+        _around_add_one_req,
+    ),
+    "sglang.srt.mem_cache.allocation.alloc_for_extend": ("AROUND", _around_alloc_for_extend),
+    "sglang.srt.mem_cache.allocation.alloc_token_slots": ("AROUND", _around_alloc_token_slots),
+}

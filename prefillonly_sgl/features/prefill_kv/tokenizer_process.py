@@ -1,0 +1,150 @@
+"""Tokenizer-process hooks (the process that runs SGLang's TokenizerManager: the Engine's
+or the server's main process): each score prompt leaves with its reusable-prefix length R
+(features/prefill_kv/policy.py), carried to the scheduler by
+features/prefill_kv/messages.py. Prefill-only KV keeps pool KV for those R tokens; the
+JCT scheduler groups requests that share them.
+
+SGLang's score_request joins query + item into one prompt per item and tokenizes each in
+_create_tokenized_object. R = common prefix of (the query's own tokens, the prompt's
+tokens), so the query is tokenized once per score call, in the AROUND hook, and the
+AFTER hook of each prompt compares against it. The query's tokens pass from one to the
+other in _SCORE_CALL, scoped to the score call's asyncio task (SGLang tokenizes the
+prompts inside it, so the value never leaks to another call).
+
+keep_whole_prompts(): within it, a score call's prompts are reusable whole (R = the
+prompt's length), for labels of several tokens (label_sequences.py), whose continuation
+requests then find each prompt in the prefix cache.
+
+Single-token OpenAI requests (sglang_runtime/single_token.py) arrive here with their
+reusable prefix's token ids in custom_params (single_token/prefix.py); R = the common
+prefix of those and the prompt's tokens, and the ids leave the request (they never reach
+the scheduler). A loglikelihood request (echo, max_tokens 0 or 1) is marked WHOLE_PROMPT:
+R = its length, so its task's next request finds it in the prefix cache. A request for
+n > 1 samples keeps its whole prompt (R = its length): SGLang prefills it once (a
+max_new_tokens=0 copy sharing these custom_params, which also gets R) and then
+sends the n samples, which are then one-token cache hits of it, sampling the one
+distribution, instead of each computing the prompt's tail again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import inspect
+
+from prefillonly_sgl.features.prefill_kv.messages import with_reusable_len
+from prefillonly_sgl.features.prefill_kv.policy import reusable_prefix_len, runs_one_forward
+from prefillonly_sgl.single_token.prefix import WHOLE_PROMPT, prefix_ids_in, without_prefix_ids
+
+# The query tokens of the score call being tokenized in this task ([]: nothing reusable);
+# None outside score calls (generate requests stay stock).
+_SCORE_CALL: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "prefillonly_score_call_query_ids", default=None
+)
+# True inside keep_whole_prompts(): R = the whole prompt.
+_KEEP_WHOLE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "prefillonly_keep_whole_prompts", default=False
+)
+_EMBED_OVERRIDES = (
+    "query_embed_overrides",
+    "item_embed_overrides",
+    "stacked_query_item_embed_overrides",
+)
+
+
+async def _around_score_request(original, self, *args, **kwargs):
+    bound = inspect.signature(original).bind(self, *args, **kwargs)
+    bound.apply_defaults()
+    token = _SCORE_CALL.set(query_token_ids(self.tokenizer, bound.arguments))
+    try:
+        return await original(*bound.args, **bound.kwargs)
+    finally:
+        _SCORE_CALL.reset(token)
+
+
+@contextlib.contextmanager
+def keep_whole_prompts():
+    """Score calls made inside keep every prompt's KV (prefill-only KV otherwise keeps
+    only the query's): a later request extending a prompt finds all of it cached."""
+    token = _KEEP_WHOLE.set(True)
+    try:
+        yield
+    finally:
+        _KEEP_WHOLE.reset(token)
+
+
+def query_token_ids(tokenizer, arguments: dict) -> list[int]:
+    """The tokens every prompt of this score call may share ([] when none can)."""
+    query = arguments.get("query")
+    if arguments.get("item_first") or not query:
+        return []  # the item comes first, or there is no query: nothing reusable
+    if any(arguments.get(name) is not None for name in _EMBED_OVERRIDES):
+        return []
+    if isinstance(query, str):
+        if tokenizer is None:
+            return []
+        # Tokenized as SGLang tokenizes the prompt (special tokens included).
+        return list(tokenizer.encode(query))
+    return list(query)
+
+
+def _after_create_tokenized_object(result, *args, **kwargs):
+    """Each score prompt of the call, and each single-token request, leaves with its R
+    (0 when nothing is reusable)."""
+    from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
+
+    if not isinstance(result, TokenizedGenerateReqInput):
+        return result
+    params = result.sampling_params
+    prefix_ids = prefix_ids_in(params.custom_params)
+    if prefix_ids is not None:  # a single-token or loglikelihood OpenAI request
+        custom = without_prefix_ids(params.custom_params)
+        if result.input_ids is not None and runs_one_forward(params.max_new_tokens):
+            ids = result.input_ids
+            if prefix_ids == WHOLE_PROMPT or params.n > 1:
+                r = len(ids)
+            else:
+                r = reusable_prefix_len(prefix_ids, ids)
+            custom = with_reusable_len(custom, r)
+        params.custom_params = custom or None
+        return result
+    query_ids = _SCORE_CALL.get()
+    if query_ids is None:
+        return result
+    if result.input_ids is None or params.max_new_tokens != 0:
+        return result
+    if _KEEP_WHOLE.get():
+        r = len(result.input_ids)
+    else:
+        r = reusable_prefix_len(query_ids, result.input_ids)
+    params.custom_params = with_reusable_len(params.custom_params, r)
+    return result
+
+
+_SCORE_REQUEST = (
+    "sglang.srt.managers.tokenizer_manager_score_mixin.TokenizerManagerScoreMixin.score_request"
+)
+HOOKS = {
+    _SCORE_REQUEST: ("AROUND", _around_score_request),
+    "sglang.srt.managers.tokenizer_manager.TokenizerManager._create_tokenized_object": (
+        "AFTER",
+        _after_create_tokenized_object,
+    ),
+}
+
+
+def install_in_this_process() -> None:
+    """Applies these hooks in this process now.
+
+    SGLang loads plugins once per process, so in a process that first started a stock
+    engine (or imported SGLang's server before the runtime configuration was set) the plugin
+    never runs again; the Engine and `serve` call this before starting SGLang. The hooks
+    then stay for later engines of this process too: a stock engine's score prompts carry
+    R in custom_params, which its scheduler (without our hooks) ignores.
+    """
+    from prefillonly_sgl.hooking.hooks import apply_hooks_now
+
+    apply_hooks_now(HOOK_TABLE_NAME, HOOKS)
+
+
+HOOK_TABLE_NAME = "reusable_prefix"

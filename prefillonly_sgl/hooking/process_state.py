@@ -1,0 +1,56 @@
+"""What one SGLang process knows about prefillonly, in one object (a process runs one
+engine's workers: one scheduler, one model, one configuration).
+
+- config: the runtime configuration's worker part (runtime_config.WorkerConfig), read once
+  from the environment by the plugin (plugin.load_plugin) before any feature installs its
+  hooks; hooks read their feature's settings here, never from the environment.
+- switches: the debugging logs, instruments and A/B switches people set
+  (environment.ProcessSwitches), read by the plugin at the same time.
+- prefill_kv: whether this scheduler drops score prompts' suffix KV, decided once at
+  start-up by features/prefill_kv/scheduler_process.py and read by the attention backends
+  (prefill_attention/): the one piece of state two features share.
+- radix_evictions: radix-cache evictions so far (the JCT scheduler re-matches prefixes
+  after one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prefillonly_sgl.environment import ProcessSwitches
+from prefillonly_sgl.runtime_config import WorkerConfig
+
+
+@dataclass
+class PrefillKvState:
+    """Set once at scheduler start-up, before any request."""
+
+    active: bool = False  # this engine's pool and attention backend are supported
+    inactive_because: str | None = None
+    max_scoring_input_len: int | None = None  # context-bound, SGLang's "len >= it" form
+    max_pool_input_len: int | None = None  # SGLang's pool-bound input limit (same form)
+
+
+@dataclass
+class ProcessState:
+    config: WorkerConfig = field(default_factory=WorkerConfig)
+    switches: ProcessSwitches = field(default_factory=ProcessSwitches)
+    prefill_kv: PrefillKvState = field(default_factory=PrefillKvState)
+    radix_evictions: int = 0
+
+    def settings(self, feature: str):
+        """A feature's resolved settings in this process (None: off or none)."""
+        return self.config.settings.get(feature)
+
+
+_STATE = ProcessState()
+
+
+def current() -> ProcessState:
+    return _STATE
+
+
+def configure(config: WorkerConfig, switches: ProcessSwitches) -> None:
+    """The plugin, once per process, before the features register."""
+    _STATE.config = config
+    _STATE.switches = switches
