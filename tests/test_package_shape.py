@@ -117,3 +117,41 @@ def test_no_unittest_mock_in_production_code():
         if "unittest" in path.read_text() and "mock" in path.read_text()
     ]
     assert users == []
+
+
+def _imports_sglang(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            if (node.module or "").split(".")[0] == "sglang":
+                return True
+        elif isinstance(node, ast.Import):
+            if any(alias.name.split(".")[0] == "sglang" for alias in node.names):
+                return True
+    return False
+
+
+def _may_import_sglang(relative: Path) -> bool:
+    """The runtime's boot code and fronts (sglang_runtime/), the hook mechanism (hooking/),
+    a feature's process modules (named for their process: *_process.py, scheduler_*.py),
+    and the command line (serve --help lists SGLang's own flags)."""
+    parts = relative.parts
+    if parts[0] in ("sglang_runtime", "hooking") or relative == Path("cli.py"):
+        return True
+    name = relative.name
+    return parts[0] == "features" and (
+        name.endswith("_process.py") or name.startswith("scheduler_")
+    )
+
+
+def test_sglang_is_imported_only_by_process_modules_and_the_runtime():
+    """Plain decisions stay testable without SGLang: every other module imports none of
+    it, at module or function level."""
+    offenders = [
+        str(path.relative_to(PACKAGE))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if _imports_sglang(path) and not _may_import_sglang(path.relative_to(PACKAGE))
+    ]
+    assert offenders == []
+    assert _may_import_sglang(Path("features/prefill_kv/scheduler_process.py"))
+    assert not _may_import_sglang(Path("features/prefill_kv/policy.py"))
+    assert _imports_sglang(PACKAGE / "features/prefill_kv/scheduler_process.py")
