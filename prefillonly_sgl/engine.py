@@ -355,7 +355,7 @@ def plan_memory(config: RuntimeConfig) -> MemoryPlan:
     hybrid = config.settings("hybrid_prefill")
     return calibration.plan(
         config.memory.budget,
-        lambda pool: Engine.from_config(config.with_pool(pool)),
+        lambda pool, probe: Engine.from_config(config.with_pool(pool).with_memory_probe(probe)),
         model_path=config.model_path,
         device=config.device,
         dtype=config.dtype,

@@ -1,8 +1,10 @@
 """Every environment variable prefillonly reads, in one table (plain Python).
 
 One carries the runtime configuration to SGLang's worker processes (set by prefillonly
-while SGLang starts, never by hand); the others are for people: where caches live, the
-device, the two calibration instruments, debugging logs and an opt-in for an untested path.
+while SGLang starts, never by hand: sglang_runtime/plugin.runtime_enabled); the others are
+for people: where caches live, the device, the forward profile, debugging logs and an
+opt-in for an untested path. No setting passes between prefillonly's own modules through
+the environment, and this module is the only one that reads it (tests/test_package_shape.py).
 Modules read them through `read(NAME)` so that this table stays the whole list
 (tests/test_package_shape.py checks that no other module names a PREFILLONLY_ variable);
 SGLang's processes read the ones their hooks act on once, as ProcessSwitches.
@@ -19,10 +21,9 @@ from dataclasses import dataclass
 RUNTIME_CONFIG = "PREFILLONLY_RUNTIME_CONFIG"
 CACHE = "PREFILLONLY_CACHE"  # folder of the converted default model, profiles, measurements
 DEVICE = "PREFILLONLY_DEVICE"  # "cpu" / "cuda": overrides detection
-# Instruments (measuring hooks, not features), set by calibrations and benchmarks: a file
-# the scheduler appends JSON lines to.
-MEMORY_PROBE = "PREFILLONLY_MEMORY_PROBE"  # memory/calibration.py: peak memory per forward
-FORWARD_PROFILE = "PREFILLONLY_FORWARD_PROFILE"  # benchmarks/forward_profile.py: times
+# An instrument (measuring hooks, not a feature), set by benchmarks/forward_profile.py: a
+# file the scheduler appends per-forward times to.
+FORWARD_PROFILE = "PREFILLONLY_FORWARD_PROFILE"
 # Debugging logs (a file to append to) of one feature each.
 ATTENTION_LOG = "PREFILLONLY_ATTENTION_LOG"
 SCHEDULER_LOG = "PREFILLONLY_SCHEDULER_LOG"
@@ -37,7 +38,6 @@ VARIABLES = (
     RUNTIME_CONFIG,
     CACHE,
     DEVICE,
-    MEMORY_PROBE,
     FORWARD_PROFILE,
     ATTENTION_LOG,
     SCHEDULER_LOG,
@@ -45,6 +45,11 @@ VARIABLES = (
     SHARED_PREFIX_ATTENTION,
     CUDA_QUERY_CHUNKS,
 )
+
+
+def xdg_cache_home() -> str | None:
+    """$XDG_CACHE_HOME (the freedesktop convention the cache root follows)."""
+    return os.environ.get("XDG_CACHE_HOME") or None
 
 
 def read(name: str, environ: Mapping[str, str] | None = None) -> str | None:
@@ -64,8 +69,7 @@ class ProcessSwitches:
     attention_log: str | None = None  # files the features' debugging logs append to
     scheduler_log: str | None = None
     hybrid_log: str | None = None
-    memory_probe: str | None = None  # files the instruments append to
-    forward_profile: str | None = None
+    forward_profile: str | None = None  # the file the forward profile appends to
     shared_prefix_attention: bool = True  # False: each request attends to its prefix alone
     cuda_query_chunks: bool = False  # hybrid layer mode through FlashInfer on CUDA
 
@@ -75,7 +79,6 @@ class ProcessSwitches:
             attention_log=read(ATTENTION_LOG, environ),
             scheduler_log=read(SCHEDULER_LOG, environ),
             hybrid_log=read(HYBRID_LOG, environ),
-            memory_probe=read(MEMORY_PROBE, environ),
             forward_profile=read(FORWARD_PROFILE, environ),
             shared_prefix_attention=read(SHARED_PREFIX_ATTENTION, environ) != "0",
             cuda_query_chunks=read(CUDA_QUERY_CHUNKS, environ) == "1",

@@ -65,18 +65,21 @@ def _settings_class(feature_name: str):
 @dataclass(frozen=True)
 class WorkerConfig:
     """The part of the configuration SGLang's processes need: the features to install and
-    their resolved settings (feature name -> its settings object)."""
+    their resolved settings (feature name -> its settings object), and the file the
+    memory probe appends to (set only for the memory budget's calibration engine)."""
 
     features: tuple[str, ...] = ()
     settings: Mapping[str, Any] = field(default_factory=dict)
+    memory_probe: str | None = None
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "features": list(self.features),
-                "settings": {name: value.to_dict() for name, value in self.settings.items()},
-            }
-        )
+        data = {
+            "features": list(self.features),
+            "settings": {name: value.to_dict() for name, value in self.settings.items()},
+        }
+        if self.memory_probe is not None:
+            data["memory_probe"] = self.memory_probe
+        return json.dumps(data)
 
     @classmethod
     def from_json(cls, text: str) -> WorkerConfig:
@@ -86,7 +89,7 @@ class WorkerConfig:
             name: _settings_class(name).from_dict(values)
             for name, values in data.get("settings", {}).items()
         }
-        return cls(features, settings)
+        return cls(features, settings, data.get("memory_probe"))
 
     @classmethod
     def from_environment(cls, environ=None) -> WorkerConfig | None:
@@ -161,6 +164,12 @@ class RuntimeConfig:
     def planned(self, plan: MemoryPlan) -> RuntimeConfig:
         """This configuration with the pool its memory plan leaves."""
         return dataclasses.replace(self, max_total_tokens=plan.pool_tokens, memory_plan=plan)
+
+    def with_memory_probe(self, path: str | Path) -> RuntimeConfig:
+        """The same configuration with the memory probe on, appending to `path` (the
+        memory budget's calibration engine, memory/calibration.py)."""
+        worker = dataclasses.replace(self.worker, memory_probe=str(path))
+        return dataclasses.replace(self, worker=worker)
 
     def with_pool(self, pool_tokens: int) -> RuntimeConfig:
         """The same features and settings with a pool of `pool_tokens` and no budget (the

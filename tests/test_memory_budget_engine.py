@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from prefillonly_sgl import Engine
+from prefillonly_sgl import Engine, runtime_config
 from prefillonly_sgl.memory import calibration
 from prefillonly_sgl.memory.budget import Measurement, MemoryBudgetError, plan_pool
 
@@ -101,9 +101,12 @@ def test_without_a_length_the_longest_prompt_the_engine_accepts_is_measured(tiny
     context itself would be refused)."""
     started = []
 
-    def start(pool):
+    def start(pool, probe):
         started.append(pool)
-        return Engine(tiny_llama_path, device="cpu", dtype="float32", max_total_tokens=pool)
+        config = runtime_config.resolve(
+            tiny_llama_path, device="cpu", dtype="float32", max_total_tokens=pool
+        )
+        return Engine.from_config(config.with_memory_probe(probe))  # the probe's file
 
     kwargs = dict(
         model_path=tiny_llama_path,

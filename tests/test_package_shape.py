@@ -155,3 +155,39 @@ def test_sglang_is_imported_only_by_process_modules_and_the_runtime():
     assert _may_import_sglang(Path("features/prefill_kv/scheduler_process.py"))
     assert not _may_import_sglang(Path("features/prefill_kv/policy.py"))
     assert _imports_sglang(PACKAGE / "features/prefill_kv/scheduler_process.py")
+
+
+def _environ_uses(path: Path) -> tuple[bool, bool]:
+    """(reads the environment, writes it): os.environ / os.getenv, by what is done."""
+    reads = writes = False
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in ("getenv", "putenv", "unsetenv"):
+            reads |= node.attr == "getenv"
+            writes |= node.attr != "getenv"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            target = node.func.value
+            if isinstance(target, ast.Attribute) and target.attr == "environ":
+                if node.func.attr in ("get", "copy", "items", "keys", "values"):
+                    reads = True
+                else:
+                    writes = True
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute):
+            if node.value.attr == "environ":
+                writes |= isinstance(node.ctx, ast.Store | ast.Del)
+                reads |= isinstance(node.ctx, ast.Load)
+    return reads, writes
+
+
+def test_the_environment_is_read_in_one_module_and_written_only_at_the_edges():
+    """environment.py reads it; only what hands values to other programs writes it: the
+    runtime configuration for SGLang's spawned workers (plugin.runtime_enabled) and
+    SGLang's CPU switch (cpu_support/boot.py). No setting goes from one of our modules to
+    another through it."""
+    readers, writers = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        reads, writes = _environ_uses(path)
+        name = str(path.relative_to(PACKAGE))
+        readers += [name] if reads else []
+        writers += [name] if writes else []
+    assert readers == ["environment.py", "sglang_runtime/plugin.py"]  # plugin: to restore
+    assert writers == ["sglang_runtime/cpu_support/boot.py", "sglang_runtime/plugin.py"]

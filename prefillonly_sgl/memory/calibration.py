@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import sys
 import tempfile
@@ -22,7 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from prefillonly_sgl.device_defaults import resolved_dtype
-from prefillonly_sgl.environment import MEMORY_PROBE as PROBE_ENV
 from prefillonly_sgl.memory.budget import (
     Measurement,
     MemoryPlan,
@@ -110,22 +108,15 @@ def read_probe(path: Path) -> list[dict]:
 
 
 def measure(
-    start_engine: Callable[[int], object], max_prompt: int, pool_tokens: int, log, exact=True
+    start_engine: Callable[[int, Path], object], max_prompt: int, pool_tokens: int, log, exact=True
 ):
-    """Starts an engine with `pool_tokens` of pool and the probe on, scores a short prompt
-    (warm-up), then one of `max_prompt` tokens (exact=False: at most what the engine
-    accepts, a few tokens under the context); returns that call's Measurement."""
+    """Starts an engine with `pool_tokens` of pool and the probe on (`start_engine(pool,
+    probe file)`: the file goes to its workers in the runtime configuration), scores a
+    short prompt (warm-up), then one of `max_prompt` tokens (exact=False: at most what the
+    engine accepts, a few tokens under the context); returns that call's Measurement."""
     with tempfile.TemporaryDirectory(prefix="prefillonly-probe-") as folder:
         probe = Path(folder) / "probe.jsonl"
-        saved = os.environ.get(PROBE_ENV)
-        os.environ[PROBE_ENV] = str(probe)  # the engine's workers inherit it at start
-        try:
-            engine = start_engine(pool_tokens)
-        finally:
-            if saved is None:
-                os.environ.pop(PROBE_ENV, None)
-            else:
-                os.environ[PROBE_ENV] = saved
+        engine = start_engine(pool_tokens, probe)
         try:
             limit = engine.limits.scoring_prompt_tokens
             if not exact:
@@ -167,7 +158,7 @@ def measure(
 
 def plan(
     budget: int,
-    start_engine: Callable[[int], object],
+    start_engine: Callable[[int, Path], object],
     *,
     model_path: str | Path,
     device: str,
@@ -180,7 +171,7 @@ def plan(
     log: Callable[[str], None] | None = None,
 ) -> MemoryPlan:
     """The KV pool for `budget` bytes (see budget.py), from a saved measurement of these
-    settings or one made now with `start_engine(pool_tokens)`."""
+    settings or one made now with `start_engine(pool_tokens, probe_file)`."""
     log = log or (lambda msg: print(f"[prefillonly] {msg}", file=sys.stderr, flush=True))
     config = model_config(model_path)
     dtype = resolved_dtype(model_path, dtype)

@@ -15,7 +15,6 @@ import fcntl
 import hashlib
 import importlib.util
 import json
-import os
 import shutil
 import sys
 import time
@@ -39,7 +38,7 @@ def cache_root() -> Path:
     cache = environment.read(environment.CACHE)
     if cache:
         return Path(cache)
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    xdg = environment.xdg_cache_home() or str(Path.home() / ".cache")
     return Path(xdg) / "prefillonly-sgl"
 
 

@@ -29,8 +29,9 @@ from prefillonly_sgl.runtime_config import RuntimeConfig, WorkerConfig
 logger = logging.getLogger(__name__)
 
 # Instruments: measuring hooks, installed (whatever the features) in a prefillonly engine
-# whose environment sets their variable (ProcessSwitches' field of that name): only
-# prefillonly's own calibration runs and benchmarks do.
+# that asks for them: the memory probe when its configuration names a file
+# (WorkerConfig.memory_probe: the memory calibration's engine), the forward profile when
+# its variable is set (ProcessSwitches.forward_profile: benchmarks/forward_profile.py).
 INSTRUMENTS: dict[str, str] = {
     "memory_probe": "prefillonly_sgl.sglang_runtime.memory_probe:register",
     "forward_profile": "prefillonly_sgl.sglang_runtime.forward_profile:register",
@@ -78,9 +79,10 @@ def load_plugin() -> None:
     for name in config.features:
         _call(FEATURES[name].register)
         logger.info("prefillonly: applied runtime feature %s", name)
-    for switch, entry in INSTRUMENTS.items():
-        if getattr(switches, switch):
-            _call(entry)
+    if config.memory_probe:
+        _call(INSTRUMENTS["memory_probe"])
+    if switches.forward_profile:
+        _call(INSTRUMENTS["forward_profile"])
 
 
 def _thread_lock_for_progress_bars() -> None:

@@ -1,5 +1,6 @@
 """Memory probe, scheduler side: the peak memory of each extend forward (AROUND
-ModelRunner.forward), appended as a JSON line to the file PREFILLONLY_MEMORY_PROBE names.
+ModelRunner.forward), appended as a JSON line to the file the runtime configuration names
+(WorkerConfig.memory_probe: the memory calibration's engine only).
 
 CPU: the process's resident memory, read from /proc/self/status; its high-water mark
 (VmHWM) is reset before the forward (writing "5" to /proc/self/clear_refs), so VmHWM after
@@ -43,7 +44,7 @@ def _peak(device: str) -> int:
 
 
 def _around_forward(original, self, forward_batch, *args, **kwargs):
-    path = process_state.current().switches.memory_probe
+    path = process_state.current().config.memory_probe
     if not path or not forward_batch.forward_mode.is_extend():
         return original(self, forward_batch, *args, **kwargs)
     device = "cuda" if str(self.device).startswith("cuda") else "cpu"
