@@ -15,6 +15,7 @@ from conftest import max_abs_diff
 
 from prefillonly_sgl import Engine
 from prefillonly_sgl.environment import HYBRID_LOG as LOG_ENV
+from prefillonly_sgl.hooking.events import read_events
 
 pytestmark = pytest.mark.slow  # engines per hybrid mode
 
@@ -87,19 +88,24 @@ def test_chunked_scores_equal_the_unchunked_ones(
         assert "hybrid_prefill" in engine.features
         assert engine.hybrid_settings.chunk_size == chunk
         got = _scores(engine, labels)
-    lines = log.read_text().splitlines()
+    events = read_events(log)
     layers = 2 if mode == "layer" else 0
-    assert lines[0] == (
-        f"hybrid_prefill applied chunk={chunk} mode={mode} mlp=2 rms_norm=5 rotary=1 "
-        f"layers={layers}"
-    )
+    assert events[0] == {
+        "event": "hybrid_prefill.applied",
+        "chunk": chunk,
+        "mode": mode,
+        "chunked": {"mlp": 2, "rms_norm": 5, "rotary": 1},
+        "layers": layers,
+    }
     # the long prompts really ran in chunks: whole layers (their modules then see one
     # chunk at a time; the final norm still chunks), or every kind of token-wise module
     kinds = ("layers", "RMSNorm") if mode == "layer" else ("LlamaMLP", "RMSNorm", "RotaryEmbedding")
+    ran = {e["module"] for e in events if e["event"] == "hybrid_prefill.chunked"}
+    ran |= {"layers"} if any(e["event"] == "hybrid_prefill.layers" for e in events) else set()
     for kind in kinds:
-        assert any(line.startswith(f"hybrid_prefill {kind} tokens=") for line in lines), kind
+        assert kind in ran, (kind, ran)
     if mode == "layer":
-        assert not any(line.startswith("hybrid_prefill LlamaMLP") for line in lines)
+        assert "LlamaMLP" not in ran
     for case, rows in got.items():
         assert max_abs_diff(rows, unchunked[case]) < SAME, case
     assert max_abs_diff(got["cold"], reference.score(QUERY, ITEMS, labels)) < TOLERANCE

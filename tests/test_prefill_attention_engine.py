@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 
 import pytest
 from conftest import max_abs_diff
@@ -17,6 +16,7 @@ from conftest import max_abs_diff
 from prefillonly_sgl import STOCK_SGLANG, Engine
 from prefillonly_sgl.environment import ATTENTION_LOG as LOG_ENV
 from prefillonly_sgl.environment import FORWARD_PROFILE as PROFILE_ENV
+from prefillonly_sgl.hooking.events import read_events
 from prefillonly_sgl.reference import TransformersReference
 
 pytestmark = pytest.mark.slow  # engines with and without the attention backend
@@ -55,10 +55,11 @@ def setup(tiny_llama_path, tmp_path_factory):
     engine.shutdown()
 
 
-def _new_log_lines(log_path, seen: list) -> list[str]:
-    lines = log_path.read_text().splitlines() if log_path.exists() else []
-    new = lines[len(seen) :]
-    seen[:] = lines
+def _new_plans(log_path, seen: list) -> list[dict]:
+    """The attention plans logged since the last call (structured events)."""
+    plans = read_events(log_path, "prefill_attention.plan")
+    new = plans[len(seen) :]
+    seen[:] = plans
     return new
 
 
@@ -73,20 +74,20 @@ def test_backend_is_active_and_cold_items_match(setup):
     )
     got = engine.score(PROFILE, ITEMS, labels).scores
     assert max_abs_diff(got, ref.score(PROFILE, ITEMS, labels)) < TOLERANCE
-    assert "prefill_attention" in log_path.read_text()
+    assert read_events(log_path, "prefill_attention.plan")
 
 
 def test_cache_hit_computes_only_the_item_and_matches(setup):
     engine, ref, labels, log_path = setup
     engine.score(PROFILE, ITEMS[:1], labels)  # the profile is now in the radix cache
     seen: list = []
-    _new_log_lines(log_path, seen)
+    _new_plans(log_path, seen)
     got = engine.score(PROFILE, OTHER_ITEMS, labels).scores
     assert max_abs_diff(got, ref.score(PROFILE, OTHER_ITEMS, labels)) < TOLERANCE
-    plans = " ".join(_new_log_lines(log_path, seen))
+    plans = _new_plans(log_path, seen)
     profile_tokens = len(ref.tokenizer.encode(PROFILE))
     assert plans, "no extend batch was logged"
-    prefixes = [int(p) for p in re.findall(r"\((\d+), \d+\)", plans)]
+    prefixes = [prefix for plan in plans for prefix, _ in plan["spans"]]
     assert len(prefixes) == len(OTHER_ITEMS), plans
     assert min(prefixes) >= profile_tokens - 2, plans  # the profile was not recomputed
 
@@ -97,12 +98,12 @@ def test_hits_behind_one_prefix_share_its_attention_and_match(setup):
     engine, ref, labels, log_path = setup
     engine.score(PROFILE, ITEMS[:1], labels)  # cached
     seen: list = []
-    _new_log_lines(log_path, seen)
+    _new_plans(log_path, seen)
     items = [f"Item: gadget number {i}. Relevant?" for i in range(4)] + OTHER_ITEMS
     got = engine.score(PROFILE, items, labels).scores
     assert max_abs_diff(got, ref.score(PROFILE, items, labels)) < TOLERANCE
-    plans = _new_log_lines(log_path, seen)
-    shared = [json.loads(re.search(r"shared_prefix=(\[.*\])", line).group(1)) for line in plans]
+    plans = _new_plans(log_path, seen)
+    shared = [plan["shared_prefix"] for plan in plans]
     assert any(groups and len(groups[0]) >= 2 for groups in shared), plans
 
 
@@ -179,5 +180,7 @@ def test_chunked_prefill_reads_earlier_chunks_from_the_pool(tiny_llama_path, tmp
     ) as engine:
         got = engine.score(PROFILE, ITEMS, labels).scores
     assert max_abs_diff(got, ref.score(PROFILE, ITEMS, labels)) < TOLERANCE
-    spans = [(int(p), int(n)) for p, n in re.findall(r"\((\d+), (\d+)\)", log_path.read_text())]
+    spans = [
+        span for plan in read_events(log_path, "prefill_attention.plan") for span in plan["spans"]
+    ]
     assert any(p > 0 and n > 1 for p, n in spans), spans  # a chunk behind earlier chunks

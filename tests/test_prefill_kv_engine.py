@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 
 import pytest
 from conftest import max_abs_diff
@@ -23,6 +22,7 @@ from prefillonly_sgl.environment import ATTENTION_LOG as LOG_ENV
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.features.prefill_kv.messages import REUSABLE_LEN_KEY
 from prefillonly_sgl.features.prefill_kv.policy import common_prefix_len, reusable_prefix_len
+from prefillonly_sgl.hooking.events import read_events
 from prefillonly_sgl.reference import TransformersReference
 
 TOLERANCE = 1e-4
@@ -141,10 +141,10 @@ def test_shared_prefix_first_and_repeated_cache_hit(setup):
     query = "Another profile: enjoys gardening and old maps. " * 5 + "\n"
     first = _check(setup, query, ITEMS)
     assert max_abs_diff(first, _check(setup, query, ITEMS)) < 1e-6
-    lines_before = len(log_path.read_text().splitlines())
+    before = len(read_events(log_path, "prefill_attention.plan"))
     _check(setup, query, OTHER_ITEMS)
-    new = " ".join(log_path.read_text().splitlines()[lines_before:])
-    prefixes = [int(p) for p in re.findall(r"\((\d+), \d+\)", new)]
+    new = read_events(log_path, "prefill_attention.plan")[before:]
+    prefixes = [prefix for plan in new for prefix, _ in plan["spans"]]
     reusable = len(ref.tokenizer.encode(query)) - 1  # at least: BPE may merge the last one
     assert prefixes and min(prefixes) >= reusable, new  # the query was not recomputed
 

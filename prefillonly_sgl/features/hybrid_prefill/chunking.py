@@ -32,6 +32,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from prefillonly_sgl.hooking.events import append_event
+
 ORIGINAL = "_prefillonly_unchunked_forward"
 
 
@@ -71,8 +73,8 @@ def run_in_chunks(fn: Callable, chunk: int, token_args: Sequence[int], *args, **
 
 def _log_call(log: str | None, kind: str, n: int, chunk: int) -> None:
     if log:
-        with open(log, "a") as f:
-            f.write(f"hybrid_prefill {kind} tokens={n} chunks={len(chunk_ranges(n, chunk))}\n")
+        chunks = len(chunk_ranges(n, chunk))
+        append_event(log, "hybrid_prefill.chunked", module=kind, tokens=n, chunks=chunks)
 
 
 def chunk_forward(

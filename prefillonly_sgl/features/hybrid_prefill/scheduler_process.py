@@ -17,8 +17,9 @@ folds the stream into one complete tensor (the embedding at the first layer, its
 output after), updates it in place, and leaves it as the stream's written residual, which
 the next layer and the final norm read as SGLang's own layers would.
 
-Debugging: PREFILLONLY_HYBRID_LOG=<file> appends what was chunked at load, then one line
-per chunked call (and one per batch whose layers ran in query chunks)."""
+Debugging: PREFILLONLY_HYBRID_LOG=<file> appends structured events (hooking/events.py):
+"hybrid_prefill.applied" at load (what was chunked), "hybrid_prefill.chunked" per chunked
+call and "hybrid_prefill.layers" per batch whose layers ran in query chunks."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from sglang.srt.model_executor.forward_context import get_attn_backend
 from prefillonly_sgl import environment
 from prefillonly_sgl.features.hybrid_prefill import chunking, layer_chunks
 from prefillonly_sgl.hooking import process_state
+from prefillonly_sgl.hooking.events import append_event
 
 logger = logging.getLogger(__name__)
 
@@ -45,12 +47,14 @@ def _after_load_model(result, self, *args, **kwargs):
     if settings.mode == "layer":
         layers = _chunk_layers(self.model, settings.chunk_size, log)
     if log:
-        with open(log, "a") as f:
-            counts = " ".join(f"{kind}={len(names)}" for kind, names in chunked.items())
-            f.write(
-                f"hybrid_prefill applied chunk={settings.chunk_size} mode={settings.mode} "
-                f"{counts} layers={len(layers)}\n"
-            )
+        append_event(
+            log,
+            "hybrid_prefill.applied",
+            chunk=settings.chunk_size,
+            mode=settings.mode,
+            chunked={kind: len(names) for kind, names in chunked.items()},
+            layers=len(layers),
+        )
     if chunked["mlp"]:
         logger.info(
             "prefillonly: hybrid prefilling in chunks of %d tokens: %s, %d decoder layers "
@@ -104,8 +108,7 @@ def _install(layer, chunk: int, log: str | None) -> None:
         ):
             return original(positions, hidden_states, forward_batch, capture_output, **kwargs)
         if first and log:
-            with open(log, "a") as f:
-                f.write(f"hybrid_prefill layers tokens={hidden_states.shape[0]} chunk={chunk}\n")
+            append_event(log, "hybrid_prefill.layers", tokens=hidden_states.shape[0], chunk=chunk)
         x = residual_batch.fold(hidden_states, forward_batch)  # complete, written stream
         radix = self.self_attn.attn
 

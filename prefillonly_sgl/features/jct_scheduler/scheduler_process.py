@@ -35,8 +35,8 @@ group. Requests outside groups: new ones and MATCHES_PER_STEP others in rotation
 matches the requests it admits again itself (init_next_round_input), so a stale estimate
 only affects the order, never what is computed.
 
-Debugging: PREFILLONLY_SCHEDULER_LOG=<file> appends one line per step with every waiting
-request (rid prefix, predicted seconds) and the batch.
+Debugging: PREFILLONLY_SCHEDULER_LOG=<file> appends one "jct_scheduler.plan" event per
+step (hooking/events.py): every waiting request's predicted seconds and the batch.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from prefillonly_sgl.features.jct_scheduler.prefix_marks import prefix_marks
 from prefillonly_sgl.features.jct_scheduler.settings import JctSettings
 from prefillonly_sgl.features.prefill_kv.messages import reusable_len_in
 from prefillonly_sgl.hooking import process_state
+from prefillonly_sgl.hooking.events import append_event
 
 logger = logging.getLogger(__name__)
 
@@ -253,9 +254,12 @@ def _log_plan(plan) -> None:
     path = process_state.current().switches.scheduler_log
     if not path:
         return
-    jobs = " ".join(f"{key[:6]}:{seconds:.3f}" for key, seconds in plan.predicted.items())
-    with open(path, "a") as f:
-        f.write(f"jct predicted={jobs} batch={[key[:6] for key in plan.batch]}\n")
+    append_event(
+        path,
+        "jct_scheduler.plan",
+        predicted={key: round(seconds, 6) for key, seconds in plan.predicted.items()},
+        batch=list(plan.batch),
+    )
 
 
 def _planned_adder(base):

@@ -25,8 +25,9 @@ PrefillOnlyFlashInferBackend (flashinfer_backend.py, beside this file) adds what
 prefill-only KV needs: it says when FlashInfer never reads new tokens from the pool, and
 refuses a plan that would.
 
-Debugging: PREFILLONLY_ATTENTION_LOG=<file> appends one line per extend batch with the
-plan (which requests ran alone, in how many blocks, and which were batched).
+Debugging: PREFILLONLY_ATTENTION_LOG=<file> appends one "prefill_attention.plan" event
+per extend batch (hooking/events.py): each request's (prefix, new) tokens, which ran
+alone in how many blocks, which were batched, which shared one prefix.
 PREFILLONLY_SHARED_PREFIX_ATTENTION=0 turns the shared-prefix groups off (each hit then
 gathers and attends to its prefix on its own, as before): for A/B measurements
 (benchmarks/forward_profile.py).
@@ -47,6 +48,7 @@ from prefillonly_sgl.features.prefill_attention.query_chunk import (
 )
 from prefillonly_sgl.features.prefill_kv.policy import DROPPED_SLOT
 from prefillonly_sgl.hooking import process_state
+from prefillonly_sgl.hooking.events import append_event
 
 _SUPPORTED_MODES = (ForwardMode.EXTEND, ForwardMode.MIXED)
 
@@ -215,15 +217,14 @@ def _log_plan(attention: ExtendAttention) -> None:
     path = process_state.current().switches.attention_log
     if not path:
         return
-    spans = [(s.prefix_len, s.n_new) for s in attention.spans]
-    alone = {i: len(blocks) for i, blocks in attention.alone}
-    groups = [list(g.group.members) for g in attention.groups]
-    shared = [list(g.group.members) for g in attention.shared]
-    with open(path, "a") as f:
-        f.write(
-            f"prefill_attention spans(prefix,new)={spans} alone(blocks)={alone} groups={groups}"
-            f" shared_prefix={shared}\n"
-        )
+    append_event(
+        path,
+        "prefill_attention.plan",
+        spans=[[s.prefix_len, s.n_new] for s in attention.spans],  # (prefix, new) per request
+        alone={str(i): len(blocks) for i, blocks in attention.alone},  # request: its blocks
+        groups=[list(g.group.members) for g in attention.groups],
+        shared_prefix=[list(g.group.members) for g in attention.shared],
+    )
 
 
 def create_torch_backend(runner):
