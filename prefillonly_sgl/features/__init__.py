@@ -77,7 +77,7 @@ class Feature:
     needs: tuple[str, ...] = ()
     why_needed: str = ""
     # Reads each score prompt's reusable-prefix length, which the tokenizer process
-    # attaches (sglang_runtime/reusable_prefix.py) for features that say so.
+    # attaches (prefill_kv/tokenizer_process.py) for features that say so.
     reads_reusable_len: bool = False
 
 

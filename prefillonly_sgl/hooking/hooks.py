@@ -1,10 +1,9 @@
 """Runtime patches to SGLang as tables: {SGLang symbol: (hook type, function)}.
 
-Each feature writes one table per process it changes (e.g. reusable_prefix.py in the
-tokenizer process, features/prefill_kv/scheduler_process.py and
-features/jct_scheduler/scheduler_process.py in the scheduler), so what is patched where
-reads as a list; every
-target is also listed in hook_targets.py, which a test resolves against the pinned SGLang.
+Each feature writes one table per process it changes (e.g. its tokenizer_process.py and
+scheduler_process.py: features/prefill_kv/), so what is patched where reads as a list;
+every target is also listed in sglang_runtime/hook_targets.py, which a test resolves
+against the pinned SGLang.
 The hook types are SGLang's HookRegistry ones:
     "AROUND": hook(original, *args, **kwargs) -> result
     "AFTER":  hook(result, *args, **kwargs) -> result

@@ -1,4 +1,6 @@
-"""Everything that imports or patches SGLang lives in this package.
+"""The runtime's boot code and fronts over SGLang. What imports or patches SGLang lives
+here, in the features' process modules (prefillonly_sgl/features/<name>/) and in the hook
+mechanism they share (prefillonly_sgl/hooking/); tests/test_package_shape.py keeps it so.
 
 - score_front.py: the scoring path of the main process (Engine and server);
   label_sequences.py: labels of several tokens (the prompt, then the label prefixes).
@@ -9,20 +11,19 @@
   APIs of prefillonly_sgl/apis/ among them, come from its caller); request_recording.py:
   usage and rids from the TokenizerManager.
 - plugin.py: the SGLang plugin that installs the runtime features in every SGLang process
-  (from the runtime configuration, read once into process_state.py, where hooks read it);
-  hooks.py: their hook tables. Features, one folder each: prefill_attention/ (attention
-  backends), prefill_kv/ with reusable_prefix.py (its tokenizer-process side, which the
-  JCT scheduler reads too), jct_scheduler/, hybrid_prefill/, features/prompt_logprobs/ (one module
-  per process); memory_probe/ (the memory budget's peak) and forward_profile/
-  (benchmarks) measure. single_token.py and tokenizer_endpoints.py are the OpenAI doors
-  of the server (always on, no feature switch).
+  (from the runtime configuration, read once into hooking/process_state.py, where hooks
+  read it; each feature's register(), prefillonly_sgl/features/<name>/);
+  memory_probe/ (the memory budget's peak) and forward_profile/ (benchmarks) measure.
+  single_token.py and tokenizer_endpoints.py are the OpenAI doors of the server (always
+  on, no feature switch).
 - cpu_support/: what SGLang 0.5.23 needs to run on a CPU-only machine (activated at
   interpreter start by a .pth file that only the CPU install writes).
 - hook_targets.py: every SGLang symbol this project calls or hooks, checked by a test so
   that an SGLang upgrade fails loudly instead of silently.
 
-The rest of prefillonly_sgl (validation, features, device defaults, the DSL, the KV and
-attention decisions) is plain Python that can be imported and tested without SGLang.
+The rest of prefillonly_sgl (validation, the feature registry and the features' decisions,
+device defaults, the DSL, decisions) is plain Python, importable and testable without
+SGLang.
 """
 
 SGLANG_VERSION = "0.5.23"  # pinned exactly; see hook_targets.py before changing it

@@ -126,7 +126,7 @@ HOOK_TARGETS: dict[str, str] = {
         "(prefill_kv's tokenizer side, the shutdown hook)"
     ),
     # -- prefill-only KV (features/prefill_kv/), all via HookRegistry --
-    # (reusable_prefix.py, tokenizer process: for prefill_kv and jct_scheduler)
+    # (features/prefill_kv/tokenizer_process.py: for prefill_kv and jct_scheduler)
     "sglang.srt.managers.tokenizer_manager_score_mixin.TokenizerManagerScoreMixin"
     ".score_request": "AROUND: tokenizes the query once per score call (contextvar)",
     "sglang.srt.managers.tokenizer_manager.TokenizerManager._create_tokenized_object": (
