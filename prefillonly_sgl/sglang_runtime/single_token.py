@@ -12,8 +12,8 @@ this module adds (decisions in prefillonly_sgl/single_token/):
 - an AFTER hook on each handler's `_convert_to_internal_request` (it runs in an executor
   thread, so it reads the request object, never a context variable): a single-token
   request gets its reusable prefix's token ids in `custom_params` (single_token/prefix.py;
-  features/prefill_kv/tokenizer_process.py turns them into R, which makes the scheduler run the request as a
-  prefill-only request) and `token_ids_logprob` for `logprob_token_ids`; a loglikelihood
+  features/prefill_kv/tokenizer_process.py turns them into R, which makes the scheduler
+  run the request as a prefill-only request) and `token_ids_logprob` for `logprob_token_ids`; a loglikelihood
   request (echo, max_tokens 0 or 1) is marked to keep its whole prompt
   (docs/loglikelihood.md);
 - a BEFORE hook on each handler's response builder: the rows of `logprob_token_ids`
