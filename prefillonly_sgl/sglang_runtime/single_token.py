@@ -13,9 +13,9 @@ this module adds (decisions in prefillonly_sgl/single_token/):
   thread, so it reads the request object, never a context variable): a single-token
   request gets its reusable prefix's token ids in `custom_params` (single_token/prefix.py;
   features/prefill_kv/tokenizer_process.py turns them into R, which makes the scheduler
-  run the request as a prefill-only request) and `token_ids_logprob` for `logprob_token_ids`; a loglikelihood
-  request (echo, max_tokens 0 or 1) is marked to keep its whole prompt
-  (docs/loglikelihood.md);
+  run the request as a prefill-only request) and `token_ids_logprob` for
+  `logprob_token_ids`; a loglikelihood request (echo, max_tokens 0 or 1) is marked to
+  keep its whole prompt (docs/loglikelihood.md);
 - a BEFORE hook on each handler's response builder: the rows of `logprob_token_ids`
   replace the natural top-k (single_token/logprobs.py), and an AFTER hook gives each
   completion token its real text offset (SGLang writes -1, "unknown").
