@@ -35,10 +35,8 @@ from __future__ import annotations
 
 import json
 import pickle
-import shutil
 import sys
 import time
-import uuid
 import zlib
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,7 +48,7 @@ from prefillonly_sgl.batch.scoring import (
     report_errors,
     score_chunk,
 )
-from prefillonly_sgl.batch.sinks import error_rows, rows_for, write_rows
+from prefillonly_sgl.batch.sinks import FolderWriter, rows_for
 from prefillonly_sgl.batch.sources import (
     FORMATS,
     check_source,
@@ -195,54 +193,28 @@ def run_batch_ray(
         check_source(records)
     fmt = folder_format(output, output_format) if output is not None else None
     path = Path(output) if output is not None else None
-    errors_path = Path(errors_file) if errors_file else _errors_path(output)
+    files = FolderWriter(
+        path, fmt, errors_file, reader=lambda folder: _read_folder(ray, folder, fmt)
+    )
     if overwrite or path is None:  # without an output there is nothing to resume
-        errors_path.unlink(missing_ok=True)
-    if overwrite and path is not None and path.is_dir():
-        shutil.rmtree(path)
-    elif overwrite and path is not None:
-        path.unlink(missing_ok=True)
-    if path is not None and path.exists() and not path.is_dir():
-        raise InvalidRequestError(
-            f"{path} is a file: executor='ray' writes a folder of files (pass another "
-            "output, or overwrite=True to replace it)"
-        )
-    if path is not None:
-        path.mkdir(parents=True, exist_ok=True)
-        for stale in path.glob(".*.tmp"):  # a bucket file a killed driver did not finish
-            stale.unlink()
-    report = BatchReport(path, errors_path, executor="ray")
+        files.remove()
+    files.prepare()
+    report = BatchReport(path, files.errors_path, executor="ray")
     started = time.perf_counter()
     if not ray.is_initialized():
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
     with _ray_data_progress(ray, progress):
-        done = _done_rows(ray, path, fmt)
+        done, failed = files.done()
         task.check_same_job(done, path)
-        skip = done.keys() | error_rows(errors_path)
         total = None if _is_dataset(records) else count_records(records)
         with progress_bar(function, total, progress) as bar:
-            new_rows = _score(ray, function, task, records, report, skip, bar,
-                              _BucketFiles(path, fmt), engine, replicas, num_cpus, num_gpus,
+            new_rows = _score(ray, function, task, records, report, done.keys() | failed, bar,
+                              files, engine, replicas, num_cpus, num_gpus,
                               chunk_size, bucket_size, retries)  # fmt: skip
     report.results = ray.data.from_items(sorted([*done.values(), *new_rows],
                                                 key=lambda r: r["row"]))  # fmt: skip
     report.seconds = time.perf_counter() - started
     return report
-
-
-class _BucketFiles:
-    """The output folder as the job's journal: one file per finished bucket."""
-
-    def __init__(self, folder: Path | None, fmt: str | None) -> None:
-        self.folder, self.format = folder, fmt or "jsonl"
-        self.run, self.written = uuid.uuid4().hex[:8], 0  # names no other run's files take
-
-    def write(self, rows: list[dict]) -> None:
-        if self.folder is None or not rows:
-            return
-        self.written += 1
-        name = f"part-{self.run}-{self.written:05d}.{self.format}"
-        write_rows(self.folder / name, self.format, rows)
 
 
 def _score(ray, function, task, records, report, skip, bar, files, engine, replicas,
@@ -318,16 +290,9 @@ def _ray_data_progress(ray, progress: bool):
         context.enable_progress_bars = before
 
 
-def _done_rows(ray, path: Path | None, fmt: str | None) -> dict[int, dict]:
-    """The rows an earlier run wrote to the output folder, by row."""
-    if path is None or not path.is_dir() or not any(path.iterdir()):
-        return {}
+def _read_folder(ray, folder: Path, fmt: str) -> list[dict]:
+    """The rows an earlier run wrote to the output folder (Ray Data's reader of the format:
+    CSV values typed as the new rows are)."""
     read = {"parquet": ray.data.read_parquet, "jsonl": ray.data.read_json,
             "csv": ray.data.read_csv}[fmt]  # fmt: skip
-    return {int(r["row"]): r for r in read(str(path)).take_all()}
-
-
-def _errors_path(output) -> Path:
-    if output is None:
-        return Path("errors.jsonl")
-    return Path(str(output).rstrip("/") + ".errors.jsonl")
+    return read(str(folder)).take_all()
