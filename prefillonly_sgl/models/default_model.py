@@ -11,7 +11,9 @@ a folder that fails the check (a partial copy, a stray edit) is rebuilt.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import functools
 import hashlib
 import importlib.util
 import json
@@ -92,24 +94,57 @@ def default_model_path(log=None) -> Path:
 
 
 def _convert(source: Path, out: Path) -> None:
+    """The GGUF file as a float32 safetensors folder, with one progress line of its own
+    (transformers' bars for the GGUF read and the shard writing are silenced meanwhile)."""
     import torch
+    from tqdm import tqdm
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     directory, name = str(source.parent), source.name
-    tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
-    gguf_model = AutoModelForCausalLM.from_pretrained(
-        directory, gguf_file=name, dtype=torch.float32
-    )
-    config = AutoConfig.from_pretrained(directory, gguf_file=name)
-    # The weights are already dequantised; a leftover quantization_config would make
-    # SGLang and transformers look for GGUF kernels when loading the folder.
-    if hasattr(config, "quantization_config"):
-        delattr(config, "quantization_config")
-    config.dtype = "float32"
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(gguf_model.state_dict())
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    with _transformers_bars_off(), tqdm(
+        total=4, desc="[prefillonly] default model", unit="step", file=sys.stderr
+    ) as bar:
+        bar.set_postfix_str("tokenizer")
+        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
+        bar.update()
+        bar.set_postfix_str("dequantising the GGUF weights")
+        gguf_model = AutoModelForCausalLM.from_pretrained(
+            directory, gguf_file=name, dtype=torch.float32
+        )
+        bar.update()
+        bar.set_postfix_str("float32 model")
+        config = AutoConfig.from_pretrained(directory, gguf_file=name)
+        # The weights are already dequantised; a leftover quantization_config would make
+        # SGLang and transformers look for GGUF kernels when loading the folder.
+        if hasattr(config, "quantization_config"):
+            delattr(config, "quantization_config")
+        config.dtype = "float32"
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model.load_state_dict(gguf_model.state_dict())
+        bar.update()
+        bar.set_postfix_str("writing safetensors")
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        bar.update()
+
+
+@contextlib.contextmanager
+def _transformers_bars_off():
+    """transformers' own progress bars off: its shard writing honours its switch; its GGUF
+    reader calls tqdm directly, so that module's tqdm is a silent one meanwhile."""
+    from transformers import modeling_gguf_pytorch_utils as gguf
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    loud = gguf.tqdm
+    gguf.tqdm = functools.partial(loud, disable=True)
+    try:
+        yield
+    finally:
+        gguf.tqdm = loud
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def _hash_folder(folder: Path) -> dict[str, str]:
