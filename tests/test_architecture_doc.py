@@ -1,16 +1,17 @@
-"""ARCHITECTURE.md names only files that exist: every path in it (a `code` span naming a
-.py / .md / .sh / .toml file or a folder/) is a file or folder of the repository, given
-from the repository root, from prefillonly_sgl/, or as the tail of one path (`policy.py`
-inside the paragraph on its feature folder)."""
+"""ARCHITECTURE.md names only files that exist: every path in it (in a `code` span or the
+folder map's code block: a .py / .md / .sh / .toml file or a folder/, `*` a wildcard) is a
+file or folder of the repository, given from the repository root, from prefillonly_sgl/,
+or as the tail of one path (`policy.py` inside the paragraph on its feature folder)."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PATH_LIKE = re.compile(r"^[\w./-]+(\.(py|md|sh|toml|txt|jsonl?)|/)$")
+PATH_LIKE = re.compile(r"^[\w./*-]+(\.(py|md|sh|toml|txt|jsonl?)|/)$")
 
 
 def _tracked() -> set[str]:
@@ -24,7 +25,9 @@ def _tracked() -> set[str]:
 
 
 def named_paths(text: str) -> list[str]:
-    spans = re.findall(r"`([^`\n]+)`", text)
+    blocks = re.findall(r"```\n(.*?)```", text, flags=re.S)
+    text = re.sub(r"```\n.*?```", "", text, flags=re.S)
+    spans = re.findall(r"`([^`\n]+)`", text) + [line for b in blocks for line in b.splitlines()]
     paths = []
     for span in spans:
         for token in re.split(r"[\s,()]+", span):
@@ -37,6 +40,8 @@ def named_paths(text: str) -> list[str]:
 
 
 def exists(path: str, tracked: set[str]) -> bool:
+    if "*" in path:
+        return any(fnmatch.fnmatch(t, f"*{path}") for t in tracked)
     for base in ("", "prefillonly_sgl/"):
         if base + path in tracked:
             return True
