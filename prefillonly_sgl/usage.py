@@ -1,7 +1,14 @@
-"""Per-request usage, aggregated from SGLang's per-prompt meta_info (plain Python).
+"""Per-request usage, aggregated from SGLang's per-prompt meta_info (plain Python): one
+record, with one view per wire format that reports it.
 
 Shared by the Engine (ScoreResult.cached_tokens) and the server (usage fields, headers,
-metrics); sglang_runtime/request_recording.py fills the records.
+metrics); sglang_runtime/request_recording.py fills the records. The views:
+
+    score_usage()          /v1/score's `usage` fields (wire.ScoreUsage)
+    score_labels_usage()   /v1/score_labels' `usage` (wire.ScoreLabelsUsage)
+    api_usage()            /v1/rerank, /v2/rerank, /rerank, /v1/classify (wire.Usage)
+    headers()              x-prefillonly-* response headers, on every guarded path
+    write_tokens(k)        what the typed decisions report as cache_write_tokens
 
 SGLang reports, for each prompt it finishes, a meta_info dict with prompt_tokens,
 cached_tokens (prefix-cache hits) and, with --enable-metrics, queue_time (seconds waited
@@ -17,7 +24,7 @@ import contextvars
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefillonly_sgl.wire import PromptTokensDetails, ScoreUsage
+from prefillonly_sgl.wire import PromptTokensDetails, ScoreLabelsUsage, ScoreUsage, Usage
 
 
 @dataclass
@@ -58,7 +65,19 @@ class RequestUsage:
             return max(0.0, max(ends) - min(starts))
         return None
 
-    def as_dict(self) -> dict:
+    def write_tokens(self, reusable_tokens: int) -> int:
+        """Tokens of a shared prefix of ``reusable_tokens`` this request computed (and so
+        wrote to the prefix cache): what its least-cached prompt behind the prefix had to
+        compute of it (0 when the prefix was already cached)."""
+        behind = [
+            int(m.get("cached_tokens") or 0)
+            for m in self.by_prompt.values()
+            if int(m.get("prompt_tokens") or 0) > reusable_tokens
+        ]
+        return max(0, reusable_tokens - min(behind)) if behind else 0
+
+    # -- views, one per wire format --------------------------------------------------------
+    def score_usage(self) -> dict:
         """The fields added to /v1/score's usage (wire.ScoreUsage: OpenAI-style names where
         they exist)."""
         return ScoreUsage(
@@ -67,6 +86,22 @@ class RequestUsage:
             queue_time=self.queue_time,
             running_time=self.running_time,
         ).model_dump()
+
+    def score_labels_usage(self) -> ScoreLabelsUsage:
+        return ScoreLabelsUsage(
+            prompt_tokens=self.prompt_tokens,
+            cached_tokens=self.cached_tokens,
+            queue_time=self.queue_time,
+            running_time=self.running_time,
+        )
+
+    def api_usage(self) -> Usage:
+        """The ranking and classify APIs' `usage` (prompt tokens are all there is)."""
+        return Usage(
+            prompt_tokens=self.prompt_tokens,
+            total_tokens=self.prompt_tokens,
+            cached_tokens=self.cached_tokens,
+        )
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         if not self.by_prompt:

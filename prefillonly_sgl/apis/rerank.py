@@ -147,10 +147,7 @@ class Reranker:
 def call_usage(context) -> Usage:
     """The answered request's token usage (the API answers' `usage`)."""
     usage = context.usage
-    if usage is None:
-        return Usage()
-    return Usage(prompt_tokens=usage.prompt_tokens, total_tokens=usage.prompt_tokens,
-                 cached_tokens=usage.cached_tokens)  # fmt: skip
+    return Usage() if usage is None else usage.api_usage()
 
 
 def model_name(context, asked: str | None) -> str:

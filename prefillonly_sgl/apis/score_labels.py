@@ -17,7 +17,7 @@ import json
 
 from prefillonly_sgl.labels import label_word_ids
 from prefillonly_sgl.server.endpoints import EndpointSpec
-from prefillonly_sgl.wire import ScoreLabelsRequest, ScoreLabelsResponse, ScoreLabelsUsage
+from prefillonly_sgl.wire import ScoreLabelsRequest, ScoreLabelsResponse
 
 
 async def score_labels(request: ScoreLabelsRequest, context) -> ScoreLabelsResponse:
@@ -44,14 +44,7 @@ async def score_labels(request: ScoreLabelsRequest, context) -> ScoreLabelsRespo
     return ScoreLabelsResponse(
         scores=[dict(zip(names, row)) for row in result.scores],
         rows=result.scores,
-        usage=None
-        if usage is None
-        else ScoreLabelsUsage(
-            prompt_tokens=usage.prompt_tokens,
-            cached_tokens=usage.cached_tokens,
-            queue_time=usage.queue_time,
-            running_time=usage.running_time,
-        ),
+        usage=None if usage is None else usage.score_labels_usage(),
     )
 
 

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from prefillonly_sgl.decisions.answers import results
 from prefillonly_sgl.decisions.call import DecisionOutcome, DecisionUsage
 from prefillonly_sgl.decisions.plan import DecisionPlan
+from prefillonly_sgl.usage import RequestUsage
 
 # score(query ids, items' ids, labels' ids) -> per item the labels' whole-vocabulary
 # probabilities (Engine.score with apply_softmax=False)
@@ -33,28 +34,18 @@ async def raw_probabilities(plan: DecisionPlan, score: ScoreFn) -> dict[int, lis
     return raw
 
 
-def usage_of(plan: DecisionPlan, metas: list[dict]) -> DecisionUsage:
-    """The call's usage from SGLang's per-prompt meta_info. cache_write_tokens: the state
-    tokens this call computed, i.e. what its least-cached state prompt had to compute of
-    the state (0 when the state was already cached)."""
-    input_tokens = sum(int(m.get("prompt_tokens") or 0) for m in metas)
-    cached = sum(int(m.get("cached_tokens") or 0) for m in metas)
-    k = plan.state_tokens
-    behind_state = [
-        int(m.get("cached_tokens") or 0) for m in metas if int(m.get("prompt_tokens") or 0) > k
-    ]
-    written = max(0, k - min(behind_state)) if behind_state else 0
+def usage_of(plan: DecisionPlan, usage: RequestUsage) -> DecisionUsage:
+    """The call's usage (the record SGLang's per-prompt meta_info filled meanwhile);
+    cache_write_tokens: the state tokens this call computed."""
     return DecisionUsage(
-        input_tokens=input_tokens,
-        cached_tokens=cached,
-        cache_write_tokens=written,
-        prompts=len(metas),
+        input_tokens=usage.prompt_tokens,
+        cached_tokens=usage.cached_tokens,
+        cache_write_tokens=usage.write_tokens(plan.state_tokens),
+        prompts=usage.prompts,
     )
 
 
-async def decide(
-    plan: DecisionPlan, score: ScoreFn, metas: Callable[[], list[dict]]
-) -> DecisionOutcome:
-    """Answers and usage; ``metas()`` returns the per-prompt meta_info recorded meanwhile."""
+async def decide(plan: DecisionPlan, score: ScoreFn, usage: RequestUsage) -> DecisionOutcome:
+    """Answers and usage; ``usage`` is the call's record, filled while it runs."""
     raw = await raw_probabilities(plan, score)
-    return DecisionOutcome(results=tuple(results(plan, raw)), usage=usage_of(plan, metas()))
+    return DecisionOutcome(results=tuple(results(plan, raw)), usage=usage_of(plan, usage))

@@ -101,9 +101,10 @@ def _convert(source: Path, out: Path) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     directory, name = str(source.parent), source.name
-    with _transformers_bars_off(), tqdm(
-        total=4, desc="[prefillonly] default model", unit="step", file=sys.stderr
-    ) as bar:
+    with (
+        _transformers_bars_off(),
+        tqdm(total=4, desc="[prefillonly] default model", unit="step", file=sys.stderr) as bar,
+    ):
         bar.set_postfix_str("tokenizer")
         tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
         bar.update()

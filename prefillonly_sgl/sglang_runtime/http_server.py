@@ -285,7 +285,7 @@ def _replace_score_route(app) -> None:
         if record is None or not record.usage.prompts or response.status_code != 200:
             return response
         content = orjson.loads(response.body)
-        content["usage"] = {**(content.get("usage") or {}), **record.usage.as_dict()}
+        content["usage"] = {**(content.get("usage") or {}), **record.usage.score_usage()}
         return _json_response(content)
 
     v1_score_request.__doc__ = stock[0].endpoint.__doc__

@@ -122,7 +122,7 @@ class ScoringFront:
             return result.scores
 
         with _sglang_call("decide") as record:
-            return await decide(plan, score, lambda: list(record.usage.by_prompt.values()))
+            return await decide(plan, score, record.usage)
 
     async def continuation_logprobs(
         self, query, items, continuation, request=None
