@@ -362,7 +362,7 @@ def test_a_synchronous_call_inside_a_running_loop_runs_on_a_loop_of_its_own(tok)
 
 
 def test_a_servers_backend_refuses_synchronous_use():
-    from prefillonly_sgl.dsl.endpoint import server_backend
+    from prefillonly_sgl.dsl.backends.server import server_backend
 
     context = type("Context", (), {})()
     backend = server_backend(context)

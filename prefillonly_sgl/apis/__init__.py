@@ -15,7 +15,7 @@ sglang_runtime/http_server.py, which gets these specs from its caller, cli.py).
   likelihood) and which one a model gets.
 
 Their request and response models are the wire contracts in prefillonly_sgl/wire.py,
-which the DSL's clients (dsl/remote_backend.py, dsl/gateway_client.py) import too.
+which the DSL's clients (dsl/backends/remote.py, dsl/gateway_client.py) import too.
 """
 
 from __future__ import annotations

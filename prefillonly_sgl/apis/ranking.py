@@ -22,7 +22,7 @@ import uuid
 
 from prefillonly_sgl.apis.rerank import call_usage, model_name, rerank_endpoints
 from prefillonly_sgl.apis.rerankers import BUILTIN_RERANKERS, rerank_method
-from prefillonly_sgl.dsl.endpoint import server_backend
+from prefillonly_sgl.dsl.backends.server import server_backend
 from prefillonly_sgl.dsl.job import ClassifyJob
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.server.endpoints import EndpointSpec, load_app_module

@@ -31,7 +31,7 @@ import uuid
 from dataclasses import dataclass
 
 from prefillonly_sgl.apis.truncation import JOIN_SLACK, fit_documents
-from prefillonly_sgl.dsl.endpoint import server_backend
+from prefillonly_sgl.dsl.backends.server import server_backend
 from prefillonly_sgl.dsl.job import RankJob
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.rerank_wire import (

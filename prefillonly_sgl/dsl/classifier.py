@@ -34,7 +34,7 @@ class Classifier(ScoringFunction):
     """Call it like the function (plus ``engine=``) to classify one input; ``batch`` /
     ``abatch`` classify many; ``compile`` shows the score requests without sending them.
 
-    Each call is a ClassifyJob run by its backend (``Backend.run``: backends.py chooses
+    Each call is a ClassifyJob run by its backend (``Backend.run``: backends/ chooses
     the backend, which applies calibration); the rows it returns become typed results
     (results.classifications)."""
 
@@ -92,7 +92,7 @@ class Classifier(ScoringFunction):
         except InvalidRequestError as e:
             raise InvalidRequestError(f"inputs[{index}]: {e}") from None
 
-    # -- run (backend.py: every call is one Backend.run; calibration happens there) -----
+    # -- run (backends/base.py: every call is one Backend.run; calibration happens there) -----
     def __call__(self, *args, engine=None, **kwargs) -> Classification:
         job = self.job(*args, **kwargs)
         backend = resolve_backend(engine)

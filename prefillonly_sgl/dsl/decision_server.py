@@ -31,7 +31,7 @@ class DecisionServer:
     ) -> None:
         if protocol not in PROTOCOLS:
             raise InvalidRequestError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
-        from prefillonly_sgl.dsl.remote_backend import RemoteBackend
+        from prefillonly_sgl.dsl.backends.remote import RemoteBackend
 
         self.url, self.protocol, self.model, self.api_key = (
             url.rstrip("/"),

@@ -27,53 +27,17 @@ import inspect
 import logging
 import types
 import typing
-import weakref
 from typing import Any
 
 from pydantic import BaseModel
 
 from prefillonly_sgl.dsl.app_models import app_models
-from prefillonly_sgl.dsl.backend import Backend
+from prefillonly_sgl.dsl.backends.server import server_backend
 from prefillonly_sgl.dsl.job import ClassifyJob, RankJob
-from prefillonly_sgl.dsl.request import ContinuationRequest, ScoreRequest
 from prefillonly_sgl.labels import LabelError
 from prefillonly_sgl.server.endpoints import EndpointSpec
 
 logger = logging.getLogger(__name__)
-
-
-class ServerBackend(Backend):
-    """A serving runtime's own scoring path as a DSL backend (asyncio only: handlers are
-    async). One per runtime (``server_backend``), so a calibrated classifier's priors are
-    measured once per server, not per request."""
-
-    def __init__(self, context) -> None:
-        self.context = context
-
-    @property
-    def tokenizer(self):
-        return self.context.tokenizer
-
-    async def score(self, request: ScoreRequest) -> list[list[float]]:
-        return (await request.sent_to(self.context.score)).scores
-
-    async def continuation_logprobs(self, request: ContinuationRequest) -> list[list[float]]:
-        return (await request.sent_to(self.context.continuation_logprobs)).token_logprobs
-
-    def wait(self, coroutine):
-        coroutine.close()
-        raise RuntimeError("a server's backend runs in its handlers: await backend.run(job)")
-
-
-_server_backends: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def server_backend(context) -> ServerBackend:
-    """The backend of a serving runtime's context (one context per runtime)."""
-    backend = _server_backends.get(context)
-    if backend is None:
-        backend = _server_backends[context] = ServerBackend(context)
-    return backend
 
 
 def _arguments(function, body: BaseModel) -> dict:

@@ -56,7 +56,7 @@ class Ranker(ScoringFunction):
     """Call it with the shared arguments and ``items=[...]`` (values of the item
     parameter), optionally ``top_k=`` and ``score=``; returns a Ranking.
 
-    Each call is a RankJob run by its backend (``Backend.run``; backends.py chooses
+    Each call is a RankJob run by its backend (``Backend.run``; backends/ chooses
     which); the rows it returns become the Ranking here (``ranking``)."""
 
     kind = "ranker"

@@ -98,7 +98,7 @@ class SGLangRuntime:
         self._app_specs = {spec.path: spec for spec in app_specs}
         self._front: ScoringFront | None = None
         # One context for the server's lifetime: what handlers keep per server (the DSL's
-        # backend and its calibration priors, dsl/endpoint.server_backend) hangs off it.
+        # backend and its calibration priors, dsl/backends/server.server_backend) hangs off it.
         self.context = ServerContext(self)
 
     @property

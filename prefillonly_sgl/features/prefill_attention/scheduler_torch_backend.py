@@ -21,7 +21,7 @@ layers and pools, q/k head dims different from the v head dim.
 
 GPU: stock FlashInferAttnBackend already runs ragged attention over the new tokens
 merged with paged attention over the cached prefix, so its forward stays stock;
-PrefillOnlyFlashInferBackend (flashinfer_backend.py, beside this file) adds what
+PrefillOnlyFlashInferBackend (scheduler_flashinfer_backend.py, beside this file) adds what
 prefill-only KV needs: it says when FlashInfer never reads new tokens from the pool, and
 refuses a plan that would.
 

@@ -38,7 +38,7 @@ from prefillonly_sgl.continuations import (
     tokenizer_encode,
 )
 from prefillonly_sgl.dsl import app_client, gateway_client
-from prefillonly_sgl.dsl.backend import Backend
+from prefillonly_sgl.dsl.backends.base import Backend
 from prefillonly_sgl.dsl.request import ContinuationRequest, ScoreRequest
 from prefillonly_sgl.dsl.runner import CompiledRoute, Route
 from prefillonly_sgl.errors import InvalidRequestError, PrefillOnlyError

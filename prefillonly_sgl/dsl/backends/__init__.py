@@ -1,26 +1,28 @@
-"""Choosing where a DSL call runs: ``engine=`` per call (an Engine, a server URL, a
-Backend or a scoring object), else the default set by ``use()`` / ``set_default_backend()``.
+"""The DSL's backends, and choosing where a call runs: ``engine=`` per call (an Engine, a
+server URL, a Backend or a scoring object), else the default set by ``use()`` /
+``set_default_backend()``.
 
-One backend per Engine, per server URL and per scoring object, kept for as long as that
-lives: the backend owns the calibration priors it has measured (backend.py), so every
-call on the same engine or server shares them.
-
-The backends themselves: backend.py (the interface), local_backend.py (an Engine in this
-process), remote_backend.py (a server, with typed endpoints where it has them), and
-ScoringObjectBackend below.
+    base.py       the interface every front calls: ``await backend.run(job)``
+    local.py      an Engine in this process
+    remote.py     a server (its typed endpoints, /v1/score, /v1/score_labels, /generate,
+                  or its gateway's standard routes)
+    server.py     a serving runtime's own scoring path (serve's handlers)
+    registry.py   the one registry: one backend per Engine, per scoring object, per
+                  serving runtime and per server URL, kept while that lives (the backend
+                  owns the calibration priors it has measured, so every call on the same
+                  engine or server shares them)
+    ScoringObjectBackend (below): any object with ``tokenizer`` and an async ``ascore``
 """
 
 from __future__ import annotations
 
-import weakref
-
-from prefillonly_sgl.dsl.backend import Backend
-from prefillonly_sgl.dsl.local_backend import LocalEngineBackend
-from prefillonly_sgl.dsl.remote_backend import RemoteBackend
+from prefillonly_sgl.dsl.backends.base import Backend
+from prefillonly_sgl.dsl.backends.local import LocalEngineBackend
+from prefillonly_sgl.dsl.backends.registry import REGISTRY
+from prefillonly_sgl.dsl.backends.remote import RemoteBackend
 from prefillonly_sgl.dsl.request import ScoreRequest
 from prefillonly_sgl.errors import InvalidRequestError
 
-_backends_of: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Engine / object
 _default: list[Backend | None] = [None]  # the backend set by use() / set_default_backend()
 
 
@@ -32,9 +34,9 @@ def as_backend(target) -> Backend:
     if isinstance(target, Backend):
         return target
     if isinstance(target, Engine):
-        return _kept(target, LocalEngineBackend)
+        return REGISTRY.kept(target, LocalEngineBackend)
     if is_scoring_object(target):
-        return _kept(target, ScoringObjectBackend)
+        return REGISTRY.kept(target, ScoringObjectBackend)
     if not isinstance(target, str):
         raise InvalidRequestError(
             f"engine= must be a prefillonly_sgl.Engine, a server URL or a Backend, got {target!r}"
@@ -42,30 +44,12 @@ def as_backend(target) -> Backend:
     return _remote_backend(target)
 
 
-_remote_backends: dict[str, RemoteBackend] = {}
-
-
 def _remote_backend(url: str) -> RemoteBackend:
     """The one backend of a server URL: calls naming it share its loaded tokenizer, its
     routes and its priors."""
     if not url.startswith(("http://", "https://")):
         raise InvalidRequestError(f"a server URL must start with http:// or https://: {url!r}")
-    url = url.rstrip("/")
-    if url not in _remote_backends:
-        _remote_backends[url] = RemoteBackend(url)
-    return _remote_backends[url]
-
-
-def _kept(target, make) -> Backend:
-    """The one backend of ``target`` (made on first use; a new one each time for an
-    object that cannot be weakly referenced)."""
-    try:
-        backend = _backends_of.get(target)
-    except TypeError:
-        return make(target)
-    if backend is None:
-        backend = _backends_of[target] = make(target)
-    return backend
+    return REGISTRY.kept(url.rstrip("/"), RemoteBackend)
 
 
 class ScoringObjectBackend(Backend):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prefillonly_sgl.dsl.backend import Backend
+from prefillonly_sgl.dsl.backends.base import Backend
 from prefillonly_sgl.dsl.request import ContinuationRequest, ScoreRequest
 
 
