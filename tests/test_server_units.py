@@ -436,3 +436,29 @@ def test_every_error_body_has_sglangs_shape_and_one_type_per_status():
         body = orjson.loads(error_body(status, "why"))
         assert body == {"object": "error", "message": "why", "type": kind, "param": None,
                         "code": status}  # fmt: skip
+
+
+def test_one_table_of_route_checks():
+    """Each work path's check, from one table: SGLang's routes, the typed endpoints that
+    count their prompts, a JSON object check for any other path."""
+    from prefillonly_sgl.errors import InvalidRequestError
+    from prefillonly_sgl.server.endpoints import EndpointSpec
+    from prefillonly_sgl.server.route_checks import CheckContext, check_request, route_checks
+    from prefillonly_sgl.validation import ModelLimits
+    from prefillonly_sgl.wire import Usage
+
+    spec = EndpointSpec("/apps/x", Usage, Usage, lambda body, context: body,
+                        count_prompts=lambda body: len(body["items"]))  # fmt: skip
+    table = route_checks([spec])
+    assert {"/v1/score", "/generate", "/v1/completions", "/v1/chat/completions", "/apps/x"} <= set(
+        table
+    )
+    context = CheckContext(
+        ModelLimits(100, 50), lambda a, b: 3, max_prompts=4, labels_required=True
+    )
+    assert check_request(table, "/apps/x", {"items": [1, 2, 3]}, context) == 3
+    assert check_request(table, "/anything", {"n": 2}, context) == 2
+    with pytest.raises(InvalidRequestError, match="items is missing"):
+        check_request(table, "/v1/score", {"query": "q"}, context)
+    with pytest.raises(InvalidRequestError, match="JSON object"):
+        check_request(table, "/apps/x", [1], context)

@@ -44,14 +44,7 @@ from prefillonly_sgl.server.guard import (
     RequestGuard,
 )
 from prefillonly_sgl.server.options import ServeOptions
-from prefillonly_sgl.server.request_checks import (
-    check_chat_body,
-    check_completions_body,
-    check_generate_body,
-    check_object_body,
-    check_prompt_count,
-    check_score_body,
-)
+from prefillonly_sgl.server.route_checks import CheckContext, check_request, route_checks
 from prefillonly_sgl.sglang_runtime.score_front import ScoringFront
 from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord
 from prefillonly_sgl.validation import ModelLimits
@@ -95,7 +88,7 @@ class SGLangRuntime:
 
     def __init__(self, options: ServeOptions, app_specs: list[EndpointSpec]) -> None:
         self.options = options
-        self._app_specs = {spec.path: spec for spec in app_specs}
+        self._checks = route_checks(app_specs)
         self._front: ScoringFront | None = None
         # One context for the server's lifetime: what handlers keep per server (the DSL's
         # backend and its calibration priors, dsl/backends/server.server_backend) hangs off it.
@@ -133,31 +126,14 @@ class SGLangRuntime:
         return bool(self.tokenizer_manager.gracefully_exit)
 
     def check(self, path: str, body: object) -> int:
-        max_prompts = self.options.max_pending_prompts
-        if path == "/v1/score":
-            return check_score_body(
-                body,
-                self.limits,
-                self.front.count_prompt_tokens,
-                max_prompts,
-                labels_required=self.tokenizer_manager.is_generation,
-            )
-        if path == "/generate":
-            return check_generate_body(body, self.limits, max_prompts)
-        if path == "/v1/completions":
-            return check_completions_body(body, self.limits, max_prompts)
-        if path == "/v1/chat/completions":
-            return check_chat_body(body, self.limits, max_prompts)
-        spec = self._app_specs.get(path)
-        if spec is not None and spec.count_prompts is not None:
-            check_object_body(body)
-            try:
-                n = max(1, int(spec.count_prompts(body)))
-            except Exception:  # a malformed body: the request model's validation says why
-                return 1
-            check_prompt_count(n, "request", max_prompts)
-            return n
-        return check_object_body(body, max_prompts)
+        """The path's check from the one table (server/route_checks.py)."""
+        context = CheckContext(
+            limits=self.limits,
+            count_prompt_tokens=self.front.count_prompt_tokens,
+            max_prompts=self.options.max_pending_prompts,
+            labels_required=self.tokenizer_manager.is_generation,
+        )
+        return check_request(self._checks, path, body, context)
 
     def abort(self, record: RequestRecord) -> None:
         tm = self.tokenizer_manager
