@@ -25,14 +25,20 @@ def _tracked() -> set[str]:
 
 
 def named_paths(text: str) -> list[str]:
-    blocks = re.findall(r"```\n(.*?)```", text, flags=re.S)
-    text = re.sub(r"```\n.*?```", "", text, flags=re.S)
-    spans = re.findall(r"`([^`\n]+)`", text) + [line for b in blocks for line in b.splitlines()]
+    prose, block_lines, in_block = [], [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            in_block = not in_block
+        elif in_block:
+            block_lines.append(line)
+        else:
+            prose.append(line)
+    spans = re.findall(r"`([^`\n]+)`", "\n".join(prose)) + block_lines
     paths = []
     for span in spans:
         for token in re.split(r"[\s,()]+", span):
             token = token.strip(".:;")
-            if token.endswith("/.") or token.startswith(("http", "-")):
+            if token.endswith("/.") or token.startswith(("http://", "https://", "-")):
                 continue
             if PATH_LIKE.match(token) and not token.startswith("."):
                 paths.append(token)
@@ -60,5 +66,9 @@ def test_the_path_finder_reads_code_spans():
     assert named_paths("see `dsl/job.py` and `features/prefill_kv/` (`x = 1`)") == [
         "dsl/job.py",
         "features/prefill_kv/",
+    ]
+    assert named_paths("```python\nx = 1\n```\ntext\n```\n  engine.py, cli.py  entry\n```") == [
+        "engine.py",
+        "cli.py",
     ]
     assert not exists("no_such_module.py", {"prefillonly_sgl/engine.py"})

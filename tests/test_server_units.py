@@ -360,7 +360,7 @@ def test_guard_aborts_the_work_of_a_client_that_disconnects():
 
 def test_drain_timeout_stops_guarded_requests_then_aborts_the_rest():
     from prefillonly_sgl.server.guard import InFlightRequests
-    from prefillonly_sgl.sglang_runtime.http_server import _abort_when_drain_times_out
+    from prefillonly_sgl.sglang_runtime.http_server.lifecycle import _abort_when_drain_times_out
 
     calls = []
     tm = types.SimpleNamespace(

@@ -1,7 +1,7 @@
 """The HTTP APIs every `prefillonly serve` has, beside SGLang's own and the `--app`
 endpoints: typed endpoints declared with the same EndpointSpec extension point
 (server/endpoints.py) and served through the DSL (plain Python; SGLang stays in
-sglang_runtime/http_server.py, which gets these specs from its caller, cli.py).
+sglang_runtime/http_server/, which gets these specs from its caller, cli.py).
 
 - score_labels.py: POST /v1/score_labels, label words (or token ids of labels of several
   tokens) instead of /v1/score's one token id per label.

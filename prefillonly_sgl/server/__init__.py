@@ -15,5 +15,5 @@ Plain Python (no SGLang import at module level), testable without starting a ser
 - metrics.py: Prometheus metrics of the guard.
 
 The SGLang side (installing the guard and routes on SGLang's FastAPI app, recording usage
-from the tokenizer manager, running the server) is sglang_runtime/http_server.py.
+from the tokenizer manager, running the server) is sglang_runtime/http_server/.
 """

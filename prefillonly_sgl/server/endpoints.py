@@ -58,7 +58,7 @@ ENDPOINT_LIST_NAME = "PREFILLONLY_ENDPOINTS"
 
 
 class ServerContext(Protocol):
-    """What an endpoint handler gets (implemented in sglang_runtime/http_server.py)."""
+    """What an endpoint handler gets (implemented in sglang_runtime/http_server/)."""
 
     @property
     def tokenizer(self) -> Any: ...  # the Hugging Face tokenizer SGLang uses

@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 
 class GuardRuntime(Protocol):
-    """The server the guard protects (SGLang's, in sglang_runtime/http_server.py)."""
+    """The server the guard protects (SGLang's, in sglang_runtime/http_server/)."""
 
     def shutting_down(self) -> bool: ...
 

@@ -6,7 +6,7 @@ mechanism they share (prefillonly_sgl/hooking/); tests/test_package_shape.py kee
   label_sequences.py: labels of several tokens (the prompt, then the label prefixes).
 - offline_engine.py: starting and stopping SGLang's offline Engine; model_limits.py: the
   limits its scheduler reported; event_loop.py: which loop it answers on.
-- http_server.py: `prefillonly serve` on SGLang's HTTP server (guard, usage, typed
+- http_server/: `prefillonly serve` on SGLang's HTTP server (guard, usage, typed
   endpoints; the plain logic is in prefillonly_sgl/server/; the endpoints, the built-in
   APIs of prefillonly_sgl/apis/ among them, come from its caller); request_recording.py:
   usage and rids from the TokenizerManager.

@@ -31,7 +31,7 @@ HOOK_TARGETS: dict[str, str] = {
         "calls sgl_kernel.copy_all_layer_kv_cache_cpu, provided by cpu_support"
     ),
     "sglang.srt.utils.common.is_cpu": "reads SGLANG_USE_CPU_ENGINE, set by cpu_support.boot",
-    # -- server (sglang_runtime/http_server.py) --
+    # -- server (sglang_runtime/http_server/) --
     "sglang.srt.entrypoints.http_server.app": (
         "SGLang's FastAPI app: we add a middleware, routes, an exception handler and wrap "
         "its router.lifespan_context before it starts"

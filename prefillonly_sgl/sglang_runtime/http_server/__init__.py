@@ -1,0 +1,159 @@
+"""`prefillonly serve` on SGLang's own HTTP server.
+
+SGLang's server is a module-level FastAPI `app` (sglang.srt.entrypoints.http_server) run
+by uvicorn in the main process, with the scheduler and detokenizer in spawned processes.
+Before it starts we add to that same app, so every SGLang endpoint and client keeps
+working:
+- the RequestGuard middleware (prefillonly_sgl/server/guard.py) on the work endpoints;
+- /v1/chat/completions and /v1/completions routes on SGLang's handlers, which run a
+  single-token request as a prefill-only request (sglang_runtime/single_token.py);
+- a /v1/score route that calls SGLang's handler and adds cached tokens and queue/running
+  time to the response's `usage` (the body was checked by the guard with ScoringFront's
+  checks, score_front.py, the same the Engine and the typed endpoints use);
+- a RequestValidationError handler with short messages (SGLang's own embeds a traceback
+  line), except on the paths whose error format SGLang documents;
+- the typed endpoints of the EndpointSpecs it is given (`--app`, and the built-in APIs of
+  prefillonly_sgl/apis/: /v1/score_labels, /v1/rerank, /v1/classify), which score through
+  ScoringFront;
+- a lifespan wrapper that, once SGLang is up, starts the ScoringFront (which records usage
+  and rids from the tokenizer manager's generate_request), arms SGLang's SIGTERM drain at
+  once, aborts what is still running --shutdown-timeout seconds after SIGTERM, and runs
+  the endpoints' on_startup.
+Then sglang.launch_server.run_server runs the server exactly as `sglang serve` would.
+
+    runtime.py     the running server as the guard and the endpoints see it
+    routes.py      the routes added to SGLang's app, answers and errors
+    lifecycle.py   start-up, SIGTERM drain and its watchdog, the guard's metrics
+    here           install() puts them on the app; serve() parses and runs
+"""
+
+import os
+
+from prefillonly_sgl.server.admission import AdmissionControl
+from prefillonly_sgl.server.body_encoding import DecodeRequestBody
+from prefillonly_sgl.server.endpoints import EndpointSpec, check_unique_paths
+from prefillonly_sgl.server.guard import GuardPolicy, RequestGuard
+from prefillonly_sgl.server.options import ServeOptions
+from prefillonly_sgl.sglang_runtime.http_server.lifecycle import _guard_metrics, _wrap_lifespan
+from prefillonly_sgl.sglang_runtime.http_server.routes import (
+    _add_endpoint,
+    _install_validation_handler,
+    _replace_models_route,
+    _replace_score_route,
+)
+from prefillonly_sgl.sglang_runtime.http_server.runtime import SGLangRuntime
+
+# SGLang endpoints that run the model: guarded (checked, admitted, drained on shutdown).
+WORK_PATHS = {
+    "/generate",
+    "/v1/score",
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/v1/embeddings",
+    "/encode",
+    "/classify",
+    "/v1/classify",
+    "/v1/rerank",
+    "/v1/decisions",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/systemone",
+    "/invocations",
+    "/api/generate",
+    "/api/chat",
+}
+REPLACED_PATHS = frozenset({"/v1/rerank", "/v1/classify", "/v1/decisions", "/v1/systemone"})
+
+
+def install(
+    app,
+    options: ServeOptions,
+    specs: list[EndpointSpec],
+    enable_metrics: bool,
+    mark_reusable_prefixes: bool = True,
+):
+    """Adds everything `serve` adds to SGLang's FastAPI app (before it starts); ``specs``:
+    every typed endpoint, the `--app` ones and the built-in APIs (prefillonly_sgl/apis/),
+    which the caller builds. mark_reusable_prefixes: single-token OpenAI requests carry
+    their reusable prefix (when a runtime feature reads it)."""
+    from fastapi.routing import APIRoute
+
+    from prefillonly_sgl.sglang_runtime import single_token, tokenizer_endpoints
+
+    # SGLang's /v1/rerank and /v1/classify serve cross-encoder / classification models
+    # only, and its /v1/decisions and /v1/systemone score each question's whole prompt
+    # outside the prefix-sharing path: ours (apis/, among `specs`) replace them.
+    ours = {spec.path for spec in specs}
+    app.router.routes[:] = [
+        r
+        for r in app.router.routes
+        if not (isinstance(r, APIRoute) and r.path in REPLACED_PATHS and r.path in ours)
+    ]
+    taken = {r.path for r in app.router.routes if isinstance(r, APIRoute)}
+    check_unique_paths(specs, taken)
+    runtime = SGLangRuntime(options, specs)
+    _install_validation_handler(app)
+    _replace_score_route(app)
+    _replace_models_route(app)
+    single_token.install_routes(app)
+    single_token.install_in_this_process(mark_reusable_prefixes)
+    tokenizer_endpoints.install(app, lambda: runtime.tokenizer_manager)
+    for spec in specs:
+        _add_endpoint(app, spec, runtime)
+    error_shapes = {spec.path: spec.error_shape for spec in specs if spec.error_shape != "sglang"}
+    policy = GuardPolicy(
+        guarded_paths=WORK_PATHS | {spec.path for spec in specs},
+        max_request_bytes=options.max_request_bytes,
+        admission=AdmissionControl(options.max_pending_requests, options.max_pending_prompts),
+        error_shapes=error_shapes,
+    )
+    app.add_middleware(
+        RequestGuard, policy=policy, runtime=runtime, metrics=_guard_metrics(enable_metrics)
+    )
+    # Added last, so it runs first: the guard sees decoded bodies.
+    app.add_middleware(
+        DecodeRequestBody, max_request_bytes=options.max_request_bytes, error_shapes=error_shapes
+    )
+    _wrap_lifespan(app, runtime, specs, policy.in_flight)
+    return runtime
+
+
+def serve(
+    sglang_argv: list[str],
+    options: ServeOptions,
+    specs: list[EndpointSpec],
+    mark_reusable_prefixes: bool = True,
+) -> int:
+    """Parses sglang_argv with SGLang's own parser and runs SGLang's server with our
+    additions and the typed endpoints ``specs`` (all of them: cli.py adds the built-in
+    APIs to the `--app` ones). Blocks until the server exits."""
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.utils import kill_process_tree
+
+    load_plugins()  # as `sglang serve` does; the runtime configuration is already set
+    server_args = prepare_server_args(sglang_argv)
+    if server_args.tokenizer_worker_num != 1:
+        raise SystemExit(
+            "prefillonly serve: --tokenizer-worker-num > 1 is not supported (the request "
+            "checks run in the main process's HTTP server)"
+        )
+    from sglang.launch_server import run_server
+    from sglang.srt.entrypoints.http_server import app
+
+    install(
+        app,
+        options,
+        specs,
+        enable_metrics=bool(server_args.enable_metrics),
+        mark_reusable_prefixes=mark_reusable_prefixes,
+    )
+    if server_args.device == "cpu":
+        from prefillonly_sgl.sglang_runtime.offline_engine import _check_cpu_support
+
+        _check_cpu_support()
+    try:
+        run_server(server_args)
+    finally:
+        kill_process_tree(os.getpid(), include_parent=False)
+    return 0

@@ -1,0 +1,211 @@
+"""What serve adds to SGLang's FastAPI app as routes: /v1/score (SGLang's handler, its usage
+extended), /v1/models (System One's list beside OpenAI's), the typed endpoints of the
+EndpointSpecs (validated by their models, or parsing their own bodies), the JSON answers
+and errors, and a validation-error handler with short messages."""
+
+import inspect
+
+import orjson
+
+from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.server.endpoints import EndpointSpec
+from prefillonly_sgl.server.errors import error_body
+from prefillonly_sgl.sglang_runtime.http_server.runtime import _RAW_REQUEST, SGLangRuntime
+from prefillonly_sgl.usage import CURRENT_REQUEST
+
+# Paths whose validation-error format SGLang documents per API: left to SGLang's handler.
+_OWN_ERROR_FORMAT_PREFIXES = ("/v1/messages", "/v1/responses", "/v1/systemone")
+
+
+def _json_response(content, status: int = 200):
+    from fastapi.responses import Response
+
+    return Response(orjson.dumps(content), status_code=status, media_type="application/json")
+
+
+def _error_response(status: int, message: str, shape: str = "sglang"):
+    from fastapi.responses import Response
+
+    body = error_body(status, message, shape)
+    return Response(body, status_code=status, media_type="application/json")
+
+
+def _validation_message(errors) -> str:
+    parts = []
+    for error in errors:
+        loc = [str(p) for p in error.get("loc", ()) if p != "body"]
+        where = ".".join(loc)
+        parts.append(f"{where}: {error.get('msg', 'invalid')}" if where else error.get("msg"))
+    text = "; ".join(p for p in parts if p) or "invalid request"
+    return text if len(text) <= 1000 else text[:1000] + "..."
+
+
+def _install_validation_handler(app) -> None:
+    from fastapi.exceptions import RequestValidationError
+
+    sglang_handler = app.exception_handlers.get(RequestValidationError)
+
+    async def handler(request, exc):
+        if sglang_handler is not None and request.url.path.startswith(_OWN_ERROR_FORMAT_PREFIXES):
+            return await sglang_handler(request, exc)
+        return _error_response(400, f"invalid request: {_validation_message(exc.errors())}")
+
+    app.exception_handlers[RequestValidationError] = handler
+
+
+def _replace_score_route(app) -> None:
+    """/v1/score: SGLang's handler, then this request's usage merged into `usage`."""
+    from fastapi import Depends, Request
+    from fastapi.routing import APIRoute
+    from sglang.srt.entrypoints.http_server import validate_json_request
+    from sglang.srt.entrypoints.openai.protocol import ScoringRequest
+
+    stock = [r for r in app.router.routes if isinstance(r, APIRoute) and r.path == "/v1/score"]
+    if len(stock) != 1:
+        raise RuntimeError(f"expected one SGLang /v1/score route, found {len(stock)}")
+
+    async def v1_score_request(request: ScoringRequest, raw_request: Request):
+        response = await raw_request.app.state.openai_serving_score.handle_request(
+            request, raw_request
+        )
+        record = CURRENT_REQUEST.get()
+        if record is None or not record.usage.prompts or response.status_code != 200:
+            return response
+        content = orjson.loads(response.body)
+        content["usage"] = {**(content.get("usage") or {}), **record.usage.score_usage()}
+        return _json_response(content)
+
+    v1_score_request.__doc__ = stock[0].endpoint.__doc__
+    app.router.routes.remove(stock[0])
+    app.add_api_route(
+        "/v1/score",
+        v1_score_request,
+        methods=["POST"],
+        dependencies=[Depends(validate_json_request)],
+    )
+
+
+def _add_endpoint(app, spec: EndpointSpec, runtime: SGLangRuntime) -> None:
+    from fastapi import Request
+
+    if spec.raw_body:
+        _add_raw_endpoint(app, spec, runtime)
+        return
+
+    async def endpoint(body, raw_request):
+        token = _RAW_REQUEST.set(raw_request)
+        try:
+            result = spec.handler(body, runtime.context)
+            return await result if inspect.isawaitable(result) else result
+        except InvalidRequestError as e:
+            return _error_response(400, str(e), spec.error_shape)
+        finally:
+            _RAW_REQUEST.reset(token)
+
+    # FastAPI reads the body model from the signature: give it the spec's types.
+    endpoint.__signature__ = inspect.Signature(
+        [
+            inspect.Parameter(
+                "body", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=spec.request_model
+            ),
+            inspect.Parameter(
+                "raw_request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request
+            ),
+        ]
+    )
+    app.add_api_route(
+        spec.path,
+        endpoint,
+        methods=["POST"],
+        response_model=spec.response_model,
+        summary=spec.summary,
+        description=spec.description or inspect.getdoc(spec.handler),
+        tags=list(spec.tags),
+        name=spec.path.strip("/").replace("/", "_") or "root",
+    )
+
+
+def _add_raw_endpoint(app, spec: EndpointSpec, runtime: SGLangRuntime) -> None:
+    """A route whose handler parses the JSON body itself (EndpointSpec.raw_body): the
+    request model documents it in /openapi.json; the answer goes out as returned."""
+    from fastapi import Request
+    from pydantic import BaseModel
+
+    async def endpoint(raw_request: Request):
+        token = _RAW_REQUEST.set(raw_request)
+        try:
+            try:
+                body = orjson.loads(await raw_request.body())
+            except orjson.JSONDecodeError as e:
+                return _error_response(400, f"the body is not valid JSON: {e}", spec.error_shape)
+            result = spec.handler(body, runtime.context)
+            result = await result if inspect.isawaitable(result) else result
+            if isinstance(result, BaseModel):
+                result = result.model_dump(mode="json")
+            return _json_response(result)
+        except InvalidRequestError as e:
+            return _error_response(400, str(e), spec.error_shape)
+        finally:
+            _RAW_REQUEST.reset(token)
+
+    schema = spec.request_model.model_json_schema(ref_template="#/components/schemas/{model}")
+    app.add_api_route(
+        spec.path,
+        endpoint,
+        methods=["POST"],
+        summary=spec.summary,
+        description=spec.description or inspect.getdoc(spec.handler),
+        tags=list(spec.tags),
+        name=spec.path.strip("/").replace("/", "_") or "root",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _inline_defs(schema)}},
+            }
+        },
+    )
+
+
+def _inline_defs(schema: dict) -> dict:
+    """A pydantic JSON schema whose $defs stay inside it (openapi_extra cannot add
+    components): references rewritten to the local $defs."""
+    text = orjson.dumps(schema).decode().replace("#/components/schemas/", "#/$defs/")
+    return orjson.loads(text)
+
+
+def _replace_models_route(app) -> None:
+    """GET /v1/models: SGLang's list (OpenAI's `data`), plus System One's `models`
+    ({name, description, release_date}), which typesafe-sdk's `models.list()` reads; each
+    client ignores the other's key."""
+    from fastapi.routing import APIRoute
+
+    stock = [r for r in app.router.routes if isinstance(r, APIRoute) and r.path == "/v1/models"]
+    if len(stock) != 1:
+        raise RuntimeError(f"expected one SGLang /v1/models route, found {len(stock)}")
+    stock_endpoint = stock[0].endpoint
+
+    async def available_models():
+        listed = await stock_endpoint()
+        content = (
+            listed.model_dump() if hasattr(listed, "model_dump") else orjson.loads(listed.body)
+        )
+        content["models"] = [system_one_model(card) for card in content.get("data", [])]
+        return _json_response(content)
+
+    available_models.__doc__ = stock_endpoint.__doc__
+    app.router.routes.remove(stock[0])
+    app.add_api_route("/v1/models", available_models, methods=["GET"])
+
+
+def system_one_model(card: dict) -> dict:
+    """A model card as System One lists it: the release date is the day the model's card
+    was created (its `created` time), as no release date is known for a local folder."""
+    import datetime
+
+    created = card.get("created") or 0
+    day = datetime.datetime.fromtimestamp(created, datetime.timezone.utc).date().isoformat()
+    return {
+        "name": card.get("id"),
+        "description": f"{card.get('id')} served by prefillonly-sgl: prefill-only decisions",
+        "release_date": day,
+    }

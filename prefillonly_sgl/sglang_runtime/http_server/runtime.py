@@ -1,0 +1,145 @@
+"""The running server as the guard and the endpoints see it: SGLangRuntime (the guard's
+runtime: shutting down, the route checks, aborts; the scoring front once SGLang is up) and
+ServerContext (what an EndpointSpec handler gets: the same front as the Engine's)."""
+
+import contextvars
+
+from prefillonly_sgl.score_result import ScoreResult
+from prefillonly_sgl.server.endpoints import EndpointSpec
+from prefillonly_sgl.server.options import ServeOptions
+from prefillonly_sgl.server.route_checks import CheckContext, check_request, route_checks
+from prefillonly_sgl.sglang_runtime.score_front import ScoringFront
+from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord
+from prefillonly_sgl.validation import ModelLimits
+
+
+def _tokenizer_manager():
+    from sglang.srt.entrypoints.http_server import get_global_state
+
+    state = get_global_state()
+    if state is None:
+        raise RuntimeError("SGLang's server is not initialised yet")
+    return state.tokenizer_manager
+
+
+class SGLangRuntime:
+    """The GuardRuntime of SGLang's server, and what endpoint contexts are built on."""
+
+    def __init__(self, options: ServeOptions, app_specs: list[EndpointSpec]) -> None:
+        self.options = options
+        self._checks = route_checks(app_specs)
+        self._front: ScoringFront | None = None
+        # One context for the server's lifetime: what handlers keep per server (the DSL's
+        # backend and its calibration priors, dsl/backends/server.server_backend) hangs off it.
+        self.context = ServerContext(self)
+
+    @property
+    def tokenizer_manager(self):
+        return _tokenizer_manager()
+
+    def start(self) -> ScoringFront:
+        """Starts the server's scoring path, once SGLang's scheduler has reported its
+        limits (the lifespan calls it before the first request)."""
+        if self._front is None:
+            from sglang.srt.entrypoints.http_server import get_global_state
+
+            from prefillonly_sgl.sglang_runtime.model_limits import limits_from_scheduler_info
+
+            tm = self.tokenizer_manager
+            limits = limits_from_scheduler_info(
+                get_global_state().scheduler_info, tm.model_config.vocab_size
+            )
+            self._front = ScoringFront(tm, limits)
+        return self._front
+
+    @property
+    def front(self) -> ScoringFront:
+        return self._front or self.start()
+
+    @property
+    def limits(self) -> ModelLimits:
+        return self.front.limits
+
+    # -- GuardRuntime --
+    def shutting_down(self) -> bool:
+        return bool(self.tokenizer_manager.gracefully_exit)
+
+    def check(self, path: str, body: object) -> int:
+        """The path's check from the one table (server/route_checks.py)."""
+        context = CheckContext(
+            limits=self.limits,
+            count_prompt_tokens=self.front.count_prompt_tokens,
+            max_prompts=self.options.max_pending_prompts,
+            labels_required=self.tokenizer_manager.is_generation,
+        )
+        return check_request(self._checks, path, body, context)
+
+    def abort(self, record: RequestRecord) -> None:
+        tm = self.tokenizer_manager
+        for obj in record.sglang_requests:
+            rids = obj.rid if isinstance(obj.rid, list) else [obj.rid]
+            for rid in rids:
+                if rid:
+                    tm.abort_request(rid)
+
+
+# The HTTP request a handler is answering (its disconnect aborts the scoring it started),
+# set per request by _add_endpoint; the context itself is one per runtime.
+_RAW_REQUEST: contextvars.ContextVar = contextvars.ContextVar("raw_request", default=None)
+
+
+class ServerContext:
+    """What an EndpointSpec handler gets (protocol: server/endpoints.ServerContext): one
+    per runtime, the request being answered read from _RAW_REQUEST."""
+
+    def __init__(self, runtime: SGLangRuntime) -> None:
+        self._runtime = runtime
+
+    @property
+    def tokenizer_manager(self):
+        return self._runtime.tokenizer_manager
+
+    @property
+    def tokenizer(self):
+        return self._runtime.tokenizer_manager.tokenizer
+
+    @property
+    def limits(self) -> ModelLimits:
+        return self._runtime.limits
+
+    @property
+    def usage(self):
+        record = CURRENT_REQUEST.get()
+        return record.usage if record is not None else None
+
+    async def score(
+        self,
+        query,
+        items,
+        label_token_ids,
+        apply_softmax=True,
+        item_first=False,
+        length_normalize=False,
+    ) -> ScoreResult:
+        """prefillonly_sgl.Engine.score semantics, on the server's engine (the same
+        ScoringFront, so the same checks, result and cached_tokens)."""
+        return await self._runtime.front.score(
+            query,
+            items,
+            label_token_ids,
+            apply_softmax,
+            item_first,
+            _RAW_REQUEST.get(),
+            length_normalize,
+        )
+
+    async def continuation_logprobs(self, query, items, continuation):
+        """prefillonly_sgl.Engine.continuation_logprobs semantics, on the server's engine."""
+        return await self._runtime.front.continuation_logprobs(
+            query, items, continuation, _RAW_REQUEST.get()
+        )
+
+    async def decide(self, call):
+        """A decisions.call.DecisionCall answered on the server's engine (Engine.decide's
+        path: the state computed once, each question an item)."""
+        return await self._runtime.front.decide(call, _RAW_REQUEST.get())
