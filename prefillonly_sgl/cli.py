@@ -18,10 +18,11 @@ from prefillonly_sgl.server.options import (
     parse_serve_argv,
     serve_config,
     serve_options_group,
-    server_argv,
+    server_flags,
 )
 from prefillonly_sgl.sglang_runtime.http_server import serve
 from prefillonly_sgl.sglang_runtime.plugin import runtime_enabled
+from prefillonly_sgl.sglang_runtime.server_flags import parse_flags, sglang_parser
 
 SERVE_DESCRIPTION = """\
 Serve a model over HTTP with SGLang's server: SGLang's endpoints (/v1/score, /generate,
@@ -45,7 +46,8 @@ def _serve(argv: list[str]) -> int:
         return 0
     options, sglang_argv = parse_serve_argv(argv)
     try:
-        config = serve_config(options, sglang_argv)  # every rule: runtime_config.py
+        flags = parse_flags(sglang_argv)  # once, by SGLang's own parser
+        config = serve_config(options, flags)  # every rule: runtime_config.py
         # The app modules before the memory calibration and SGLang start: fail fast.
         specs = load_app_endpoints(options.apps)
         specs += builtin_endpoints(
@@ -57,7 +59,7 @@ def _serve(argv: list[str]) -> int:
         )
         if config.memory is not None:
             config = config.planned(plan_memory(config))
-        sglang_argv = server_argv(config, sglang_argv, options.metrics)
+        flags = server_flags(config, flags, options.metrics)
         if config.settings("jct_scheduler") is not None:
             source = config.settings("jct_scheduler").model.source
             print(f"prefillonly serve: JCT scheduler, job-time model from {source}")
@@ -65,7 +67,7 @@ def _serve(argv: list[str]) -> int:
         print(f"prefillonly serve: {e}", file=sys.stderr)
         return 2
     with runtime_enabled(config):  # SGLang's workers inherit the configuration
-        return serve(sglang_argv, options, specs, config.needs_tokenizer_hooks)
+        return serve(flags, options, specs, config.needs_tokenizer_hooks)
 
 
 def _serve_help() -> None:
@@ -77,13 +79,7 @@ def _serve_help() -> None:
     )
     ours = serve_options_group(parser)  # listed first
     try:
-        from sglang.srt.server_args import ServerArgs
-
-        sglang_flags = parser.add_argument_group("SGLang server flags (passed through)")
-        ServerArgs.add_cli_args(sglang_flags)
-        for action in parser._actions:  # serve defaults it to the embedded model
-            if "--model-path" in action.option_strings:
-                action.required = False
+        sglang_parser(parser=parser.add_argument_group("SGLang server flags (passed through)"))
     except ImportError:
         parser.epilog = "(SGLang is not installed: its server flags cannot be listed)"
     add_serve_options(parser, ours)

@@ -1,5 +1,5 @@
-"""The one runtime configuration (prefillonly_sgl/runtime_config.py), without SGLang: the
-Engine's arguments and serve's flags resolve by the same rules to the same configuration,
+"""The one runtime configuration (prefillonly_sgl/runtime_config.py), SGLang only for its
+flag parser: the Engine's arguments and serve's flags resolve by the same rules to the same configuration,
 errors name what the user typed, and the workers' part survives its trip as JSON."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from prefillonly_sgl import environment, runtime_config
 from prefillonly_sgl.features import FEATURES, OPTIONS, STOCK_SGLANG
 from prefillonly_sgl.runtime_config import BUDGET_MEM_FRACTION_STATIC, WorkerConfig
-from prefillonly_sgl.server.options import parse_serve_argv, serve_config, server_argv
+from prefillonly_sgl.server.options import parse_serve_argv, serve_config, server_flags
 
 
 @pytest.fixture
@@ -30,8 +30,11 @@ def _engine(model, **kwargs):
 
 
 def _serve(model, *argv):
+    from prefillonly_sgl.sglang_runtime.server_flags import parse_flags  # SGLang's parser
+
     options, sglang_argv = parse_serve_argv(["--model-path", model, "--device", "cpu", *argv])
-    return serve_config(options, sglang_argv), sglang_argv
+    flags = parse_flags(sglang_argv)
+    return serve_config(options, flags), flags
 
 
 @pytest.mark.parametrize(
@@ -113,12 +116,12 @@ def test_sglang_arguments_from_one_configuration(model):
     lpm, _ = _engine(model, schedule_policy="lpm")
     assert lpm.sglang_fields()["schedule_policy"] == "lpm" and lpm.settings("jct_scheduler") is None
     # serve: the same fields as flags, never over a flag the user gave
-    config, sglang_argv = _serve(model, "--attention-backend", "sdpa", "--schedule-policy", "lpm")
-    argv = server_argv(config, sglang_argv)
-    assert argv.count("--attention-backend") == 1 and "sdpa" in argv
-    assert argv[argv.index("--schedule-policy") + 1] == "lpm"
-    assert "--sleep-on-idle" in argv and "--enable-metrics" in argv
-    assert "--enable-metrics" not in server_argv(config, sglang_argv, metrics=False)
+    config, flags = _serve(model, "--attention-backend", "triton", "--schedule-policy", "lpm")
+    values = server_flags(config, flags).values
+    assert values["attention_backend"] == "triton"
+    assert values["schedule_policy"] == "lpm"
+    assert values["sleep_on_idle"] and values["enable_metrics"]
+    assert not server_flags(config, flags, metrics=False).values["enable_metrics"]
 
 
 def test_every_feature_option_has_an_engine_argument_and_a_serve_flag(model):

@@ -53,11 +53,19 @@ def model_folder(tmp_path, monkeypatch):
     return str(tmp_path)
 
 
+def _serve_flags(argv: list[str]):
+    """serve's options and SGLang's flags read by SGLang's parser, as cli.py reads them."""
+    from prefillonly_sgl.sglang_runtime.server_flags import parse_flags
+
+    options, rest = parse_serve_argv(argv)
+    return options, parse_flags(rest)
+
+
 def _serve_features(model: str, argv: list[str]) -> list[str]:
     from prefillonly_sgl.server.options import serve_config
 
-    options, rest = parse_serve_argv(argv)
-    return list(serve_config(options, ["--model-path", model, "--device", "cpu", *rest]).features)
+    options, flags = _serve_flags(["--model-path", model, "--device", "cpu", *argv])
+    return list(serve_config(options, flags).features)
 
 
 def test_disable_flags_leave_their_feature_out(model_folder):
@@ -102,32 +110,32 @@ def test_schedule_policy_jct_is_ours_and_sglangs_pass_through(model_folder):
 
 
 def test_device_defaults_never_override_the_users_flags(tmp_path, model_folder):
-    from prefillonly_sgl.server.options import serve_config, server_argv
+    from prefillonly_sgl.server.options import serve_config, server_flags
 
-    def argv_for(sglang_argv, metrics=True, device="cpu"):
-        options, rest = parse_serve_argv(sglang_argv)
-        config = serve_config(options, ["--device", device, *rest])
-        return server_argv(config, ["--device", device, *rest], metrics)
+    def flags_for(argv, metrics=True, device="cpu"):
+        options, flags = _serve_flags(["--device", device, *argv])
+        return server_flags(serve_config(options, flags), flags, metrics).values
 
-    argv = argv_for(["--attention-backend", "sdpa", "--model", model_folder])
-    assert argv.count("--attention-backend") == 1 and "sdpa" in argv
-    assert "--model-path" not in argv  # --model is SGLang's alias
-    assert argv[argv.index("--max-total-tokens") + 1] == "16384"
-    assert "--enable-metrics" in argv and argv[argv.index("--device") + 1] == "cpu"
-    assert "--sleep-on-idle" in argv  # an idle CPU server must not spin a core
-    assert "--sleep-on-idle" not in argv_for(["--model", model_folder], device="cuda")
+    flags = flags_for(["--attention-backend", "triton", "--model", model_folder])
+    assert flags["attention_backend"] == "triton"
+    assert flags["model_path"] == model_folder  # --model is SGLang's alias
+    assert flags["max_total_tokens"] == 16384
+    assert flags["enable_metrics"] and flags["device"] == "cpu"
+    assert flags["sleep_on_idle"]  # an idle CPU server must not spin a core
+    assert not flags_for(["--model", model_folder], device="cuda")["sleep_on_idle"]
+    assert flags_for(["--model", model_folder], device="cuda")["attention_backend"] == "flashinfer"
     config = tmp_path / "c.yaml"
-    config.write_text("max-total-tokens: 1000\nenable_metrics: true\n")
-    argv = argv_for(["--config", str(config), "--model", model_folder])
-    assert "--max-total-tokens" not in argv and "--enable-metrics" not in argv
-    assert "--enable-metrics" not in argv_for(["--model", model_folder], metrics=False)
+    config.write_text("max-total-tokens: 1000\nenable-metrics: true\n")
+    flags = flags_for(["--config", str(config), "--model", model_folder])
+    assert flags["max_total_tokens"] == 1000 and flags["enable_metrics"]
+    assert not flags_for(["--model", model_folder], metrics=False)["enable_metrics"]
 
 
 def test_cpu_dtype_auto_is_the_folders_own_never_float16(model_folder):
     """SGLang's "auto" runs a float32 folder in float16, which has no fast CPU kernels
     (3.5x slower than float32 here): on CPU, serve and the Engine ask for the folder's."""
     from prefillonly_sgl.device_defaults import resolve_dtype
-    from prefillonly_sgl.server.options import serve_config, server_argv
+    from prefillonly_sgl.server.options import serve_config, server_flags
 
     model = model_folder
     assert resolve_dtype(model, "cpu", "auto") == "float32"
@@ -135,17 +143,37 @@ def test_cpu_dtype_auto_is_the_folders_own_never_float16(model_folder):
     assert resolve_dtype(model, "cuda", "auto") == "auto"  # float16 is fast there
     assert resolve_dtype(model + "/missing", "cpu", "auto") == "auto"
 
-    def argv_for(sglang_argv):
-        options, rest = parse_serve_argv(sglang_argv)
-        return server_argv(serve_config(options, rest), rest)
+    def dtype_for(argv):
+        options, flags = _serve_flags(argv)
+        return server_flags(serve_config(options, flags), flags).values["dtype"]
 
-    argv = argv_for(["--model-path", model, "--device", "cpu"])
-    assert argv[argv.index("--dtype") + 1] == "float32"
-    argv = argv_for(["--model", model, "--dtype", "bfloat16", "--device", "cpu"])
-    assert argv.count("--dtype") == 1 and "bfloat16" in argv
-    argv = argv_for(["--model", model, "--dtype", "auto", "--device", "cpu"])  # as the Engine
-    assert argv.count("--dtype") == 1 and argv[argv.index("--dtype") + 1] == "float32"
-    assert "--dtype" not in argv_for(["--model", model, "--device", "cuda"])
+    assert dtype_for(["--model-path", model, "--device", "cpu"]) == "float32"
+    assert dtype_for(["--model", model, "--dtype", "bfloat16", "--device", "cpu"]) == "bfloat16"
+    assert dtype_for(["--model", model, "--dtype", "auto", "--device", "cpu"]) == "float32"
+    assert dtype_for(["--model", model, "--device", "cuda"]) == "auto"  # SGLang's own
+
+
+def test_serve_builds_the_server_args_sglang_would(tmp_path, model_folder):
+    """SGLang's flags are parsed once (server_flags.parse_flags) and ServerArgs built after
+    our configuration (server_flags.server_args): for the same flags, the same ServerArgs
+    as SGLang's own prepare_server_args, a --config file included."""
+    from sglang.srt.server_args import ServerArgs, prepare_server_args, record_fields
+
+    from prefillonly_sgl.sglang_runtime.server_flags import parse_flags, server_args
+
+    config = tmp_path / "c.yaml"
+    config.write_text("max-total-tokens: 1000\nenable-metrics: true\n")
+    for argv in (
+        ["--model-path", model_folder, "--device", "cpu", "--port", "1234"],
+        ["--model", model_folder, "--device", "cpu", "--radix-eviction-policy", "lru"],
+        ["--config", str(config), "--model", model_folder, "--device", "cpu", "--dtype", "bfloat16"],
+    ):
+        ours, theirs = server_args(parse_flags(argv)), prepare_server_args(argv)
+        for field in record_fields(ServerArgs):
+            assert getattr(ours, field.name) == getattr(theirs, field.name), field.name
+        assert ours._launch_command == theirs._launch_command
+    with pytest.raises(SystemExit):  # SGLang's usage error, before anything starts
+        parse_flags(["--no-such-flag"])
 
 
 # -- request checks --------------------------------------------------------------------------

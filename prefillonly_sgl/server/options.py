@@ -1,13 +1,16 @@
 """Command-line options of `prefillonly serve` (plain Python, no SGLang at import).
 
 `serve` accepts its own few options plus every SGLang server flag. Ours are parsed here;
-the rest goes unchanged to SGLang's own parser (sglang.srt.server_args.prepare_server_args),
-with per-device defaults added only for the flags the user did not give.
+the rest goes unchanged to SGLang's own parser (sglang_runtime/server_flags.py), once; the
+runtime configuration is read from its values (serve_config), and its decisions and the
+per-device defaults for the flags the user did not give are written back (server_flags).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,7 +211,7 @@ def add_serve_options(parser: argparse.ArgumentParser, group=None) -> None:
 
 
 def parse_serve_argv(argv: list[str]) -> tuple[ServeOptions, list[str]]:
-    """Split argv into our options and the SGLang flags (returned unchanged, in order)."""
+    """Split argv into our options and the rest, SGLang's flags (unchanged, in order)."""
     parser = argparse.ArgumentParser(prog="prefillonly serve", add_help=False, allow_abbrev=False)
     add_serve_options(parser)
     ours, rest = parser.parse_known_args(argv)
@@ -236,21 +239,34 @@ def parse_serve_argv(argv: list[str]) -> tuple[ServeOptions, list[str]]:
     )
 
 
-def serve_config(options: ServeOptions, sglang_argv: list[str]) -> RuntimeConfig:
+@dataclass(frozen=True)
+class SGLangFlags:
+    """SGLang's server flags as SGLang's own parser read them
+    (sglang_runtime/server_flags.parse_flags): every ServerArgs value by field name, which
+    of them the user gave (a value other than SGLang's default, on the command line or in a
+    --config file), and the argv they came from."""
+
+    values: Mapping[str, Any]
+    given: frozenset[str] = frozenset()
+    argv: tuple[str, ...] = ()
+
+    def get(self, name: str) -> Any:
+        return self.values.get(name)
+
+    def with_values(self, **values: Any) -> SGLangFlags:
+        return dataclasses.replace(self, values={**self.values, **values})
+
+
+def serve_config(options: ServeOptions, flags: SGLangFlags) -> RuntimeConfig:
     """serve's runtime configuration: our options plus the SGLang flags it depends on
     (model, device, dtype, context, pool), resolved by the same rules as the Engine's
     (runtime_config.resolve; errors name serve's flags)."""
-    given = given_flags(sglang_argv)
-    context = flag_value(sglang_argv, "--context-length")
-    pool = flag_value(sglang_argv, "--max-total-tokens")
-    if pool is None and "--max-total-tokens" in given:
-        pool = "0"  # given in a --config file: only "given" matters (budget or pool)
     return runtime_config.resolve(
-        flag_value(sglang_argv, "--model-path") or flag_value(sglang_argv, "--model"),
-        device=device_of(sglang_argv),
-        dtype=flag_value(sglang_argv, "--dtype") or "auto",
-        context_length=int(context) if context else None,
-        max_total_tokens=int(pool) if pool is not None else None,
+        flags.get("model_path"),
+        device=flags.get("device"),
+        dtype=flags.get("dtype") or "auto",
+        context_length=flags.get("context_length"),
+        max_total_tokens=flags.get("max_total_tokens"),
         memory_budget=options.memory_budget,
         max_prompt_tokens=options.max_prompt_tokens,
         features=None if options.features is None else parse_names(options.features),
@@ -263,95 +279,22 @@ def serve_config(options: ServeOptions, sglang_argv: list[str]) -> RuntimeConfig
     )
 
 
-def given_flags(argv: list[str]) -> set[str]:
-    """The long flags present in argv (`--x v` and `--x=v` forms), plus keys of a --config
-    file, so defaults never override what the user chose anywhere."""
-    flags = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
-    for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv):
-            flags |= _config_file_flags(argv[i + 1])
-        elif arg.startswith("--config="):
-            flags |= _config_file_flags(arg.split("=", 1)[1])
-    if "--model" in flags:  # SGLang's alias of --model-path
-        flags.add("--model-path")
-    return flags
-
-
-def _config_file_flags(path: str) -> set[str]:
-    try:
-        import yaml
-
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except Exception:  # SGLang's own parser reports a bad config file
-        return set()
-    return {"--" + str(key).replace("_", "-") for key in data} if isinstance(data, dict) else set()
-
-
-def flag_value(argv: list[str], flag: str) -> str | None:
-    """The value of `--flag v` / `--flag=v` in argv (the last one wins, as in argparse)."""
-    value = None
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg.split("=", 1)[1]
-    return value
-
-
-def device_of(argv: list[str]) -> str | None:
-    return flag_value(argv, "--device")
-
-
-def server_argv(config: RuntimeConfig, sglang_argv: list[str], metrics: bool = True) -> list[str]:
+def server_flags(config: RuntimeConfig, flags: SGLangFlags, metrics: bool = True) -> SGLangFlags:
     """The SGLang flags serve runs with: the user's, the device defaults where the user gave
-    no value, and what the configuration decides (its sglang_fields), which replaces a
-    user's value that differs: `--dtype auto` on CPU becomes the folder's dtype, as in the
-    Engine (the configuration's rules already refused real conflicts, e.g. a memory budget
-    with a pool size)."""
+    none, and what the configuration decides (its sglang_fields), which replaces a user's
+    value: `--dtype auto` on CPU becomes the folder's dtype, as in the Engine (the
+    configuration's rules already refused real conflicts, e.g. a memory budget with a pool
+    size)."""
     defaults = dict(config.sglang_defaults())
     if metrics:
         # Queue length, latency histograms and prefix-cache hit rate on /metrics, and
         # per-request queue time in meta_info (read by the usage report).
         defaults["enable_metrics"] = True
     defaults["enable_cache_report"] = True  # cached_tokens in OpenAI-style usage
-    argv = list(sglang_argv)
-    for name, value in config.sglang_fields().items():
-        flag = _flag(name)
-        given = flag_value(argv, flag)
-        if name == "model_path":
-            given = given or flag_value(argv, "--model")  # SGLang's alias
-        if given is not None and given != str(value):
-            argv = _without_flag(
-                _without_flag(argv, flag), "--model" if name == "model_path" else flag
-            )
-            given = None
-        if given is None and flag not in given_flags(argv):
-            argv += _as_flags(flag, value)
-    given = given_flags(argv)
-    for name, value in defaults.items():
-        if _flag(name) not in given:
-            argv += _as_flags(_flag(name), value)
-    return argv
+    fields = {name: _as_flag_value(value) for name, value in config.sglang_fields().items()}
+    unset = {name: value for name, value in defaults.items() if name not in flags.given}
+    return flags.with_values(**unset, **fields)
 
 
-def _flag(field_name: str) -> str:
-    return "--" + field_name.replace("_", "-")
-
-
-def _as_flags(flag: str, value) -> list[str]:
-    if value is False or value is None:
-        return []
-    return [flag] if value is True else [flag, str(value)]
-
-
-def _without_flag(argv: list[str], flag: str) -> list[str]:
-    """argv less every `--flag v` / `--flag=v`."""
-    out, skip = [], False
-    for i, arg in enumerate(argv):
-        if skip:
-            skip = False
-        elif arg == flag:
-            skip = i + 1 < len(argv)
-        elif not arg.startswith(flag + "="):
-            out.append(arg)
-    return out
+def _as_flag_value(value: Any) -> Any:
+    return str(value) if isinstance(value, Path) else value

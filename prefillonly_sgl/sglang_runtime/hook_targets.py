@@ -61,8 +61,20 @@ HOOK_TARGETS: dict[str, str] = {
         "SGLang's /v1/systemone route, replaced by apis/decisions.py (REPLACED_PATHS)"
     ),
     "sglang.launch_server.run_server": "runs the server exactly as `sglang serve` does",
-    "sglang.srt.server_args.prepare_server_args": "parses every SGLang flag given to serve",
-    "sglang.srt.server_args.ServerArgs.add_cli_args": "lists SGLang's flags in serve --help",
+    "sglang.srt.server_args.prepare_server_args": (
+        "what server_flags.py does in two steps (parse once, build ServerArgs after our "
+        "configuration); a test compares the two"
+    ),
+    "sglang.srt.server_args.ServerArgs.add_cli_args": (
+        "SGLang's parser: serve's flags parsed once (server_flags.py) and listed in --help"
+    ),
+    "sglang.srt.server_args.ServerArgs.from_cli_args": "ServerArgs from the parsed values",
+    "sglang.srt.utils.server_args_config_parser.ConfigArgumentMerger.merge_config_with_args": (
+        "a --config file merged into serve's flags as `sglang serve` merges it"
+    ),
+    "sglang.srt.sampling.watermarking.core.redact_watermark_command_line": (
+        "the launch command SGLang keeps on ServerArgs, as prepare_server_args sets it"
+    ),
     "sglang.srt.utils.kill_process_tree": "no worker process outlives `serve`",
     "sglang.srt.managers.tokenizer_manager.TokenizerManager.generate_request": (
         "wrapped per instance (request_recording.py): records each HTTP request's or "

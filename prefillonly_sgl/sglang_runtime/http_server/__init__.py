@@ -24,7 +24,7 @@ Then sglang.launch_server.run_server runs the server exactly as `sglang serve` w
     runtime.py     the running server as the guard and the endpoints see it
     routes.py      the routes added to SGLang's app, answers and errors
     lifecycle.py   start-up, SIGTERM drain and its watchdog, the guard's metrics
-    here           install() puts them on the app; serve() parses and runs
+    here           install() puts them on the app; serve() builds ServerArgs and runs
 """
 
 import os
@@ -33,7 +33,8 @@ from prefillonly_sgl.server.admission import AdmissionControl
 from prefillonly_sgl.server.body_encoding import DecodeRequestBody
 from prefillonly_sgl.server.endpoints import EndpointSpec, check_unique_paths
 from prefillonly_sgl.server.guard import GuardPolicy, RequestGuard
-from prefillonly_sgl.server.options import ServeOptions
+from prefillonly_sgl.server.options import ServeOptions, SGLangFlags
+from prefillonly_sgl.sglang_runtime import server_flags
 from prefillonly_sgl.sglang_runtime.http_server.lifecycle import _guard_metrics, _wrap_lifespan
 from prefillonly_sgl.sglang_runtime.http_server.routes import (
     _add_endpoint,
@@ -119,20 +120,20 @@ def install(
 
 
 def serve(
-    sglang_argv: list[str],
+    flags: SGLangFlags,
     options: ServeOptions,
     specs: list[EndpointSpec],
     mark_reusable_prefixes: bool = True,
 ) -> int:
-    """Parses sglang_argv with SGLang's own parser and runs SGLang's server with our
+    """Builds SGLang's ServerArgs from `flags` (read by SGLang's parser, server_flags.py)
+    and runs SGLang's server with our
     additions and the typed endpoints ``specs`` (all of them: cli.py adds the built-in
     APIs to the `--app` ones). Blocks until the server exits."""
     from sglang.srt.plugins import load_plugins
-    from sglang.srt.server_args import prepare_server_args
     from sglang.srt.utils import kill_process_tree
 
     load_plugins()  # as `sglang serve` does; the runtime configuration is already set
-    server_args = prepare_server_args(sglang_argv)
+    server_args = server_flags.server_args(flags)
     if server_args.tokenizer_worker_num != 1:
         raise SystemExit(
             "prefillonly serve: --tokenizer-worker-num > 1 is not supported (the request "
