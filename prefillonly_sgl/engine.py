@@ -311,7 +311,13 @@ class Engine:
     @property
     def tokenizer(self):
         """The Hugging Face tokenizer SGLang uses for text prompts."""
-        return self._require_running().tokenizer_manager.tokenizer
+        return self.tokenizer_manager.tokenizer
+
+    @property
+    def tokenizer_manager(self):
+        """SGLang's TokenizerManager of this engine, as on SGLang's own Engine (code and
+        tests written against SGLang's Engine reach it there)."""
+        return self._require_running().tokenizer_manager
 
     # -- lifecycle -----------------------------------------------------------------------
     def _require_running(self):

@@ -66,9 +66,10 @@ def validate_labels(label_token_ids: object, vocab_size: int) -> list[tuple[int,
             )
         for token in label:
             if not 0 <= token < vocab_size:
+                # SGLang's wording (its clients and tests match it), naming the field.
                 raise InvalidRequestError(
-                    f"label token id {token} is outside the vocabulary (valid ids: "
-                    f"0..{vocab_size - 1})"
+                    f"label_token_ids: Token ID {token} is out of vocabulary (vocab size: "
+                    f"{vocab_size}; valid ids 0..{vocab_size - 1})"
                 )
         labels.append(label)
     duplicates = sorted({t for t in labels if labels.count(t) > 1})
@@ -113,10 +114,12 @@ def prompt_token_counter(tokenizer) -> Callable[[TextOrIds, TextOrIds], int]:
     return count
 
 
-def check_query_and_items(query: object, items: object, vocab_size: int) -> tuple[TextOrIds, list]:
+def check_query_and_items(
+    query: object, items: object, vocab_size: int, allow_empty: bool = False
+) -> tuple[TextOrIds, list]:
     """(query, items) of a call scoring items after a query: the query a text or token ids
-    ("" for None), items a non-empty list (one text alone: a list of it); each item is
-    checked by the caller, which knows how it joins the query."""
+    ("" for None), items a list (one text alone: a list of it), non-empty unless
+    allow_empty; each item is checked by the caller, which knows how it joins the query."""
     if query is None:
         query = ""
     check_text_or_ids(query, "query", vocab_size)
@@ -126,7 +129,7 @@ def check_query_and_items(query: object, items: object, vocab_size: int) -> tupl
         raise InvalidRequestError(
             f"items must be a list of strings or token-id lists, got {type(items).__name__}"
         )
-    if not items:
+    if not items and not allow_empty:
         raise InvalidRequestError("items is empty: give at least one item to score")
     return query, list(items)
 
@@ -140,14 +143,15 @@ def validate_score_request(
     item_first: bool = False,
 ) -> tuple[TextOrIds, list[TextOrIds], list[tuple[int, ...]]]:
     """Returns (query, items, labels) normalised (labels: token-id tuples, see
-    validate_labels); raises InvalidRequestError.
+    validate_labels); raises InvalidRequestError. No items is no rows, as in SGLang's
+    Engine.score and /v1/score (its own tests expect []).
 
     count_tokens(first, second) gives the length of the prompt joined in that order
     (prompt_token_counter; the caller owns the tokenizer). SGLang joins query + item, or
     item + query with item_first.
     """
     labels = validate_labels(label_token_ids, limits.vocab_size)
-    query, items = check_query_and_items(query, items, limits.vocab_size)
+    query, items = check_query_and_items(query, items, limits.vocab_size, allow_empty=True)
     for i, item in enumerate(items):
         check_text_or_ids(item, f"items[{i}]", limits.vocab_size)
         if isinstance(item, str) != isinstance(query, str):

@@ -51,6 +51,23 @@ def tiny_engine(tiny_llama_path):
         yield engine
 
 
+@pytest.fixture(scope="session")
+def tiny_qwen2_engine(tiny_qwen2_path):
+    """One Engine on the tiny Qwen2 for the session (test_engine_tiny_models.py and the
+    ported multi-architecture tests); 64-token hybrid chunks, so a call's batch runs its
+    decoder layers in query chunks."""
+    from prefillonly_sgl import Engine
+
+    with Engine(
+        tiny_qwen2_path,
+        device="cpu",
+        dtype="float32",
+        max_total_tokens=4096,
+        hybrid_prefill_chunk_size=64,
+    ) as engine:
+        yield engine
+
+
 def tiny_server(*args: str, scope: str = "module", name: str = "server"):
     """A fixture called ``name``: ``prefillonly serve`` on the tiny Llama with ``args``,
     started once per module (or ``scope``)."""
@@ -90,6 +107,16 @@ def default_server(default_model_path, tmp_path_factory):
     log = tmp_path_factory.mktemp("default-model-serve") / "server.log"
     with running_server(default_model_path, log) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def default_engine():
+    """One Engine on the default model (float32, CPU) for the session: test_default_model.py
+    and the ported SGLang Engine tests (tests/peers/sglang/)."""
+    from prefillonly_sgl import Engine
+
+    with Engine(device="cpu", dtype="float32") as engine:  # model=None: the default model
+        yield engine
 
 
 @pytest.fixture(scope="session")

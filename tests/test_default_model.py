@@ -12,7 +12,6 @@ import shutil
 import pytest
 from conftest import max_abs_diff
 
-from prefillonly_sgl import Engine
 from prefillonly_sgl.data.drug_reviews import load_drug_reviews
 from prefillonly_sgl.models import default_model
 from prefillonly_sgl.reference import TransformersReference
@@ -64,9 +63,8 @@ def test_cache_root_follows_environment(monkeypatch, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def engine():
-    with Engine(device="cpu", dtype="float32") as engine:  # model=None: the default model
-        yield engine
+def engine(default_engine):  # model=None: the default model, shared with tests/peers/sglang
+    return default_engine
 
 
 @pytest.fixture(scope="module")

@@ -225,10 +225,9 @@ BAD_REQUESTS = [
     ("items-wrong-type", "/v1/score", {**GOOD, "items": 5}, 400, "items must be a list"),
     ("item-wrong-type", "/v1/score", {**GOOD, "items": [1.5]}, 400, "items[0] must be a string"),
     ("labels-wrong-type", "/v1/score", {**GOOD, "label_token_ids": "Yes"}, 400, "must be a list"),
-    ("empty-items", "/v1/score", {**GOOD, "items": []}, 400, "items is empty"),
     ("empty-prompt", "/v1/score", {**GOOD, "query": "", "items": [""]}, 400, "prompt (query + item) is empty"),  # noqa: E501
-    ("unknown-label", "/v1/score", {**GOOD, "label_token_ids": [10**6]}, 400, "outside the vocabulary"),  # noqa: E501
-    ("negative-label", "/v1/score", {**GOOD, "label_token_ids": [-1]}, 400, "outside the vocabulary"),  # noqa: E501
+    ("unknown-label", "/v1/score", {**GOOD, "label_token_ids": [10**6]}, 400, "Token ID 1000000 is out of vocabulary"),  # noqa: E501
+    ("negative-label", "/v1/score", {**GOOD, "label_token_ids": [-1]}, 400, "Token ID -1 is out of vocabulary"),  # noqa: E501
     ("duplicate-labels", "/v1/score", {**GOOD, "label_token_ids": [5, 6, 5]}, 400, "duplicates: [5]"),  # noqa: E501
     ("label-lists-count", "/v1/score", {**GOOD, "label_token_ids": [[5], [6]]}, 400, "2 lists for 1 items"),  # noqa: E501
     ("item-id-out-of-vocab", "/v1/score", {**GOOD, "query": [1], "items": [[2, 10**6]]}, 400, "outside the vocabulary"),  # noqa: E501

@@ -24,21 +24,21 @@ def test_valid_request_is_normalised():
     assert check([1, 2], [[3], [4, 5]], [9]) == ([1, 2], [[3], [4, 5]], [(9,)])
     # labels of several tokens: a list of ids per label, mixed with single ids
     assert check("ab", "c", [[4, 5], 6, (4,)]) == ("ab", ["c"], [(4, 5), (6,), (4,)])
+    assert check("q", [], [1]) == ("q", [], [(1,)])  # no items, no rows: SGLang's answer
 
 
 @pytest.mark.parametrize(
     "query, items, labels, message",
     [
-        ("q", [], [1], "items is empty"),
         ("q", None, [1], "items must be a list"),
         ("q", ["a"], [], "label_token_ids is empty"),
         ("q", ["a"], None, "label_token_ids must be a list"),
         ("q", ["a"], [1, True], "must be integers"),
-        ("q", ["a"], [100], "label token id 100 is outside the vocabulary (valid ids: 0..99)"),
+        ("q", ["a"], [100], "label_token_ids: Token ID 100 is out of vocabulary (vocab size: 100; valid ids 0..99)"),
         ("q", ["a"], [2, 3, 2, 3], "duplicates: [2, 3]"),
         ("q", ["a"], [[2, 3], 4, [2, 3]], "duplicates: [[2, 3]]"),
         ("q", ["a"], [[2, 3], []], "a non-empty list of them), got []"),
-        ("q", ["a"], [[2, 1000]], "label token id 1000 is outside the vocabulary"),
+        ("q", ["a"], [[2, 1000]], "Token ID 1000 is out of vocabulary"),
         ("", [""], [1], "items[0]: the prompt (query + item) is empty"),
         ("q", ["a", "b" * 10], [1], "items[1]: the prompt (query + item) is 11 tokens"),
         ([], [[1, 200]], [1], "items[0] has token ids outside the vocabulary"),

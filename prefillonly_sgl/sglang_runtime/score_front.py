@@ -83,6 +83,8 @@ class ScoringFront:
         """prefillonly_sgl.Engine.score semantics. request: the HTTP request, if any (SGLang
         watches it for disconnects)."""
         query, items, labels = self.check(query, items, label_token_ids, item_first)
+        if not items:  # SGLang's answer to no items: no rows
+            return ScoreResult(scores=[], prompt_tokens=0)
         trie = build_trie(labels)
         with _sglang_call("score") as record:
             if trie.single_token:  # per token, a length is 1: nothing to normalise
