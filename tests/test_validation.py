@@ -57,7 +57,7 @@ def test_bad_requests(query, items, labels, message):
 def test_invalid_request_error_is_a_value_error():
     """Callers catching SGLang's ValueError keep working."""
     with pytest.raises(ValueError):
-        check("q", [], [1])
+        check("q", ["a"], [])
 
 
 def test_score_prompts_have_their_own_limit_when_given():
