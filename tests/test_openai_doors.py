@@ -4,7 +4,7 @@
 Single-token requests through the official `openai` client (sync and async): the
 logprobs equal a plain transformers forward (reference.next_token_logprobs) within 1e-4,
 with and without logit_bias and for named token ids; a chat prompt 3x the pool answers;
-a streamed one answers one chunk; requests of two tokens keep SGLang's path.
+a streamed one answers one chunk per choice; requests of two tokens keep SGLang's path.
 
 Loglikelihood requests (echo + logprobs): prompt logprobs against the reference, and
 lm-evaluation-harness's `local-completions` model against lm-eval's own `hf` backend on

@@ -123,8 +123,8 @@ def test_named_ids_rows_follow_the_request_order():
     assert top_rows(rows, [5, 7, 3]) == [[(-9.0, 5, "c"), (-1.0, 7, "a"), (-2.0, 3, "b")], None]
 
 
-def test_one_chunk_events():
-    from prefillonly_sgl.sglang_runtime.single_token import one_chunk_events
+def test_choice_chunk_events():
+    from prefillonly_sgl.sglang_runtime.single_token import choice_chunk_events
 
     answer = {
         "id": "x", "created": 1, "model": "m",
@@ -132,14 +132,19 @@ def test_one_chunk_events():
                      "logprobs": {"content": []}, "finish_reason": "length"}],
         "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
     }  # fmt: skip
-    events = one_chunk_events(CHAT_PATH, answer, include_usage=True)
+    events = choice_chunk_events(CHAT_PATH, answer, include_usage=True)
     assert events[-1] == "data: [DONE]\n\n" and len(events) == 3
     chunk = json.loads(events[0][len("data: ") :])
     assert chunk["object"] == "chat.completion.chunk"
     assert chunk["choices"][0]["delta"] == {"role": "assistant", "content": "Yes"}
     assert json.loads(events[1][len("data: ") :])["choices"] == []
-    plain = one_chunk_events(COMPLETIONS_PATH, {**answer, "choices": [{"text": "a"}]}, False)
+    plain = choice_chunk_events(COMPLETIONS_PATH, {**answer, "choices": [{"text": "a"}]}, False)
     assert len(plain) == 2 and json.loads(plain[0][6:])["choices"][0]["text"] == "a"
+    # several choices: one chunk each, in order (clients track choices by chunk)
+    two = [{"index": 0, "text": "a"}, {"index": 1, "text": "b"}]
+    events = choice_chunk_events(COMPLETIONS_PATH, {**answer, "choices": two}, True)
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert [[c["index"] for c in chunk["choices"]] for chunk in chunks] == [[0], [1], []]
 
 
 def test_chat_prefix_ids_render_the_history_once_or_nothing():

@@ -7,8 +7,9 @@ this module adds (decisions in prefillonly_sgl/single_token/):
 
 - routes for /v1/chat/completions and /v1/completions taking our extension fields
   (`logprob_token_ids`, completions' `shared_prefix`; SGLang's request models would drop
-  them) and answering a streamed single-token request with one chunk (then the usage
-  chunk when asked for, then [DONE]): the request runs unstreamed, there being one token;
+  them) and answering a streamed single-token request with one chunk per choice (then
+  the usage chunk when asked for, then [DONE]): the request runs unstreamed, there being
+  one token;
 - an AFTER hook on each handler's `_convert_to_internal_request` (it runs in an executor
   thread, so it reads the request object, never a context variable): a single-token
   request gets its reusable prefix's token ids in `custom_params` (single_token/prefix.py;
@@ -276,18 +277,19 @@ def install_routes(app) -> None:
 async def _handle(serving, path: str, request, raw_request):
     if not (request.stream and _single_token(path, request)):
         return await serving.handle_request(request, raw_request)
-    # One token: run it unstreamed, answer with one chunk (SSE).
+    # One token: run it unstreamed, answer with one chunk per choice (SSE).
     include_usage = bool(request.stream_options and request.stream_options.include_usage)
     whole = request.model_copy(update={"stream": False, "stream_options": None})
     response = await serving.handle_request(whole, raw_request)
     if not hasattr(response, "choices"):  # an error response: as SGLang sends it
         return response
-    events = one_chunk_events(path, response.model_dump(exclude_none=True), include_usage)
+    events = choice_chunk_events(path, response.model_dump(exclude_none=True), include_usage)
     return StreamingResponse(iter(events), media_type="text/event-stream")
 
 
-def one_chunk_events(path: str, answer: dict, include_usage: bool) -> list[str]:
-    """The SSE events of a whole single-token answer: one chunk with every choice, the
+def choice_chunk_events(path: str, answer: dict, include_usage: bool) -> list[str]:
+    """The SSE events of a whole single-token answer: one chunk per choice, in order (as
+    SGLang streams them: a client tracks choices by the chunk's choices[0].index), the
     usage chunk when asked for, [DONE]."""
     chat = path == CHAT_PATH
     base = {
@@ -296,7 +298,7 @@ def one_chunk_events(path: str, answer: dict, include_usage: bool) -> list[str]:
         "created": answer.get("created", int(time.time())),
         "model": answer.get("model"),
     }
-    choices = []
+    events = []
     for choice in answer.get("choices", []):
         one = {"index": choice.get("index", 0)}
         if chat:
@@ -306,8 +308,7 @@ def one_chunk_events(path: str, answer: dict, include_usage: bool) -> list[str]:
             one["text"] = choice.get("text", "")
         one["logprobs"] = choice.get("logprobs")
         one["finish_reason"] = choice.get("finish_reason")
-        choices.append(one)
-    events = [{**base, "choices": choices}]
+        events.append({**base, "choices": [one]})
     if include_usage and answer.get("usage") is not None:
         events.append({**base, "choices": [], "usage": answer["usage"]})
     return [f"data: {orjson.dumps(e).decode()}\n\n" for e in events] + ["data: [DONE]\n\n"]
