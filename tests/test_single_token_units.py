@@ -121,6 +121,12 @@ def test_prefix_ids_travel_in_custom_params_and_leave():
 def test_named_ids_rows_follow_the_request_order():
     rows = [[(-1.0, 7, "a"), (-2.0, 3, "b"), (-9.0, 5, "c")], None]
     assert top_rows(rows, [5, 7, 3]) == [[(-9.0, 5, "c"), (-1.0, 7, "a"), (-2.0, 3, "b")], None]
+    # vLLM's semantics: the sampled token too, after the requested ones, once
+    sampled = [(-0.5, 8, "d"), None]
+    assert top_rows(rows[:1], [5, 7, 3], sampled) == [
+        [(-9.0, 5, "c"), (-1.0, 7, "a"), (-2.0, 3, "b"), (-0.5, 8, "d")]
+    ]
+    assert top_rows(rows[:1], [5, 7], [(-1.0, 7, "a")]) == [[(-9.0, 5, "c"), (-1.0, 7, "a")]]
 
 
 def test_choice_chunk_events():

@@ -255,6 +255,12 @@ def _check_openai_extensions(path: str, body: dict, limits: ModelLimits) -> bool
         check_single_token_body(path, body, limits.vocab_size)
         return True
     given = [name for name in _EXTENSIONS if body.get(name) is not None]
+    if "logprob_token_ids" in given and body.get("max_tokens") == 0:
+        # vLLM's wording for the same refusal (its clients and tests match it)
+        raise InvalidRequestError(
+            "logprob_token_ids: no output tokens are generated with max_tokens: 0 (echo "
+            "gives the prompt's own logprobs; ask max_tokens: 1 for the named ids)"
+        )
     if given:
         raise InvalidRequestError(
             f"{given[0]} applies to single-token requests (max_tokens: 1"

@@ -199,13 +199,16 @@ def _after_completion_convert(result, self, request, *args, **kwargs):
 
 # -- rendering ----------------------------------------------------------------------------
 def _before_build_response(self, request, ret, *args, **kwargs):
-    """logprob_token_ids: their rows become the positions' top logprobs."""
+    """logprob_token_ids: their rows (and the sampled token's) become the positions' top
+    logprobs."""
     requested = getattr(request, "logprob_token_ids", None)
     if requested:
         for item in ret:
             meta = item["meta_info"]
             meta["output_top_logprobs"] = top_rows(
-                meta.get("output_token_ids_logprobs") or [], requested
+                meta.get("output_token_ids_logprobs") or [],
+                requested,
+                meta.get("output_token_logprobs"),
             )
     return None
 

@@ -5,11 +5,13 @@ completions' text offsets.
 position, whatever their rank.
 
 As in vLLM, a non-empty list replaces the natural top-k: each position's `top_logprobs`
-holds exactly the requested ids, in the order given (chat: a list of {token, logprob,
-bytes}; completions: a dict token -> logprob). The position's own `token` / `logprob`
-stay the sampled token's. SGLang computes them in the same pass as the top-k (after
-logit_bias, as every logprob it returns), as `(logprob, token_id, text)` triples;
-`top_rows` reorders those rows so SGLang's own response builders render them.
+holds the requested ids, in the order given, then the sampled token when it is not one of
+them (vLLM's semantics since its logprob_token_ids tests of 2026: the set returned is the
+requested ids and the sampled one; chat: a list of {token, logprob, bytes}; completions:
+a dict token -> logprob). The position's own `token` / `logprob` stay the sampled
+token's. SGLang computes them in the same pass as the top-k (after logit_bias, as every
+logprob it returns), as `(logprob, token_id, text)` triples; `top_rows` reorders those
+rows so SGLang's own response builders render them.
 """
 
 from __future__ import annotations
@@ -17,15 +19,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def top_rows(token_ids_rows: Sequence[Sequence | None], requested: Sequence[int]) -> list:
-    """Per output position, the triples of the requested ids in request order."""
+def top_rows(
+    token_ids_rows: Sequence[Sequence | None],
+    requested: Sequence[int],
+    sampled: Sequence | None = None,
+) -> list:
+    """Per output position, the triples of the requested ids in request order, then the
+    position's sampled triple (`sampled[i]`, SGLang's output_token_logprobs) when its id
+    was not requested."""
     rows = []
-    for row in token_ids_rows:
+    for i, row in enumerate(token_ids_rows):
         if row is None:
             rows.append(None)
             continue
         by_id = {triple[1]: triple for triple in row}
-        rows.append([by_id[t] for t in requested if t in by_id])
+        top = [by_id[t] for t in requested if t in by_id]
+        chosen = sampled[i] if sampled is not None and i < len(sampled) else None
+        if chosen is not None and chosen[1] not in by_id:
+            top.append(tuple(chosen))
+        rows.append(top)
     return rows
 
 

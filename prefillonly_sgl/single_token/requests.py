@@ -74,6 +74,8 @@ def check_single_token_body(path: str, body: dict, vocab_size: int) -> None:
         wants_logprobs = bool(logprobs)
     else:
         logprobs = body.get("logprobs")
+        if type(logprobs) is bool:  # true/false read as 1/0, as SGLang's and vLLM's models do
+            logprobs = int(logprobs)
         if logprobs is not None:
             _check_count(logprobs, "logprobs")
         wants_logprobs = logprobs is not None

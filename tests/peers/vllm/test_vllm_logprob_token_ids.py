@@ -1,0 +1,186 @@
+"""vLLM's `logprob_token_ids` tests, ported: vllm-project/vllm
+tests/entrypoints/openai/chat_completion/test_logprob_token_ids.py (Apache-2.0),
+rewritten with their assertions kept, run with the real `openai` client against
+`prefillonly serve`.
+
+Adaptations:
+- the server: vLLM starts Qwen/Qwen2.5-1.5B-Instruct; here the session's server of the
+  default model (SmolLM2-135M-Instruct), shared with other modules;
+- vLLM pins the sampled token with `allowed_token_ids`, which SGLang's requests do not
+  have: at temperature 0 the sampled token is the greedy one, read first from the same
+  request, and each case's set is built around it ("outside" and "inside" the set, as
+  vLLM's cases say);
+- vLLM reads ids back with `return_tokens_as_token_ids` (tokens as "token_id:<n>"), which
+  SGLang's responses do not have: the tokens are compared as the texts the tokenizer
+  decodes for those ids;
+- vLLM's request-model tests (to_sampling_params, ValidationError) test its internals;
+  their observable effect is asserted over HTTP instead (the named ids replace the top-k;
+  the refusal of logprob_token_ids with nothing generated is a 400 with vLLM's wording);
+  use_beam_search is skipped: SGLang's OpenAI requests have no beam search.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import openai
+import pytest
+import requests
+
+MESSAGES = [{"role": "user", "content": "Hello"}]
+
+
+@pytest.fixture(scope="module")
+def server(default_server):
+    return default_server
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.Client(api_key="none", base_url=f"{server.url}/v1")
+
+
+@pytest.fixture(scope="module")
+def model(client):
+    return client.models.list().data[0].id
+
+
+@pytest.fixture(scope="module")
+def decode(default_engine):
+    tokenizer = default_engine.tokenizer
+    return lambda token_id: tokenizer.decode([token_id])
+
+
+@pytest.fixture(scope="module")
+def greedy(client, model, decode, default_engine):
+    """The token a temperature-0 answer to MESSAGES samples (vLLM pins it instead)."""
+    answer = client.chat.completions.create(
+        model=model, messages=MESSAGES, max_tokens=1, temperature=0, logprobs=True, top_logprobs=1
+    )
+    text = answer.choices[0].logprobs.content[0].token
+    ids = default_engine.tokenizer.encode(text, add_special_tokens=False)
+    assert len(ids) == 1 and decode(ids[0]) == text
+    return ids[0]
+
+
+def _entries(response):
+    return response.choices[0].logprobs.content[0].top_logprobs
+
+
+@pytest.mark.parametrize("case", ["original-issue-shape", "sampled-outside-set",
+                                  "sampled-inside-set"])  # fmt: skip
+def test_logprob_token_ids_returns_requested_ids(client, model, decode, greedy, case):
+    """test_logprob_token_ids_returns_requested_ids: the named ids and the sampled one,
+    each once, whatever top_logprobs asks (the named ids replace the top-k)."""
+    requested, top_logprobs = {
+        "original-issue-shape": ([5000], 5),
+        "sampled-outside-set": ([100, 1000, 5000], 3),
+        "sampled-inside-set": ([100, 1000, greedy], 3),
+    }[case]
+    assert case == "sampled-inside-set" or greedy not in requested
+    response = client.chat.completions.create(
+        model=model,
+        messages=MESSAGES,
+        max_tokens=1,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=top_logprobs,
+        extra_body={"logprob_token_ids": requested},
+    )
+    entries = _entries(response)
+    returned = [entry.token for entry in entries]
+    assert response.choices[0].logprobs.content[0].token == decode(greedy)
+    assert set(returned) == {decode(t) for t in [*requested, greedy]}
+    assert len(returned) == len(set(returned))
+    for entry in entries:
+        assert isinstance(entry.logprob, float)
+        assert not math.isnan(entry.logprob)
+        assert not math.isinf(entry.logprob)
+
+
+def test_logprob_token_ids_stream_with_no_top_k(server, model, decode, greedy):
+    """test_logprob_token_ids_stream_with_no_top_k (the async client, streamed)."""
+
+    async def stream_tokens():
+        async with openai.AsyncOpenAI(api_key="none", base_url=f"{server.url}/v1") as client:
+            stream = await client.chat.completions.create(
+                model=model,
+                messages=MESSAGES,
+                max_tokens=1,
+                temperature=0,
+                logprobs=True,
+                top_logprobs=None,
+                stream=True,
+                extra_body={"logprob_token_ids": [5000]},
+            )
+            returned = []
+            async for chunk in stream:
+                if not chunk.choices or chunk.choices[0].logprobs is None:
+                    continue
+                for content in chunk.choices[0].logprobs.content:
+                    returned.extend(entry.token for entry in content.top_logprobs)
+            return returned
+
+    assert set(asyncio.run(stream_tokens())) == {decode(greedy), decode(5000)}
+
+
+def test_logprob_token_ids_default_behavior_unchanged(client, model):
+    """test_logprob_token_ids_default_behavior_unchanged: without the field, the natural
+    top-k of log-softmax values."""
+    response = client.chat.completions.create(
+        model=model, messages=MESSAGES, max_tokens=1, temperature=0, logprobs=True, top_logprobs=5
+    )
+    entries = _entries(response)
+    assert len(entries) == 5
+    assert all(entry.logprob <= 0.0 for entry in entries)
+
+
+def test_completion_request_decouples_top_k_from_explicit_token_ids(client, model, decode):
+    """test_completion_request_decouples_top_k_from_explicit_token_ids, over HTTP: with
+    logprobs=5 and logprob_token_ids=[5000] the position lists the named id (and the
+    sampled one), not a top 5."""
+    response = client.completions.create(
+        model=model,
+        prompt="Hello",
+        max_tokens=1,
+        temperature=0,
+        logprobs=5,
+        extra_body={"logprob_token_ids": [5000]},
+    )
+    top = response.choices[0].logprobs.top_logprobs[0]
+    sampled = response.choices[0].logprobs.tokens[0]
+    assert set(top) == {decode(5000), sampled}
+
+
+def test_completion_rejects_explicit_token_ids_without_generated_tokens(server, model):
+    """test_completion_rejects_explicit_token_ids_without_generated_tokens: a 400 (vLLM:
+    its request model's ValidationError) with vLLM's words."""
+    response = requests.post(
+        f"{server.url}/v1/completions",
+        json={
+            "model": model,
+            "prompt": "Hello",
+            "echo": True,
+            "max_tokens": 0,
+            "logprobs": 5,
+            "logprob_token_ids": [5000],
+        },
+        timeout=60,
+    )
+    assert response.status_code == 400
+    assert "no output tokens are generated" in response.text
+
+
+@pytest.mark.skip(reason="use_beam_search: SGLang's OpenAI requests have no beam search")
+def test_requests_reject_explicit_token_ids_with_beam_search():
+    """test_requests_reject_explicit_token_ids_with_beam_search."""
+
+
+def test_completions_accept_logprobs_true(client, model):
+    """Not in vLLM's file: vLLM's and SGLang's request models read completions' `logprobs:
+    true` as 1, so a client sending it gets the sampled token's logprob and one more."""
+    response = client.completions.create(
+        model=model, prompt="Hello", max_tokens=1, temperature=0, extra_body={"logprobs": True}
+    )
+    assert len(response.choices[0].logprobs.top_logprobs[0]) == 1
