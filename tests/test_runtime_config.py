@@ -1,6 +1,6 @@
 """The one runtime configuration (prefillonly_sgl/runtime_config.py), SGLang only for its
-flag parser: the Engine's arguments and serve's flags resolve by the same rules to the same configuration,
-errors name what the user typed, and the workers' part survives its trip as JSON."""
+flag parser: the Engine's arguments and serve's flags resolve by the same rules to the same
+configuration, errors name what the user typed, and the workers' part survives its trip as JSON."""
 
 from __future__ import annotations
 

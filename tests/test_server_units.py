@@ -166,7 +166,7 @@ def test_serve_builds_the_server_args_sglang_would(tmp_path, model_folder):
     for argv in (
         ["--model-path", model_folder, "--device", "cpu", "--port", "1234"],
         ["--model", model_folder, "--device", "cpu", "--radix-eviction-policy", "lru"],
-        ["--config", str(config), "--model", model_folder, "--device", "cpu", "--dtype", "bfloat16"],
+        ["--config", str(config), "--model", model_folder, "--device", "cpu", "--dtype", "half"],
     ):
         ours, theirs = server_args(parse_flags(argv)), prepare_server_args(argv)
         for field in record_fields(ServerArgs):
