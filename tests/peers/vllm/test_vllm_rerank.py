@@ -18,15 +18,12 @@ vLLM's response model (RerankResponse) is restated in vllm_response_models.py.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import requests
 import torch
 import torch.nn.functional as F
+from vllm_reference import reference_relevance
 from vllm_response_models import RerankResponse
-
-from prefillonly_sgl.apis.rerankers import query_likelihood
 
 pytestmark = pytest.mark.slow  # the default model's server
 
@@ -39,16 +36,6 @@ DOCUMENTS = ["The capital of Brazil is Brasilia.", "The capital of France is Par
 @pytest.fixture(scope="module")
 def server(default_server):
     return default_server  # the session's default-model server (tests/conftest.py)
-
-
-def reference_relevance(reference, query: str, documents: list[str]) -> list[float]:
-    """The default reranker's relevance of each document by a transformers forward:
-    exp of the query's mean token log-probability after the document."""
-    (request,) = query_likelihood.compile(reference.tokenizer, query, items=documents).requests
-    rows = reference.continuation_logprobs(
-        request.query, list(request.items), list(request.continuations)
-    )
-    return [math.exp(sum(row) / len(row)) for row in rows]
 
 
 def post(server, path, body):
