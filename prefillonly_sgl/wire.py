@@ -149,7 +149,7 @@ class RerankRequest(BaseModel):
     documents: list[str | RerankDocument] = Field(
         ..., min_length=1, description="texts (or {'text': ...}) to rank"
     )
-    top_n: int | None = Field(None, description="return the best n (default, or 0 as vLLM: all)")
+    top_n: int | None = Field(None, description="return the best n (default: all)")
     return_documents: bool | None = Field(
         None,
         description="echo each document in its result (default: echoed, vLLM's convention, "

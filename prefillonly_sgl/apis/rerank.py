@@ -182,8 +182,7 @@ def model_name(context, asked: str | None) -> str:
 
 
 def _top_n(top_n: int | None, n_documents: int) -> int:
-    # None (Cohere) or 0 (vLLM's default): every document.
-    top_n = n_documents if not top_n else top_n
+    top_n = n_documents if top_n is None else top_n
     if not 1 <= top_n <= n_documents:
         raise InvalidRequestError(
             f"top_n must be between 1 and the number of documents ({n_documents}), got {top_n}"
