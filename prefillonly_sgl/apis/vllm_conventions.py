@@ -73,9 +73,12 @@ def score_pairs(first: str | list[str], second: str | list[str], names=("queries
                 ) -> list[tuple[str, str]]:  # fmt: skip
     """vLLM's pairing: one query against every document (1:N), or the i-th query with the
     i-th document (N:N). A single text stands for a list of one."""
+    a, b = names
+    for value, name in ((first, a), (second, b)):
+        if not isinstance(value, str | list):
+            raise InvalidRequestError(f"{name} must be a text or a list of texts, got {value!r}")
     firsts = [first] if isinstance(first, str) else list(first)
     seconds = [second] if isinstance(second, str) else list(second)
-    a, b = names
     if not firsts:
         raise InvalidRequestError(f"{a} is empty: give a text or a non-empty list")
     if not seconds:

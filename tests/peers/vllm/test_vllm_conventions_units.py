@@ -66,6 +66,8 @@ def test_score_pairs_one_against_each_or_in_order():
         score_pairs(["a", "b", "c"], ["d", "e"])
     with pytest.raises(InvalidRequestError, match="text_2 is empty"):
         score_pairs("a", [], ("text_1", "text_2"))
+    with pytest.raises(InvalidRequestError, match="documents must be a text or a list"):
+        score_pairs("a", None)
 
 
 def test_truncation_keeps_the_first_tokens_unless_left():
