@@ -27,7 +27,18 @@ rule with models built per function (dsl/app_models.py).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, model_validator
+from typing import Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    RootModel,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from prefillonly_sgl.errors import InvalidRequestError
 
@@ -139,7 +150,13 @@ class RerankRequest(BaseModel):
         ..., min_length=1, description="texts (or {'text': ...}) to rank"
     )
     top_n: int | None = Field(None, description="return the best n (default: all)")
-    return_documents: bool = Field(False, description="echo each document in its result")
+    return_documents: bool | None = Field(
+        None,
+        description="echo each document in its result (default: echoed, vLLM's convention, "
+        "except for a request carrying a field only Cohere's API has: not echoed, Cohere's)",
+    )
+    rank_fields: list[str] | None = Field(None, description="Cohere's; accepted, not used")
+    max_chunks_per_doc: int | None = Field(None, description="Cohere's; accepted, not used")
     instruction: str | None = Field(
         None, description="task instruction, for rankers that take one (also 'instruct')"
     )
@@ -150,8 +167,23 @@ class RerankRequest(BaseModel):
     )
     user: str | None = None
     max_tokens_per_doc: int | None = Field(
-        None, ge=1, description="cut each document to its first N tokens (Cohere v2's field)"
+        None, description="cut each document to its first N tokens (Cohere v2's field)"
     )
+    use_activation: bool | None = Field(
+        None,
+        description="vLLM's: false gives each relevance before its sigmoid, log(r / (1 - r))",
+    )
+    truncate_prompt_tokens: int | None = Field(
+        None,
+        ge=-1,
+        description="vLLM's: cut each document so its whole prompt is at most N tokens "
+        "(-1: as many as fit)",
+    )
+
+    @field_validator("max_tokens_per_doc")
+    @classmethod
+    def _positive_max_tokens_per_doc(cls, value: int | None) -> int | None:
+        return positive_max_tokens_per_doc(value)
 
     @property
     def wants_sglang_answer(self) -> bool:
@@ -160,10 +192,25 @@ class RerankRequest(BaseModel):
         return "rid" in self.model_fields_set
 
 
+def positive_max_tokens_per_doc(value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise ValueError(f"max_tokens_per_doc must be a positive integer, got {value}")
+    return value
+
+
 class RerankResult(BaseModel):
     index: int
     relevance_score: float
     document: RerankDocument | None = None
+
+    @model_serializer(mode="wrap")
+    def _leave_out_no_document(self, handler):
+        # Cohere's answer has no `document` key when none was asked for (its SDK's
+        # model: "if return_documents is false this will return none"); never null.
+        data = handler(self)
+        if self.document is None:
+            data.pop("document", None)
+        return data
 
 
 class RerankApiVersion(BaseModel):
@@ -226,10 +273,45 @@ class RerankAnswer(RootModel[RerankResponse | list[SGLangRerankResult]]):
 
 
 class ClassifyRequest(BaseModel):
+    """SGLang's / vLLM's classify request: ``input`` (texts or token ids; token ids are
+    decoded to the text the classifier's prompt takes) or ``messages`` (a chat, rendered
+    with the model's chat template into that text), and vLLM's extras."""
+
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
-    input: str | list[str] = Field(..., description="a text or a list of texts")
+    input: str | list[str] | list[int] | list[list[int]] | None = Field(
+        None, description="a text, a list of texts, token ids or lists of token ids"
+    )
+    messages: list[dict] | None = Field(
+        None, description="a chat, rendered with the chat template (instead of input)"
+    )
+    add_generation_prompt: bool = Field(False, description="messages: the assistant's turn opened")
+    continue_final_message: bool = Field(False, description="messages: the last message left open")
+    add_special_tokens: bool | None = Field(
+        None, description="vLLM's; accepted (the classifier's prompt decides its special tokens)"
+    )
+    chat_template_kwargs: dict | None = Field(None, description="messages: for the template")
+    truncate_prompt_tokens: int | None = Field(
+        None, ge=-1, description="vLLM's: cut each input to N tokens (-1: as many as fit)"
+    )
+    truncation_side: Literal["left", "right"] | None = Field(
+        None, description="vLLM's: right (default) keeps the first N tokens, left the last N"
+    )
+    use_activation: bool | None = Field(
+        None, description="vLLM's: false gives the labels' log-probabilities, before the softmax"
+    )
+
+    @model_validator(mode="after")
+    def _one_input(self):
+        if (self.input is None) == (self.messages is None):
+            raise ValueError("give input (texts or token ids) or messages (a chat), one of them")
+        if self.continue_final_message and self.add_generation_prompt:
+            # vLLM's wording, which its clients and tests look for.
+            raise ValueError(
+                "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
+            )
+        return self
 
 
 class ClassifyData(BaseModel):

@@ -46,6 +46,13 @@ VALID = {
     "/rerank": {"query": "history books", "texts": ["a moon documentary", "socks"],
                 "raw_scores": True, "truncate": True, "truncation_direction": "Left"},
     "/v1/classify": {"input": ["great pills", "awful taste"]},
+    # vLLM's shapes on shared paths (docs/server.md, "Peer conventions on one path").
+    "/v1/score#vllm": {"model": "m", "queries": "history books",
+                       "documents": ["a moon documentary", "socks"], "use_activation": False},
+    "/rerank#vllm": {"model": "m", "query": "history books", "documents": ["a moon", "socks"],
+                     "top_n": 1, "truncate_prompt_tokens": 100},
+    "/v1/classify#vllm": {"model": "m", "messages": [{"role": "user", "content": "great pills"}],
+                          "truncate_prompt_tokens": 4, "use_activation": False},
     "/classify/sentiment": {"text": "great pills"},
     "/rank/relevance": {"profile": "likes trains", "items": ["a train set", "socks"]},
     "/apps/relevant": {"query": "history books", "items": ["a moon documentary", "socks"]},

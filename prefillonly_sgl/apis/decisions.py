@@ -21,7 +21,8 @@ from prefillonly_sgl.server.endpoints import EndpointSpec, load_app_module
 
 def _served(body: object, functions: dict[str, DecisionFunction]) -> DecisionFunction | None:
     if isinstance(body, dict) and not body.get("questions"):
-        return functions.get(body.get("model"))
+        model = body.get("model")  # any JSON: only a name can name a function
+        return functions.get(model) if isinstance(model, str) else None
     return None
 
 

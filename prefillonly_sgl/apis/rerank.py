@@ -1,18 +1,22 @@
 """The rerank APIs, one scorer behind three schemas:
 
-POST /v1/rerank   Cohere v1 / Jina (what vLLM, SGLang and `cohere.Client().rerank` send):
-                  query, documents (texts or {"text": ...}), top_n, return_documents,
-                  max_tokens_per_doc -> {id, model, results [{index, relevance_score,
-                  document?}], usage, meta}. A request carrying SGLang's field `rid` (SGLang's
-                  gateway `smg` always sends it) gets SGLang's native answer instead: a list
+POST /v1/rerank   Cohere v1 / Jina / vLLM (what vLLM, SGLang and `cohere.Client().rerank`
+                  send): query, documents (texts or {"text": ...}), top_n,
+                  return_documents, max_tokens_per_doc, vLLM's use_activation and
+                  truncate_prompt_tokens -> {id, model, results [{index,
+                  relevance_score, document?}], usage, meta}; `document` as
+                  vllm_conventions.echoes_documents says (vLLM's clients require it).
+                  A request carrying SGLang's field `rid` (SGLang's gateway `smg` always
+                  sends it) gets SGLang's native answer instead: a list
                   of {score, document, index, meta_info}, best first, meta_info naming the
                   ranker, its method and labels, the document's row and the call's tokens.
 POST /v2/rerank   Cohere v2 (`cohere.ClientV2().rerank`): query, documents (texts), top_n,
                   max_tokens_per_doc (default 4096) -> {id, results [{index,
-                  relevance_score}], meta}.
+                  relevance_score}], meta}, with vLLM's model, usage and documents beside.
 POST /rerank      Hugging Face TEI (LlamaIndex's / LangChain's TEI rerankers): query, texts,
                   raw_scores, return_text, truncate, truncation_direction -> [{index,
-                  score, text?}], best first.
+                  score, text?}], best first. A body with `documents` instead of `texts`
+                  is vLLM's /rerank: answered as /v1/rerank.
 
 The scorer is a DSL ranker taking ``query`` (and, when it has one, ``instruction``) with
 the document as its item: by default a built-in (apis/rerankers.py: the yes/no judge for
@@ -26,23 +30,29 @@ are cut as apis/truncation.py says. Bad input gets a 400 naming the problem.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import uuid
 from dataclasses import dataclass
 
 from prefillonly_sgl.apis.truncation import JOIN_SLACK, fit_documents
+from prefillonly_sgl.apis.vllm_conventions import (
+    echoes_documents,
+    relevance_logit,
+    truncation_limit,
+)
 from prefillonly_sgl.dsl.backends.server import server_backend
 from prefillonly_sgl.dsl.job import RankJob
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.rerank_wire import (
     RerankV2Request,
     RerankV2Response,
-    RerankV2Result,
     TeiRank,
     TeiRerankRequest,
     TeiRerankResponse,
 )
 from prefillonly_sgl.server.endpoints import EndpointSpec
+from prefillonly_sgl.server.errors import parse_body
 from prefillonly_sgl.wire import (
     RerankAnswer,
     RerankApiVersion,
@@ -65,8 +75,11 @@ class Reranked:
     items: list
     usage: Usage
 
-    def relevance(self, item) -> float:
-        return math.exp(item.score) if item.token_logprobs is not None else item.score
+    def relevance(self, item, use_activation: bool | None = None) -> float:
+        """The item's relevance in [0, 1]; vLLM's ``use_activation=False``: before the
+        sigmoid (vllm_conventions.relevance_logit)."""
+        r = math.exp(item.score) if item.token_logprobs is not None else item.score
+        return relevance_logit(r) if use_activation is False else r
 
 
 class Reranker:
@@ -103,6 +116,7 @@ class Reranker:
         keep_end: bool = False,
         field: str = "documents",
         how_to_cut: str = "max_tokens_per_doc",
+        truncate_prompt_tokens: int | None = None,
     ) -> Reranked:
         shared = {"query": query}
         if instruction is not None:
@@ -110,7 +124,19 @@ class Reranker:
                 raise InvalidRequestError(f"instruction: the reranker {self.name} takes none")
             shared["instruction"] = instruction
         shared = self.function.inputs.validate((), shared)
-        room = context.limits.scoring_prompt_tokens - self._prompt_tokens(context, shared)
+        longest = context.limits.scoring_prompt_tokens
+        around = self._prompt_tokens(context, shared)
+        room = longest - around
+        limit = truncation_limit(truncate_prompt_tokens, longest)
+        if limit is not None:
+            # vLLM's truncate_prompt_tokens bounds the whole prompt: here the document is
+            # cut (the ranker's prompt and the query stay whole).
+            if limit - around < 1:
+                raise InvalidRequestError(
+                    f"truncate_prompt_tokens is {limit}, but the query and the ranker's "
+                    f"prompt already take {around} tokens: request a larger truncation size"
+                )
+            room, truncate = min(room, limit - around), True
         documents = fit_documents(
             context.tokenizer,
             documents,
@@ -168,8 +194,8 @@ def _count(field: str):
     return lambda body: len(body.get(field) or []) or 1
 
 
-def rerank_v1_endpoint(reranker: Reranker) -> EndpointSpec:
-    """POST /v1/rerank: Cohere v1's schema, or SGLang's native answer for ``rid``."""
+def _cohere_v1_handler(reranker: Reranker):
+    """The handler of Cohere v1's (and vLLM's) rerank body, on /v1/rerank and /rerank."""
     function = reranker.function
 
     async def rerank(request: RerankRequest, context) -> RerankAnswer:
@@ -184,6 +210,7 @@ def rerank_v1_endpoint(reranker: Reranker) -> EndpointSpec:
             documents,
             request.instruction or request.instruct,
             request.max_tokens_per_doc,
+            truncate_prompt_tokens=request.truncate_prompt_tokens,
         )
         best = answer.items[:top_n]
         given = request.documents
@@ -210,28 +237,39 @@ def rerank_v1_endpoint(reranker: Reranker) -> EndpointSpec:
                     for r in best
                 ]
             )
+        echo = echoes_documents(request.return_documents, request.model_fields_set)
         return RerankResponse(
             id=f"rerank-{uuid.uuid4().hex}",
             model=model_name(context, request.model),
-            results=[
-                RerankResult(
-                    index=r.index,
-                    relevance_score=answer.relevance(r),
-                    document=RerankDocument(text=_text(given[r.index]))
-                    if request.return_documents
-                    else None,
-                )
-                for r in best
-            ],
+            results=_results(answer, best, given, echo, request.use_activation),
             usage=answer.usage,
             meta=reranker.meta(answer.usage, "1"),
         )
 
-    return _endpoint(reranker, "/v1/rerank", RerankRequest, RerankAnswer, rerank, "Cohere v1")
+    return rerank
+
+
+def rerank_v1_endpoint(reranker: Reranker) -> EndpointSpec:
+    """POST /v1/rerank: Cohere v1's (and vLLM's) schema, or SGLang's native answer for
+    ``rid``."""
+    handler = _cohere_v1_handler(reranker)
+    return _endpoint(reranker, "/v1/rerank", RerankRequest, RerankAnswer, handler, "Cohere v1")
 
 
 def _text(document) -> str:
     return document if isinstance(document, str) else document.text
+
+
+def _results(answer: Reranked, best, given, echo: bool, use_activation) -> list[RerankResult]:
+    """Cohere v1's / vLLM's results, best first: `document` only when ``echo``."""
+    return [
+        RerankResult(
+            index=r.index,
+            relevance_score=answer.relevance(r, use_activation),
+            document=RerankDocument(text=_text(given[r.index])) if echo else None,
+        )
+        for r in best
+    ]
 
 
 def rerank_v2_endpoint(reranker: Reranker) -> EndpointSpec:
@@ -244,13 +282,16 @@ def rerank_v2_endpoint(reranker: Reranker) -> EndpointSpec:
         answer = await reranker.rerank(
             context, request.query, list(request.documents),
             max_tokens_per_doc=request.max_tokens_per_doc,
+            truncate_prompt_tokens=request.truncate_prompt_tokens,
         )  # fmt: skip
+        echo = echoes_documents(request.return_documents, request.model_fields_set)
         return RerankV2Response(
             id=f"rerank-{uuid.uuid4().hex}",
-            results=[
-                RerankV2Result(index=r.index, relevance_score=answer.relevance(r))
-                for r in answer.items[:top_n]
-            ],
+            model=model_name(context, request.model),
+            results=_results(
+                answer, answer.items[:top_n], request.documents, echo, request.use_activation
+            ),
+            usage=answer.usage,
             meta=reranker.meta(answer.usage, "2"),
         )
 
@@ -258,9 +299,11 @@ def rerank_v2_endpoint(reranker: Reranker) -> EndpointSpec:
 
 
 def tei_rerank_endpoint(reranker: Reranker) -> EndpointSpec:
-    """POST /rerank: Hugging Face TEI's schema."""
+    """POST /rerank: Hugging Face TEI's schema (`texts`), or vLLM's /rerank (`documents`,
+    answered as /v1/rerank): the body's own field decides."""
+    vllm_rerank = _cohere_v1_handler(reranker)
 
-    async def rerank(request: TeiRerankRequest, context) -> TeiRerankResponse:
+    async def tei_rerank(request: TeiRerankRequest, context) -> TeiRerankResponse:
         answer = await reranker.rerank(
             context,
             request.query,
@@ -281,9 +324,18 @@ def tei_rerank_endpoint(reranker: Reranker) -> EndpointSpec:
             ]
         )
 
-    return _endpoint(
+    async def rerank(body: object, context):
+        if isinstance(body, dict) and "documents" in body and "texts" not in body:
+            return await vllm_rerank(parse_body(RerankRequest, body), context)
+        return await tei_rerank(parse_body(TeiRerankRequest, body), context)
+
+    spec = _endpoint(
         reranker, "/rerank", TeiRerankRequest, TeiRerankResponse, rerank, "TEI", field="texts"
     )
+    return dataclasses.replace(
+        spec, raw_body=True, count_prompts=lambda body: len(body.get("texts") or body.get(
+            "documents") or []) or 1,
+    )  # fmt: skip
 
 
 def _endpoint(reranker, path, request, response, handler, schema, field="documents"):

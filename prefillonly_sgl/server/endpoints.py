@@ -101,8 +101,14 @@ class EndpointSpec:
     raw_body: the handler gets the JSON object itself (a path that takes more than one
         body shape parses it; `request_model` then only documents the main shape) and its
         answer goes out as it returns it (a dict or a pydantic model).
-    error_shape: "sglang" (SGLang's error object) or "openai" ({"error": {...}}, what
-        OpenAI's clients read): the shape of this path's 4xx/5xx bodies.
+    error_shape: "sglang" (SGLang's error object), "openai" ({"error": {...}}, what
+        OpenAI's clients read) or "vllm" (the same envelope, SGLang's / vLLM's type names):
+        the shape of this path's 4xx/5xx bodies.
+    claims(body_json) -> bool: another peer's shape on a path SGLang already serves
+        (/v1/score: vLLM's beside SGLang's): this spec (raw_body) answers the bodies it
+        claims, SGLang's route every other one; its checks, count_prompts, apply to the
+        claimed bodies only. Decided by the body alone (docs/server.md, "Peer conventions
+        on one path").
     """
 
     path: str
@@ -116,6 +122,7 @@ class EndpointSpec:
     on_startup: Callable[[ServerContext], Any] | None = None
     raw_body: bool = False
     error_shape: str = "sglang"
+    claims: Callable[[object], bool] | None = None
 
     def __post_init__(self) -> None:
         from pydantic import BaseModel
@@ -128,6 +135,8 @@ class EndpointSpec:
                 raise TypeError(f"{self.path}: {name} must be a pydantic BaseModel subclass")
         if not callable(self.handler):
             raise TypeError(f"{self.path}: handler must be callable (an async function)")
+        if self.claims is not None and not self.raw_body:
+            raise ValueError(f"{self.path}: a spec that claims bodies parses them (raw_body)")
 
 
 def endpoints_of(obj: object) -> list[EndpointSpec]:
@@ -199,8 +208,13 @@ def load_app_endpoints(targets: Iterable[str]) -> list[EndpointSpec]:
 
 
 def check_unique_paths(specs: Iterable[EndpointSpec], taken: Iterable[str] = ()) -> None:
+    """Two endpoints on one path are an error, except a spec that claims its bodies on a
+    path SGLang serves (EndpointSpec.claims)."""
+    taken = set(taken)
     seen = {path: "SGLang" for path in taken}
     for spec in specs:
+        if spec.claims is not None and spec.path in taken:
+            continue
         if spec.path in seen:
             raise ValueError(f"two endpoints on {spec.path} ({seen[spec.path]} and {spec!r})")
         seen[spec.path] = repr(spec.handler)

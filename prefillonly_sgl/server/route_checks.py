@@ -4,7 +4,9 @@ The guard (guard.py) reads a body, looks its path up here and runs the check, wh
 raises InvalidRequestError / RequestTooLargeError naming the problem and returns the
 number of prompts the request costs for admission control. SGLang's own routes are
 listed by path; the typed endpoints (EndpointSpecs) count their prompts themselves and
-validate with their request models; any other guarded path gets a JSON object check.
+validate with their request models; any other guarded path gets a JSON object check. A
+spec that claims some bodies of an SGLang path (EndpointSpec.claims: vLLM's /v1/score
+shapes) has its check for those, SGLang's for the rest.
 """
 
 from __future__ import annotations
@@ -66,12 +68,21 @@ def _any_object(body: object, c: CheckContext) -> int:
     return check_object_body(body, c.max_prompts)
 
 
+def _claimed(claims: Callable[[object], bool], check: RouteCheck, others: RouteCheck):
+    """A path served by two shapes: ``check`` for the bodies ``claims`` takes, ``others``
+    for the rest."""
+    return lambda body, c: check(body, c) if claims(body) else others(body, c)
+
+
 def route_checks(endpoints: Iterable) -> dict[str, RouteCheck]:
     """The table: SGLang's routes, then each typed endpoint (EndpointSpec) that counts its
     prompts."""
     table = dict(SGLANG_ROUTES)
     for spec in endpoints:
-        if spec.count_prompts is not None:
+        if spec.claims is not None:
+            own = _counted(spec.count_prompts or (lambda body: 1))
+            table[spec.path] = _claimed(spec.claims, own, table.get(spec.path, _any_object))
+        elif spec.count_prompts is not None:
             table[spec.path] = _counted(spec.count_prompts)
     return table
 

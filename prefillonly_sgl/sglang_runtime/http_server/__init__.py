@@ -9,7 +9,8 @@ working:
   single-token request as a prefill-only request (sglang_runtime/single_token.py);
 - a /v1/score route that calls SGLang's handler and adds cached tokens and queue/running
   time to the response's `usage` (the body was checked by the guard with ScoringFront's
-  checks, score_front.py, the same the Engine and the typed endpoints use);
+  checks, score_front.py, the same the Engine and the typed endpoints use), or hands a
+  body in vLLM's score shapes to the spec that claims it (apis/vllm_score.py);
 - a RequestValidationError handler with short messages (SGLang's own embeds a traceback
   line), except on the paths whose error format SGLang documents;
 - the typed endpoints of the EndpointSpecs it is given (`--app`, and the built-in APIs of
@@ -94,13 +95,17 @@ def install(
     check_unique_paths(specs, taken)
     runtime = SGLangRuntime(options, specs)
     _install_validation_handler(app)
-    _replace_score_route(app)
+    peers = [spec for spec in specs if spec.claims is not None]
+    if any(spec.path != "/v1/score" for spec in peers):
+        raise ValueError("EndpointSpec.claims is supported on /v1/score only")
+    _replace_score_route(app, runtime, peers)
     _replace_models_route(app)
     single_token.install_routes(app)
     single_token.install_in_this_process(mark_reusable_prefixes)
     tokenizer_endpoints.install(app, lambda: runtime.tokenizer_manager)
     for spec in specs:
-        _add_endpoint(app, spec, runtime)
+        if spec.claims is None:  # claimed bodies: the path's route hands them over
+            _add_endpoint(app, spec, runtime)
     error_shapes = {spec.path: spec.error_shape for spec in specs if spec.error_shape != "sglang"}
     policy = GuardPolicy(
         guarded_paths=WORK_PATHS | {spec.path for spec in specs},

@@ -6,10 +6,11 @@ and errors, and a validation-error handler with short messages."""
 import inspect
 
 import orjson
+from pydantic import BaseModel
 
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.server.endpoints import EndpointSpec
-from prefillonly_sgl.server.errors import error_body
+from prefillonly_sgl.server.errors import error_body, validation_message
 from prefillonly_sgl.sglang_runtime.http_server.runtime import _RAW_REQUEST, SGLangRuntime
 from prefillonly_sgl.usage import CURRENT_REQUEST
 
@@ -30,16 +31,6 @@ def _error_response(status: int, message: str, shape: str = "sglang"):
     return Response(body, status_code=status, media_type="application/json")
 
 
-def _validation_message(errors) -> str:
-    parts = []
-    for error in errors:
-        loc = [str(p) for p in error.get("loc", ()) if p != "body"]
-        where = ".".join(loc)
-        parts.append(f"{where}: {error.get('msg', 'invalid')}" if where else error.get("msg"))
-    text = "; ".join(p for p in parts if p) or "invalid request"
-    return text if len(text) <= 1000 else text[:1000] + "..."
-
-
 def _install_validation_handler(app) -> None:
     from fastapi.exceptions import RequestValidationError
 
@@ -48,15 +39,20 @@ def _install_validation_handler(app) -> None:
     async def handler(request, exc):
         if sglang_handler is not None and request.url.path.startswith(_OWN_ERROR_FORMAT_PREFIXES):
             return await sglang_handler(request, exc)
-        return _error_response(400, f"invalid request: {_validation_message(exc.errors())}")
+        return _error_response(400, f"invalid request: {validation_message(exc.errors())}")
 
     app.exception_handlers[RequestValidationError] = handler
 
 
-def _replace_score_route(app) -> None:
-    """/v1/score: SGLang's handler, then this request's usage merged into `usage`."""
+def _replace_score_route(app, runtime: SGLangRuntime, peers: list[EndpointSpec] = ()) -> None:
+    """/v1/score: SGLang's handler, then this request's usage merged into `usage`; a body
+    one of ``peers`` claims (EndpointSpec.claims: vLLM's score shapes) goes to that spec
+    instead. The body is read here (not by FastAPI) so its shape can decide; SGLang's
+    ScoringRequest then validates it as FastAPI would (same errors)."""
     from fastapi import Depends, Request
+    from fastapi.exceptions import RequestValidationError
     from fastapi.routing import APIRoute
+    from pydantic import ValidationError
     from sglang.srt.entrypoints.http_server import validate_json_request
     from sglang.srt.entrypoints.openai.protocol import ScoringRequest
 
@@ -64,7 +60,18 @@ def _replace_score_route(app) -> None:
     if len(stock) != 1:
         raise RuntimeError(f"expected one SGLang /v1/score route, found {len(stock)}")
 
-    async def v1_score_request(request: ScoringRequest, raw_request: Request):
+    async def v1_score_request(raw_request: Request):
+        try:
+            body = orjson.loads(await raw_request.body())
+        except orjson.JSONDecodeError as e:
+            return _error_response(400, f"the body is not valid JSON: {e}")
+        for peer in peers:
+            if peer.claims(body):
+                return await _run_raw(peer, runtime, body, raw_request)
+        try:
+            request = ScoringRequest.model_validate(body)
+        except ValidationError as e:
+            raise RequestValidationError(e.errors(), body=body) from None
         response = await raw_request.app.state.openai_serving_score.handle_request(
             request, raw_request
         )
@@ -77,11 +84,18 @@ def _replace_score_route(app) -> None:
 
     v1_score_request.__doc__ = stock[0].endpoint.__doc__
     app.router.routes.remove(stock[0])
+    schema = ScoringRequest.model_json_schema(ref_template="#/components/schemas/{model}")
     app.add_api_route(
         "/v1/score",
         v1_score_request,
         methods=["POST"],
         dependencies=[Depends(validate_json_request)],
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _inline_defs(schema)}},
+            }
+        },
     )
 
 
@@ -129,24 +143,13 @@ def _add_raw_endpoint(app, spec: EndpointSpec, runtime: SGLangRuntime) -> None:
     """A route whose handler parses the JSON body itself (EndpointSpec.raw_body): the
     request model documents it in /openapi.json; the answer goes out as returned."""
     from fastapi import Request
-    from pydantic import BaseModel
 
     async def endpoint(raw_request: Request):
-        token = _RAW_REQUEST.set(raw_request)
         try:
-            try:
-                body = orjson.loads(await raw_request.body())
-            except orjson.JSONDecodeError as e:
-                return _error_response(400, f"the body is not valid JSON: {e}", spec.error_shape)
-            result = spec.handler(body, runtime.context)
-            result = await result if inspect.isawaitable(result) else result
-            if isinstance(result, BaseModel):
-                result = result.model_dump(mode="json")
-            return _json_response(result)
-        except InvalidRequestError as e:
-            return _error_response(400, str(e), spec.error_shape)
-        finally:
-            _RAW_REQUEST.reset(token)
+            body = orjson.loads(await raw_request.body())
+        except orjson.JSONDecodeError as e:
+            return _error_response(400, f"the body is not valid JSON: {e}", spec.error_shape)
+        return await _run_raw(spec, runtime, body, raw_request)
 
     schema = spec.request_model.model_json_schema(ref_template="#/components/schemas/{model}")
     app.add_api_route(
@@ -164,6 +167,22 @@ def _add_raw_endpoint(app, spec: EndpointSpec, runtime: SGLangRuntime) -> None:
             }
         },
     )
+
+
+async def _run_raw(spec: EndpointSpec, runtime: SGLangRuntime, body, raw_request):
+    """A raw_body spec's handler on the parsed body: its answer as JSON, its refusals in
+    the spec's error shape."""
+    token = _RAW_REQUEST.set(raw_request)
+    try:
+        result = spec.handler(body, runtime.context)
+        result = await result if inspect.isawaitable(result) else result
+        if isinstance(result, BaseModel):
+            result = result.model_dump(mode="json")
+        return _json_response(result)
+    except InvalidRequestError as e:
+        return _error_response(400, str(e), spec.error_shape)
+    finally:
+        _RAW_REQUEST.reset(token)
 
 
 def _inline_defs(schema: dict) -> dict:
