@@ -56,6 +56,7 @@ def _serve(argv: list[str]) -> int:
             options.classify,
             options.rerank_method,
             str(config.model_path),
+            options.rerank_answer,
         )
         if config.memory is not None:
             config = config.planned(plan_memory(config))

@@ -44,6 +44,11 @@ def test_serve_argv_is_split_into_ours_and_sglangs():
     )
     assert options.apps == ("a.py", "b") and options.max_pending_requests == 7
     assert rest == ["--port", "8000"]
+    assert options.rerank_answer == "cohere"  # /v1/rerank: Cohere's object by default
+    options, _ = parse_serve_argv(["--rerank-answer", "sglang"])
+    assert options.rerank_answer == "sglang"
+    with pytest.raises(SystemExit):  # argparse: a usage error naming the choices
+        parse_serve_argv(["--rerank-answer", "jina"])
 
 
 @pytest.fixture

@@ -32,13 +32,15 @@ def builtin_endpoints(
     classify: str | None,
     rerank_method: str = "auto",
     model: str | None = None,
+    rerank_answer: str = "cohere",
 ) -> list[EndpointSpec]:
     """Every built-in endpoint of `serve`: /v1/score_labels, the decision routes, then the
-    rerank APIs and /v1/classify backed by the DSL functions named ``rerank`` /
-    ``classify`` in the ``apps`` modules (None: the built-in reranker of
-    ``rerank_method`` for ``model``; a 400 for /v1/classify)."""
+        rerank APIs and /v1/classify backed by the DSL functions named ``rerank`` /
+        ``classify`` in the ``apps`` modules (None: the built-in reranker of
+        ``rerank_method`` for ``model``; a 400 for /v1/classify). ``rerank_answer``: what
+    /v1/rerank answers a body without SGLang's `rid` (`serve --rerank-answer`)."""
     return [
         score_labels_endpoint(),
         *decision_endpoints(apps),
-        *ranking_api_endpoints(apps, rerank, classify, rerank_method, model),
+        *ranking_api_endpoints(apps, rerank, classify, rerank_method, model, rerank_answer),
     ]

@@ -35,6 +35,7 @@ def ranking_api_endpoints(
     classify: str | None,
     method: str = "auto",
     model: str | None = None,
+    rerank_answer: str = "cohere",
 ) -> list[EndpointSpec]:
     """The rerank APIs and /v1/classify for `serve`: the named DSL functions of the --app
     modules, or the defaults (the built-in reranker of ``method`` for ``model``; a 400 for
@@ -59,7 +60,7 @@ def ranking_api_endpoints(
 
     ranker = find(rerank, "ranker") if rerank else BUILTIN_RERANKERS[rerank_method(method, model)]
     return [
-        *rerank_endpoints(ranker),
+        *rerank_endpoints(ranker, sglang_answer=rerank_answer == "sglang"),
         vllm_score_endpoint(ranker),
         classify_endpoint(find(classify, "classifier")) if classify else no_classifier_endpoint(),
     ]

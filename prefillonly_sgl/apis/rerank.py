@@ -194,8 +194,10 @@ def _count(field: str):
     return lambda body: len(body.get(field) or []) or 1
 
 
-def _cohere_v1_handler(reranker: Reranker):
-    """The handler of Cohere v1's (and vLLM's) rerank body, on /v1/rerank and /rerank."""
+def _cohere_v1_handler(reranker: Reranker, sglang_answer: bool = False):
+    """The handler of Cohere v1's (and vLLM's) rerank body, on /v1/rerank and /rerank.
+    sglang_answer: SGLang's list for every request (`serve --rerank-answer sglang`), not
+    only for those carrying `rid`."""
     function = reranker.function
 
     async def rerank(request: RerankRequest, context) -> RerankAnswer:
@@ -214,7 +216,8 @@ def _cohere_v1_handler(reranker: Reranker):
         )
         best = answer.items[:top_n]
         given = request.documents
-        if request.wants_sglang_answer:
+        echo = echoes_documents(request.return_documents, request.model_fields_set)
+        if sglang_answer or request.wants_sglang_answer:
             # meta_info passes through smg untouched: the DSL's gateway client rebuilds
             # its rows from it (gateway_client.py), whatever the ranker's score.
             labels = [str(t) for t in function.labels.texts]
@@ -222,7 +225,7 @@ def _cohere_v1_handler(reranker: Reranker):
                 [
                     SGLangRerankResult(
                         score=r.score,
-                        document=_text(given[r.index]) if request.return_documents else None,
+                        document=_text(given[r.index]) if echo else None,
                         index=r.index,
                         meta_info=RerankMeta(
                             function=reranker.name,
@@ -237,7 +240,6 @@ def _cohere_v1_handler(reranker: Reranker):
                     for r in best
                 ]
             )
-        echo = echoes_documents(request.return_documents, request.model_fields_set)
         return RerankResponse(
             id=f"rerank-{uuid.uuid4().hex}",
             model=model_name(context, request.model),
@@ -249,10 +251,10 @@ def _cohere_v1_handler(reranker: Reranker):
     return rerank
 
 
-def rerank_v1_endpoint(reranker: Reranker) -> EndpointSpec:
+def rerank_v1_endpoint(reranker: Reranker, sglang_answer: bool = False) -> EndpointSpec:
     """POST /v1/rerank: Cohere v1's (and vLLM's) schema, or SGLang's native answer for
-    ``rid``."""
-    handler = _cohere_v1_handler(reranker)
+    ``rid`` (for every request with ``sglang_answer``)."""
+    handler = _cohere_v1_handler(reranker, sglang_answer)
     return _endpoint(reranker, "/v1/rerank", RerankRequest, RerankAnswer, handler, "Cohere v1")
 
 
@@ -351,12 +353,12 @@ def _endpoint(reranker, path, request, response, handler, schema, field="documen
     )
 
 
-def rerank_endpoints(function) -> list[EndpointSpec]:
+def rerank_endpoints(function, sglang_answer: bool = False) -> list[EndpointSpec]:
     """/v1/rerank, /v2/rerank and /rerank backed by ``function`` (ValueError if it cannot
-    serve them)."""
+    serve them); ``sglang_answer``: /v1/rerank answers SGLang's list to every request."""
     reranker = Reranker(function)
     return [
-        rerank_v1_endpoint(reranker),
+        rerank_v1_endpoint(reranker, sglang_answer),
         rerank_v2_endpoint(reranker),
         tei_rerank_endpoint(reranker),
     ]

@@ -25,6 +25,7 @@ DEFAULT_MAX_PENDING_PROMPTS = 4096
 DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
 RERANK_METHODS = ("auto", "judge", "query-likelihood")  # apis/rerankers.py
+RERANK_ANSWERS = ("cohere", "sglang")  # apis/rerank.py
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class ServeOptions:
     apps: tuple[str, ...] = ()
     rerank: str | None = None  # a ranker in the --app modules for /v1/rerank
     rerank_method: str = "auto"  # the built-in reranker: auto, judge, query-likelihood
+    rerank_answer: str = "cohere"  # /v1/rerank's answer without `rid`: cohere or sglang
     classify: str | None = None  # a classifier in the --app modules for /v1/classify
     max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
     max_pending_prompts: int = DEFAULT_MAX_PENDING_PROMPTS
@@ -114,6 +116,15 @@ def add_serve_options(parser: argparse.ArgumentParser, group=None) -> None:
         help="the built-in reranker: judge (Qwen3-Reranker's yes/no prompt, for generative "
         "rerankers), query-likelihood (the query's log-probability after the document, any "
         "model); auto (default): judge for a model named as a reranker, else query-likelihood",
+    )
+    group.add_argument(
+        "--rerank-answer",
+        default="cohere",
+        choices=RERANK_ANSWERS,
+        help="what POST /v1/rerank answers: cohere (default): Cohere's object, which Cohere's, "
+        "Jina's and vLLM's clients parse; sglang: SGLang's list of {score, document, index}, "
+        "as `sglang serve` answers, for SGLang's own clients (a request carrying SGLang's "
+        "`rid` gets SGLang's list either way; docs/server.md)",
     )
     group.add_argument(
         "--classify",
@@ -220,6 +231,7 @@ def parse_serve_argv(argv: list[str]) -> tuple[ServeOptions, list[str]]:
             apps=tuple(ours.apps),
             rerank=ours.rerank,
             rerank_method=ours.rerank_method,
+            rerank_answer=ours.rerank_answer,
             classify=ours.classify,
             max_pending_requests=ours.max_pending_requests,
             max_pending_prompts=ours.max_pending_prompts,
