@@ -57,6 +57,7 @@ def _serve(argv: list[str]) -> int:
             options.rerank_method,
             str(config.model_path),
             options.rerank_answer,
+            options.systemone_conventions,
         )
         if config.memory is not None:
             config = config.planned(plan_memory(config))

@@ -93,6 +93,17 @@ apps_server = tiny_server(
 )  # fmt: skip
 
 
+# The peers' own answers where one path is spoken by two peers (docs/server.md, "Peer
+# conventions on one path"): SGLang's /v1/rerank list and vLLM's /v1/systemone, for the
+# ported peer tests (tests/peers/).
+peer_conventions_server = tiny_server(
+    "--rerank-answer", "sglang",
+    "--systemone-conventions", "vllm",
+    scope="session",
+    name="peer_conventions_server",
+)  # fmt: skip
+
+
 @pytest.fixture(scope="session")
 def default_model_path():
     from prefillonly_sgl.models import default_model

@@ -102,7 +102,8 @@ def test_bad_requests_raise_clear_errors(model_and_engine, labels, change, messa
 
 def test_engine_still_scores_after_bad_requests(model_and_engine, labels):
     path, engine = model_and_engine
-    for bad in (dict(items=[]), dict(query="", items=[""]), dict(query="word " * 5000)):
+    bad_labels = dict(label_token_ids=[10**6])
+    for bad in (bad_labels, dict(query="", items=[""]), dict(query="word " * 5000)):
         with pytest.raises(InvalidRequestError):
             engine.score(**{"query": QUERY, "items": ITEMS[:1], "label_token_ids": labels, **bad})
     got = engine.score(QUERY, ITEMS[1:2], labels).scores

@@ -44,16 +44,17 @@ def decisions_handler(functions: dict[str, DecisionFunction]):
     return decisions
 
 
-def systemone_handler(functions: dict[str, DecisionFunction]):
+def systemone_handler(functions: dict[str, DecisionFunction], conventions: str = "systemone"):
     async def systemone(body: object, context) -> object:
-        """Answer System One's request."""
+        """Answer System One's request (vLLM's answer with ``conventions="vllm"``)."""
         function = _served(body, functions)
         if function is not None:
             call = function.call(**arguments_from(function, body.get("state"), "state"))
-            return systemone_wire.to_response(function.name, await context.decide(call))
+            outcome = await context.decide(call)
+            return systemone_wire.to_response(function.name, outcome, None, conventions)
         request = parse(systemone_wire.SystemOneRequest, body)
-        outcome = await context.decide(systemone_wire.to_call(request))
-        return systemone_wire.to_response(request.model, outcome, request)
+        outcome = await context.decide(systemone_wire.to_call(request, conventions))
+        return systemone_wire.to_response(request.model, outcome, request, conventions)
 
     return systemone
 
@@ -73,9 +74,12 @@ def served_functions(modules) -> dict[str, DecisionFunction]:
     return found
 
 
-def decision_endpoints(apps: list[str] = ()) -> list[EndpointSpec]:
+def decision_endpoints(
+    apps: list[str] = (), systemone_conventions: str = "systemone"
+) -> list[EndpointSpec]:
     """The two routes; the decision functions of the ``apps`` modules are served on them
-    by name (their own typed endpoints come with the --app endpoints)."""
+    by name (their own typed endpoints come with the --app endpoints).
+    ``systemone_conventions``: System One's answer on /v1/systemone, or vLLM's."""
     functions = served_functions(load_app_module(app) for app in apps)
     common = dict(
         tags=("decisions",),
@@ -96,7 +100,7 @@ def decision_endpoints(apps: list[str] = ()) -> list[EndpointSpec]:
             "/v1/systemone",
             systemone_wire.SystemOneRequest,
             systemone_wire.SystemOneResponse,
-            systemone_handler(functions),
+            systemone_handler(functions, systemone_conventions),
             summary="Typed decisions (System One's /v1/systemone)",
             **common,
         ),

@@ -18,11 +18,19 @@ def field_path(loc) -> str:
     return path
 
 
+# pydantic's wording for the refusals clients match on, in the peers' words (vLLM's).
+_MESSAGES = {
+    "extra_forbidden": "unknown field(s): not one this request takes",
+    "model_type": "must be an object",
+    "dict_type": "must be an object",
+}
+
+
 def validation_message(error: ValidationError, body: object = None, limit: int = 3) -> str:
     parts = []
     for e in error.errors(include_url=False)[:limit]:
         where = field_path(body_loc(e["loc"], body, e["type"] == "missing"))
-        msg = e["msg"].removeprefix("Value error, ")
+        msg = _MESSAGES.get(e["type"]) or e["msg"].removeprefix("Value error, ")
         parts.append(f"{where}: {msg}" if where else msg)
     more = len(error.errors()) - limit
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")

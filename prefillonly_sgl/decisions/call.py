@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from prefillonly_sgl.errors import InvalidRequestError
+
 Kind = Literal["predicate", "choice", "score"]
 Wording = Literal["names", "letters"]  # options answered by name (ours) or A-Z (SGLang v1)
 Debias = Literal["none", "reverse", "cyclic"]
@@ -49,6 +51,15 @@ class DecisionCall:
     temperature: float = 1.0  # on the options' log-probabilities (SGLang's field)
     min_label_mass: float = 0.0  # below it a question is answered with a refusal
     chat_template_kwargs: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # The answer is read at the first token the model writes: a thinking template
+        # would put its opening tag there (SGLang's and vLLM's decision routes refuse it).
+        if self.chat_template_kwargs.get("enable_thinking") is True:
+            raise InvalidRequestError(
+                "chat_template_kwargs.enable_thinking: thinking must be off for a decision "
+                "(the answer is read at the first token the model writes)"
+            )
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,12 @@ conversion (plain Python, pydantic).
      probabilities: {name: p}} | {type: score, score, confidence, legend: {"0": level},
      probabilities: {"0": p}}}, usage: {input_tokens, output_tokens}}
 
-Every answer also carries `x_label_mass` (SGLang's extension name). A question that
+Every answer also carries `x_label_mass` (SGLang's extension name). With vLLM's
+conventions (`serve --systemone-conventions vllm`, for clients of vLLM's /v1/systemone):
+`object: "structured_decision"`, `diagnostics: {id: {label_mass}}`, a noul's
+`probabilities` and `confidence`, confidence as vLLM computes it (the top option's
+probability times the label mass), `usage.output_tokens` one per question (vLLM runs one
+1-token request per question), and vLLM's limits (64 questions, 26 options). A question that
 cannot be answered (its prompt past the context, or under `min_label_mass`) is answered
 `{type: "refusal", reason}`, which System One's client skips (it ignores answer types it
 does not know) while keeping the others. Box questions and image assets need a vision
@@ -27,6 +32,9 @@ from prefillonly_sgl.errors import InvalidRequestError
 MAX_QUESTIONS = 400
 MAX_OPTIONS = 255
 MAX_LEVELS = 255
+CONVENTIONS = ("systemone", "vllm")  # `serve --systemone-conventions`
+VLLM_MAX_QUESTIONS = 64
+VLLM_MAX_OPTIONS = 26
 Text = str | dict[str, Any] | list[Any]
 
 
@@ -68,7 +76,14 @@ class Choice(_Question):
 
 class Score(_Question):
     type: Literal["score"]
-    criteria: list[Text] = Field(min_length=1, max_length=MAX_LEVELS)
+    criteria: list[Text] = Field(max_length=MAX_LEVELS)
+
+    @field_validator("criteria")
+    @classmethod
+    def _levels(cls, criteria):
+        if len(criteria) < 2:
+            raise ValueError("criteria must be an ordered list of levels, at least 2")
+        return criteria
 
 
 class Box(_Question):
@@ -99,7 +114,9 @@ class SystemOneResponse(BaseModel):
     usage: dict[str, int]
 
 
-def to_call(request: SystemOneRequest) -> DecisionCall:
+def to_call(request: SystemOneRequest, conventions: str = "systemone") -> DecisionCall:
+    if conventions == "vllm":
+        _check_vllm_limits(request)
     if request.assets or request.images:
         field = "assets" if request.assets else "images"
         raise InvalidRequestError(
@@ -139,10 +156,29 @@ def to_call(request: SystemOneRequest) -> DecisionCall:
     )
 
 
+def _check_vllm_limits(request: SystemOneRequest) -> None:
+    if len(request.questions) > VLLM_MAX_QUESTIONS:
+        raise InvalidRequestError(
+            f"questions: at most {VLLM_MAX_QUESTIONS} questions per request (vLLM's limit, "
+            f"kept by --systemone-conventions vllm), got {len(request.questions)}"
+        )
+    for qid, q in request.questions.items():
+        if isinstance(q, Choice) and len(q.criteria) > VLLM_MAX_OPTIONS:
+            raise InvalidRequestError(
+                f"questions.{qid}.criteria: at most {VLLM_MAX_OPTIONS} options (vLLM's "
+                f"limit, kept by --systemone-conventions vllm), got {len(q.criteria)}"
+            )
+
+
 def to_response(
-    model: str, outcome: DecisionOutcome, request: SystemOneRequest | None = None
+    model: str,
+    outcome: DecisionOutcome,
+    request: SystemOneRequest | None = None,
+    conventions: str = "systemone",
 ) -> dict:
     """The answer; a score's legend holds the request's own levels (JSON kept as sent)."""
+    if conventions == "vllm":
+        return _vllm_response(model, outcome, request)
     answers = {}
     for r in outcome.results:
         q = r.question
@@ -177,4 +213,22 @@ def to_response(
         "model": model,
         "answers": answers,
         "usage": {"input_tokens": outcome.usage.input_tokens, "output_tokens": 0},
+    }
+
+
+def _vllm_response(model: str, outcome: DecisionOutcome, request) -> dict:
+    """System One's answer with vLLM's fields and confidence (see the module doc)."""
+    body = to_response(model, outcome, request)
+    answered = [r for r in outcome.results if r.refusal is None]
+    for r in answered:
+        answer = body["answers"][r.question.name]
+        confidence = max(r.probabilities) * r.label_mass
+        if r.question.kind == "predicate":
+            answer["probabilities"] = {"yes": r.probabilities[0], "no": r.probabilities[1]}
+        answer["confidence"] = confidence
+    return {
+        "object": "structured_decision",
+        **body,
+        "diagnostics": {r.question.name: {"label_mass": r.label_mass} for r in answered},
+        "usage": {**body["usage"], "output_tokens": len(answered)},
     }

@@ -26,6 +26,7 @@ DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
 RERANK_METHODS = ("auto", "judge", "query-likelihood")  # apis/rerankers.py
 RERANK_ANSWERS = ("cohere", "sglang")  # apis/rerank.py
+SYSTEMONE_CONVENTIONS = ("systemone", "vllm")  # decisions/systemone_wire.py
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class ServeOptions:
     rerank: str | None = None  # a ranker in the --app modules for /v1/rerank
     rerank_method: str = "auto"  # the built-in reranker: auto, judge, query-likelihood
     rerank_answer: str = "cohere"  # /v1/rerank's answer without `rid`: cohere or sglang
+    systemone_conventions: str = "systemone"  # /v1/systemone's answer: systemone or vllm
     classify: str | None = None  # a classifier in the --app modules for /v1/classify
     max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
     max_pending_prompts: int = DEFAULT_MAX_PENDING_PROMPTS
@@ -125,6 +127,14 @@ def add_serve_options(parser: argparse.ArgumentParser, group=None) -> None:
         "Jina's and vLLM's clients parse; sglang: SGLang's list of {score, document, index}, "
         "as `sglang serve` answers, for SGLang's own clients (a request carrying SGLang's "
         "`rid` gets SGLang's list either way; docs/server.md)",
+    )
+    group.add_argument(
+        "--systemone-conventions",
+        default="systemone",
+        choices=SYSTEMONE_CONVENTIONS,
+        help="the answer of POST /v1/systemone: systemone (default): System One's, as "
+        "typesafe-sdk and SGLang give it; vllm: vLLM's (its confidence, diagnostics, "
+        "usage and limits), for clients of vLLM's /v1/systemone (docs/decisions.md)",
     )
     group.add_argument(
         "--classify",
@@ -232,6 +242,7 @@ def parse_serve_argv(argv: list[str]) -> tuple[ServeOptions, list[str]]:
             rerank=ours.rerank,
             rerank_method=ours.rerank_method,
             rerank_answer=ours.rerank_answer,
+            systemone_conventions=ours.systemone_conventions,
             classify=ours.classify,
             max_pending_requests=ours.max_pending_requests,
             max_pending_prompts=ours.max_pending_prompts,

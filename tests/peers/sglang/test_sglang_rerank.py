@@ -5,10 +5,11 @@ Apache-2.0), with their assertions kept, against `prefillonly serve --rerank-ans
 Adaptations:
 - the server: SGLang launches a cross-encoder (DEFAULT_SMALL_CROSS_ENCODER_MODEL_NAME_FOR_TEST,
   `--is-embedding`) with an API key; prefillonly serves /v1/rerank with a generative model,
-  here the suite's tiny Llama (its built-in reranker: query likelihood), started with
-  `--rerank-answer sglang`: on /v1/rerank the same body is Cohere's (its object) or SGLang's
-  (its list), so the answer is the server's documented switch (docs/server.md, "Peer
-  conventions on one path"). The key SGLang's client sends is ignored by a keyless server;
+  here the suite's tiny Llama (its built-in reranker: query likelihood) started with
+  `--rerank-answer sglang` (the session's `peer_conventions_server`): on /v1/rerank the
+  same body is Cohere's (its object) or SGLang's (its list), so the answer is the server's
+  documented switch (docs/server.md, "Peer conventions on one path"). The key SGLang's
+  client sends is ignored by a keyless server;
 - the queries and documents are SGLang's own (sglang.test.runners.TEST_RERANK_QUERY_DOCS).
 """
 
@@ -16,10 +17,12 @@ from __future__ import annotations
 
 import pytest
 import requests
-from conftest import tiny_server
 from sglang.test.runners import TEST_RERANK_QUERY_DOCS
 
-server = tiny_server("--rerank-answer", "sglang")
+
+@pytest.fixture(scope="module")
+def server(peer_conventions_server):
+    return peer_conventions_server
 
 
 def run_rerank(server, query, docs):
