@@ -95,10 +95,11 @@ apps_server = tiny_server(
 
 # The peers' own answers where one path is spoken by two peers (docs/server.md, "Peer
 # conventions on one path"): SGLang's /v1/rerank list and vLLM's /v1/systemone, for the
-# ported peer tests (tests/peers/).
+# ported peer tests (tests/peers/), with SGLang's custom logit processors on.
 peer_conventions_server = tiny_server(
     "--rerank-answer", "sglang",
     "--systemone-conventions", "vllm",
+    "--enable-custom-logit-processor",  # SGLang's own test of it runs here too
     scope="session",
     name="peer_conventions_server",
 )  # fmt: skip

@@ -15,7 +15,10 @@ import prefillonly_sgl as prefillonly
 from prefillonly_sgl import InvalidRequestError, LabelError, Prompt
 from prefillonly_sgl.dsl import LocalEngineBackend
 
-TOLERANCE = 1e-6
+# The DSL against the Engine on the same requests: equal but for float32 order of sums (a
+# prefix from the cache vs computed with the batch: ~1e-6 seen), well under the 1e-4 to
+# transformers that the engine tests hold.
+TOLERANCE = 1e-5
 
 PROFILE = "User profile: likes science fiction, history books and long walks."
 FILMS = ["a documentary about the moon landing", "socks", "history of walks", "a space opera"]

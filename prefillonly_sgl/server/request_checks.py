@@ -254,6 +254,11 @@ def _check_openai_extensions(path: str, body: dict, limits: ModelLimits) -> bool
     if is_single_token(path, body):
         check_single_token_body(path, body, limits.vocab_size)
         return True
+    if body.get("use_beam_search") and body.get("logprob_token_ids") is not None:
+        # vLLM's wording; SGLang's OpenAI routes have no beam search at all
+        raise InvalidRequestError(
+            "logprob_token_ids is not supported with beam search (use_beam_search)"
+        )
     given = [name for name in _EXTENSIONS if body.get(name) is not None]
     if "logprob_token_ids" in given and body.get("max_tokens") == 0:
         # vLLM's wording for the same refusal (its clients and tests match it)

@@ -15,8 +15,8 @@ Adaptations:
   decodes for those ids;
 - vLLM's request-model tests (to_sampling_params, ValidationError) test its internals;
   their observable effect is asserted over HTTP instead (the named ids replace the top-k;
-  the refusal of logprob_token_ids with nothing generated is a 400 with vLLM's wording);
-  use_beam_search is skipped: SGLang's OpenAI requests have no beam search.
+  the refusals of logprob_token_ids with nothing generated, or with use_beam_search, are
+  400s with vLLM's wording).
 """
 
 from __future__ import annotations
@@ -172,9 +172,18 @@ def test_completion_rejects_explicit_token_ids_without_generated_tokens(server, 
     assert "no output tokens are generated" in response.text
 
 
-@pytest.mark.skip(reason="use_beam_search: SGLang's OpenAI requests have no beam search")
-def test_requests_reject_explicit_token_ids_with_beam_search():
-    """test_requests_reject_explicit_token_ids_with_beam_search."""
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_requests_reject_explicit_token_ids_with_beam_search(server, model, path):
+    """test_requests_reject_explicit_token_ids_with_beam_search, over HTTP: a 400 (vLLM:
+    its request models' ValidationError) with vLLM's words, for chat and completions."""
+    body = {"model": model, "logprob_token_ids": [5000], "use_beam_search": True}
+    if path == "/v1/completions":
+        body.update(prompt="Hello", logprobs=5)
+    else:
+        body.update(messages=MESSAGES, logprobs=True)
+    response = requests.post(f"{server.url}{path}", json=body, timeout=60)
+    assert response.status_code == 400
+    assert "not supported with beam search" in response.text
 
 
 def test_completions_accept_logprobs_true(client, model):
