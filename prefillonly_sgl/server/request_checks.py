@@ -282,3 +282,11 @@ def check_object_body(body: object, max_prompts: int | None = None) -> int:
     if max_prompts is not None:
         check_prompt_count(n, "request", max_prompts)
     return n
+
+
+def custom_logit_processors(body: object) -> list[str]:
+    """The serialised custom logit processors a request carries (SGLang's
+    `custom_logit_processor`: one string, or one per prompt of a batch)."""
+    value = body.get("custom_logit_processor") if isinstance(body, dict) else None
+    values = value if isinstance(value, list) else [value]
+    return [v for v in values if isinstance(v, str)]

@@ -76,6 +76,10 @@ HOOK_TARGETS: dict[str, str] = {
         "the launch command SGLang keeps on ServerArgs, as prepare_server_args sets it"
     ),
     "sglang.srt.utils.kill_process_tree": "no worker process outlives `serve`",
+    "sglang.srt.sampling.custom_logit_processor.CustomLogitProcessor.from_str": (
+        "a request's custom logit processor loaded by the guard first (a 400, not a "
+        "stopped scheduler)"
+    ),
     "sglang.srt.managers.tokenizer_manager.TokenizerManager.generate_request": (
         "wrapped per instance (request_recording.py): records each HTTP request's or "
         "Engine.score call's rids and meta_info (usage, cached_tokens)"

@@ -4,9 +4,11 @@ ServerContext (what an EndpointSpec handler gets: the same front as the Engine's
 
 import contextvars
 
+from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.score_result import ScoreResult
 from prefillonly_sgl.server.endpoints import EndpointSpec
 from prefillonly_sgl.server.options import ServeOptions
+from prefillonly_sgl.server.request_checks import custom_logit_processors
 from prefillonly_sgl.server.route_checks import CheckContext, check_request, route_checks
 from prefillonly_sgl.sglang_runtime.score_front import ScoringFront
 from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord
@@ -72,7 +74,10 @@ class SGLangRuntime:
             max_prompts=self.options.max_pending_prompts,
             labels_required=self.tokenizer_manager.is_generation,
         )
-        return check_request(self._checks, path, body, context)
+        prompts = check_request(self._checks, path, body, context)
+        if self.tokenizer_manager.server_args.enable_custom_logit_processor:
+            _check_custom_logit_processors(body)
+        return prompts
 
     def abort(self, record: RequestRecord) -> None:
         tm = self.tokenizer_manager
@@ -81,6 +86,23 @@ class SGLangRuntime:
             for rid in rids:
                 if rid:
                     tm.abort_request(rid)
+
+
+def _check_custom_logit_processors(body: object) -> None:
+    """Each custom logit processor loads here first: one that cannot (a class the server
+    cannot import, a corrupt string) would stop SGLang's scheduler, and the whole server
+    with it, when the batch is built; here it is a 400 naming the field. Only with
+    --enable-custom-logit-processor, whose processors the scheduler loads anyway."""
+    from sglang.srt.sampling.custom_logit_processor import CustomLogitProcessor
+
+    for text in custom_logit_processors(body):
+        try:
+            CustomLogitProcessor.from_str(text)
+        except Exception as e:
+            raise InvalidRequestError(
+                f"custom_logit_processor cannot be loaded by this server: {type(e).__name__}: "
+                f"{str(e)[:200]}"
+            ) from None
 
 
 # The HTTP request a handler is answering (its disconnect aborts the scoring it started),

@@ -92,3 +92,36 @@ def test_custom_logit_processor_batch_mixed(client, tokenizer):
     with ThreadPoolExecutor(len(target_token_ids)) as executor:
         list(executor.map(lambda t: run_custom_logit_processor(client, tokenizer, t),
                           target_token_ids))  # fmt: skip
+
+
+class PassThrough(CustomLogitProcessor):
+    """A processor of this test module (dill pickles it by reference to the module)."""
+
+    def __call__(self, logits, custom_param_list):
+        return logits
+
+
+def test_a_processor_the_server_cannot_load_is_a_400_and_the_server_lives(
+    server, client, tokenizer
+):
+    """Not in SGLang's file: a processor the scheduler could not unpickle (here a class of
+    a module the server cannot import) stops SGLang's scheduler and its server; served by
+    prefillonly it is a 400 naming the field, and the next request is answered."""
+    import requests
+
+    unloadable = PassThrough().to_str()  # by reference to this module: not importable there
+    for bad in (unloadable, "not a processor"):
+        response = requests.post(
+            f"{server.url}/v1/chat/completions",
+            json={
+                "model": client.models.list().data[0].id,
+                "messages": [{"role": "user", "content": "Hi"}],
+                "max_tokens": 2,
+                "custom_logit_processor": bad,
+                "custom_params": {"token_id": 5},
+            },
+            timeout=60,
+        )
+        assert response.status_code == 400, response.text
+        assert "custom_logit_processor" in response.text
+    run_custom_logit_processor(client, tokenizer, target_token_id=5)
