@@ -30,6 +30,7 @@ from prefillonly_sgl.dsl.job import ClassifyJob
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.server.endpoints import EndpointSpec
 from prefillonly_sgl.server.errors import parse_body
+from prefillonly_sgl.validation import check_text_or_ids
 from prefillonly_sgl.wire import (
     ClassifyData,
     ClassifyRequest,
@@ -62,12 +63,7 @@ def request_inputs(request: ClassifyRequest, tokenizer, vocab_size: int) -> tupl
 def decode_ids(ids: list[int], name: str, tokenizer, vocab_size: int) -> str:
     if not ids:
         raise InvalidRequestError(f"{name} is empty: give at least one token id")
-    bad = [t for t in ids if not 0 <= t < vocab_size]
-    if bad:
-        raise InvalidRequestError(
-            f"{name} has token ids outside the vocabulary (valid ids: 0..{vocab_size - 1}): "
-            f"{bad[:5]}"
-        )
+    check_text_or_ids(ids, name, vocab_size)  # the vocabulary check every front shares
     return tokenizer.decode(ids)
 
 
