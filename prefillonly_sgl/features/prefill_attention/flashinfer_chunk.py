@@ -16,9 +16,14 @@ restricted to a query range.
     chunk = FlashInferQueryChunk(plan, spans, prefix_slots, workspace)   # per forward
     out = chunk(q, k_all, v_all, k_pool, v_pool, scale)                  # per layer
 
-Not yet run on a GPU (none was lent to the session that wrote it); tests/
+Backends as SGLang's FlashInfer backend picks them: the ragged wrapper "auto" (FA3 on
+Hopper, FA2 elsewhere), the paged one FA2 (SGLang's prefill_backend). The GPU kit
+(scripts/gpu_kit/) carries FA2's sources only, so benchmarks/gpu_prefill.py passes
+ragged_backend="fa2".
+
+Not yet run on a GPU (none was lent to the sessions so far); tests/
 test_flashinfer_query_chunk.py compares it with a naive attention wherever CUDA and
-flashinfer are present.
+flashinfer are present, and benchmarks/gpu_prefill.py with float32 attention on a card.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from __future__ import annotations
 import torch
 
 from prefillonly_sgl.features.prefill_attention.plan import QueryChunkPlan, Span
+
+PAGED_BACKEND = "fa2"  # SGLang's FlashInferAttnBackend.prefill_backend
 
 
 def chunk_pieces(plan: QueryChunkPlan, spans: list[Span]) -> list[tuple[int, int, int, int, int]]:
@@ -48,9 +55,11 @@ class FlashInferQueryChunk:
         prefix_slots: list,
         workspace: torch.Tensor,
         wrappers: dict | None = None,
+        ragged_backend: str = "auto",
     ) -> None:
         """wrappers: FlashInfer wrappers to (re)plan, shared by the chunks of a forward
         (each wrapper holds one plan; a chunk plans them before its run)."""
+        self.backends = {"ragged": ragged_backend, "paged": PAGED_BACKEND}
         pieces = chunk_pieces(plan, spans)
         self.kv_rows = slice(pieces[0][3], pieces[-1][3] + pieces[-1][4])
         qo, kv = [0], [0]
@@ -83,7 +92,7 @@ class FlashInferQueryChunk:
                 if kind == "ragged"
                 else flashinfer.BatchPrefillWithPagedKVCacheWrapper
             )
-            self.wrappers[kind] = cls(self.workspace, "NHD")
+            self.wrappers[kind] = cls(self.workspace, "NHD", backend=self.backends[kind])
         return self.wrappers[kind]
 
     def __call__(self, q, k_all, v_all, k_pool, v_pool, scale) -> torch.Tensor:

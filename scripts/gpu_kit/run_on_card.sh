@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The GPU step of issue 48, one command on a lent GPU machine (no network, no SGLang):
+# installs the kit (built here by scripts/gpu_kit/build.py, carried as build/gpu_kit) into
+# /tmp/gpukit and runs benchmarks/gpu_prefill.py, writing results.json / results.md and
+# the log to $OUT/gpu_prefill (the device tool brings $OUT back).
+#
+#   device run: command "bash scripts/gpu_kit/run_on_card.sh", carry ["build/gpu_kit"],
+#               timeout_s 540 (the script stops starting parts after 420 s)
+#
+# Extra arguments go to gpu_prefill.py (e.g. --layers 16, --parts hybrid,kv).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+KIT=${KIT:-build/gpu_kit}
+PREFIX=${PREFIX:-/tmp/gpukit}
+RESULTS=${OUT:-benchmarks/results}/gpu_prefill
+mkdir -p "$RESULTS"
+{
+  echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
+  echo "== nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo none); ninja: $(command -v ninja || echo none)"
+  python3 scripts/gpu_kit/install.py --kit "$KIT" --into "$PREFIX"
+  export PATH="$PREFIX/bin:$PATH"
+  export PYTHONPATH="$PREFIX/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  export FLASHINFER_WORKSPACE_BASE="$PREFIX/workspace"
+  export TVM_FFI_CACHE_DIR="$PREFIX/tvm-ffi"
+  export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+  python3 benchmarks/gpu_prefill.py --out "$RESULTS" "$@"
+} 2>&1 | tee "$RESULTS/log.txt"
+exit "${PIPESTATUS[0]}"

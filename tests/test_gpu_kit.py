@@ -1,0 +1,132 @@
+"""The GPU kit (scripts/gpu_kit/): the include walk that trims flashinfer, the installer a
+lent machine runs, and the builder itself against the real flashinfer wheel (downloaded
+from the package registry) with its size limit. Compiling the kit's kernels
+(build.py --compile-check, ~75 s of nvcc on 2 cores) is left to the hand run recorded in
+benchmarks/README.md."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+KIT_SCRIPTS = Path(__file__).resolve().parents[1] / "scripts" / "gpu_kit"
+sys.path.insert(0, str(KIT_SCRIPTS))
+
+import install  # noqa: E402
+from include_closure import include_closure  # noqa: E402
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_include_closure_follows_the_compilers_search_order(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    source = _write(
+        tmp_path / "src" / "kernel.cu",
+        '#include "local.cuh"\n#include <lib/a.h>\n  #  include <cuda_runtime.h>\n'
+        "#if 0\n#include <lib/only_if.h>\n#endif\n#include SOME_HEADER\n",
+    )
+    _write(tmp_path / "src" / "local.cuh", "#include <lib/b.h>\n")
+    _write(first / "lib" / "a.h", '#include "c.h"\n')  # beside a.h, before the dirs
+    _write(first / "lib" / "c.h", "")
+    _write(second / "lib" / "a.h", "never read: first/ comes first\n")
+    _write(second / "lib" / "b.h", "#include <lib/a.h>\n")  # a cycle back to a.h
+    _write(second / "lib" / "only_if.h", "")
+    closure = include_closure([source], [first, second])
+    names = {str(p.relative_to(tmp_path)) for p in closure.files}
+    assert names == {
+        "src/kernel.cu",
+        "src/local.cuh",
+        "first/lib/a.h",
+        "first/lib/c.h",
+        "second/lib/b.h",
+        "second/lib/only_if.h",  # behind #if 0: followed anyway (more, never fewer)
+    }
+    assert closure.unresolved == {"cuda_runtime.h"}
+    assert closure.macro_includes == {(str(source.resolve()), "SOME_HEADER")}
+
+
+def _wheel(path: Path, files: dict[str, str]) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return path
+
+
+def test_install_unpacks_flashinfer_and_only_the_missing_wheels(tmp_path):
+    kit = tmp_path / "kit"
+    (kit / "wheels").mkdir(parents=True)
+    with tarfile.open(kit / "flashinfer.tar.xz", "w:xz") as tar:
+        data = b"VERSION = 'kit'\n"
+        info = tarfile.TarInfo("flashinfer/__init__.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    _wheel(
+        kit / "wheels" / "kitonly_mod-1.0-py3-none-any.whl",
+        {"kitonly_mod/__init__.py": "X = 1\n", "kitonly_mod-1.0.dist-info/RECORD": ""},
+    )
+    _wheel(  # pytest is importable here: its wheel must not be unpacked over it
+        kit / "wheels" / "pytest-0.0-py3-none-any.whl",
+        {"pytest/__init__.py": "raise ImportError('the kit shadowed pytest')\n"},
+    )
+    into = tmp_path / "gpukit"
+    done = install.install(kit, into)
+    assert done == ["flashinfer (trimmed)", "kitonly_mod-1.0-py3-none-any.whl"]
+    assert (into / "site" / "flashinfer" / "__init__.py").read_text() == "VERSION = 'kit'\n"
+    assert (into / "site" / "kitonly_mod" / "__init__.py").exists()
+    assert not (into / "site" / "pytest").exists()
+
+
+def test_install_without_a_kit_says_how_to_build_one(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(KIT_SCRIPTS / "install.py"), "--kit", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "scripts/gpu_kit/build.py" in result.stderr
+
+
+@pytest.mark.slow
+def test_builder_trims_flashinfer_and_keeps_the_size_limit(tmp_path):
+    kit = tmp_path / "gpu_kit"
+    build = [sys.executable, str(KIT_SCRIPTS / "build.py"), "--kit", str(kit)]
+    result = subprocess.run(build, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = json.loads((kit / "manifest.json").read_text())
+    sizes = manifest["sizes"]
+    assert sizes["total_mib"] <= sizes["limit_mib"] == 55
+    assert manifest["flashinfer_kept_mib"] < manifest["flashinfer_unpacked_mib"] / 5
+    assert manifest["vendored_kept_whole"] == ["data/cccl/libcudacxx/include"]
+    assert manifest["macro_includes"] == []
+    assert any(w.startswith("apache_tvm_ffi-") and "cp312" in w for w in manifest["wheels"])
+    with tarfile.open(kit / "flashinfer.tar.xz") as tar:
+        names = set(tar.getnames())
+    csrc = "flashinfer/data/csrc/"
+    for needed in (
+        "flashinfer/__init__.py",
+        "flashinfer/prefill.py",
+        "flashinfer/cascade.py",
+        csrc + "batch_prefill.cu",
+        csrc + "batch_prefill_ragged_kernel_inst.jinja",
+        csrc + "cascade.cu",
+        "flashinfer/data/include/flashinfer/attention/prefill.cuh",
+    ):
+        assert needed in names, needed
+    assert not any(n.startswith("flashinfer/data/cutlass/") for n in names)
+    assert not any(n.startswith(csrc + "fused_moe") for n in names)
+    # the limit is enforced: the same kit against a 1 MiB limit fails
+    check = [sys.executable, str(KIT_SCRIPTS / "build.py"), "--kit", str(kit), "--check-only"]
+    over = subprocess.run(check + ["--limit-mib", "1"], capture_output=True, text=True)
+    assert over.returncode == 1
+    assert "exceed 1.0 MiB" in over.stderr
