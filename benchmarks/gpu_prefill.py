@@ -597,7 +597,7 @@ def main(argv=None) -> int:
     parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated, in order")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--model-repeats", type=int, default=3)
-    parser.add_argument("--budget-s", type=float, default=420.0, help="start no part after this")
+    parser.add_argument("--budget-s", type=float, default=300.0, help="start no part after this")
     args = parser.parse_args(argv)
     device = args.device
     dtype = torch.bfloat16 if device == "cuda" else torch.float32

@@ -39,13 +39,13 @@ GUARDLESS_SCRIPT = textwrap.dedent(
     print("bystander alive:", bystander.poll() is None)
     print("resource tracker alive:", tracker is None or psutil.pid_exists(tracker))
     bystander.kill()
-    with prefillonly_sgl.Engine(sys.argv[1], device="cpu", max_total_tokens=1024) as e2:
-        print("second engine", len(e2.score("Q", [" a"], [yes]).scores))
 
-    # Two engines shut down from two threads at once: each kills its own processes.
+    # A second engine scores after the first one's shutdown; then two engines shut down
+    # from two threads at once: each kills its own processes.
     import threading
     before = {p.pid for p in psutil.Process().children()}
     e3 = prefillonly_sgl.Engine(sys.argv[1], device="cpu", max_total_tokens=1024)
+    print("second engine", len(e3.score("Q", [" a"], [yes]).scores))
     e4 = prefillonly_sgl.Engine(sys.argv[1], device="cpu", max_total_tokens=1024)
     both = {p.pid for p in psutil.Process().children(recursive=True)} - before - {tracker}
     threads = [threading.Thread(target=e.shutdown) for e in (e3, e4)]

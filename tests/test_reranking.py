@@ -233,8 +233,15 @@ def test_the_tei_schema_and_llamaindex_tei_reranker(server):
     body = {"query": query, "texts": [long_text]}
     refused = requests.post(f"{server.url}/rerank", json=body)
     assert refused.status_code == 400 and "texts[0]" in refused.text
-    # One direction over HTTP (each cut text is a context-long prefill, ~25 s here); both
-    # directions' cuts: test_continuation_units.py.
-    cut = requests.post(f"{server.url}/rerank", json={**body, "truncate": True,
+
+
+def test_tei_truncate_cuts_a_text_longer_than_the_context(peer_conventions_server):
+    """TEI's truncate over HTTP, on the session's tiny server: a cut text is a context-long
+    prefill (4,096 tokens there; ~25 s at the default model's 8,192). One direction here;
+    both directions' cuts: test_continuation_units.py."""
+    url = peer_conventions_server.url
+    body = {"query": CASES[1][0], "texts": ["Spiders spin webs. " * 3000]}
+    assert requests.post(f"{url}/rerank", json=body).status_code == 400
+    cut = requests.post(f"{url}/rerank", json={**body, "truncate": True,
                         "truncation_direction": "Left"})  # fmt: skip
     assert cut.status_code == 200 and len(cut.json()) == 1

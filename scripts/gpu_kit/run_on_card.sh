@@ -5,7 +5,7 @@
 # the log to $OUT/gpu_prefill (the device tool brings $OUT back).
 #
 #   device run: command "bash scripts/gpu_kit/run_on_card.sh", carry ["build/gpu_kit"],
-#               timeout_s 540 (the script stops starting parts after 420 s)
+#               timeout_s 420 (the script starts no part after 300 s; ~4 min expected)
 #
 # Extra arguments go to gpu_prefill.py (e.g. --layers 16, --parts hybrid,kv).
 set -euo pipefail
