@@ -87,6 +87,25 @@ def test_install_unpacks_flashinfer_and_only_the_missing_wheels(tmp_path):
     assert not (into / "site" / "pytest").exists()
 
 
+def test_install_writes_the_ninja_program_only_where_path_has_none(tmp_path, monkeypatch):
+    kit = tmp_path / "kit"
+    (kit / "wheels").mkdir(parents=True)
+    with tarfile.open(kit / "flashinfer.tar.xz", "w:xz"):
+        pass
+    program = "#!/bin/sh\necho 1.13.2\n"
+    _wheel(
+        kit / "wheels" / "ninja-1.13.2-py3-none-manylinux2014_x86_64.whl",
+        {"ninja/__init__.py": "", "ninja-1.13.2.data/scripts/ninja": program},
+    )
+    monkeypatch.setattr(install.shutil, "which", lambda name: "/usr/bin/" + name)
+    assert install.install(kit, tmp_path / "with") == ["flashinfer (trimmed)"]
+    monkeypatch.setattr(install.shutil, "which", lambda name: None)
+    done = install.install(kit, tmp_path / "without")
+    assert done[1] == "ninja-1.13.2-py3-none-manylinux2014_x86_64.whl (the ninja program)"
+    ninja = tmp_path / "without" / "bin" / "ninja"
+    assert subprocess.run([str(ninja)], capture_output=True, text=True).stdout == "1.13.2\n"
+
+
 def test_install_without_a_kit_says_how_to_build_one(tmp_path):
     result = subprocess.run(
         [sys.executable, str(KIT_SCRIPTS / "install.py"), "--kit", str(tmp_path / "none")],

@@ -5,7 +5,7 @@
 Unpacks the trimmed flashinfer into INTO/site, and each wheel of the kit whose modules the
 machine cannot already import (a wheel is a zip of its package: unpacking it beside the
 others installs it for PYTHONPATH=INTO/site). When PATH has no `ninja` (flashinfer's JIT
-runs it), the ninja wheel's program is linked into INTO/bin. Prints what it did.
+runs it), the ninja wheel's program is written to INTO/bin. Prints what it did.
 """
 
 from __future__ import annotations
@@ -50,11 +50,11 @@ def install(kit: Path, into: Path) -> list[str]:
             if path.name.startswith("ninja-"):
                 if shutil.which("ninja"):
                     continue
-                wheel.extractall(site)
-                program = next(site.glob("ninja/data/bin/ninja"))
+                member = next(n for n in wheel.namelist() if n.endswith(".data/scripts/ninja"))
+                program = bin_dir / "ninja"
+                program.write_bytes(wheel.read(member))
                 program.chmod(0o755)
-                (bin_dir / "ninja").symlink_to(program)
-                done.append(path.name + " (ninja program)")
+                done.append(path.name + " (the ninja program)")
                 continue
             if modules and all(importlib.util.find_spec(m) is not None for m in modules):
                 continue
