@@ -42,6 +42,7 @@ error and the next one runs); stops starting parts after --budget-s seconds.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import platform
 import statistics
@@ -157,20 +158,24 @@ class ProjectAttention:
     """The project's attention of one query chunk: FlashInfer on CUDA (the GPU backend's
     FlashInferQueryChunk, FA2 kernels), the CPU backend's QueryChunkAttention otherwise.
     Chunk objects are kept per (start, end) and their wrappers shared, as the scheduler's
-    backend keeps them for a forward."""
+    backend keeps them for a forward. kind "sdpa" (CUDA, only where FlashInfer failed, so
+    that b. and c. still measure the layer chunks; recorded): SDPA per chunk, a single cold
+    request only."""
 
-    def __init__(self, spans: list[Span], prefix_slots: list, device: str) -> None:
-        self.spans, self.slots, self.device = spans, prefix_slots, device
+    def __init__(self, spans: list[Span], prefix_slots: list, device: str, kind: str) -> None:
+        self.spans, self.slots, self.device, self.kind = spans, prefix_slots, device, kind
         self.chunks: dict = {}
         self.wrappers: dict = {}
         self.workspace = (
-            torch.empty(256 << 20, dtype=torch.uint8, device=device) if device == "cuda" else None
+            torch.empty(256 << 20, dtype=torch.uint8, device=device)
+            if kind == "flashinfer"
+            else None
         )
 
     def chunk(self, start: int, end: int):
         if (start, end) not in self.chunks:
             plan = plan_query_chunk(self.spans, start, end)
-            if self.device == "cuda":
+            if self.kind == "flashinfer":
                 made = FlashInferQueryChunk(
                     plan,
                     self.spans,
@@ -179,6 +184,10 @@ class ProjectAttention:
                     self.wrappers,
                     ragged_backend="fa2",
                 )
+            elif self.kind == "sdpa":
+                if len(self.spans) != 1 or self.spans[0].prefix_len:
+                    raise ValueError("the SDPA stand-in attends one cold request only")
+                made = sdpa_query_chunk(start, end)
             else:
                 from prefillonly_sgl.features.prefill_attention.query_chunk import (
                     QueryChunkAttention,
@@ -190,6 +199,47 @@ class ProjectAttention:
 
     def __call__(self, q, k_all, v_all, k_pool, v_pool, scale, start: int, end: int):
         return self.chunk(start, end)(q, k_all, v_all, k_pool, v_pool, scale)
+
+
+def sdpa_query_chunk(start: int, end: int):
+    """Rows [start, end) of one cold request against keys [0, end), lower-right causal."""
+
+    def attend(q, k_all, v_all, k_pool, v_pool, scale):
+        g = q.shape[1] // k_all.shape[1]
+        k = k_all[:end].repeat_interleave(g, dim=1).transpose(0, 1)[None]
+        v = v_all[:end].repeat_interleave(g, dim=1).transpose(0, 1)[None]
+        o = lower_right_sdpa(q.transpose(0, 1)[None], k, v, scale)
+        return o[0].transpose(0, 1)
+
+    return attend
+
+
+def attention_kind(device: str, dtype, shapes: dict, results: dict) -> str:
+    """ "flashinfer" on CUDA when a small call of the project's FlashInfer chunk runs (its
+    first call compiles the kernels: the seconds are recorded), else "sdpa" with the
+    error recorded; "cpu" off CUDA."""
+    if device != "cuda":
+        return "cpu"
+    heads, kv_heads = shapes["num_attention_heads"], shapes["num_key_value_heads"]
+    d = shapes["hidden_size"] // heads
+    started = time.perf_counter()
+    try:
+        n = 256
+        q = torch.randn(n, heads, d, device=device, dtype=dtype)
+        k = torch.randn(n, kv_heads, d, device=device, dtype=dtype)
+        pool = torch.randn(64, kv_heads, d, device=device, dtype=dtype)
+        slots = torch.arange(1, 33, device=device)
+        spans = [Span(0, 0, 128), Span(128, 32, 128)]  # cold, and behind a cached prefix
+        attention = ProjectAttention(spans, [None, slots], device, "flashinfer")
+        attention(q, k, k, pool, pool, d**-0.5, 0, n)
+        torch.cuda.synchronize()
+    except Exception:
+        results["errors"]["flashinfer"] = traceback.format_exc()
+        print(results["errors"]["flashinfer"], file=sys.stderr)
+        return "sdpa"
+    finally:
+        results["flashinfer_first_call_s"] = time.perf_counter() - started
+    return "flashinfer"
 
 
 def reference_attention(q, k, v, visible_from: int, scale: float, block: int = 1024):
@@ -224,6 +274,7 @@ def lower_right_sdpa(q, k, v, scale):
 
 
 def attention_case(kind: str, length: int, shapes: dict, sizes: dict, args, device, dtype) -> dict:
+    """One row of a.: SDPA and the project's attention on the same random tensors."""
     heads, kv_heads = shapes["num_attention_heads"], shapes["num_key_value_heads"]
     d = shapes["hidden_size"] // heads
     scale = d**-0.5
@@ -306,8 +357,10 @@ def attention_case(kind: str, length: int, shapes: dict, sizes: dict, args, devi
         variants[f"ours, chunks of {sizes['chunk']}"] = [
             (s, min(total, s + sizes["chunk"])) for s in range(0, total, sizes["chunk"])
         ]
+    if args.attention_kind == "sdpa":
+        return row  # FlashInfer failed (recorded): SDPA's row only
     for name, ranges in variants.items():
-        attention = ProjectAttention(spans, slots, device)
+        attention = ProjectAttention(spans, slots, device, args.attention_kind)
         out = torch.empty_like(q)
 
         def ours(attention=attention, ranges=ranges, out=out):
@@ -358,10 +411,10 @@ def build_model(shapes: dict, layers: int, device: str, dtype):
     return model.eval()
 
 
-def project_attend(length: int, device: str, keep=None):
+def project_attend(length: int, device: str, kind: str, keep=None):
     """attend_for_layer for hybrid_forward: one cold request of `length` tokens attended
     by the project's query chunks; keep(layer, k_all, v_all, end) sees every chunk."""
-    attention = ProjectAttention([Span(0, 0, length)], [None], device)
+    attention = ProjectAttention([Span(0, 0, length)], [None], device, kind)
 
     def for_layer(index: int):
         def attend(q, k_all, v_all, start, end):
@@ -395,7 +448,7 @@ def part_hybrid(model, shapes, sizes, args, device, results) -> None:
         plain_logits, peak = peak_bytes(plain, device)
         row["plain"] = {"peak_bytes": peak, **timed(plain, device, args.model_repeats, warmup=0)}
         for chunk in sizes["layer_chunks"]:
-            attend = project_attend(length, device)
+            attend = project_attend(length, device, args.attention_kind)
 
             def ours(chunk=chunk, attend=attend, ids=ids):
                 return hybrid_forward(model, ids, chunk, attend)
@@ -437,7 +490,10 @@ def part_kv(model, shapes, sizes, args, device, results) -> None:
 
         synchronize(device)
         before = torch.cuda.memory_allocated() if device == "cuda" else 0
-        hybrid_forward(model, ids, sizes["chunk"], project_attend(length, device, keep))
+        attend = project_attend(length, device, args.attention_kind, keep)
+        hybrid_forward(model, ids, sizes["chunk"], attend)
+        del attend
+        gc.collect()
         synchronize(device)
         if device == "cuda":
             kept_bytes = torch.cuda.memory_allocated() - before
@@ -490,6 +546,21 @@ def markdown(results: dict) -> str:
         "```",
         "",
     ]
+    kind = results.get("attention_kind")
+    if kind == "flashinfer":
+        lines += [
+            f"FlashInfer's first call (its FA2 and merge-state kernels compiled): "
+            f"{results['flashinfer_first_call_s']:.1f} s",
+            "",
+        ]
+    elif kind == "sdpa" and "flashinfer" not in results.get("errors", {}):
+        lines += ["Attention: the SDPA stand-in (--attention sdpa).", ""]
+    elif kind == "sdpa":
+        lines += [
+            "**FlashInfer failed on this machine (its error is at the end): a. has SDPA's rows "
+            "only, and b. / c. attend each query chunk with SDPA instead.**",
+            "",
+        ]
     if "matmul_flop_per_s" in results:
         rate = results["matmul_flop_per_s"] / 1e12
         lines += [f"{env['dtype']} matmul rate measured: {rate:.2f} TFLOP/s", ""]
@@ -598,6 +669,13 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--model-repeats", type=int, default=3)
     parser.add_argument("--budget-s", type=float, default=300.0, help="start no part after this")
+    parser.add_argument(
+        "--attention",
+        choices=("auto", "sdpa"),
+        default="auto",
+        help="auto: FlashInfer on CUDA (SDPA if it fails), the CPU backend on CPU; sdpa: "
+        "the stand-in (b. and c. only)",
+    )
     args = parser.parse_args(argv)
     device = args.device
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -613,6 +691,12 @@ def main(argv=None) -> int:
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         parser.error(f"unknown part(s) {', '.join(unknown)}; the parts are {', '.join(PARTS)}")
+    if args.attention == "auto":
+        args.attention_kind = attention_kind(device, dtype, shapes, results)
+    else:
+        args.attention_kind = args.attention
+    results["attention_kind"] = args.attention_kind
+    write(results, args.out)
     model = None
     for part in parts:
         elapsed = time.perf_counter() - started

@@ -108,3 +108,21 @@ def test_unknown_part_is_refused(tmp_path, capsys):
         gpu_prefill.main(["--tiny", "--out", str(tmp_path), "--parts", "attention,typo"])
     assert exit_info.value.code == 2
     assert "unknown part(s) typo" in capsys.readouterr().err
+
+
+def test_the_sdpa_stand_in_keeps_b_and_c_measurable(tmp_path):
+    """Where FlashInfer fails on a card, the layer chunks attend with SDPA: the same
+    log-probabilities, and a. keeps SDPA's rows only."""
+    argv = ["--tiny", "--device", "cpu", "--out", str(tmp_path), "--attention", "sdpa"]
+    assert gpu_prefill.main([*argv, "--repeats", "1"]) == 0
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert written["attention_kind"] == "sdpa"
+    for row in written["attention"]:
+        assert [k for k in row if isinstance(row[k], dict)] == ["sdpa"]
+    for row in written["hybrid_prefill"]:
+        for entry in row["chunks"].values():
+            assert entry["max_logprob_diff"] < TOLERANCE
+    assert (
+        written["kv"]["prefill-only (reusable prefix)"]["tokens_kept"]
+        == (written["kv"]["reusable_prefix"])
+    )
