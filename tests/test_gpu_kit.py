@@ -1,6 +1,7 @@
 """The GPU kit (scripts/gpu_kit/): the include walk that trims flashinfer, the installer a
 lent machine runs, and the builder itself against the real flashinfer wheel (downloaded
-from the package registry) with its size limit. Compiling the kit's kernels
+from the package registry) with its size limit, then the card's one command
+(run_on_card.sh) on that kit with tiny shapes on CPU. Compiling the kit's kernels
 (build.py --compile-check, ~75 s of nvcc on 2 cores) is left to the hand run recorded in
 benchmarks/README.md."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -144,6 +146,22 @@ def test_builder_trims_flashinfer_and_keeps_the_size_limit(tmp_path):
         assert needed in names, needed
     assert not any(n.startswith("flashinfer/data/cutlass/") for n in names)
     assert not any(n.startswith(csrc + "fused_moe") for n in names)
+    # the card's one command, on this kit, with tiny shapes on CPU
+    env = {
+        **os.environ,
+        "KIT": str(kit),
+        "PREFIX": str(tmp_path / "installed"),
+        "PYTHON": sys.executable,
+        "OUT": str(tmp_path / "out"),
+    }
+    card = [str(KIT_SCRIPTS / "run_on_card.sh"), "--tiny", "--device", "cpu", "--repeats", "1"]
+    ran = subprocess.run(["bash", *card], env=env, capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stdout[-3000:]
+    assert "installed flashinfer (trimmed)" in ran.stdout
+    results = tmp_path / "out" / "gpu_prefill"
+    assert json.loads((results / "results.json").read_text())["errors"] == {}
+    assert "## c. KV kept" in (results / "results.md").read_text()
+    assert "installed flashinfer (trimmed)" in (results / "log.txt").read_text()
     # the limit is enforced: the same kit against a 1 MiB limit fails
     check = [sys.executable, str(KIT_SCRIPTS / "build.py"), "--kit", str(kit), "--check-only"]
     over = subprocess.run(check + ["--limit-mib", "1"], capture_output=True, text=True)

@@ -7,22 +7,25 @@
 #   device run: command "bash scripts/gpu_kit/run_on_card.sh", carry ["build/gpu_kit"],
 #               timeout_s 420 (the script starts no part after 300 s; ~4 min expected)
 #
-# Extra arguments go to gpu_prefill.py (e.g. --layers 16, --parts hybrid,kv).
+# Extra arguments go to gpu_prefill.py (e.g. --layers 16, --parts hybrid,kv); PYTHON names
+# the interpreter that has torch (default python3).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 KIT=${KIT:-build/gpu_kit}
 PREFIX=${PREFIX:-/tmp/gpukit}
+PYTHON=${PYTHON:-python3}
 RESULTS=${OUT:-benchmarks/results}/gpu_prefill
 mkdir -p "$RESULTS"
 {
   echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
   echo "== nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo none); ninja: $(command -v ninja || echo none)"
-  python3 scripts/gpu_kit/install.py --kit "$KIT" --into "$PREFIX"
+  echo "== $("$PYTHON" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.cuda.is_available())' 2>&1)"
+  "$PYTHON" scripts/gpu_kit/install.py --kit "$KIT" --into "$PREFIX"
   export PATH="$PREFIX/bin:$PATH"
   export PYTHONPATH="$PREFIX/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
   export FLASHINFER_WORKSPACE_BASE="$PREFIX/workspace"
   export TVM_FFI_CACHE_DIR="$PREFIX/tvm-ffi"
   export MAX_JOBS=${MAX_JOBS:-$(nproc)}
-  python3 benchmarks/gpu_prefill.py --out "$RESULTS" "$@"
+  "$PYTHON" benchmarks/gpu_prefill.py --out "$RESULTS" "$@"
 } 2>&1 | tee "$RESULTS/log.txt"
 exit "${PIPESTATUS[0]}"
