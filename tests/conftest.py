@@ -170,3 +170,21 @@ def counting_backend(engine):
             return await super().score(request)
 
     return CountingBackend()
+
+
+# openai's client and the served model's name on a module's `server` fixture (the module
+# defines `server`; the servers take no API key, so any key is accepted): test_openai_doors.py
+# and the peers' ported tests (tests/peers/).
+@pytest.fixture(scope="module")
+def client(server):
+    import openai
+
+    return openai.Client(api_key="sk-123456", base_url=f"{server.url}/v1", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def model(server):
+    """The served model's name, as /v1/models lists it."""
+    import requests
+
+    return requests.get(f"{server.url}/v1/models", timeout=30).json()["data"][0]["id"]

@@ -118,6 +118,13 @@ def test_install_without_a_kit_says_how_to_build_one(tmp_path):
     assert "scripts/gpu_kit/build.py" in result.stderr
 
 
+def test_size_check_without_a_kit_says_how_to_build_one(tmp_path):
+    check = [sys.executable, str(KIT_SCRIPTS / "build.py"), "--check-only"]
+    result = subprocess.run([*check, "--kit", str(tmp_path)], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert f"no kit at {tmp_path}" in result.stderr and "build.py" in result.stderr
+
+
 @pytest.mark.slow
 def test_builder_trims_flashinfer_and_keeps_the_size_limit(tmp_path):
     kit = tmp_path / "gpu_kit"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 from conftest import tiny_server
-from openai import AsyncOpenAI, BadRequestError, OpenAI
+from openai import AsyncOpenAI, BadRequestError
 
 pytestmark = pytest.mark.slow  # its own server and the openai / lm-eval clients
 
@@ -40,11 +40,6 @@ def chat(review: str) -> list[dict]:
 
 
 server = tiny_server("--max-total-tokens", str(POOL))
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
 
 
 def chat_ids(reference, messages) -> list[int]:

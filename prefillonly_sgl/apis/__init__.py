@@ -36,11 +36,11 @@ def builtin_endpoints(
     systemone_conventions: str = "systemone",
 ) -> list[EndpointSpec]:
     """Every built-in endpoint of `serve`: /v1/score_labels, the decision routes, then the
-            rerank APIs and /v1/classify backed by the DSL functions named ``rerank`` /
-            ``classify`` in the ``apps`` modules (None: the built-in reranker of
-            ``rerank_method`` for ``model``; a 400 for /v1/classify). ``rerank_answer``: what
-        /v1/rerank answers a body without SGLang's `rid` (`serve --rerank-answer`);
-    ``systemone_conventions``: System One's or vLLM's answer on /v1/systemone."""
+    rerank APIs and /v1/classify backed by the DSL functions named ``rerank`` /
+    ``classify`` in the ``apps`` modules (None: the built-in reranker of ``rerank_method``
+    for ``model``; a 400 for /v1/classify). ``rerank_answer``: what /v1/rerank answers a
+    body without SGLang's `rid` (`serve --rerank-answer`); ``systemone_conventions``:
+    System One's or vLLM's answer on /v1/systemone."""
     return [
         score_labels_endpoint(),
         *decision_endpoints(apps, systemone_conventions),

@@ -32,7 +32,6 @@ from prefillonly_sgl.errors import InvalidRequestError
 MAX_QUESTIONS = 400
 MAX_OPTIONS = 255
 MAX_LEVELS = 255
-CONVENTIONS = ("systemone", "vllm")  # `serve --systemone-conventions`
 VLLM_MAX_QUESTIONS = 64
 VLLM_MAX_OPTIONS = 26
 Text = str | dict[str, Any] | list[Any]

@@ -158,7 +158,6 @@ def compile_check(kit: Path) -> dict:
         env = {
             "CUDA_HOME": cuda_home,
             "FLASHINFER_EXTRA_LDFLAGS": f"-L{stubs}",
-            "FLASHINFER_CUDA_ARCH_LIST": "9.0a",
             "MAX_JOBS": str(os.cpu_count() or 2),
         }
         probed = probe(work / "site", work, build=True, env=env)
@@ -167,7 +166,8 @@ def compile_check(kit: Path) -> dict:
     return probed["built"]
 
 
-def kept_files(unpacked: Path, probed: dict) -> tuple[set[Path], dict]:
+def kept_files(probed: dict) -> tuple[set[Path], dict]:
+    """The unpacked wheel's files the kit keeps (see the module docstring), and why."""
     package = Path(probed["package_dir"])
     data = package / "data"
     include_dirs = [Path(d) for d in probed["include_dirs"] if not d.startswith("$")]
@@ -230,13 +230,13 @@ def tree_bytes() -> int:
     )
 
 
-def kit_bytes(kit: Path) -> int:
-    return sum(p.stat().st_size for p in kit.rglob("*") if p.is_file())
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
 def report_sizes(kit: Path, limit_mib: float) -> dict:
     mib = 1 << 20
-    sizes = {"kit_mib": kit_bytes(kit) / mib, "tree_mib": tree_bytes() / mib}
+    sizes = {"kit_mib": folder_bytes(kit) / mib, "tree_mib": tree_bytes() / mib}
     sizes["total_mib"] = sizes["kit_mib"] + sizes["tree_mib"]
     sizes["limit_mib"] = limit_mib
     print(
@@ -256,9 +256,9 @@ def build(kit: Path, limit_mib: float) -> dict:
         unpacked = work / "flashinfer"
         unzip(next((work / "flashinfer-wheel").glob("*.whl")), unpacked)
         probed = probe(unpacked, work)
-        keep, why = kept_files(unpacked, probed)
+        keep, why = kept_files(probed)
         count = write_archive(unpacked, keep, kit / "flashinfer.tar.xz")
-        unpacked_mib = kit_bytes(unpacked) / (1 << 20)
+        unpacked_mib = folder_bytes(unpacked) / (1 << 20)
         kept_mib = sum(p.stat().st_size for p in keep) / (1 << 20)
     pip_download([TVM_FFI, *EXTRA_WHEELS], kit / "wheels")
     manifest = {
@@ -270,6 +270,7 @@ def build(kit: Path, limit_mib: float) -> dict:
         **why,
         "wheels": sorted(p.name for p in (kit / "wheels").glob("*.whl")),
     }
+    # written twice: the sizes count the manifest itself, then it records them
     (kit / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     manifest["sizes"] = report_sizes(kit, limit_mib)
     (kit / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -285,6 +286,9 @@ def main() -> int:
         "--compile-check", action="store_true", help="compile the kit's kernels here (nvcc)"
     )
     args = parser.parse_args()
+    if args.check_only and not (args.kit / "flashinfer.tar.xz").is_file():
+        print(f"no kit at {args.kit}: build it first (scripts/gpu_kit/build.py)", file=sys.stderr)
+        return 2
     if args.check_only:
         sizes = report_sizes(args.kit, args.limit_mib)
     else:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 
 def top_level_modules(wheel: zipfile.ZipFile) -> set[str]:
-    """The importable names a wheel installs (from its file list: folders with
-    __init__.py and top-level modules; .dist-info / .data excluded)."""
+    """The importable names a wheel installs, from its file list: its top-level folders,
+    .py modules and extension modules (.dist-info / .data excluded)."""
     names = set()
     for name in wheel.namelist():
         first = name.split("/")[0]

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 OPENED: set[str] = set()
 
@@ -71,8 +72,6 @@ def main() -> None:
     ]
     built = {}
     if args.build:
-        import time
-
         for spec in specs:
             started = time.perf_counter()
             spec.build()

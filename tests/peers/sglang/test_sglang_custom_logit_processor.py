@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 from concurrent.futures import ThreadPoolExecutor
 
-import openai
 import pytest
 from sglang.srt.sampling.custom_logit_processor import CustomLogitProcessor
 
@@ -43,11 +42,6 @@ def deterministic_logit_processor() -> str:
 @pytest.fixture(scope="module")
 def server(peer_conventions_server):
     return peer_conventions_server
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.Client(api_key="sk-123456", base_url=f"{server.url}/v1")
 
 
 @pytest.fixture(scope="module")

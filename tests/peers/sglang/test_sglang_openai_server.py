@@ -31,21 +31,15 @@ import requests
 
 API_KEY = "sk-123456"  # SGLang's; the shared server has no key and ignores it
 PROMPT = "The capital of France is"
+INTRODUCE_FRANCE = [  # test_regex's and test_penalty's chat
+    {"role": "system", "content": "You are a helpful AI assistant"},
+    {"role": "user", "content": "Introduce the capital of France."},
+]
 
 
 @pytest.fixture(scope="module")
 def server(default_server):
     return default_server
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.Client(api_key=API_KEY, base_url=f"{server.url}/v1")
-
-
-@pytest.fixture(scope="module")
-def model(client):
-    return client.models.list().data[0].id  # the served model's name
 
 
 @pytest.fixture(scope="module")
@@ -242,10 +236,7 @@ def test_regex(client, model):
     regex = r"""\{\n""" + r"""   "name": "[\w]+",\n""" + r"""   "population": [\d]+\n""" + r"""\}"""
     response = client.chat.completions.create(
         model=model,
-        messages=[
-            {"role": "system", "content": "You are a helpful AI assistant"},
-            {"role": "user", "content": "Introduce the capital of France."},
-        ],
+        messages=INTRODUCE_FRANCE,
         temperature=0,
         max_tokens=128,
         extra_body={"regex": regex},
@@ -259,10 +250,7 @@ def test_penalty(client, model):
     """TestOpenAIServer.test_penalty: 32 tokens with frequency_penalty (SGLang's handler)."""
     response = client.chat.completions.create(
         model=model,
-        messages=[
-            {"role": "system", "content": "You are a helpful AI assistant"},
-            {"role": "user", "content": "Introduce the capital of France."},
-        ],
+        messages=INTRODUCE_FRANCE,
         temperature=0,
         max_tokens=32,
         frequency_penalty=1.0,

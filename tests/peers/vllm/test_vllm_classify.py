@@ -45,8 +45,8 @@ def server(apps_server):
 
 
 @pytest.fixture(scope="module")
-def model_name(server):
-    return requests.get(f"{server.url}/v1/models").json()["data"][0]["id"]
+def model_name(model):
+    return model  # vLLM's tests name it model_name (conftest.py's `model`)
 
 
 @pytest.fixture(scope="module")

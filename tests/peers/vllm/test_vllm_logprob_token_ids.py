@@ -37,16 +37,6 @@ def server(default_server):
 
 
 @pytest.fixture(scope="module")
-def client(server):
-    return openai.Client(api_key="none", base_url=f"{server.url}/v1")
-
-
-@pytest.fixture(scope="module")
-def model(client):
-    return client.models.list().data[0].id
-
-
-@pytest.fixture(scope="module")
 def decode(default_engine):
     tokenizer = default_engine.tokenizer
     return lambda token_id: tokenizer.decode([token_id])

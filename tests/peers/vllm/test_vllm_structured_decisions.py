@@ -24,11 +24,6 @@ def server(peer_conventions_server):
     return peer_conventions_server
 
 
-@pytest.fixture(scope="module")
-def model(server):
-    return requests.get(f"{server.url}/v1/models", timeout=30).json()["data"][0]["id"]
-
-
 def post(server, body):
     return requests.post(f"{server.url}/v1/systemone", json=body, timeout=300)
 
