@@ -93,7 +93,7 @@ FULL = dict(
     item_tokens=512,
     items=8,
     chunk=LAYER_CHUNK_SIZE["cuda"],
-    layer_chunks=(LAYER_CHUNK_SIZE["cuda"], 2048),
+    layer_chunks=(4096, 2048),  # the CUDA default (2048, measured here) and the one before it
     matmul=8192,
 )
 SMALL = dict(

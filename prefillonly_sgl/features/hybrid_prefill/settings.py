@@ -12,9 +12,11 @@ from dataclasses import asdict, dataclass
 # a long prompt's memory (benchmarks/README.md measures both). Whole layers in chunks
 # leave only ~1.5 KiB per token whole (SmolLM2, bf16), so there a chunk's own ~20 KiB
 # per token of intermediates weighs more: CPU 1024 (measured: the same time as 2048,
-# 32 vs 45 MiB of activations for an 8k prompt).
+# 32 vs 45 MiB of activations for an 8k prompt); CUDA 2048 (measured on an H100, an
+# 8B-shaped Llama: a cold 32k prompt's peak 6.5x below the plain forward's against 4.9x at
+# 4096, for 2.8% more time; benchmarks/README.md, "What the card measured").
 DEFAULT_CHUNK_SIZE = {"cpu": 2048, "cuda": 4096}
-LAYER_CHUNK_SIZE = {"cpu": 1024, "cuda": 4096}
+LAYER_CHUNK_SIZE = {"cpu": 1024, "cuda": 2048}
 
 # "layer": whole decoder layers run in query chunks, only the residual stream and one
 #   layer's K / V whole (layer_chunks.py; Llama / Qwen2 layers, where the attention
