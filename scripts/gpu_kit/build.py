@@ -48,6 +48,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from engine_part import build_engine_part  # noqa: E402
 from include_closure import include_closure  # noqa: E402
 
 REPO = HERE.parents[1]
@@ -69,16 +70,24 @@ EXTRA_WHEELS = (
     "tabulate",
     "ninja",
 )
-PLATFORM = "manylinux_2_28_x86_64"
+# The card's glibc takes any of these (the device tool's notes); pip picks the best match.
+PLATFORMS = tuple(f"manylinux_2_{n}_x86_64" for n in (34, 28, 27, 26, 24, 17, 5)) + (
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+    "any",
+)
 LIMIT_MIB = 55
 OWN_DATA_DIRS = ("include", "csrc")  # flashinfer's own headers: kept file by file
 
 
-def pip_download(requirements, dest: Path, python_version: str | None = TARGET_PYTHON) -> None:
+def pip_download(
+    requirements, dest: Path, python_version: str | None = TARGET_PYTHON, platforms=PLATFORMS
+) -> None:
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
     if python_version:
-        command += ["--python-version", python_version, "--platform", PLATFORM]
-        command += ["--platform", "manylinux2014_x86_64", "--platform", "any"]
+        command += ["--python-version", python_version, "--implementation", "cp"]
+        for platform in platforms:
+            command += ["--platform", platform]
     command += ["-q", "-d", str(dest), *requirements]
     subprocess.run(command, check=True)
 
@@ -88,11 +97,17 @@ def unzip(wheel: Path, into: Path) -> None:
         archive.extractall(into)
 
 
+# What the probes import that this machine's environment may lack, built for the Python
+# running them (not the kit's 3.12): tvm-ffi and pynvml (flashinfer), cuda-python
+# (flashinfer.comm, imported by SGLang's CUDA path; the card has it).
+LOCAL_PROBE_PACKAGES = (TVM_FFI, "nvidia-ml-py", "cuda-bindings", "cuda-pathfinder")
+
+
 def local_packages(work: Path) -> Path:
-    """tvm-ffi and pynvml built for the Python running the probe (not the kit's 3.12)."""
+    """LOCAL_PROBE_PACKAGES, unpacked for PYTHONPATH."""
     local = work / "local"
     if not local.exists():
-        pip_download([TVM_FFI, "nvidia-ml-py"], work / "local-wheels", python_version=None)
+        pip_download(list(LOCAL_PROBE_PACKAGES), work / "local-wheels", python_version=None)
         for wheel in (work / "local-wheels").glob("*.whl"):
             unzip(wheel, local)
     return local
@@ -110,6 +125,20 @@ def probe(package_root: Path, work: Path, build: bool = False, env: dict | None 
     )
     command = [sys.executable, str(HERE / "probe_specs.py"), str(out)]
     subprocess.run(command + (["--build"] if build else []), check=True, env=env)
+    return json.loads(out.read_text())
+
+
+def probe_engine(package_root: Path, work: Path) -> dict:
+    """Runs probe_engine_imports.py with this machine's Python (which has SGLang and the
+    project: the CPU install) against the unpacked flashinfer."""
+    out = work / "engine-probe.json"
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(package_root), str(local_packages(work))]),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    command = [sys.executable, str(HERE / "probe_engine_imports.py"), str(out)]
+    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
 
 
@@ -166,8 +195,9 @@ def compile_check(kit: Path) -> dict:
     return probed["built"]
 
 
-def kept_files(probed: dict) -> tuple[set[Path], dict]:
-    """The unpacked wheel's files the kit keeps (see the module docstring), and why."""
+def kept_files(probed: dict, engine_modules=()) -> tuple[set[Path], dict]:
+    """The unpacked wheel's files the kit keeps (see the module docstring), and why.
+    engine_modules: FlashInfer's module files SGLang's CUDA path loads (probe_engine)."""
     package = Path(probed["package_dir"])
     data = package / "data"
     include_dirs = [Path(d) for d in probed["include_dirs"] if not d.startswith("$")]
@@ -178,7 +208,7 @@ def kept_files(probed: dict) -> tuple[set[Path], dict]:
     )
     keep: set[Path] = set()
     # Python: the loaded modules' folders, every .py in them
-    for folder in {Path(m).parent for m in probed["modules"]}:
+    for folder in {Path(m).parent for m in [*probed["modules"], *engine_modules]}:
         keep.update(folder.glob("*.py"))
     keep.update(
         p for p in opened if p.is_relative_to(package) and p.is_file() and p.suffix != ".pyc"
@@ -256,10 +286,12 @@ def build(kit: Path, limit_mib: float) -> dict:
         unpacked = work / "flashinfer"
         unzip(next((work / "flashinfer-wheel").glob("*.whl")), unpacked)
         probed = probe(unpacked, work)
-        keep, why = kept_files(probed)
+        engine = probe_engine(unpacked, work)
+        keep, why = kept_files(probed, engine["flashinfer_files"])
         count = write_archive(unpacked, keep, kit / "flashinfer.tar.xz")
         unpacked_mib = folder_bytes(unpacked) / (1 << 20)
         kept_mib = sum(p.stat().st_size for p in keep) / (1 << 20)
+        engine_manifest = build_engine_part(kit, work, engine["distributions"], pip_download)
     pip_download([TVM_FFI, *EXTRA_WHEELS], kit / "wheels")
     manifest = {
         "target_python": TARGET_PYTHON,
@@ -269,6 +301,7 @@ def build(kit: Path, limit_mib: float) -> dict:
         "flashinfer_kept_mib": round(kept_mib, 1),
         **why,
         "wheels": sorted(p.name for p in (kit / "wheels").glob("*.whl")),
+        **engine_manifest,
     }
     # written twice: the sizes count the manifest itself, then it records them
     (kit / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")

@@ -5,7 +5,12 @@
 Unpacks the trimmed flashinfer into INTO/site, and each wheel of the kit whose modules the
 machine cannot already import (a wheel is a zip of its package: unpacking it beside the
 others installs it for PYTHONPATH=INTO/site). When PATH has no `ninja` (flashinfer's JIT
-runs it), the ninja wheel's program is written to INTO/bin. Prints what it did.
+runs it), the ninja wheel's program is written to INTO/bin. The engine's part (a kit built
+with it: sglang.tar.xz, engine-wheels/) goes into the same folder, SGLang only where no
+SGLang imports, and INTO/site/sitecustomize.py runs the engine kit's boot
+(prefillonly_sgl/sglang_runtime/cuda_kit_support, and cpu_support too where
+PREFILLONLY_DEVICE=cpu: the dress rehearsal) in every interpreter started with INTO/site
+on PYTHONPATH, SGLang's spawned workers included. Prints what it did.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ def top_level_modules(wheel: zipfile.ZipFile) -> set[str]:
     names = set()
     for name in wheel.namelist():
         first = name.split("/")[0]
-        if first.endswith((".dist-info", ".data")):
+        if first.endswith((".dist-info", ".data", ".libs")):  # .libs: vendored shared libraries
             continue
         if "/" in name:
             names.add(first)
@@ -36,6 +41,59 @@ def top_level_modules(wheel: zipfile.ZipFile) -> set[str]:
     return names
 
 
+REPO = Path(__file__).resolve().parents[2]
+# Written into INTO/site: Python imports `sitecustomize` from sys.path at start-up.
+SITECUSTOMIZE = """\
+# Written by scripts/gpu_kit/install.py: the engine kit's boot in every interpreter that
+# has this folder on PYTHONPATH (SGLang's spawned scheduler and detokenizer too).
+# PREFILLONLY_DEVICE=cpu (the dress rehearsal of the card's software on a CPU) adds the
+# CPU support.
+import os as _os
+import runpy as _runpy
+
+_supports = ["cuda_kit_support"]
+if _os.environ.get("PREFILLONLY_DEVICE") == "cpu":
+    _supports.append("cpu_support")
+for _support in _supports:
+    _runpy.run_path(_os.path.join({repo!r}, "prefillonly_sgl", "sglang_runtime", _support, "boot.py"))
+"""
+
+
+def install_engine(kit: Path, site: Path) -> list[str]:
+    """The engine kit's part, where the kit has it (see the module docstring)."""
+    if not (kit / "sglang.tar.xz").is_file():
+        return []
+    done = []
+    if not importable("sglang"):
+        with tarfile.open(kit / "sglang.tar.xz") as tar:
+            tar.extractall(site, filter="data")
+        done.append("sglang (trimmed)")
+    done += unpack_missing(sorted((kit / "engine-wheels").glob("*.whl")), site)
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE.format(repo=str(REPO)))
+    done.append("sitecustomize.py (the engine kit's boot)")
+    return done
+
+
+def importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def unpack_missing(wheels: list[Path], site: Path) -> list[str]:
+    """Unpacks each wheel whose modules this interpreter cannot import."""
+    done = []
+    for path in wheels:
+        with zipfile.ZipFile(path) as wheel:
+            modules = top_level_modules(wheel)
+            if modules and all(importable(m) for m in modules):
+                continue
+            wheel.extractall(site)
+            done.append(path.name)
+    return done
+
+
 def install(kit: Path, into: Path) -> list[str]:
     site, bin_dir = into / "site", into / "bin"
     site.mkdir(parents=True, exist_ok=True)
@@ -44,23 +102,18 @@ def install(kit: Path, into: Path) -> list[str]:
     with tarfile.open(kit / "flashinfer.tar.xz") as tar:
         tar.extractall(site, filter="data")
     done.append("flashinfer (trimmed)")
-    for path in sorted((kit / "wheels").glob("*.whl")):
+    wheels = sorted((kit / "wheels").glob("*.whl"))
+    for path in [w for w in wheels if w.name.startswith("ninja-")]:
+        if shutil.which("ninja"):
+            continue
         with zipfile.ZipFile(path) as wheel:
-            modules = top_level_modules(wheel)
-            if path.name.startswith("ninja-"):
-                if shutil.which("ninja"):
-                    continue
-                member = next(n for n in wheel.namelist() if n.endswith(".data/scripts/ninja"))
-                program = bin_dir / "ninja"
-                program.write_bytes(wheel.read(member))
-                program.chmod(0o755)
-                done.append(path.name + " (the ninja program)")
-                continue
-            if modules and all(importlib.util.find_spec(m) is not None for m in modules):
-                continue
-            wheel.extractall(site)
-            done.append(path.name)
-    return done
+            member = next(n for n in wheel.namelist() if n.endswith(".data/scripts/ninja"))
+            program = bin_dir / "ninja"
+            program.write_bytes(wheel.read(member))
+        program.chmod(0o755)
+        done.append(path.name + " (the ninja program)")
+    done += unpack_missing([w for w in wheels if not w.name.startswith("ninja-")], site)
+    return done + install_engine(kit, site)
 
 
 def main() -> int:

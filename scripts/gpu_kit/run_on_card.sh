@@ -9,12 +9,24 @@
 #
 # Extra arguments go to gpu_prefill.py (e.g. --layers 16, --parts hybrid,kv); PYTHON names
 # the interpreter that has torch (default python3).
+#
+# --engine first: the engine kit's run (issue 57) instead, benchmarks/gpu_engine.py (the
+# Engine and stock SGLang on the card) -> $OUT/gpu_engine:
+#   device run: command "bash scripts/gpu_kit/run_on_card.sh --engine", carry
+#               ["build/gpu_kit"], timeout_s 420 (no part starts after 280 s)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 KIT=${KIT:-build/gpu_kit}
 PREFIX=${PREFIX:-/tmp/gpukit}
 PYTHON=${PYTHON:-python3}
-RESULTS=${OUT:-benchmarks/results}/gpu_prefill
+SCRIPT=benchmarks/gpu_prefill.py
+NAME=gpu_prefill
+if [[ "${1:-}" == "--engine" ]]; then
+    shift
+    SCRIPT=benchmarks/gpu_engine.py
+    NAME=gpu_engine
+fi
+RESULTS=${OUT:-benchmarks/results}/$NAME
 mkdir -p "$RESULTS"
 {
   echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
@@ -26,6 +38,7 @@ mkdir -p "$RESULTS"
   export FLASHINFER_WORKSPACE_BASE="$PREFIX/workspace"
   export TVM_FFI_CACHE_DIR="$PREFIX/tvm-ffi"
   export MAX_JOBS=${MAX_JOBS:-$(nproc)}
-  "$PYTHON" benchmarks/gpu_prefill.py --out "$RESULTS" "$@"
+  export PYTHONUNBUFFERED=1
+  "$PYTHON" "$SCRIPT" --out "$RESULTS" "$@"
 } 2>&1 | tee "$RESULTS/log.txt"
 exit "${PIPESTATUS[0]}"

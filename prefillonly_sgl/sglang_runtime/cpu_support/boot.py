@@ -42,7 +42,8 @@ class _CpuImportHook(importlib.abc.MetaPathFinder):
                     define_missing_ops,
                 )
 
-                define_missing_ops()
+                locations = (real.submodule_search_locations or [None]) if real else [None]
+                define_missing_ops(locations[0])
                 return None  # let the normal finders import the real torchvision
             if real is not None:
                 return None  # a real sgl_kernel (e.g. a CPU build someone compiled) wins

@@ -1,4 +1,5 @@
-"""Pure-torch stand-in for the two ``sgl_kernel`` entry points SGLang's CPU path imports.
+"""Pure-torch stand-in for the two ``sgl_kernel`` entry points SGLang's CPU path imports
+(and for every ``sgl_kernel`` name on the engine kit's card: cuda_kit_support/).
 
 There is no CPU build of sgl-kernel on PyPI. ``sglang/srt/mem_cache/allocation.py`` and
 ``sglang/kernels/ops/kvcache/cache_move.py`` import these names unconditionally when
@@ -54,18 +55,38 @@ def copy_all_layer_kv_cache_cpu(
             ctypes.memmove(base + tgt * stride, base + src * stride, stride)
 
 
-def _unavailable_kernel(name: str):
-    def kernel(*args, **kwargs):
+def is_arch_support_pdl() -> bool:
+    """sgl_kernel.utils' question (programmatic dependent launch): kernels launched
+    without sgl-kernel never use it."""
+    return False
+
+
+class _Unavailable:
+    """A kernel (or a constant's namespace, such as scalar_type.scalar_types) that only
+    exists as a name: its attributes are further such names, calling it raises. SGLang's
+    CUDA modules read some at import (``scalar_types.uint4b8``) without using them on a
+    dense model's prefill."""
+
+    def __init__(self, name: str) -> None:
+        self.__name__ = name
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Unavailable(f"{self.__name__}.{attr}")
+
+    def __call__(self, *args, **kwargs):
         raise NotImplementedError(
-            f"sgl_kernel.{name} has no CPU implementation (prefillonly-sgl's CPU shim); "
-            "this SGLang feature needs the CUDA install (README: 'Running on a GPU')."
+            f"sgl_kernel.{self.__name__} has no implementation without an sgl-kernel build "
+            "(prefillonly-sgl's stand-in, CPU or the engine kit's card); this SGLang "
+            "feature needs the CUDA install (README: 'Running on a GPU')."
         )
 
-    kernel.__name__ = name
-    return kernel
+    def __repr__(self) -> str:
+        return f"<sgl_kernel.{self.__name__}: no implementation here>"
 
 
 def __getattr__(name: str):
     if name.startswith("__"):  # module protocol lookups (__path__, __file__, ...)
         raise AttributeError(name)
-    return _unavailable_kernel(name)
+    return _Unavailable(name)
