@@ -361,29 +361,28 @@ def part_load(engine, system, ctx, results, log, workload: str) -> None:
     }
 
 
-def part_long(folder, args, ctx, results, log, work: Path) -> None:
-    sizes, rng = ctx["sizes"], random.Random(3)
-    prompt = random_ids(rng, sizes["long_tokens"], ctx["vocab"])
+def part_long_system(folder, args, ctx, results, log, system: str) -> None:
+    """One system's cold long prompt, in an engine of its own with the memory probe."""
+    rng = random.Random(3)
+    prompt = random_ids(rng, ctx["sizes"]["long_tokens"], ctx["vocab"])
     entry = results.setdefault("long", {"tokens": len(prompt), "systems": {}})
-    for system in SYSTEMS:
-        probe = work / f"memory-{system}.jsonl"
+    probe = args.work / f"memory-{system}.jsonl"
+    probe.unlink(missing_ok=True)
+    with start_engine(system, folder, args, ctx["sizes"], memory_probe=probe) as engine:
+        engine.score(prompt[:64], [prompt[64:128]], ctx["labels"])  # warm (kernels)
         probe.unlink(missing_ok=True)
-        with start_engine(system, folder, args, sizes, memory_probe=probe) as engine:
-            engine.score(prompt[:64], [prompt[64:128]], ctx["labels"])  # warm (kernels)
-            probe.unlink(missing_ok=True)
-            started = time.perf_counter()
-            engine.score(prompt[: len(prompt) // 2], [prompt[len(prompt) // 2 :]], ctx["labels"])
-            seconds = time.perf_counter() - started
-        forwards = [json.loads(line) for line in probe.read_text().splitlines()]
-        peak = max(f["peak"] - f["resident_before"] for f in forwards)
-        entry["systems"][system] = {
-            "seconds": seconds,
-            "forwards": len(forwards),
-            "peak_above_resident_mib": peak / 2**20,
-        }
-        log(
-            f"    {system}: {seconds:.2f} s, {len(forwards)} forwards, peak +{peak / 2**20:.0f} MiB"
-        )
+        started = time.perf_counter()
+        half = len(prompt) // 2
+        engine.score(prompt[:half], [prompt[half:]], ctx["labels"])
+        seconds = time.perf_counter() - started
+    forwards = [json.loads(line) for line in probe.read_text().splitlines()]
+    peak = max(f["peak"] - f["resident_before"] for f in forwards)
+    entry["systems"][system] = {
+        "seconds": seconds,
+        "forwards": len(forwards),
+        "peak_above_resident_mib": peak / 2**20,
+    }
+    log(f"long: {seconds:.2f} s, {len(forwards)} forwards, peak +{peak / 2**20:.0f} MiB")
 
 
 # ---------------------------------------------------------------- results
@@ -430,7 +429,7 @@ def markdown(results: dict) -> str:
             "| system | case | tokens | cached | max diff |",
             "| --- | --- | ---: | ---: | ---: |",
         ]
-        for row in results["correctness"]["rows"]:
+        for row in results["correctness"].get("rows", []):
             lines.append(
                 f"| {row['system']} | {row['case']} | {row['tokens']} | {row['cached_tokens']} | "
                 f"{row['max_abs_logprob_diff']:.2e} |"
@@ -493,126 +492,160 @@ def environment(device: str) -> dict:
 # ---------------------------------------------------------------- main
 
 
-def main(argv=None) -> int:
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=HERE / "results" / "gpu_engine")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (the CPU test)")
     parser.add_argument("--model", choices=sorted(SHAPES), default=None)
     parser.add_argument("--parts", default=",".join(PARTS))
-    parser.add_argument("--deadline", type=float, default=280.0, help="no part starts after")
+    parser.add_argument("--deadline", type=float, default=250.0, help="no part starts after")
     parser.add_argument("--rec-p99", type=float, default=1.0, help="recommendation's bound, s")
     parser.add_argument("--work", type=Path, default=Path("/tmp/gpu_engine_work"))
+    # A child process's own arguments (main() runs one per system and part group).
+    parser.add_argument("--system", choices=SYSTEMS, help=argparse.SUPPRESS)
+    parser.add_argument("--ends-at", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    started = time.perf_counter()
     parts = [p for p in args.parts.split(",") if p]
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         parser.error(f"unknown parts {unknown}: choose from {', '.join(PARTS)}")
-    sizes = dict(TINY if args.tiny else FULL)
-    model = args.model or sizes["model"]
+    args.parts = parts
+    args.sizes = dict(TINY if args.tiny else FULL)
+    args.model = args.model or args.sizes["model"]
     args.dtype = "bfloat16" if args.device == "cuda" else "float32"
+    return args
+
+
+def context(args, folder: Path, results: dict) -> dict:
+    """What the parts share, the same in every process (seeded)."""
+    sizes = args.sizes
+    # SGLang's score API refuses token ids at or past the tokenizer's size (not the LM
+    # head's): prompts are drawn below both.
+    vocab = min(SHAPES[args.model]["vocab_size"], tokenizer_size(folder))
+    rng = random.Random(11)
+    labels = sorted(rng.sample(range(1, vocab), sizes["labels"]))
+    shared = random_ids(rng, sizes["correctness_prompts"][1], vocab)
+    short, long = sizes["correctness_prompts"][0], sizes["correctness_prompts"][2]
+    cases = [
+        ("cold", random_ids(rng, short, vocab), random_ids(rng, 8, vocab)),
+        ("prefix", shared, random_ids(rng, 16, vocab)),
+        ("prefix hit", shared, random_ids(rng, 16, vocab)),
+        ("longer than a chunk", random_ids(rng, long, vocab), random_ids(rng, 8, vocab)),
+    ]
+    return {
+        "sizes": sizes,
+        "vocab": vocab,
+        "labels": labels,
+        "rec_p99": 5.0 if args.tiny else args.rec_p99,
+        "correctness_cases": cases,
+        "reference": results.get("correctness", {}).get("reference", {}),
+    }
+
+
+def run_system(args) -> int:
+    """A child: one system's engine for args.parts, results read from and written back
+    to args.out (the parent runs children one at a time)."""
+    started = time.perf_counter()
+    results = json.loads((args.out / "results.json").read_text())
+    folder = args.work / args.model
+    ctx = context(args, folder, results)
+    system = args.system
+
+    def log(message: str) -> None:
+        print(f"[{system} {time.perf_counter() - started:6.1f} s] {message}", flush=True)
+
+    def save() -> None:
+        write(results, args.out)
+
+    if args.parts == ["long"]:
+        try:
+            part_long_system(folder, args, ctx, results, log, system)
+        finally:
+            save()
+        return 0
+    t0 = time.perf_counter()
+    engine = start_engine(system, folder, args, args.sizes)
+    results["part_seconds"][f"{system} start"] = time.perf_counter() - t0
+    log(f"engine started in {time.perf_counter() - t0:.1f} s")
+    with engine:
+        for part in args.parts:
+            if time.time() > args.ends_at:
+                results["errors"][f"{system} {part}"] = "not started: past the deadline"
+                break
+            log(part)
+            t0 = time.perf_counter()
+            try:
+                if part == "correctness":
+                    part_correctness(engine, system, ctx, results, log)
+                else:
+                    part_load(engine, system, ctx, results, log, part)
+            except Exception:
+                results["errors"][f"{system} {part}"] = traceback.format_exc()
+                log(results["errors"][f"{system} {part}"])
+            results["part_seconds"][f"{system} {part}"] = time.perf_counter() - t0
+            save()
+    return 0
+
+
+def run_child(args, argv, system: str, parts: list[str], results: dict, log) -> dict:
+    """Runs one system's parts in a child process (SGLang ends the process that started
+    an engine whose worker failed: the run goes on without it) and reads back results."""
+    import subprocess
+
+    ends_at = time.time() + max(0.0, args.deadline - (time.perf_counter() - args.started))
+    command = [sys.executable, __file__, *argv, "--system", system, "--parts", ",".join(parts)]
+    command += ["--ends-at", str(ends_at)]
+    write(results, args.out)
+    code = subprocess.run(command, timeout=max(60.0, ends_at - time.time() + 240)).returncode
+    merged = json.loads((args.out / "results.json").read_text())
+    if code != 0:
+        key = f"{system} {'+'.join(parts)}"
+        merged["errors"][key] = f"the process ended with code {code} (the log has its error)"
+        log(merged["errors"][key])
+    return merged
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
     if args.device == "cuda":
         # Hybrid prefilling's layers attend through FlashInfer's query chunks: the path
         # this run exists to measure (environment.py: opt-in until it has run on a card).
         os.environ.setdefault("PREFILLONLY_CUDA_QUERY_CHUNKS", "1")
+    if args.system:
+        return run_system(args)
+    args.started = time.perf_counter()
+
+    def log(message: str) -> None:
+        print(f"[{time.perf_counter() - args.started:6.1f} s] {message}", flush=True)
+
     results = {
         "environment": environment(args.device),
-        "command": " ".join(
-            ["benchmarks/gpu_engine.py", *(argv if argv is not None else sys.argv[1:])]
-        ),
-        "model": model,
-        "sizes": sizes,
+        "command": " ".join(["benchmarks/gpu_engine.py", *argv]),
+        "model": args.model,
+        "sizes": args.sizes,
         "errors": {},
         "part_seconds": {},
     }
-
-    def log(message: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f} s] {message}", flush=True)
-
-    def late(part: str) -> bool:
-        if time.perf_counter() - started > args.deadline:
-            results["errors"][part] = f"not started: past the {args.deadline} s deadline"
-            log(results["errors"][part])
-            return True
-        return False
-
     args.work.mkdir(parents=True, exist_ok=True)
-    folder = build_model(model, args.work / model, args.device, args.dtype)
-    log(f"model {model} at {folder}")
-    # SGLang's score API refuses token ids at or past the tokenizer's size (not the LM
-    # head's): prompts are drawn below both.
-    vocab = min(SHAPES[model]["vocab_size"], tokenizer_size(folder))
-    rng = random.Random(11)
-    labels = sorted(rng.sample(range(1, vocab), sizes["labels"]))
-    shared = random_ids(rng, sizes["correctness_prompts"][1], vocab)
-    cases = [
-        ("cold", random_ids(rng, sizes["correctness_prompts"][0], vocab), random_ids(rng, 8, vocab))
-    ]
-    cases += [("prefix", shared, random_ids(rng, 16, vocab))]
-    cases += [("prefix hit", shared, random_ids(rng, 16, vocab))]
-    cases += [
-        (
-            "longer than a chunk",
-            random_ids(rng, sizes["correctness_prompts"][2], vocab),
-            random_ids(rng, 8, vocab),
-        )
-    ]
-    ctx = {
-        "sizes": sizes,
-        "vocab": vocab,
-        "labels": labels,
-        "rec_p99": args.rec_p99 if not args.tiny else 5.0,
-        "correctness_cases": cases,
-    }
-    if "correctness" in parts:
-        prompts = [q + i for _, q, i in cases]
-        ctx["reference"] = dict(
-            zip(
-                [c[0] for c in cases],
-                reference_logprobs(folder, prompts, labels, args.device),
-                strict=True,
-            )
-        )
-    engine_parts = [p for p in parts if p in ("correctness", "items", "recommendation")]
-    for system in SYSTEMS if engine_parts else ():
-        if late(f"{system} engine"):
-            break
-        t0 = time.perf_counter()
-        try:
-            engine = start_engine(system, folder, args, sizes)
-        except Exception:
-            results["errors"][f"{system} engine"] = traceback.format_exc()
-            log(f"{system}: the engine did not start\n{results['errors'][f'{system} engine']}")
-            write(results, args.out)
+    folder = build_model(args.model, args.work / args.model, args.device, args.dtype)
+    log(f"model {args.model} at {folder}")
+    ctx = context(args, folder, results)
+    if "correctness" in args.parts:
+        prompts = [q + i for _, q, i in ctx["correctness_cases"]]
+        logprobs = reference_logprobs(folder, prompts, ctx["labels"], args.device)
+        names = [c[0] for c in ctx["correctness_cases"]]
+        results["correctness"] = {"reference": dict(zip(names, logprobs, strict=True))}
+    engine_parts = [p for p in args.parts if p in ("correctness", "items", "recommendation")]
+    groups = [(s, engine_parts) for s in SYSTEMS if engine_parts]
+    groups += [(s, ["long"]) for s in SYSTEMS if "long" in args.parts]
+    for system, parts in groups:
+        if time.perf_counter() - args.started > args.deadline:
+            results["errors"][f"{system} {'+'.join(parts)}"] = "not started: past the deadline"
             continue
-        results["part_seconds"][f"{system} start"] = time.perf_counter() - t0
-        log(f"{system}: engine started in {time.perf_counter() - t0:.1f} s")
-        with engine:
-            for part in engine_parts:
-                if late(f"{system} {part}"):
-                    break
-                log(f"{system}: {part}")
-                t0 = time.perf_counter()
-                try:
-                    if part == "correctness":
-                        part_correctness(engine, system, ctx, results, log)
-                    else:
-                        part_load(engine, system, ctx, results, log, part)
-                except Exception:
-                    results["errors"][f"{system} {part}"] = traceback.format_exc()
-                    log(results["errors"][f"{system} {part}"])
-                results["part_seconds"][f"{system} {part}"] = time.perf_counter() - t0
-                write(results, args.out)
-    if "long" in parts and not late("long"):
-        log("long")
-        t0 = time.perf_counter()
-        try:
-            part_long(folder, args, ctx, results, log, args.work)
-        except Exception:
-            results["errors"]["long"] = traceback.format_exc()
-            log(results["errors"]["long"])
-        results["part_seconds"]["long"] = time.perf_counter() - t0
+        log(f"{system}: {', '.join(parts)}")
+        results = run_child(args, argv, system, parts, results, log)
     write(results, args.out)
     log(f"done; results in {args.out}")
     print(markdown(results))

@@ -55,7 +55,8 @@ _supports = ["cuda_kit_support"]
 if _os.environ.get("PREFILLONLY_DEVICE") == "cpu":
     _supports.append("cpu_support")
 for _support in _supports:
-    _runpy.run_path(_os.path.join({repo!r}, "prefillonly_sgl", "sglang_runtime", _support, "boot.py"))
+    _boot = _os.path.join({repo!r}, "prefillonly_sgl", "sglang_runtime", _support, "boot.py")
+    _runpy.run_path(_boot)
 """
 
 

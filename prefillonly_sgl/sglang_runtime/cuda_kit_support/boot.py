@@ -41,27 +41,52 @@ class _StandinLoader(importlib.abc.Loader):
         exec(code, module.__dict__)
 
 
-class _FlashInferFa2Loader(importlib.abc.Loader):
-    """Loads flashinfer.utils as it is, then makes "auto" answer "fa2" (FA3's sources
-    are not installed: its JIT build would fail where "auto" picks it, on Hopper)."""
+class _PatchingLoader(importlib.abc.Loader):
+    """Loads a module as it is, then applies `patch(module)` to it."""
 
-    def __init__(self, real: importlib.abc.Loader) -> None:
-        self.real = real
+    def __init__(self, real: importlib.abc.Loader, patch) -> None:
+        self.real, self.patch = real, patch
 
     def create_module(self, spec):
         return self.real.create_module(spec)
 
     def exec_module(self, module) -> None:
         self.real.exec_module(module)
-        chosen = module.determine_attention_backend
+        self.patch(module)
 
-        def fa2_only(*args, **kwargs) -> str:
-            backend = chosen(*args, **kwargs)
-            return "fa2" if backend == "fa3" else backend
 
-        fa2_only.__doc__ = chosen.__doc__
-        fa2_only.prefillonly_fa2_only = True
-        module.determine_attention_backend = fa2_only
+def _fa2_unless_fa3_installed(module) -> None:
+    """flashinfer.utils: "auto" answers "fa2" where FA3's sources are not installed (its
+    JIT build would fail where "auto" picks it, on Hopper)."""
+    package = os.path.dirname(module.__file__)
+    if os.path.exists(os.path.join(package, FA3_SOURCE)):
+        return  # FA3 can be built: FlashInfer chooses as it always does
+    chosen = module.determine_attention_backend
+
+    def fa2_only(*args, **kwargs) -> str:
+        backend = chosen(*args, **kwargs)
+        return "fa2" if backend == "fa3" else backend
+
+    fa2_only.__doc__ = chosen.__doc__
+    fa2_only.prefillonly_fa2_only = True
+    module.determine_attention_backend = fa2_only
+
+
+def _no_dual_gemm_without_cutlass(module) -> None:
+    """sglang.srt.layers.dual_gemm: the fused gate/up GEMM of small decode batches is a
+    CuTe DSL kernel (Blackwell) whose module imports nvidia-cutlass-dsl while every
+    Qwen2/Qwen3 MLP is built on CUDA; without that package (the card's image) the MLP
+    keeps its two plain GEMMs, as on a GPU the kernel does not serve."""
+    if importlib.util.find_spec("cutlass") is not None:
+        return
+    module.DualGemm._select_mode = lambda self, gate_up_proj, hidden_size: None
+
+
+# Modules patched after they load: {module: patch}.
+POST_IMPORT_PATCHES = {
+    "flashinfer.utils": _fa2_unless_fa3_installed,
+    "sglang.srt.layers.dual_gemm": _no_dual_gemm_without_cutlass,
+}
 
 
 def _real_spec(fullname: str, path=None, target=None):
@@ -89,8 +114,11 @@ class _CudaKitImportHook(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname.partition(".")[0] == "sgl_kernel":
             return self._sgl_kernel_spec(fullname)
-        if fullname == "flashinfer.utils":
-            return self._flashinfer_utils_spec(fullname, path, target)
+        if fullname in POST_IMPORT_PATCHES:
+            spec = _real_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _PatchingLoader(spec.loader, POST_IMPORT_PATCHES[fullname])
+            return spec
         return None
 
     def _sgl_kernel_spec(self, fullname: str):
@@ -102,16 +130,6 @@ class _CudaKitImportHook(importlib.abc.MetaPathFinder):
         return importlib.machinery.ModuleSpec(
             fullname, _StandinLoader(origin), origin=origin, is_package=True
         )
-
-    def _flashinfer_utils_spec(self, fullname, path, target):
-        spec = _real_spec(fullname, path, target)
-        if spec is None or spec.origin is None:
-            return None
-        package = os.path.dirname(spec.origin)
-        if os.path.exists(os.path.join(package, FA3_SOURCE)):
-            return spec  # FA3 can be built: FlashInfer chooses as it always does
-        spec.loader = _FlashInferFa2Loader(spec.loader)
-        return spec
 
 
 def _standin_origin() -> str:
