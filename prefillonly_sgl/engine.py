@@ -69,7 +69,7 @@ class Engine:
         layers in query chunks, only the residual stream and one layer's K/V whole
         (Llama / Qwen2 layers on CPU); "token": only the token-wise modules (MLPs, norms,
         rotary embeddings), attention whole. False: unchunked (for A/B runs). Chunk size
-        default: mode layer cpu 1024, mode token cpu 2048, cuda 4096.
+        default: mode layer cpu 1024, cuda 2048; mode token cpu 2048, cuda 4096.
     memory_budget: bytes (or "6GiB") for the scheduler's model, activations and KV pool
         together: the engine measures the peak memory of a max_prompt_tokens prompt once
         (saved per settings; minutes on CPU for long prompts), then sizes the pool (the
@@ -122,6 +122,7 @@ class Engine:
 
     def _start(self, config: RuntimeConfig, sglang_args: dict) -> None:
         from prefillonly_sgl.sglang_runtime.offline_engine import (
+            prefill_kv_off_reason,
             read_limits,
             shutdown_sglang_engine,
             start_sglang_engine,
@@ -154,10 +155,11 @@ class Engine:
         if "prefill_kv" in config.features and not self.prefill_only_kv_active:
             # A warning, not a log line: SGLang sets the root logger to its log level
             # ("error" by default) in this process.
+            reason = prefill_kv_off_reason(self._sgl) or "the scheduler's log says why"
             warnings.warn(
                 "prefill-only KV was requested but SGLang's scheduler did not enable it for "
-                "this model / backend (its log says why, at level warning): score prompts "
-                "keep KV for every token and are bounded by the KV pool",
+                f"this model / backend ({reason}): score prompts keep KV for every token "
+                "and are bounded by the KV pool",
                 RuntimeWarning,
                 stacklevel=3,
             )

@@ -1,7 +1,7 @@
 """The GPU kit (scripts/gpu_kit/): the include walk that trims flashinfer, the installer a
-lent machine runs, and the builder itself against the real flashinfer wheel (downloaded
-from the package registry) with its size limit, then the card's one command
-(run_on_card.sh) on that kit with tiny shapes on CPU. Compiling the kit's kernels
+lent machine runs, and the builder itself against the real flashinfer and SGLang wheels
+(downloaded from the package registry) with its size limit, then the card's two commands
+(run_on_card.sh, and with --engine) on that kit with tiny shapes on CPU. Compiling the kit's kernels
 (build.py --compile-check, ~75 s of nvcc on 2 cores) is left to the hand run recorded in
 benchmarks/README.md."""
 
@@ -169,6 +169,31 @@ def test_builder_trims_flashinfer_and_keeps_the_size_limit(tmp_path):
     assert json.loads((results / "results.json").read_text())["errors"] == {}
     assert "## c. KV kept" in (results / "results.md").read_text()
     assert "installed flashinfer (trimmed)" in (results / "log.txt").read_text()
+    # the engine kit: SGLang (trimmed) and the wheels its CUDA path imports that the card
+    # lacks; then the card's engine command on this kit, tiny and on CPU, with the kit's
+    # sitecustomize.py in its interpreters (on the card: the CUDA support)
+    assert any(w.startswith("pydantic_core-") and "cp312" in w for w in manifest["engine_wheels"])
+    assert not any(w.startswith(("torch-", "transformers-")) for w in manifest["engine_wheels"])
+    with tarfile.open(kit / "sglang.tar.xz") as tar:
+        sglang_files = set(tar.getnames())
+    assert "sglang/srt/entrypoints/engine.py" in sglang_files
+    assert not any(n.startswith("sglang/multimodal_gen/") for n in sglang_files)
+    assert not any(n.startswith("sglang/srt/rust_extensions/_server.") for n in sglang_files)
+    engine = [str(KIT_SCRIPTS / "run_on_card.sh"), "--engine", "--tiny", "--device", "cpu"]
+    engine += ["--parts", "correctness,items", "--work", str(tmp_path / "work")]
+    env["PREFILLONLY_DEVICE"] = "cpu"
+    ran = subprocess.run(["bash", *engine], env=env, capture_output=True, text=True, timeout=900)
+    assert ran.returncode == 0, ran.stdout[-5000:]
+    assert "installed sitecustomize.py (the engine kit's boot)" in ran.stdout
+    results = json.loads((tmp_path / "out" / "gpu_engine" / "results.json").read_text())
+    assert results["errors"] == {}
+    rows = results["correctness"]["rows"]
+    assert {r["system"] for r in rows} == {"stock", "ours"} and len(rows) == 8
+    assert max(r["max_abs_logprob_diff"] for r in rows) < 1e-4  # float32 on CPU
+    assert {r["case"]: r["cached_tokens"] for r in rows}["prefix hit"] > 0
+    for system in ("stock", "ours"):
+        runs = results["items"]["systems"][system]["rows"]
+        assert all(r["completed"] == r["requests"] > 0 for r in runs)
     # the limit is enforced: the same kit against a 1 MiB limit fails
     check = [sys.executable, str(KIT_SCRIPTS / "build.py"), "--kit", str(kit), "--check-only"]
     over = subprocess.run(check + ["--limit-mib", "1"], capture_output=True, text=True)

@@ -150,3 +150,11 @@ def read_limits(sglang_engine) -> ModelLimits:
     return limits_from_scheduler_info(
         sglang_engine.get_server_info(), sglang_engine.tokenizer_manager.model_config.vocab_size
     )
+
+
+def prefill_kv_off_reason(sglang_engine) -> str | None:
+    """Why the scheduler runs without prefill-only KV, as it said at start-up (None where
+    it did not say: the feature is on, or was not asked for)."""
+    from prefillonly_sgl.features.prefill_kv.messages import off_reason_in
+
+    return off_reason_in(sglang_engine.get_server_info())

@@ -73,7 +73,8 @@ def write_sglang(wheel: Path, archive: Path) -> dict:
     """SGLang's wheel as a trimmed tar.xz (its dist-info kept: SGLang reads its version)."""
     kept = left = 0
     kept_bytes = 0
-    with zipfile.ZipFile(wheel) as source, tarfile.open(archive, "w:xz", preset=6) as tar:
+    # preset 1: 3 s for 10 MB here, against 34 s for 8 MB at 6 (the kit has room)
+    with zipfile.ZipFile(wheel) as source, tarfile.open(archive, "w:xz", preset=1) as tar:
         for info in source.infolist():
             if info.is_dir():
                 continue

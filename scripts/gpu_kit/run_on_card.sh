@@ -13,7 +13,7 @@
 # --engine first: the engine kit's run (issue 57) instead, benchmarks/gpu_engine.py (the
 # Engine and stock SGLang on the card) -> $OUT/gpu_engine:
 #   device run: command "bash scripts/gpu_kit/run_on_card.sh --engine", carry
-#               ["build/gpu_kit"], timeout_s 420 (no part starts after 250 s)
+#               ["build/gpu_kit"], timeout_s 560 (~450 s: no engine starts after 380 s)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 KIT=${KIT:-build/gpu_kit}

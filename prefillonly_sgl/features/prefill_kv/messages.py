@@ -6,13 +6,16 @@ crosses a process boundary is written and read here, and nowhere else.
   request; absent for every request that is not a score prompt (those stay stock).
 - scheduler -> main process, once at start-up: the longest score prompt this scheduler
   accepts, in SGLang's start-up handshake (Scheduler.get_init_info), present only where
-  prefill-only KV is active. The Engine and the server validate with it.
+  prefill-only KV is active. The Engine and the server validate with it. Where the
+  feature was asked for and is off, why (the same handshake): the Engine's warning names
+  it, whatever SGLang's log level.
 """
 
 from __future__ import annotations
 
 REUSABLE_LEN_KEY = "prefillonly_reusable_len"
 SCORING_LIMIT_KEY = "prefillonly_max_scoring_input_len"
+OFF_REASON_KEY = "prefillonly_kv_off_because"
 
 
 def with_reusable_len(custom_params: dict | None, reusable_len: int) -> dict:
@@ -36,3 +39,13 @@ def with_scoring_limit(init_info: dict, max_input_len: int) -> dict:
 def scoring_limit_in(init_info: dict) -> int | None:
     value = init_info.get(SCORING_LIMIT_KEY)
     return int(value) if value else None
+
+
+def with_off_reason(init_info: dict, reason: str) -> dict:
+    """The handshake (a copy) saying why prefill-only KV is off in this scheduler."""
+    return {**init_info, OFF_REASON_KEY: str(reason)}
+
+
+def off_reason_in(info: dict) -> str | None:
+    value = info.get(OFF_REASON_KEY)
+    return str(value) if value else None

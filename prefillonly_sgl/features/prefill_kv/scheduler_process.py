@@ -39,7 +39,11 @@ from dataclasses import dataclass
 
 import torch
 
-from prefillonly_sgl.features.prefill_kv.messages import reusable_len_in, with_scoring_limit
+from prefillonly_sgl.features.prefill_kv.messages import (
+    reusable_len_in,
+    with_off_reason,
+    with_scoring_limit,
+)
 from prefillonly_sgl.features.prefill_kv.policy import (
     DROPPED_SLOT,
     clamp_reusable_len,
@@ -121,6 +125,8 @@ def _after_get_init_info(result, self, *args, **kwargs):
     if STATE.active and STATE.max_scoring_input_len is not None:
         limit = max(STATE.max_pool_input_len, STATE.max_scoring_input_len)
         result = with_scoring_limit(dict(result), limit)
+    elif STATE.inactive_because:
+        result = with_off_reason(dict(result), STATE.inactive_because)
     return result
 
 

@@ -18,7 +18,12 @@ no sgl-kernel and no network; sgl-kernel's wheel (1.2 GB) cannot travel there
   one is built against torch 2.14 and the card has torch 2.11;
 - FlashInfer's FA2 prefill where the installed FlashInfer lacks FA3's sources: its
   "auto" backend picks FA3 on Hopper, whose JIT build would fail on the kit's trimmed
-  FlashInfer (``boot`` wraps ``flashinfer.utils.determine_attention_backend`` then).
+  FlashInfer (``boot`` wraps ``flashinfer.utils.determine_attention_backend`` then);
+- no CuTe DSL dual GEMM where nvidia-cutlass-dsl is absent: SGLang's Qwen2/Qwen3 MLPs
+  import that Blackwell decode kernel's module while they are built on CUDA (the first
+  card run's scheduler failed there).
+
+Both are patches applied right after their module loads (``boot.POST_IMPORT_PATCHES``).
 
 A user with a normal CUDA install (stock ``sglang`` with sgl-kernel and flashinfer) never
 activates this: the engine kit's installer writes a ``sitecustomize.py`` that runs

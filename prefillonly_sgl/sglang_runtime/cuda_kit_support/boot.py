@@ -79,7 +79,11 @@ def _no_dual_gemm_without_cutlass(module) -> None:
     keeps its two plain GEMMs, as on a GPU the kernel does not serve."""
     if importlib.util.find_spec("cutlass") is not None:
         return
-    module.DualGemm._select_mode = lambda self, gate_up_proj, hidden_size: None
+
+    def _no_dual_gemm(self, gate_up_proj, hidden_size):
+        return None
+
+    module.DualGemm._select_mode = _no_dual_gemm
 
 
 # Modules patched after they load: {module: patch}.
