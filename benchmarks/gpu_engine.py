@@ -502,6 +502,9 @@ def parse_args(argv):
     parser.add_argument("--model", choices=sorted(SHAPES), default=None)
     parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument(
+        "--systems", default=",".join(SYSTEMS), help="stock,ours (stock first: it sets the rates)"
+    )
+    parser.add_argument(
         "--deadline", type=float, default=380.0, help="no engine starts after (s from the start)"
     )
     parser.add_argument(
@@ -521,6 +524,9 @@ def parse_args(argv):
     if unknown:
         parser.error(f"unknown parts {unknown}: choose from {', '.join(PARTS)}")
     args.parts = parts
+    args.systems = [x for x in args.systems.split(",") if x]
+    if not args.systems or set(args.systems) - set(SYSTEMS):
+        parser.error(f"--systems: choose from {', '.join(SYSTEMS)}")
     args.sizes = dict(TINY if args.tiny else FULL)
     args.model = args.model or args.sizes["model"]
     args.dtype = "bfloat16" if args.device == "cuda" else "float32"
@@ -649,8 +655,9 @@ def main(argv=None) -> int:
         names = [c[0] for c in ctx["correctness_cases"]]
         results["correctness"] = {"reference": dict(zip(names, logprobs, strict=True))}
     engine_parts = [p for p in args.parts if p in ("correctness", "items", "recommendation")]
-    groups = [(s, engine_parts) for s in SYSTEMS if engine_parts]
-    groups += [(s, ["long"]) for s in SYSTEMS if "long" in args.parts]
+    systems = [s for s in SYSTEMS if s in args.systems]
+    groups = [(s, engine_parts) for s in systems if engine_parts]
+    groups += [(s, ["long"]) for s in systems if "long" in args.parts]
     for system, parts in groups:
         if time.perf_counter() - args.started > args.deadline:
             results["errors"][f"{system} {'+'.join(parts)}"] = "not started: past the deadline"

@@ -153,22 +153,6 @@ def test_builder_trims_flashinfer_and_keeps_the_size_limit(tmp_path):
         assert needed in names, needed
     assert not any(n.startswith("flashinfer/data/cutlass/") for n in names)
     assert not any(n.startswith(csrc + "fused_moe") for n in names)
-    # the card's one command, on this kit, with tiny shapes on CPU
-    env = {
-        **os.environ,
-        "KIT": str(kit),
-        "PREFIX": str(tmp_path / "installed"),
-        "PYTHON": sys.executable,
-        "OUT": str(tmp_path / "out"),
-    }
-    card = [str(KIT_SCRIPTS / "run_on_card.sh"), "--tiny", "--device", "cpu", "--repeats", "1"]
-    ran = subprocess.run(["bash", *card], env=env, capture_output=True, text=True, timeout=600)
-    assert ran.returncode == 0, ran.stdout[-3000:]
-    assert "installed flashinfer (trimmed)" in ran.stdout
-    results = tmp_path / "out" / "gpu_prefill"
-    assert json.loads((results / "results.json").read_text())["errors"] == {}
-    assert "## c. KV kept" in (results / "results.md").read_text()
-    assert "installed flashinfer (trimmed)" in (results / "log.txt").read_text()
     # the engine kit: SGLang (trimmed) and the wheels its CUDA path imports that the card
     # lacks; then the card's engine command on this kit, tiny and on CPU, with the kit's
     # sitecustomize.py in its interpreters (on the card: the CUDA support)
@@ -179,21 +163,42 @@ def test_builder_trims_flashinfer_and_keeps_the_size_limit(tmp_path):
     assert "sglang/srt/entrypoints/engine.py" in sglang_files
     assert not any(n.startswith("sglang/multimodal_gen/") for n in sglang_files)
     assert not any(n.startswith("sglang/srt/rust_extensions/_server.") for n in sglang_files)
+    # (ours, every part: two engines, the load parts' rates from its own burst; stock is
+    # the same script with SGLang's settings; gpu_prefill.py's tiny run is
+    # tests/test_gpu_prefill_script.py's)
+    env = {
+        **os.environ,
+        "KIT": str(kit),
+        "PREFIX": str(tmp_path / "installed"),
+        "PYTHON": sys.executable,
+        "OUT": str(tmp_path / "out"),
+        "PREFILLONLY_DEVICE": "cpu",
+    }
     engine = [str(KIT_SCRIPTS / "run_on_card.sh"), "--engine", "--tiny", "--device", "cpu"]
-    engine += ["--parts", "correctness,items", "--work", str(tmp_path / "work")]
-    env["PREFILLONLY_DEVICE"] = "cpu"
+    engine += ["--systems", "ours", "--work", str(tmp_path / "work")]
     ran = subprocess.run(["bash", *engine], env=env, capture_output=True, text=True, timeout=900)
     assert ran.returncode == 0, ran.stdout[-5000:]
+    assert "installed flashinfer (trimmed)" in ran.stdout
     assert "installed sitecustomize.py (the engine kit's boot)" in ran.stdout
-    results = json.loads((tmp_path / "out" / "gpu_engine" / "results.json").read_text())
+    results_dir = tmp_path / "out" / "gpu_engine"
+    results = json.loads((results_dir / "results.json").read_text())
     assert results["errors"] == {}
     rows = results["correctness"]["rows"]
-    assert {r["system"] for r in rows} == {"stock", "ours"} and len(rows) == 8
+    assert [r["system"] for r in rows] == ["ours"] * 4
     assert max(r["max_abs_logprob_diff"] for r in rows) < 1e-4  # float32 on CPU
     assert {r["case"]: r["cached_tokens"] for r in rows}["prefix hit"] > 0
-    for system in ("stock", "ours"):
-        runs = results["items"]["systems"][system]["rows"]
+    for workload in ("items", "recommendation"):
+        entry = results[workload]
+        assert entry["capacity_measured_on"] == "ours" and len(entry["rates"]) == 2
+        runs = entry["systems"]["ours"]["rows"]
+        assert [r["rate"] for r in runs] == entry["rates"]
         assert all(r["completed"] == r["requests"] > 0 for r in runs)
+    assert results["recommendation"]["systems"]["ours"]["rows"][-1]["cache_hit_share"] > 0
+    long = results["long"]["systems"]["ours"]
+    assert long["forwards"] >= 1 and long["peak_above_resident_mib"] > 0
+    markdown = (results_dir / "results.md").read_text()
+    assert "## Recommendation" in markdown and "## A cold 1200-token prompt" in markdown
+    assert "installed sitecustomize.py" in (results_dir / "log.txt").read_text()
     # the limit is enforced: the same kit against a 1 MiB limit fails
     check = [sys.executable, str(KIT_SCRIPTS / "build.py"), "--kit", str(kit), "--check-only"]
     over = subprocess.run(check + ["--limit-mib", "1"], capture_output=True, text=True)

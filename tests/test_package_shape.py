@@ -180,9 +180,10 @@ def _environ_uses(path: Path) -> tuple[bool, bool]:
 
 def test_the_environment_is_read_in_one_module_and_written_only_at_the_edges():
     """environment.py reads it; only what hands values to other programs writes it: the
-    runtime configuration for SGLang's spawned workers (plugin.runtime_enabled) and
-    SGLang's CPU switch (cpu_support/boot.py). No setting goes from one of our modules to
-    another through it."""
+    runtime configuration for SGLang's spawned workers (plugin.runtime_enabled), SGLang's
+    CPU switch (cpu_support/boot.py) and the engine kit's SGLang switches
+    (cuda_kit_support/boot.py). No setting goes from one of our modules to another through
+    it."""
     readers, writers = [], []
     for path in sorted(PACKAGE.rglob("*.py")):
         reads, writes = _environ_uses(path)
@@ -190,4 +191,8 @@ def test_the_environment_is_read_in_one_module_and_written_only_at_the_edges():
         readers += [name] if reads else []
         writers += [name] if writes else []
     assert readers == ["environment.py", "sglang_runtime/plugin.py"]  # plugin: to restore
-    assert writers == ["sglang_runtime/cpu_support/boot.py", "sglang_runtime/plugin.py"]
+    assert writers == [
+        "sglang_runtime/cpu_support/boot.py",
+        "sglang_runtime/cuda_kit_support/boot.py",
+        "sglang_runtime/plugin.py",
+    ]

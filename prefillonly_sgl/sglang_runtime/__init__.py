@@ -18,6 +18,8 @@ mechanism they share (prefillonly_sgl/hooking/); tests/test_package_shape.py kee
   on, no feature switch).
 - cpu_support/: what SGLang 0.5.23 needs to run on a CPU-only machine (activated at
   interpreter start by a .pth file that only the CPU install writes).
+- cuda_kit_support/: what its CUDA path needs on a card without sgl-kernel (the engine
+  kit's card; activated by the kit's sitecustomize.py only).
 - hook_targets.py: every SGLang symbol this project calls or hooks, checked by a test so
   that an SGLang upgrade fails loudly instead of silently.
 

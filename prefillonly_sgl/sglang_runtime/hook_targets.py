@@ -31,6 +31,20 @@ HOOK_TARGETS: dict[str, str] = {
         "calls sgl_kernel.copy_all_layer_kv_cache_cpu, provided by cpu_support"
     ),
     "sglang.srt.utils.common.is_cpu": "reads SGLANG_USE_CPU_ENGINE, set by cpu_support.boot",
+    # -- the engine kit's card (cuda_kit_support.boot): SGLang's CUDA path without sgl-kernel --
+    "sglang.srt.layers.dual_gemm.DualGemm._select_mode": (
+        "replaced after import where nvidia-cutlass-dsl is absent: the CuTe DSL dual GEMM "
+        "module it imports on CUDA needs it"
+    ),
+    "sglang.srt.environ.envs.SGLANG_FORCE_FUSED_OP_BACKEND": (
+        "set to torch (a default) by cuda_kit_support: fused ops on their torch paths"
+    ),
+    "sglang.srt.environ.envs.SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": (
+        "set (a default) by cuda_kit_support: no sgl-kernel to check"
+    ),
+    "sglang.srt.environ.envs.SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": (
+        "set to python (a default) by cuda_kit_support: the Rust tree is built against torch 2.14"
+    ),
     # -- server (sglang_runtime/http_server/) --
     "sglang.srt.entrypoints.http_server.app": (
         "SGLang's FastAPI app: we add a middleware, routes, an exception handler and wrap "

@@ -239,7 +239,8 @@ def kept_files(probed: dict, engine_modules=()) -> tuple[set[Path], dict]:
 def write_archive(unpacked: Path, keep: set[Path], archive: Path) -> int:
     dist_info = next(unpacked.glob("flashinfer_python-*.dist-info"))
     files = sorted(keep) + sorted(p for p in dist_info.rglob("*") if p.is_file())
-    with tarfile.open(archive, "w:xz", preset=6) as tar:
+    # preset 1: 1 s for 4.8 MB here, against 12 s for 3.9 MB at 6 (the kit has room)
+    with tarfile.open(archive, "w:xz", preset=1) as tar:
         for path in files:
             tar.add(path, arcname=str(path.relative_to(unpacked)), recursive=False)
     return len(files)
