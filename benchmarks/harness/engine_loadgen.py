@@ -10,7 +10,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from harness.loadgen import Outcome
+from harness.loadgen import Outcome, settle
 
 
 @dataclass(frozen=True)
@@ -43,16 +43,7 @@ async def _run(engine, calls, times, deadline):
         asyncio.create_task(_send(engine, call, i, at, started))
         for i, (call, at) in enumerate(zip(calls, times, strict=True))
     ]
-    done, pending = await asyncio.wait(tasks, timeout=deadline)
-    wall = time.perf_counter() - started
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
-    outcomes = [t.result() for t in done]
-    for i, task in enumerate(tasks):
-        if task in pending:
-            outcomes.append(Outcome(i, times[i], None, error="unfinished"))
-    return sorted(outcomes, key=lambda o: o.index), wall
+    return await settle(tasks, times, deadline, started)
 
 
 def run(

@@ -71,11 +71,18 @@ async def run(
             asyncio.create_task(_send(session, url, body, i, at, started))
             for i, (body, at) in enumerate(zip(bodies, times))
         ]
-        done, pending = await asyncio.wait(tasks, timeout=deadline)
-        wall = time.perf_counter() - started
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        return await settle(tasks, times, deadline, started)
+
+
+async def settle(tasks, times: list[float], deadline: float, started: float):
+    """Waits for the requests' tasks until the deadline (seconds after `started`), cancels
+    what is left; returns every request's outcome in order (the cancelled ones latency
+    None, error "unfinished") and the run's wall seconds."""
+    done, pending = await asyncio.wait(tasks, timeout=deadline)
+    wall = time.perf_counter() - started
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
     outcomes = [t.result() for t in done]
     for i, task in enumerate(tasks):
         if task in pending:
