@@ -41,6 +41,7 @@ import json
 import math
 import os
 import random
+import signal
 import sys
 import time
 import traceback
@@ -183,19 +184,15 @@ def tokenizer_size(folder: Path) -> int:
 
 def reference_logprobs(folder: Path, prompts: list[list[int]], labels: list[int], device: str):
     """The labels' log-probabilities over the whole vocabulary at each prompt's last
-    position: a float32 transformers forward of the same weights (no cache, one prompt
-    at a time)."""
+    position: a float32 transformers forward of the same weights on the same device (no
+    cache, one prompt at a time; prefillonly_sgl/reference.py)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device).eval()
-    rows = []
-    with torch.no_grad():
-        for prompt in prompts:
-            ids = torch.tensor([prompt], device=device)
-            logits = model(input_ids=ids, logits_to_keep=1).logits[0, -1].double()
-            rows.append(torch.log_softmax(logits, -1)[labels].tolist())
-    del model
+    from prefillonly_sgl.reference import TransformersReference
+
+    reference = TransformersReference(folder, "float32", device)
+    rows = [reference.next_token_logprobs(prompt)[labels].tolist() for prompt in prompts]
+    del reference
     if device == "cuda":
         torch.cuda.empty_cache()
     return rows
@@ -286,9 +283,7 @@ def recommendation_calls(sizes, vocab, labels, n, seed) -> list[ScoreCall]:
 def burst_capacity(engine, calls: list[ScoreCall], deadline: float) -> float:
     """Requests per second of a burst (all sent at once): the engine's capacity."""
     outcomes, wall = engine_loadgen.run(engine, calls, [0.0] * len(calls), deadline)
-    done = [o for o in outcomes if o.latency is not None]
-    end = max((o.sent + o.latency for o in done), default=wall)
-    return len(done) / end if end > 0 else 0.0
+    return stats.summarize(outcomes, wall)["throughput"]
 
 
 def rate_runs(engine, make_calls, rates, sizes, log) -> list[dict]:
@@ -577,8 +572,10 @@ def run_system(args) -> int:
     if args.parts == ["long"]:
         try:
             part_long_system(folder, args, ctx, results, log, system)
-        finally:
-            save()
+        except Exception:
+            results["errors"][f"{system} long"] = traceback.format_exc()
+            log(results["errors"][f"{system} long"])
+        save()
         return 0
     t0 = time.perf_counter()
     engine = start_engine(system, folder, args, args.sizes)
@@ -605,20 +602,37 @@ def run_system(args) -> int:
     return 0
 
 
+def run_in_group(command: list[str], limit: float) -> tuple[int | None, str]:
+    """Runs a child in a process group of its own: one that runs past `limit` seconds (a
+    hung engine) is killed with its engine's workers, which hold the card, and so is one
+    the user interrupts. Returns its exit code (None: killed) and what to report."""
+    import subprocess
+
+    child = subprocess.Popen(command, start_new_session=True)
+    try:
+        code = child.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        return None, f"the process ran past {limit:.0f} s and was killed"
+    except BaseException:
+        os.killpg(child.pid, signal.SIGKILL)
+        raise
+    return code, f"the process ended with code {code} (the log has its error)"
+
+
 def run_child(args, argv, system: str, parts: list[str], results: dict, log) -> dict:
     """Runs one system's parts in a child process (SGLang ends the process that started
     an engine whose worker failed: the run goes on without it) and reads back results."""
-    import subprocess
-
     ends_at = time.time() + args.engine_seconds
     command = [sys.executable, __file__, *argv, "--system", system, "--parts", ",".join(parts)]
     command += ["--ends-at", str(ends_at)]
     write(results, args.out)
-    code = subprocess.run(command, timeout=args.engine_seconds + 240).returncode
+    code, ended = run_in_group(command, args.engine_seconds + 240)
     merged = json.loads((args.out / "results.json").read_text())
     if code != 0:
         key = f"{system} {'+'.join(parts)}"
-        merged["errors"][key] = f"the process ended with code {code} (the log has its error)"
+        merged["errors"][key] = ended
         log(merged["errors"][key])
     return merged
 

@@ -122,8 +122,7 @@ class Engine:
 
     def _start(self, config: RuntimeConfig, sglang_args: dict) -> None:
         from prefillonly_sgl.sglang_runtime.offline_engine import (
-            prefill_kv_off_reason,
-            read_limits,
+            read_start_info,
             shutdown_sglang_engine,
             start_sglang_engine,
         )
@@ -149,13 +148,14 @@ class Engine:
         self._finalizer = weakref.finalize(
             self, _shutdown_quietly, shutdown_sglang_engine, self._sgl, owned_processes
         )
-        self.limits: ModelLimits = read_limits(self._sgl)
+        limits, prefill_kv_off_reason = read_start_info(self._sgl)
+        self.limits: ModelLimits = limits
         self._front = ScoringFront(self._sgl.tokenizer_manager, self.limits)
         atexit.register(self._finalizer)
         if "prefill_kv" in config.features and not self.prefill_only_kv_active:
             # A warning, not a log line: SGLang sets the root logger to its log level
             # ("error" by default) in this process.
-            reason = prefill_kv_off_reason(self._sgl) or "the scheduler's log says why"
+            reason = prefill_kv_off_reason or "the scheduler's log says why"
             warnings.warn(
                 "prefill-only KV was requested but SGLang's scheduler did not enable it for "
                 f"this model / backend ({reason}): score prompts keep KV for every token "

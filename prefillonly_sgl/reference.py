@@ -17,9 +17,13 @@ from functools import cached_property
 
 
 class TransformersReference:
-    def __init__(self, model_path: str, dtype: str = "float32") -> None:
+    """device: where the model runs (its forwards' inputs go there too); "cpu" by default,
+    "cuda" for a model too slow on a CPU (benchmarks/gpu_engine.py on a card)."""
+
+    def __init__(self, model_path: str, dtype: str = "float32", device: str = "cpu") -> None:
         self.model_path = str(model_path)
         self.dtype = dtype
+        self.device = device
 
     @cached_property
     def tokenizer(self):
@@ -35,7 +39,12 @@ class TransformersReference:
         model = AutoModelForCausalLM.from_pretrained(
             self.model_path, dtype=getattr(torch, self.dtype)
         )
-        return model.eval()
+        return model.to(self.device).eval()
+
+    def _ids(self, ids):
+        import torch
+
+        return torch.tensor([list(ids)], device=self.device)
 
     def prompt_ids(self, query, item, item_first: bool = False) -> list[int]:
         if isinstance(query, str):
@@ -50,8 +59,8 @@ class TransformersReference:
         import torch
 
         with torch.no_grad():
-            logits = self.model(input_ids=torch.tensor([list(prompt_ids)])).logits[0, -1]
-        logits = logits.double()
+            logits = self.model(input_ids=self._ids(prompt_ids), logits_to_keep=1).logits[0, -1]
+        logits = logits.double().cpu()
         for token, bias in (logit_bias or {}).items():
             logits[int(token)] += bias
         return torch.log_softmax(logits, dim=-1)
@@ -61,7 +70,7 @@ class TransformersReference:
         first): what an echo request returns per prompt position."""
         import torch
 
-        ids = torch.tensor([list(prompt_ids)])
+        ids = self._ids(prompt_ids)
         with torch.no_grad():
             logits = self.model(input_ids=ids).logits[0].double()
         logprobs = torch.log_softmax(logits[:-1], dim=-1)
@@ -90,7 +99,7 @@ class TransformersReference:
 
         rows = []
         for item in items:
-            ids = torch.tensor([self.prompt_ids(query, item, item_first)])
+            ids = self._ids(self.prompt_ids(query, item, item_first))
             with torch.no_grad():
                 logits = self.model(input_ids=ids).logits[0, -1].double()
             if apply_softmax:
@@ -117,7 +126,7 @@ class TransformersReference:
             prompt = self.prompt_ids(query, item, item_first)
             sums = []
             for label in labels:
-                ids = torch.tensor([prompt + list(label)])
+                ids = self._ids(prompt + list(label))
                 with torch.no_grad():
                     logits = self.model(input_ids=ids).logits[0].double()
                 logprobs = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)

@@ -110,3 +110,27 @@ def test_the_report_shows_each_part_its_ratio_and_failures():
     assert "- ours / stock: 2.00x" in text
     assert "| ours | 1.50 | 16 | 700 |" in text
     assert "## ours recommendation: failed" in text and "ValueError: boom" in text
+
+
+def test_a_hung_child_is_killed_with_its_own_children(tmp_path):
+    """A child past its time is killed with the processes it started (an engine's
+    workers hold the card); one that ends reports its code."""
+    import subprocess
+    import time
+
+    pid_file = tmp_path / "grandchild"
+    hang = (
+        "import subprocess, sys, time; "
+        "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(g.pid)); time.sleep(600)"
+    )
+    code, ended = gpu_engine.run_in_group([sys.executable, "-c", hang], limit=3)
+    assert code is None and "ran past 3 s and was killed" in ended
+    grandchild = int(pid_file.read_text())
+    deadline = 50
+    while deadline and subprocess.run(["kill", "-0", str(grandchild)]).returncode == 0:
+        deadline -= 1
+        time.sleep(0.1)
+    assert deadline, f"the grandchild {grandchild} outlived the kill"
+    code, ended = gpu_engine.run_in_group([sys.executable, "-c", "raise SystemExit(3)"], 30)
+    assert code == 3 and "ended with code 3" in ended

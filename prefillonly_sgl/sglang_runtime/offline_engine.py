@@ -141,20 +141,15 @@ def _check_cpu_support() -> None:
         )
 
 
-def read_limits(sglang_engine) -> ModelLimits:
-    """Limits as the engine's scheduler reported them at start-up (the score limit is the
-    context length where prefill-only KV is active there, the pool-bound one otherwise)."""
+def read_start_info(sglang_engine) -> tuple[ModelLimits, str | None]:
+    """What the engine's scheduler reported at start-up, read once (get_server_info asks
+    the scheduler): the limits (the score limit is the context length where prefill-only
+    KV is active there, the pool-bound one otherwise) and, where that feature was asked
+    for and is off, why."""
+    from prefillonly_sgl.features.prefill_kv.messages import off_reason_in
     from prefillonly_sgl.sglang_runtime.model_limits import limits_from_scheduler_info
 
     # get_server_info() merges the scheduler's init info into its answer.
-    return limits_from_scheduler_info(
-        sglang_engine.get_server_info(), sglang_engine.tokenizer_manager.model_config.vocab_size
-    )
-
-
-def prefill_kv_off_reason(sglang_engine) -> str | None:
-    """Why the scheduler runs without prefill-only KV, as it said at start-up (None where
-    it did not say: the feature is on, or was not asked for)."""
-    from prefillonly_sgl.features.prefill_kv.messages import off_reason_in
-
-    return off_reason_in(sglang_engine.get_server_info())
+    info = sglang_engine.get_server_info()
+    vocab_size = sglang_engine.tokenizer_manager.model_config.vocab_size
+    return limits_from_scheduler_info(info, vocab_size), off_reason_in(info)

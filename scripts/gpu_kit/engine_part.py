@@ -3,8 +3,9 @@ needs on a card that has torch, triton, transformers and nvcc but no SGLang, no
 sgl-kernel, no network.
 
     sglang.tar.xz      SGLang's cp312 wheel, unpacked and trimmed: its diffusion server
-                       (multimodal_gen) and the Rust extensions the engine never loads
-                       (_server, _grpc, _multimodal, _bench: 40 MB) left out
+                       (multimodal_gen), the Rust extensions the engine never loads
+                       (_server, _grpc, _multimodal, _bench: 40 MB) and the Rust radix
+                       tree (built against torch 2.14) left out
     engine-wheels/     cp312 wheels of the distributions the engine's processes import
                        (probe_engine_imports.py asks SGLang's CUDA path itself) that the
                        card's image does not hold (CARD_HAS), at the versions this

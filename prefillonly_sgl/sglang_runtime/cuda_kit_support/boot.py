@@ -68,7 +68,6 @@ def _fa2_unless_fa3_installed(module) -> None:
         return "fa2" if backend == "fa3" else backend
 
     fa2_only.__doc__ = chosen.__doc__
-    fa2_only.prefillonly_fa2_only = True
     module.determine_attention_backend = fa2_only
 
 
