@@ -59,6 +59,8 @@ def _serve(argv: list[str]) -> int:
             options.rerank_answer,
             options.systemone_conventions,
         )
+        for warning in config.start_warnings():  # the model family's (families.py)
+            print(f"prefillonly serve: warning: {warning}", file=sys.stderr)
         if config.memory is not None:
             config = config.planned(plan_memory(config))
         flags = server_flags(config, flags, options.metrics)

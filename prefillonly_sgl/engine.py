@@ -106,6 +106,7 @@ class Engine:
             max_prompt_tokens=max_prompt_tokens,
             **settings,
         )
+        _warn_at_start(config)
         if config.memory is not None:
             config = config.planned(plan_memory(config))
         self._start(config, sglang_args)
@@ -183,6 +184,21 @@ class Engine:
     def memory_plan(self) -> MemoryPlan | None:
         """How the memory budget was split (None without one)."""
         return self.config.memory_plan
+
+    @property
+    def model_family(self) -> str | None:
+        """The model's family (prefillonly_sgl/families.py; docs/models.md), None when its
+        architecture is outside the table."""
+        return self.config.model_family
+
+    def get_server_info(self) -> dict:
+        """SGLang's Engine.get_server_info() (server arguments, the scheduler's start-up
+        info), plus "prefillonly": the model family, the features running and the ones the
+        family switched off with why ({feature: reason}); the server's /server_info has
+        the same key."""
+        info = dict(self._require_running().get_server_info())
+        info["prefillonly"] = self.config.worker.info()
+        return info
 
     @property
     def prefill_only_kv_active(self) -> bool:
@@ -345,6 +361,14 @@ class Engine:
     def __repr__(self) -> str:
         state = "running" if self._sgl is not None else "shut down"
         return f"Engine(model={self.model_path!r}, device={self.device!r}, {state})"
+
+
+def _warn_at_start(config: RuntimeConfig) -> None:
+    """The configuration's start-up warnings (features its model family cannot run, an
+    architecture outside the table), once per Engine. A warning, not a log line: SGLang
+    sets the root logger to its log level ("error" by default) in this process."""
+    for message in config.start_warnings():
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def _shutdown_quietly(shutdown, sgl_engine, owned_processes) -> None:

@@ -10,7 +10,10 @@ The rules, all here:
 - a memory budget replaces max_total_tokens (not both); max_prompt_tokens needs a budget;
   on CUDA a budget raises SGLang's mem_fraction_static (the plan holds the reserve);
 - the JCT policy replaces SGLang's inside its scheduler, which runs FCFS underneath;
-- per-device SGLang defaults (device_defaults.py), the user's values always winning.
+- per-device SGLang defaults (device_defaults.py), the user's values always winning;
+- the model's family (families.py): a feature (or a feature's mode) its kinds of layer
+  cannot run is off, with the reason (config.features_off), and an error where the user
+  asked for it explicitly; an architecture outside the table starts with a warning.
 
 The worker part (features and their resolved settings) travels to SGLang's processes as
 one JSON value in one environment variable (environment.RUNTIME_CONFIG); each process's
@@ -27,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefillonly_sgl import environment
+from prefillonly_sgl import environment, families
 from prefillonly_sgl.device_defaults import detect_device, resolve_dtype, sglang_defaults
 from prefillonly_sgl.features import (
     FEATURES,
@@ -71,11 +74,26 @@ class WorkerConfig:
     features: tuple[str, ...] = ()
     settings: Mapping[str, Any] = field(default_factory=dict)
     memory_probe: str | None = None
+    # The model's family (families.py; None: outside the table) and what it switched off:
+    # {feature or "feature:variant": why}. Travels with the rest so that the server's
+    # /server_info (read in the main process from the environment) reports it too.
+    model_family: str | None = None
+    features_off: Mapping[str, str] = field(default_factory=dict)
+
+    def info(self) -> dict:
+        """What get_server_info() / /server_info report under "prefillonly"."""
+        return {
+            "model_family": self.model_family,
+            "features": list(self.features),
+            "features_off": dict(self.features_off),
+        }
 
     def to_json(self) -> str:
         data = {
             "features": list(self.features),
             "settings": {name: value.to_dict() for name, value in self.settings.items()},
+            "model_family": self.model_family,
+            "features_off": dict(self.features_off),
         }
         if self.memory_probe is not None:
             data["memory_probe"] = self.memory_probe
@@ -89,7 +107,13 @@ class WorkerConfig:
             name: _settings_class(name).from_dict(values)
             for name, values in data.get("settings", {}).items()
         }
-        return cls(features, settings, data.get("memory_probe"))
+        return cls(
+            features,
+            settings,
+            data.get("memory_probe"),
+            data.get("model_family"),
+            dict(data.get("features_off") or {}),
+        )
 
     @classmethod
     def from_environment(cls, environ=None) -> WorkerConfig | None:
@@ -115,10 +139,32 @@ class RuntimeConfig:
     worker: WorkerConfig
     memory: MemoryRequest | None = None
     memory_plan: MemoryPlan | None = None  # how the budget was split, once planned
+    architectures: tuple[str, ...] = ()  # the model folder's config.json says
 
     @property
     def features(self) -> tuple[str, ...]:
         return self.worker.features
+
+    @property
+    def model_family(self) -> str | None:
+        """The model's family (families.py), None outside the table."""
+        return self.worker.model_family
+
+    @property
+    def features_off(self) -> Mapping[str, str]:
+        """What the model's family switched off: {feature or "feature:variant": why}."""
+        return self.worker.features_off
+
+    def start_warnings(self) -> list[str]:
+        """What the Engine and serve warn about once at start: each feature the family
+        switched off, or an architecture outside the family table."""
+        if self.model_family is None:
+            return [families.unknown_architecture_warning(list(self.architectures))]
+        title = families.FAMILIES[self.model_family].title
+        return [
+            f"{title} models run without {key}: {why} ({families.DOCS})"
+            for key, why in self.features_off.items()
+        ]
 
     def settings(self, feature: str):
         """A feature's resolved settings (None when it is off or has none)."""
@@ -214,7 +260,31 @@ def resolve(
 
     # Features by their Engine argument (the Engine), or by name (serve --features).
     feature_word = (lambda n: FEATURES[n].engine_arg) if style == "engine" else (lambda n: n)
-    chosen = choose_features(features, switches, feature_word)
+    architectures = families.read_architectures(model_path)
+    family = families.family_of(architectures)
+    family_off = family.features_off() if family is not None else {}
+    unavailable = {
+        name: f"{family.title} models cannot run it: {why} ({families.DOCS})"
+        for name, why in family_off.items()
+        if name in FEATURES
+    }
+    # What the user would have had without the family: what it switched off is reported.
+    wanted = choose_features(features, switches, feature_word)
+    chosen = choose_features(features, switches, feature_word, unavailable)
+    features_off = {
+        # A feature whose dependency the family cannot run goes with it.
+        name: family_off.get(name, f"needs {', '.join(FEATURES[name].needs)}")
+        for name in wanted
+        if name not in chosen
+    }
+    if "hybrid_prefill" in chosen and families.LAYER_MODE in family_off:
+        if options.get("hybrid_prefill_mode") == "layer":
+            raise ValueError(
+                f"{say('hybrid_prefill_mode')} layer: {family.title} models cannot run it: "
+                f"{family_off[families.LAYER_MODE]} ({families.DOCS})"
+            )
+        if "hybrid_prefill_mode" not in options:
+            features_off[families.LAYER_MODE] = family_off[families.LAYER_MODE]
     for arg in options:
         if arg not in OPTIONS:
             raise ValueError(f"unknown option {say(arg)}")
@@ -245,6 +315,8 @@ def resolve(
                 for o in feature.options
                 if o.engine_arg in options
             }
+            if name == "hybrid_prefill" and families.LAYER_MODE in features_off:
+                mine["hybrid_prefill_mode"] = "token"  # the family's, above
             settings[name] = _settings_class(name).resolve(context, **mine)
     policy = switches.get("schedule_policy", JCT_POLICY)
     return RuntimeConfig(
@@ -254,8 +326,14 @@ def resolve(
         context_length=context_length,
         max_total_tokens=max_total_tokens,
         schedule_policy=policy,
-        worker=WorkerConfig(tuple(chosen), settings),
+        worker=WorkerConfig(
+            tuple(chosen),
+            settings,
+            model_family=family.name if family is not None else None,
+            features_off=features_off,
+        ),
         memory=memory,
+        architectures=tuple(architectures),
     )
 
 

@@ -238,6 +238,7 @@ def select_features(
     disabled: Iterable[str] = (),
     insisted: Iterable[str] = (),
     name_of=lambda name: name,
+    unavailable: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The features to apply, in FEATURES order.
 
@@ -247,11 +248,17 @@ def select_features(
     insisted: features the caller asked for explicitly (a name in `requested` counts too):
         one whose dependency is off is an error (ValueError naming why), never dropped.
     name_of: how the caller's user calls a feature (the Engine: its argument names).
+    unavailable: {feature: why} this model cannot run (its family, families.py): off like
+        a disabled one, and an error (ValueError naming why) where insisted on.
     """
     explicit = requested is not None
     chosen = check_known(FEATURES if requested is None else requested)
     off = set(check_known(disabled))
     insisted = set(check_known(insisted)) | (set(chosen) if explicit else set())
+    for name, why in (unavailable or {}).items():
+        if name in insisted and name not in off:
+            raise ValueError(f"{name_of(name)}: {why}")
+        off.add(name)
     selected = {name for name in chosen if name not in off} | (insisted - off)
     for name in FEATURES:  # dependencies come first in FEATURES: one pass settles them
         feature = FEATURES[name]
@@ -268,10 +275,12 @@ def choose_features(
     requested: Iterable[str] | None = None,
     switches: Mapping[str, Any] | None = None,
     name_of=lambda name: FEATURES[name].engine_arg,
+    unavailable: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The features of a request: `requested` by name (None: every feature) and the
     Engine's switches ({engine_arg: value}, absent: default; Feature.switch says what a
-    value means). name_of: how errors name a feature (default: its Engine argument)."""
+    value means). name_of: how errors name a feature (default: its Engine argument).
+    unavailable: as select_features'."""
     disabled, insisted = [], []
     for feature in FEATURES.values():
         value = (switches or {}).get(feature.engine_arg, feature.engine_default)
@@ -283,4 +292,4 @@ def choose_features(
             disabled.append(feature.name)
         elif state is True:
             insisted.append(feature.name)
-    return select_features(requested, disabled, insisted, name_of=name_of)
+    return select_features(requested, disabled, insisted, name_of, unavailable)

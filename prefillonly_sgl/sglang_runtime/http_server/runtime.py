@@ -48,10 +48,10 @@ class SGLangRuntime:
             from prefillonly_sgl.sglang_runtime.model_limits import limits_from_scheduler_info
 
             tm = self.tokenizer_manager
-            limits = limits_from_scheduler_info(
-                get_global_state().scheduler_info, tm.model_config.vocab_size
-            )
+            scheduler_info = get_global_state().scheduler_info
+            limits = limits_from_scheduler_info(scheduler_info, tm.model_config.vocab_size)
             self._front = ScoringFront(tm, limits)
+            _add_our_info(scheduler_info)
         return self._front
 
     @property
@@ -86,6 +86,18 @@ class SGLangRuntime:
             for rid in rids:
                 if rid:
                     tm.abort_request(rid)
+
+
+def _add_our_info(scheduler_info: dict) -> None:
+    """/server_info merges the scheduler's start-up info into its answer: ours joins it
+    under "prefillonly" (the model family, the features running and those the family
+    switched off, with why), as the Engine's get_server_info() reports it. The
+    configuration is this process's own (serve set it before SGLang started)."""
+    from prefillonly_sgl.runtime_config import WorkerConfig
+
+    worker = WorkerConfig.from_environment()
+    if worker is not None:
+        scheduler_info["prefillonly"] = worker.info()
 
 
 def _check_custom_logit_processors(body: object) -> None:

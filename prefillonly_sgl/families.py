@@ -1,0 +1,210 @@
+"""The model-family registry (plain Python: no SGLang, no torch): which architectures each
+family covers, the kinds of layer it is made of, and so which runtime features it cannot
+run, and why.
+
+A feature's limits belong to a kind of layer, never to an architecture: a family is a
+list of kinds (LAYER_KINDS), and what it cannot run is the union of what its kinds cannot
+(`Family.features_off`). Keys are feature names (features/__init__.py) or
+"feature:variant" for one variant of a feature ("hybrid_prefill:layer", its whole-layer
+mode: the family gets the other mode instead).
+
+runtime_config.resolve reads the family of the model folder (`family_of_model`) and
+switches those features off, with the reason, before anything starts (a feature the
+user asked for explicitly is an error naming the family and docs/models.md); an
+architecture outside the table starts with a warning naming `prefillonly verify`, which
+checks a model against transformers feature by feature (verify.py). docs/models.md is the
+table as verify measured it on tiny checkpoints of each family (models/families.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+DOCS = "docs/models.md"
+VERIFY_COMMAND = "prefillonly verify"
+LAYER_MODE = "hybrid_prefill:layer"  # hybrid prefilling's whole-layer mode (the default)
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """A kind of layer and what the runtime features do with it."""
+
+    name: str
+    summary: str
+    # feature (or "feature:variant") -> why a model with this kind of layer cannot run it
+    off: Mapping[str, str] = field(default_factory=dict)
+    # what works but less well than on plain layers (docs/models.md lists it)
+    notes: tuple[str, ...] = ()
+
+
+LAYER_KINDS: dict[str, LayerKind] = {
+    kind.name: kind
+    for kind in (
+        LayerKind(
+            "llama_layer",
+            "Llama / Qwen2-shaped decoder layer: input norm, attention (qkv, rotary, "
+            "o_proj), post-attention norm with the residual add, gated MLP, nothing else",
+        ),
+        LayerKind(
+            "other_layer",
+            "a decoder layer of another shape (q / k norms, sandwich norms, residual "
+            "multipliers, partial rotary, ...)",
+            off={
+                LAYER_MODE: "whole-layer chunks run Llama / Qwen2-shaped decoder layers "
+                "only (features/hybrid_prefill/layer_chunks.py): hybrid prefilling runs in "
+                "token mode (MLPs, norms and rotary chunked, attention whole)"
+            },
+        ),
+        LayerKind("full_attention", "causal attention over the whole prompt"),
+        LayerKind(
+            "sliding_window",
+            "attention over the last sliding_window tokens only",
+            off={
+                # The CPU backend leaves sliding-window layers to SGLang's stock attention,
+                # which reads the new tokens' K / V back from the pool; the scheduler
+                # would switch it off at start-up anyway (prefill_only_kv_unsupported).
+                "prefill_kv": "sliding-window layers run SGLang's stock attention, which "
+                "reads every new token's K / V back from the KV pool",
+                LAYER_MODE: "whole-layer chunks attend through prefill-only attention, "
+                "which leaves sliding-window layers to SGLang's stock attention: hybrid "
+                "prefilling runs in token mode",
+            },
+            notes=(
+                "prefill-only attention runs on the full-attention layers only; "
+                "sliding-window layers use SGLang's stock attention",
+            ),
+        ),
+        # gpt-oss: the attention-sinks helper fills this in (which backend keeps the sinks).
+        LayerKind("attention_sinks", "per-head sink logits in the attention's softmax"),
+        # Qwen3.5: the linear-attention helper fills this in (what a recurrent state allows).
+        LayerKind(
+            "linear_attention",
+            "linear attention (gated delta net) with a recurrent state and a short convolution",
+        ),
+        LayerKind(
+            "moe",
+            "mixture-of-experts MLP",
+            notes=("hybrid prefilling does not chunk the expert MLPs (norms and rotary only)",),
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Family:
+    """One row of the table."""
+
+    name: str  # the tiny checkpoint's name too (models/families.py)
+    title: str  # as docs and errors write it
+    architectures: tuple[str, ...]  # config.json `architectures` it covers
+    layers: tuple[str, ...]  # LAYER_KINDS names
+    # Family-specific limits that belong to no kind (rare: prefer a kind).
+    own_off: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.layers if k not in LAYER_KINDS]
+        if unknown:
+            raise ValueError(f"family {self.name}: unknown layer kinds {unknown}")
+
+    def features_off(self) -> dict[str, str]:
+        """feature (or "feature:variant") -> the reason this family cannot run it."""
+        off: dict[str, str] = {}
+        for kind in self.layers:
+            for key, reason in LAYER_KINDS[kind].off.items():
+                off.setdefault(key, reason)
+        for key, reason in self.own_off.items():
+            off.setdefault(key, reason)
+        return off
+
+    def notes(self) -> tuple[str, ...]:
+        return tuple(note for kind in self.layers for note in LAYER_KINDS[kind].notes)
+
+
+_LLAMA = ("llama_layer", "full_attention")
+_OTHER = ("other_layer", "full_attention")
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family("llama", "Llama", ("LlamaForCausalLM",), _LLAMA),
+        Family("qwen2", "Qwen2", ("Qwen2ForCausalLM",), _LLAMA),
+        # SGLang runs Mistral and Phi-3 with Llama's decoder layers (fused qkv / gate_up).
+        Family("mistral", "Mistral", ("MistralForCausalLM",), _LLAMA),
+        Family("phi3", "Phi-3", ("Phi3ForCausalLM",), _LLAMA),
+        Family("qwen3", "Qwen3", ("Qwen3ForCausalLM",), _OTHER),  # q / k norms
+        Family("qwen3_moe", "Qwen3-MoE", ("Qwen3MoeForCausalLM",), (*_OTHER, "moe")),
+        Family("granite", "Granite", ("GraniteForCausalLM",), _OTHER),  # multipliers
+        Family("olmo2", "OLMo 2", ("Olmo2ForCausalLM",), _OTHER),  # post norms
+        Family("glm4", "GLM-4", ("Glm4ForCausalLM",), _OTHER),  # sandwich norms
+        Family(
+            "gemma3",
+            "Gemma 3",
+            ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"),
+            ("other_layer", "sliding_window", "full_attention"),
+        ),
+        # The attention-sinks helper owns this row (issue 53).
+        Family(
+            "gpt_oss",
+            "gpt-oss",
+            ("GptOssForCausalLM",),
+            ("other_layer", "sliding_window", "full_attention", "attention_sinks", "moe"),
+        ),
+        # The linear-attention helper owns these two rows (issue 53).
+        Family(
+            "qwen3_5",
+            "Qwen3.5",
+            ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"),
+            ("other_layer", "linear_attention", "full_attention"),
+        ),
+        Family(
+            "qwen3_5_moe",
+            "Qwen3.5-MoE",
+            ("Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration"),
+            ("other_layer", "linear_attention", "full_attention", "moe"),
+        ),
+    )
+}
+
+_BY_ARCHITECTURE = MappingProxyType(
+    {arch: family for family in FAMILIES.values() for arch in family.architectures}
+)
+
+
+def family_of(architectures: Iterable[str] | str | None) -> Family | None:
+    """The family of a config's `architectures` (the first one the table knows), or None."""
+    if isinstance(architectures, str):
+        architectures = [architectures]
+    for arch in architectures or ():
+        if arch in _BY_ARCHITECTURE:
+            return _BY_ARCHITECTURE[arch]
+    return None
+
+
+def read_architectures(model_path: str | Path) -> list[str]:
+    """The `architectures` of a model folder's config.json ([] without one)."""
+    path = Path(model_path) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    archs = config.get("architectures") or []
+    return [str(a) for a in archs] if isinstance(archs, list) else [str(archs)]
+
+
+def family_of_model(model_path: str | Path) -> Family | None:
+    """The family of a model folder (None: no config.json, or outside the table)."""
+    return family_of(read_architectures(model_path))
+
+
+def unknown_architecture_warning(architectures: list[str]) -> str:
+    """What an architecture outside the table starts with."""
+    named = ", ".join(architectures) if architectures else "no architectures in config.json"
+    return (
+        f"model architecture {named} is not in prefillonly's family table ({DOCS}): the "
+        f"runtime features are on untested; `{VERIFY_COMMAND} MODEL` checks its scores "
+        "against transformers feature by feature"
+    )

@@ -1,0 +1,150 @@
+"""The model-family registry and its rules in the configuration (plain Python, no SGLang):
+which family a folder is, what its kinds of layer cannot run, and how resolve switches
+those features off (with the reason), refuses them when asked for explicitly, and lets an
+unknown architecture start with a warning."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from prefillonly_sgl import families, runtime_config
+from prefillonly_sgl.families import FAMILIES, LAYER_KINDS, LAYER_MODE, family_of
+from prefillonly_sgl.features import FEATURES
+
+
+def _folder(tmp_path, architectures, **extra):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": architectures, **extra}))
+    return tmp_path
+
+
+def test_every_architecture_belongs_to_one_family():
+    seen = {}
+    for family in FAMILIES.values():
+        assert family.architectures, family.name
+        for arch in family.architectures:
+            assert arch not in seen, f"{arch} in {seen.get(arch)} and {family.name}"
+            seen[arch] = family.name
+            assert family_of([arch]) is family
+    assert family_of(["SomethingNewForCausalLM"]) is None
+    assert family_of([]) is None and family_of(None) is None
+    # The first architecture the table knows wins; a plain string is one architecture.
+    assert family_of(["Unknown", "Qwen3ForCausalLM"]).name == "qwen3"
+    assert family_of("Gemma3ForConditionalGeneration").name == "gemma3"
+
+
+def test_conditional_generation_checkpoints_are_their_text_family():
+    assert family_of(["Qwen3_5ForConditionalGeneration"]).name == "qwen3_5"
+    assert family_of(["Qwen3_5MoeForConditionalGeneration"]).name == "qwen3_5_moe"
+
+
+def test_features_off_come_from_the_kinds_of_layer():
+    for family in FAMILIES.values():
+        expected = {}
+        for kind in family.layers:
+            for key, why in LAYER_KINDS[kind].off.items():
+                expected.setdefault(key, why)
+        expected.update({k: v for k, v in family.own_off.items() if k not in expected})
+        assert family.features_off() == expected
+        for key in family.features_off():
+            assert key.split(":")[0] in FEATURES, key
+    # Llama-shaped full attention runs everything; other layer shapes lose only layer mode.
+    assert FAMILIES["llama"].features_off() == {}
+    assert FAMILIES["phi3"].features_off() == {}
+    assert set(FAMILIES["qwen3"].features_off()) == {LAYER_MODE}
+    # A sliding window: prefill-only KV off (stock attention reads the pool).
+    assert set(FAMILIES["gemma3"].features_off()) == {"prefill_kv", LAYER_MODE}
+
+
+def test_a_family_with_an_unknown_kind_is_refused():
+    with pytest.raises(ValueError, match="unknown layer kinds"):
+        families.Family("x", "X", ("XForCausalLM",), ("warp_attention",))
+
+
+def test_read_architectures_of_a_folder(tmp_path):
+    assert families.read_architectures(tmp_path) == []  # no config.json
+    _folder(tmp_path, ["Gemma3ForCausalLM"])
+    assert families.family_of_model(tmp_path).name == "gemma3"
+
+
+def test_resolve_switches_off_what_the_family_cannot_run(tmp_path):
+    folder = _folder(tmp_path, ["Gemma3ForCausalLM"])
+    config = runtime_config.resolve(folder, device="cpu")
+    assert config.model_family == "gemma3"
+    assert "prefill_kv" not in config.features
+    assert "prefill_attention" in config.features
+    assert set(config.features_off) == {"prefill_kv", LAYER_MODE}
+    assert "KV pool" in config.features_off["prefill_kv"]
+    # Layer mode is the family's to refuse: hybrid prefilling stays on, in token mode,
+    # with token mode's default chunk.
+    assert config.settings("hybrid_prefill").mode == "token"
+    assert config.settings("hybrid_prefill").chunk_size == 2048
+    warnings = config.start_warnings()
+    assert len(warnings) == 2 and all("Gemma 3" in w and "docs/models.md" in w for w in warnings)
+    # The workers and /server_info get the same record.
+    worker = runtime_config.WorkerConfig.from_json(config.worker.to_json())
+    assert worker.model_family == "gemma3" and worker.features_off == config.features_off
+    assert worker.info() == {
+        "model_family": "gemma3",
+        "features": list(config.features),
+        "features_off": dict(config.features_off),
+    }
+
+
+def test_what_the_user_switched_off_is_not_reported_as_the_familys(tmp_path):
+    folder = _folder(tmp_path, ["Gemma3ForCausalLM"])
+    config = runtime_config.resolve(
+        folder, device="cpu", switches={"prefill_only_kv": False, "hybrid_prefill": False}
+    )
+    assert config.features_off == {}
+    # A mode the user chose is theirs too (token), and nothing is reported.
+    config = runtime_config.resolve(folder, device="cpu", options={"hybrid_prefill_mode": "token"})
+    assert set(config.features_off) == {"prefill_kv"}
+
+
+def test_asking_explicitly_for_what_the_family_cannot_run_is_an_error(tmp_path):
+    folder = _folder(tmp_path, ["Gemma3ForCausalLM"])
+    with pytest.raises(ValueError, match=r"prefill_only_kv: Gemma 3 .*docs/models.md"):
+        runtime_config.resolve(folder, device="cpu", switches={"prefill_only_kv": True})
+    with pytest.raises(ValueError, match=r"hybrid_prefill_mode layer: Gemma 3 .*docs/models.md"):
+        runtime_config.resolve(folder, device="cpu", options={"hybrid_prefill_mode": "layer"})
+    # serve --features names them explicitly, in serve's words.
+    with pytest.raises(ValueError, match=r"prefill_kv: Gemma 3 models cannot run it"):
+        runtime_config.resolve(
+            folder, device="cpu", features=["prefill_attention", "prefill_kv"], style="serve"
+        )
+    with pytest.raises(ValueError, match="--hybrid-prefill-mode layer: Gemma 3"):
+        runtime_config.resolve(
+            folder, device="cpu", options={"hybrid_prefill_mode": "layer"}, style="serve"
+        )
+
+
+def test_a_llama_shaped_family_keeps_every_feature(tmp_path):
+    folder = _folder(tmp_path, ["MistralForCausalLM"])
+    config = runtime_config.resolve(folder, device="cpu")
+    assert config.features == tuple(FEATURES)
+    assert config.features_off == {} and config.start_warnings() == []
+    assert config.settings("hybrid_prefill").mode == "layer"
+
+
+def test_an_unknown_architecture_starts_with_a_warning_naming_verify(tmp_path):
+    folder = _folder(tmp_path, ["BrandNewForCausalLM"])
+    config = runtime_config.resolve(folder, device="cpu")
+    assert config.model_family is None
+    assert config.features == tuple(FEATURES)  # untested, not refused
+    (warning,) = config.start_warnings()
+    assert "BrandNewForCausalLM" in warning and "prefillonly verify" in warning
+
+
+def test_registry_imports_neither_sglang_nor_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, prefillonly_sgl.families; "
+        "print(any(m.split('.')[0] in ('sglang', 'torch') for m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
