@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from prefillonly_sgl import verify as verify_command
 from prefillonly_sgl.apis import builtin_endpoints
 from prefillonly_sgl.batch import cli as batch_cli
 from prefillonly_sgl.demos import drug_review_sentiment
@@ -168,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     batch_cli.add_parser(commands)
 
     replicas_cli.add_parser(commands)
+
+    verify_command.add_parser(commands)
 
     prepare = commands.add_parser(
         "prepare-model", help="convert the embedded default model once and print its folder"
