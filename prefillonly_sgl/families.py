@@ -39,6 +39,9 @@ class LayerKind:
     off: Mapping[str, str] = field(default_factory=dict)
     # what works but less well than on plain layers (docs/models.md lists it)
     notes: tuple[str, ...] = ()
+    # SGLang ServerArgs fields a model with this kind of layer needs, per device, unless
+    # the user gave them (RuntimeConfig.sglang_defaults)
+    sglang_defaults: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
 
 LAYER_KINDS: dict[str, LayerKind] = {
@@ -78,12 +81,45 @@ LAYER_KINDS: dict[str, LayerKind] = {
                 "sliding-window layers use SGLang's stock attention",
             ),
         ),
-        # gpt-oss: the attention-sinks helper fills this in (which backend keeps the sinks).
-        LayerKind("attention_sinks", "per-head sink logits in the attention's softmax"),
-        # Qwen3.5: the linear-attention helper fills this in (what a recurrent state allows).
+        # gpt-oss (issue 53): sinks on sliding-window and full layers alike. SGLang's stock
+        # torch_native has neither, so the prefill-only CPU backend runs every such layer
+        # itself, windows included (features/prefill_attention/windowed.py), and never
+        # leaves one to the stock path (it raises there): prefill-only KV holds, unlike
+        # the sliding_window kind's stock-path limits. Measured on the tiny checkpoint,
+        # every feature on: tests/test_family_gpt_oss.py.
+        LayerKind(
+            "attention_sinks",
+            "per-head sink logits in the attention's softmax (gpt-oss: on sliding-window "
+            "and full layers), applied with the window by the prefill-only attention itself",
+            notes=(
+                "CPU only: on CUDA, SGLang's FlashInfer backend (ours is its subclass) has "
+                "no sinks and SGLang refuses it for gpt-oss; FlashInfer query chunks take "
+                "sinks and the window but the whole-layer forward is FlashInfer's",
+                "sliding-window layers keep every cached token (SGLang's hybrid "
+                "sliding-window pool is switched off: one pool for all layers)",
+            ),
+        ),
         LayerKind(
             "linear_attention",
-            "linear attention (gated delta net) with a recurrent state and a short convolution",
+            "linear attention (Gated DeltaNet) with a recurrent state and a short "
+            "convolution per sequence, in SGLang's state pool",
+            notes=(
+                "a reusable prefix is one state snapshot at its end (with the "
+                "full-attention layers' KV): a cold prompt's first extend ends at the "
+                "prefix, and items behind a cached prefix compute only their own tokens",
+                "no state is kept for the suffix: the prompt's final state is dropped",
+            ),
+            # SGLang snapshots states at fixed intervals (its extra_buffer strategy) on
+            # GPUs only; no_buffer keeps the state at the end of what a request cached,
+            # which is where prefill-only KV ends a reusable prefix. no_buffer runs
+            # without the overlapped scheduler (SGLang's own rule, mamba_hook.py).
+            sglang_defaults={
+                device: {
+                    "mamba_radix_cache_strategy": "no_buffer",
+                    "disable_overlap_schedule": True,
+                }
+                for device in ("cpu", "cuda")
+            },
         ),
         LayerKind(
             "moe",
@@ -123,6 +159,13 @@ class Family:
     def notes(self) -> tuple[str, ...]:
         return tuple(note for kind in self.layers for note in LAYER_KINDS[kind].notes)
 
+    def sglang_defaults(self, device: str) -> dict[str, object]:
+        """The SGLang fields its kinds of layer need on `device` (the user's values win)."""
+        fields: dict[str, object] = {}
+        for kind in self.layers:
+            fields.update(LAYER_KINDS[kind].sglang_defaults.get(device, {}))
+        return fields
+
 
 _LLAMA = ("llama_layer", "full_attention")
 _OTHER = ("other_layer", "full_attention")
@@ -146,12 +189,14 @@ FAMILIES: dict[str, Family] = {
             ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"),
             ("other_layer", "sliding_window", "full_attention"),
         ),
-        # The attention-sinks helper owns this row (issue 53).
+        # The attention-sinks helper owns this row (issue 53). Its sliding-window layers
+        # are attention_sinks layers: the prefill-only backend runs them, window and sinks,
+        # never the stock path the sliding_window kind describes (its limits do not apply).
         Family(
             "gpt_oss",
             "gpt-oss",
             ("GptOssForCausalLM",),
-            ("other_layer", "sliding_window", "full_attention", "attention_sinks", "moe"),
+            ("other_layer", "full_attention", "attention_sinks", "moe"),
         ),
         # The linear-attention helper owns these two rows (issue 53).
         Family(

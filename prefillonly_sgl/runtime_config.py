@@ -183,6 +183,17 @@ class RuntimeConfig:
         """What SGLang's processes must inherit."""
         return {environment.RUNTIME_CONFIG: self.worker.to_json()}
 
+    def sglang_environment_defaults(self) -> dict[str, str]:
+        """SGLang's own variables this configuration sets unless the user set them.
+
+        A float32 engine keeps the short-convolution states of linear-attention layers in
+        float32: SGLang stores them in bfloat16 by default, which a state continued from
+        the prefix cache carries into the item's tokens (4e-4 in a label's probability on
+        the tiny Qwen3.5, against 2e-7 computed in one pass)."""
+        if resolve_dtype(self.model_path, self.device, self.dtype) == "float32":
+            return {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
+        return {}
+
     def sglang_fields(self) -> dict[str, Any]:
         """The ServerArgs fields this configuration decides (beyond the device defaults,
         which user values override): they override the user's."""
@@ -203,6 +214,8 @@ class RuntimeConfig:
         """ServerArgs fields used unless the user gave them: the device's, plus what the
         memory budget needs."""
         defaults = sglang_defaults(self.device)
+        if self.model_family is not None:
+            defaults.update(families.FAMILIES[self.model_family].sglang_defaults(self.device))
         if self.memory is not None and self.device == "cuda":
             defaults["mem_fraction_static"] = BUDGET_MEM_FRACTION_STATIC
         return defaults

@@ -29,6 +29,9 @@ class PrefillKvState:
     inactive_because: str | None = None
     max_scoring_input_len: int | None = None  # context-bound, SGLang's "len >= it" form
     max_pool_input_len: int | None = None  # SGLang's pool-bound input limit (same form)
+    # the model keeps a recurrent state per sequence (linear attention, mamba): a score
+    # prompt's first extend ends at R, where the prefix cache keeps one state snapshot
+    recurrent_state: bool = False
 
 
 @dataclass

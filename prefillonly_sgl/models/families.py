@@ -210,7 +210,19 @@ def _gpt_oss(out_dir, seed):
         num_experts_per_tok=2,
     )
     torch.manual_seed(seed)
-    return _save(GptOssForCausalLM(config), tok, out_dir, seed)
+    model = GptOssForCausalLM(config).to(torch.float32)
+    _widen(model, seed)
+    # SGLang keeps gpt-oss's sinks in bfloat16 whatever the model's dtype (models/
+    # gpt_oss.py, except on trtllm_mha): sinks that bfloat16 holds exactly make a float32
+    # engine and transformers attend with the same sinks (rounded ones: ~2e-5 apart).
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".sinks"):
+                p.copy_(p.to(torch.bfloat16).float())
+    model.config.dtype = "float32"
+    model.save_pretrained(out_dir)  # not _save: it would widen (and unround) them again
+    tok.save_pretrained(out_dir)
+    return Path(out_dir)
 
 
 def _qwen3_5_text(moe: bool) -> tuple[object, dict]:
@@ -223,6 +235,9 @@ def _qwen3_5_text(moe: bool) -> tuple[object, dict]:
         **common,
         head_dim=16,
         layer_types=["linear_attention"] * 3 + ["full_attention"],
+        # The published config.json files carry it beside layer_types (Qwen3-Next's
+        # name for the 3:1 pattern), and SGLang's Qwen3.5 reads it.
+        full_attention_interval=4,
         linear_conv_kernel_dim=4,
         linear_key_head_dim=16,
         linear_value_head_dim=16,

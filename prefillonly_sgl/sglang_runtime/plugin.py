@@ -45,6 +45,8 @@ def runtime_enabled(config: RuntimeConfig):
     installed; then the environment restored, so that a later stock engine in this process
     stays stock."""
     values = config.environment()
+    for name, value in config.sglang_environment_defaults().items():
+        values.setdefault(name, os.environ.get(name, value))  # the user's value wins
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
     try:
@@ -54,6 +56,14 @@ def runtime_enabled(config: RuntimeConfig):
             from prefillonly_sgl.features.prefill_kv import tokenizer_process
 
             tokenizer_process.install_in_this_process()
+        if "prefill_attention" in config.features:
+            # Where SGLang resolves its arguments (this process): a model with attention
+            # sinks steered to our backend (features/prefill_attention/sink_models.py).
+            from prefillonly_sgl.features.prefill_attention import (
+                tokenizer_process as attention_main,
+            )
+
+            attention_main.install_in_this_process()
         yield
     finally:
         for name, value in saved.items():

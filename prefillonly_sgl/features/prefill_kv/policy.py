@@ -88,3 +88,16 @@ def slot_mask(kept: Sequence[int], extend_lens: Sequence[int]) -> list[bool]:
         mask.extend([True] * k)
         mask.extend([False] * (n - k))
     return mask
+
+
+def recurrent_prefix_extend(prefix_len: int, total_len: int, reusable_len: int) -> int | None:
+    """For a model with recurrent-state layers (linear attention, mamba): how many new
+    tokens the prompt's first extend takes so that it ends at R, where the prefix cache
+    keeps the state (one snapshot, the state at R); None when it needs no split (R is
+    already cached, or R covers the whole prompt, whose final state is then the snapshot).
+
+    A recurrent layer's state exists only at the end of an extend; a cold prompt computed
+    in one pass would leave the state at its end, which no other prompt can reuse."""
+    if prefix_len < reusable_len < total_len:
+        return reusable_len - prefix_len
+    return None

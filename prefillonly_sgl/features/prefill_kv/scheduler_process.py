@@ -49,6 +49,7 @@ from prefillonly_sgl.features.prefill_kv.policy import (
     clamp_reusable_len,
     dropped_new_tokens,
     kept_new_tokens,
+    recurrent_prefix_extend,
     runs_one_forward,
     slot_mask,
 )
@@ -76,6 +77,8 @@ def reusable_len(req) -> int | None:
 # -- start-up ----------------------------------------------------------------------------
 def _after_get_worker_info(result, self, *args, **kwargs):
     runner = self.model_runner
+    # SGLang keeps linear-attention / mamba layers' states in a pool beside the KV pool.
+    STATE.recurrent_state = getattr(runner.req_to_token_pool, "mamba_pool", None) is not None
     STATE.inactive_because = _unsupported_here(self, runner)
     STATE.active = STATE.inactive_because is None
     if STATE.active:
@@ -112,6 +115,9 @@ def _unsupported_here(worker, runner) -> str | None:
         return "dLLM models are not handled"
     backend = runner.attn_backend
     backend = getattr(backend, "prefill_backend", backend)  # HybridAttnBackend: prefill side
+    # HybridLinearAttnBackend: its full-attention layers' backend (the linear-attention
+    # layers keep no per-token KV; their state is split at R instead, _split_at_prefix)
+    backend = getattr(backend, "full_attn_backend", backend)
     check = getattr(backend, "prefill_only_kv_unsupported", None)
     if check is None:  # stock backends read new tokens back from the pool
         return f"attention backend {type(backend).__name__} is not prefillonly's"
@@ -183,11 +189,35 @@ class _KeptTokensBudget:
         return self._inner.reserve(extend_input_len, max_new_tokens, **kwargs)
 
 
+def _split_at_prefix(original, adder, req, r, has_chunked_req, truncation_align_size):
+    """Admit a cold score prompt of a recurrent-state model as a chunked request whose
+    first chunk ends at R (SGLang's own chunking: the adder truncates at its chunk budget,
+    lowered here to the tokens up to R). When that chunk ends SGLang's radix cache keeps
+    the prefix with a copy of the state there (no_buffer's cache_unfinished_req); the rest
+    of the prompt runs next round from that state."""
+    budget = adder.rem_chunk_tokens
+    if budget is not None and budget < r:
+        return original(adder, req, has_chunked_req, truncation_align_size)  # chunked anyway
+    adder.rem_chunk_tokens = r
+    try:
+        result = original(adder, req, has_chunked_req, truncation_align_size)
+    finally:
+        used = r - adder.rem_chunk_tokens if adder.rem_chunk_tokens is not None else 0
+        adder.rem_chunk_tokens = None if budget is None else budget - used
+    return result
+
+
 def _around_add_one_req(original, self, req, has_chunked_req, truncation_align_size):
     from sglang.srt.managers.schedule_policy import AddReqResult
     from sglang.srt.mem_cache.prefill_budget import PrefillBudget
 
     r = reusable_len(req)
+    if STATE.recurrent_state and r is not None:
+        split = recurrent_prefix_extend(req.prefix_len, len(req.full_untruncated_fill_ids), r)
+        if split is not None:
+            return _split_at_prefix(
+                original, self, req, split, has_chunked_req, truncation_align_size
+            )
     if r is None or self.page_size != 1 or type(self.memory_budget) is not PrefillBudget:
         return original(self, req, has_chunked_req, truncation_align_size)
     remaining = len(req.full_untruncated_fill_ids) - req.prefix_len
