@@ -20,8 +20,25 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.entrypoints.engine.Engine.shutdown": "stops the worker processes",
     "sglang.srt.entrypoints.engine.kill_process_tree": (
-        "AROUND (offline_engine.SHUTDOWN_HOOKS): kills only the processes of the engine "
-        "this thread is shutting down"
+        "AROUND (offline_engine.HOOKS): kills only the processes of the engine this thread "
+        "is shutting down; while an Engine of ours starts, SGLang's launch-phase SIGQUIT "
+        "handler (a worker failed) does not kill the caller's process"
+    ),
+    "sglang.srt.entrypoints.engine._set_envs_and_config": (
+        "relied on: installs the launch-phase SIGQUIT handler, kill_process_tree(os.getpid()), "
+        "which the hook above defuses and start_sglang_engine replaces after start"
+    ),
+    "sglang.srt.entrypoints.engine._wait_for_scheduler_ready": (
+        "relied on: raises when the scheduler's pipe handshake fails or it dies at start "
+        "(the Engine's EngineStartError)"
+    ),
+    "sglang.srt.managers.tokenizer_manager.SignalHandler.running_phase_sigquit_handler": (
+        "removed from an Engine of ours' event loop (it kills the caller's process tree when "
+        "a worker fails); WorkerWatch reports the dead worker instead"
+    ),
+    "sglang.srt.utils.watchdog.SubprocessWatchdog.stop": (
+        "an Engine of ours stops SGLang's watchdog (its answer to a dead worker is a SIGQUIT "
+        "to the caller); WorkerWatch replaces it"
     ),
     # -- CPU support: names SGLang imports from sgl_kernel on the CPU path --
     "sglang.srt.mem_cache.allocation.assign_req_to_token_pool_func": (
@@ -111,7 +128,9 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.managers.tokenizer_manager.TokenizerManager.auto_create_handle_loop": (
         "arms SGLang's SIGTERM drain at start-up instead of at the first request; the DSL's "
-        "event_loop.py checks which loop it bound (SGLang answers only on that loop)"
+        "event_loop.py checks which loop it bound (SGLang answers only on that loop); AFTER "
+        "(offline_engine.HOOKS): an Engine of ours takes the running-phase SIGQUIT handler "
+        "it adds off the loop"
     ),
     "sglang.srt.managers.tokenizer_manager.TokenizerManager.gracefully_exit": (
         "set by SGLang's SIGTERM handler: we refuse new work (503) while it drains"
@@ -149,6 +168,55 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool.set_kv_buffer": "saves new KV",
     "sglang.srt.layers.radix_attention.AttentionType.ENCODER_ONLY": "left to stock",
     "sglang.srt.runtime_context.get_spec": "speculative decoding -> stock flashinfer factory",
+    # -- attention sinks and sliding windows (gpt-oss; features/prefill_attention/) --
+    "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_decode": (
+        "overridden for layers with attention sinks (stock has none); stock otherwise"
+    ),
+    "sglang.srt.layers.attention.base_attn_backend.AttentionBackend.forward": (
+        "relied on: passes the model's sinks= keyword on to forward_extend / forward_decode"
+    ),
+    "sglang.srt.models.gpt_oss.GptOssAttention.forward_core": (
+        "relied on: calls the attention with sinks= (kept in bfloat16 unless trtllm_mha)"
+    ),
+    "sglang.srt.models.gpt_oss.get_attention_sliding_window_size": (
+        "relied on: layer.sliding_window_size = the config's sliding_window - 1, which "
+        "windowed.visible reads as torch_native's mask does (q - window <= k <= q)"
+    ),
+    "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend"
+    "._make_sliding_window_mask": "the window's meaning, which windowed.visible keeps",
+    "sglang.srt.layers.attention.attention_registry.create_intel_amx_backend": (
+        "kept (as ATTENTION_BACKENDS['intel_amx']) for models without sinks; ours "
+        "registered under intel_amx serves models with sinks"
+    ),
+    "sglang.srt.configs.model_config.ModelConfig._detect_attention_sinks": (
+        "sets has_attention_sinks, which picks our backend under intel_amx and steers a "
+        "sink model there (sink_models.py)"
+    ),
+    "sglang.srt.arg_groups.resolution_hooks.register_resolution_hook": (
+        "SGLang's plugin API for resolution steps: our wrapper of handle_cpu_backends "
+        "(features/prefill_attention/tokenizer_process.py)"
+    ),
+    "sglang.srt.arg_groups.platform_hook.handle_cpu_backends": (
+        "wrapped (by name, through register_resolution_hook): a sink model on CPU asks "
+        "for intel_amx, with disable_hybrid_swa_memory"
+    ),
+    "sglang.srt.arg_groups.model_hook.handle_model_specific_adjustments": (
+        "relied on: refuses torch_native for GptOssForCausalLM, accepts intel_amx; runs "
+        "after handle_cpu_backends"
+    ),
+    "sglang.srt.arg_groups.overrides._attention_backend_platform_fallbacks": (
+        "relied on: intel_amx becomes torch_native where SGLang's AMX kernels are absent "
+        "(both names are our backend for a sink model)"
+    ),
+    "sglang.srt.arg_groups.overrides.declare_resolution": "declares the sink model's fields",
+    "sglang.srt.arg_groups.overrides.resolving_view": "the device and backends so far",
+    "sglang.srt.arg_groups.model_override_base.model_config_of": (
+        "the model's ModelConfig (has_attention_sinks) while the arguments resolve"
+    ),
+    "sglang.srt.server_args.ServerArgs.disable_hybrid_swa_memory": (
+        "set for sink models: one KV pool for sliding and full layers (the prefill-only "
+        "kernels read no SWA pool)"
+    ),
     # -- hook tables (hooking/hooks.py) --
     "sglang.srt.plugins.hook_registry.HookType": "AROUND / AFTER: a table's hook types",
     "sglang.srt.plugins.hook_registry.HookRegistry.apply_hooks": (

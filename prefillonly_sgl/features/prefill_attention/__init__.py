@@ -7,6 +7,9 @@ only, against the cached prefix read from the pool (docs/prefill_attention.md).
     flashinfer_chunk.py              the same with FlashInfer's ragged prefill on CUDA
     scheduler_torch_backend.py       the CPU backend (under torch_native's name), in the
                                      scheduler process; registers the GPU one too
+    windowed.py                      sliding windows and attention sinks (gpt-oss), CPU
+    sink_models.py                   what SGLang is asked for a model with sinks (plain)
+    tokenizer_process.py             the main process: a sink model past SGLang's check
     scheduler_flashinfer_backend.py  the GPU subclass (FlashInfer's name): what prefill-only
                                      KV needs on top of stock FlashInfer
 """
@@ -16,6 +19,10 @@ from __future__ import annotations
 
 def register() -> None:
     """Plugin entry (every SGLang process)."""
-    from prefillonly_sgl.features.prefill_attention import scheduler_torch_backend
+    from prefillonly_sgl.features.prefill_attention import (
+        scheduler_torch_backend,
+        tokenizer_process,
+    )
 
     scheduler_torch_backend.register()
+    tokenizer_process.install_in_this_process()  # where SGLang resolves its arguments

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from prefillonly_sgl.features.prefill_attention import windowed
 from prefillonly_sgl.features.prefill_attention.plan import (
     DEFAULT_LIMITS,
     Group,
@@ -112,6 +113,7 @@ class ExtendAttention:
         self.spans = spans
         self.prefix_slots = prefix_slots
         self.stack_heads_below = limits.stack_heads_below
+        self.min_block, self.max_block_mask = limits.min_block, limits.max_block_mask
         self.shared: list[_SharedGroup] = []
         others = list(range(len(spans)))
         if shared_prefix and FLASH_WITH_LSE is not None and torch.device(device).type == "cpu":
@@ -142,11 +144,19 @@ class ExtendAttention:
         v_pool: torch.Tensor,  # (slots, Hkv, Dv)
         scale: float | None,
         out: torch.Tensor | None = None,  # (T, H, Dv), written in place when given
+        window: int | None = None,  # a sliding layer's window (windowed.py); None: full
+        sinks: torch.Tensor | None = None,  # (H,) attention-sink logits (gpt-oss)
     ) -> torch.Tensor:
         """(T, H, Dv) attention output. Without `out`, a batch that is one SDPA call (one
         request in one query block: a cold prompt, or a long item alone) returns the
         kernel's own output as it is (laid out (N, H, Dv) underneath): no second
-        (T, H, Dv) buffer and no copy, which matters for long prompts."""
+        (T, H, Dv) buffer and no copy, which matters for long prompts.
+
+        A window or sinks (windowed.py) run every request through masked fused calls
+        that return their log-sum-exps; shared-prefix groups stay groups (the prefix
+        gathered and attended once, merged with each member's own part)."""
+        if window is not None or sinks is not None:
+            return self._windowed(q, k, v, k_pool, v_pool, scale, out, window, sinks)
         gqa = q.shape[1] != k.shape[1]
         if out is None:
             single = self._single_call()
@@ -159,6 +169,31 @@ class ExtendAttention:
             self._run_group(group, q, k, v, k_pool, v_pool, scale, gqa, out)
         for shared in self.shared:
             shared.run(q, k, v, k_pool, v_pool, scale, out)
+        return out
+
+    def _windowed(self, q, k, v, k_pool, v_pool, scale, out, window, sinks):
+        if out is None:
+            out = q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
+        # Padded groups exist to batch small requests into one call; with a window's or
+        # sinks' masks each request runs on its own (the same math, fewer shapes).
+        singles = [i for i, _ in self.alone] + [j for g in self.groups for j in g.group.members]
+        for i in singles:
+            span = self.spans[i]
+            # query blocks whose masks stay within the plan's bound; a sliding layer's
+            # block sees at most window + block keys
+            keys = span.kv_len if window is None else min(span.kv_len, window + 1 + self.min_block)
+            block = max(self.min_block, self.max_block_mask // max(1, keys))
+            rows = slice(span.q_start, span.q_start + span.n_new)
+            slots = self.prefix_slots[i]
+            if slots is not None:
+                slots = slots.to(device=q.device, dtype=torch.long)
+            o = windowed.attend_request(
+                q[rows], k[rows], v[rows], k_pool, v_pool, slots, span.prefix_len,
+                scale, window, sinks, block,
+            )  # fmt: skip
+            out[rows] = o.to(out.dtype)
+        for shared in self.shared:
+            shared.run_windowed(q, k, v, k_pool, v_pool, scale, out, window, sinks)
         return out
 
     def _single_call(self):
@@ -291,6 +326,8 @@ class _SharedGroup:
         self.group = group
         self.slots = prefix_slots[group.members[0]].to(device=device, dtype=torch.long)
         member_spans = [spans[i] for i in group.members]
+        self._n_new = {i: s.n_new for i, s in zip(group.members, member_spans)}
+        self._q_start = {i: s.q_start for i, s in zip(group.members, member_spans)}
         self.rows = torch.cat(
             [torch.arange(s.q_start, s.q_start + s.n_new, device=device) for s in member_spans]
         )
@@ -366,6 +403,39 @@ class _SharedGroup:
             out[self.row_slice] = merged
         else:
             out.index_copy_(0, self.rows, merged.to(out.dtype))
+
+    def run_windowed(self, q, k, v, k_pool, v_pool, scale, out, window, sinks) -> None:
+        """run() with a sliding window and / or sinks (windowed.py): every member's queries
+        against the shared prefix in one masked call (the prefix gathered once; a member's
+        j-th new token is at position P + j, so one mask serves all members), each
+        member's own part causal (and windowed), merged by log-sum-exp, then the sinks."""
+        p = self.group.prefix_len
+        device = q.device
+        local = torch.cat([torch.arange(self._n_new[i], device=device) for i in self.group.members])
+        q_g = q.index_select(0, self.rows)
+        lo = windowed.first_key(p, window)
+        slots = self.slots[lo:]
+        prefix = windowed.attend(
+            q_g,
+            k_pool.index_select(0, slots),
+            v_pool.index_select(0, slots),
+            windowed.visible(p + local, torch.arange(lo, p, device=device), window),
+            scale,
+        )
+        o_own = torch.empty(prefix[0].shape, dtype=torch.float32, device=device)
+        lse_own = torch.empty(prefix[1].shape, dtype=torch.float32, device=device)
+        start = 0
+        for i in self.group.members:
+            n = self._n_new[i]
+            rows = slice(self._q_start[i], self._q_start[i] + n)
+            pos = torch.arange(n, device=device)
+            o_i, lse_i = windowed.attend(
+                q[rows], k[rows], v[rows], windowed.visible(pos, pos, window), scale
+            )
+            o_own[start : start + n], lse_own[start : start + n] = o_i, lse_i
+            start += n
+        o, lse = windowed.merge([prefix, (o_own, lse_own)])
+        out.index_copy_(0, self.rows, windowed.with_sinks(o, lse, sinks).to(out.dtype))
 
 
 def _padded(x, local_idx, pad_idx, n_rows) -> torch.Tensor:

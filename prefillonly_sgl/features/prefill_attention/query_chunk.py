@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from prefillonly_sgl.features.prefill_attention import windowed
 from prefillonly_sgl.features.prefill_attention.cpu_extend import FLASH_WITH_LSE, ExtendAttention
 from prefillonly_sgl.features.prefill_attention.plan import (
     DEFAULT_LIMITS,
@@ -75,18 +76,57 @@ class QueryChunkAttention:
         k_pool: torch.Tensor,  # (slots, Hkv, D)
         v_pool: torch.Tensor,
         scale: float | None,
+        window: int | None = None,  # a sliding layer's window (windowed.py); None: full
+        sinks: torch.Tensor | None = None,  # (H,) attention-sink logits (gpt-oss)
     ) -> torch.Tensor:
         """(end - start, H, Dv) attention output of the chunk's rows."""
         start, end = self.plan.start, self.plan.end
         k_chunk, v_chunk = k_all[start:end], v_all[start:end]  # rows aligned with q
+        extra = {"window": window, "sinks": sinks}
         if self.plan.head is None:
-            return self.rest(q, k_chunk, v_chunk, k_pool, v_pool, scale)
+            return self.rest(q, k_chunk, v_chunk, k_pool, v_pool, scale, **extra)
         out = q.new_empty((q.shape[0], q.shape[1], v_all.shape[2]))
         rows = self.plan.head_rows
-        self._head(q[:rows], k_all, v_all, k_pool, v_pool, scale, out[:rows])
+        if window is None and sinks is None:
+            self._head(q[:rows], k_all, v_all, k_pool, v_pool, scale, out[:rows])
+        else:
+            self._head_windowed(q[:rows], k_all, v_all, k_pool, v_pool, scale, out[:rows], **extra)
         if self.rest is not None:
-            self.rest(q, k_chunk, v_chunk, k_pool, v_pool, scale, out=out)
+            self.rest(q, k_chunk, v_chunk, k_pool, v_pool, scale, out=out, **extra)
         return out
+
+    def _head_windowed(self, q, k_all, v_all, k_pool, v_pool, scale, out, window, sinks):
+        """_head with a window and / or sinks: the same three parts, masked by position
+        (the head's j-th row in the chunk is at position P + before + j) and cut to the keys
+        the window reaches, merged, then the sinks."""
+        start, n = self.plan.start, q.shape[0]
+        first, before = self.head_first_row, self.plan.head_before
+        p = 0 if self.head_slots is None else int(self.head_slots.numel())
+        q_pos = torch.arange(p + before, p + before + n, device=q.device)
+        lo = windowed.first_key(p + before, window)  # earliest key position any row sees
+        parts = []
+        if lo < p:
+            slots = self.head_slots[lo:]
+            k_pos = torch.arange(lo, p, device=q.device)
+            k_pre = k_pool.index_select(0, slots)
+            v_pre = v_pool.index_select(0, slots)
+            parts.append(
+                windowed.attend(q, k_pre, v_pre, windowed.visible(q_pos, k_pos, window), scale)
+            )
+        own_lo = max(0, lo - p)  # earlier own keys, from the first one the window reaches
+        if own_lo < before:
+            k_pos = torch.arange(p + own_lo, p + before, device=q.device)
+            rows = slice(first + own_lo, start)
+            seen = windowed.visible(q_pos, k_pos, window)
+            parts.append(windowed.attend(q, k_all[rows], v_all[rows], seen, scale))
+        rows = slice(start, start + n)
+        parts.append(
+            windowed.attend(
+                q, k_all[rows], v_all[rows], windowed.visible(q_pos, q_pos, window), scale
+            )
+        )
+        o, lse = windowed.merge(parts)
+        out.copy_(windowed.with_sinks(o, lse, sinks))
 
     def _head(self, q, k_all, v_all, k_pool, v_pool, scale, out) -> None:
         """The head request's rows: prefix (pool) + earlier own keys + causal own chunk."""

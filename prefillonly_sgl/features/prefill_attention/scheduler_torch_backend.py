@@ -15,9 +15,13 @@ KV-allocation paths); a new name would need those patched too. Only processes wh
 runtime configuration lists "prefill_attention" are affected (see plugin.py), so stock
 SGLang in the same environment stays stock.
 
-What falls back to the stock implementation (unchanged behaviour): decode, forward modes
-other than EXTEND / MIXED, encoder-decoder and encoder-only layers, sliding-window
-layers and pools, q/k head dims different from the v head dim.
+What falls back to the stock implementation (unchanged behaviour): decode (except in
+layers with attention sinks, which stock torch_native lacks: forward_decode here), forward
+modes other than EXTEND / MIXED, encoder-decoder and encoder-only layers, SGLang's hybrid
+sliding-window pool, q/k head dims different from the v head dim. Sliding-window layers
+and attention sinks (gpt-oss: `layer.sliding_window_size`, the `sinks=` keyword SGLang's
+attention passes) run here, masked by position (windowed.py); a layer with sinks never
+falls back to the stock forward, which would drop them: it raises instead.
 
 GPU: stock FlashInferAttnBackend already runs ragged attention over the new tokens
 merged with paged attention over the cached prefix, so its forward stays stock;
@@ -35,11 +39,13 @@ gathers and attends to its prefix on its own, as before): for A/B measurements
 
 from __future__ import annotations
 
+import torch
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
+from prefillonly_sgl.features.prefill_attention import windowed
 from prefillonly_sgl.features.prefill_attention.cpu_extend import ExtendAttention
 from prefillonly_sgl.features.prefill_attention.plan import Span, plan_query_chunk
 from prefillonly_sgl.features.prefill_attention.query_chunk import (
@@ -64,12 +70,10 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
         """prefill_kv's question (asked once the model is loaded): could an extend batch
         read new tokens from the pool? Only in layers left to the stock forward (_handles)."""
         runner = self._model_runner
-        if (
-            self.use_sliding_window_kv_pool
-            or getattr(runner, "sliding_window_size", None) is not None
-            or runner.model_config.is_encoder_decoder
-        ):
-            return "sliding-window / cross-attention layers use the stock torch_native path"
+        if self.use_sliding_window_kv_pool:
+            return "SGLang's hybrid sliding-window KV pool is read by the stock torch_native path"
+        if runner.model_config.is_encoder_decoder:
+            return "cross-attention layers use the stock torch_native path"
         return None
 
     def init_forward_metadata(self, forward_batch) -> None:
@@ -102,8 +106,9 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
         _log_plan(attention)
         return attention
 
-    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, sinks=None):
         if not self._handles(layer, k, v):
+            _refuse_sinks(sinks, layer)
             _refuse_dropped_tokens(forward_batch)
             return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache)
         if save_kv_cache:
@@ -123,8 +128,42 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
             self.token_to_kv_pool.get_key_buffer(layer.layer_id),
             self.token_to_kv_pool.get_value_buffer(layer.layer_id),
             layer.scaling,
+            window=_window(layer),
+            sinks=sinks,
         )
         return o.view(q.shape[0], layer.tp_q_head_num * layer.v_head_dim)
+
+    def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, sinks=None):
+        """Stock decode, except in layers with attention sinks (stock torch_native has
+        none): each request's one query against its keys in the pool (within the layer's
+        window), then the sink. Decode runs only for generate requests, whose KV is whole."""
+        if sinks is None:
+            return super().forward_decode(q, k, v, layer, forward_batch, save_kv_cache)
+        _refuse_sinks(sinks if self.use_sliding_window_kv_pool else None, layer)
+        if save_kv_cache and k is not None and v is not None:
+            self.token_to_kv_pool.set_kv_buffer(
+                layer, KVWriteLoc(forward_batch.out_cache_loc, self.swa_out_cache_loc), k, v
+            )
+        heads, window = layer.tp_q_head_num, _window(layer)
+        q_ = q.reshape(-1, heads, layer.qk_head_dim)
+        out = q_.new_empty((q_.shape[0], heads, layer.v_head_dim))
+        k_buf = self.token_to_kv_pool.get_key_buffer(layer.layer_id)
+        v_buf = self.token_to_kv_pool.get_value_buffer(layer.layer_id)
+        req_to_token = self.req_to_token_pool.req_to_token
+        seq_lens = _as_list(getattr(forward_batch, "seq_lens_cpu", None), forward_batch.seq_lens)
+        for r, (pool_index, seq_len) in enumerate(
+            zip(forward_batch.req_pool_indices.tolist(), seq_lens)
+        ):
+            lo = windowed.first_key(seq_len - 1, window)
+            slots = req_to_token[pool_index, lo:seq_len].long()
+            seen = windowed.visible(
+                torch.tensor([seq_len - 1], device=q.device),
+                torch.arange(lo, seq_len, device=q.device),
+                window,
+            )
+            o, lse = windowed.attend(q_[r : r + 1], k_buf[slots], v_buf[slots], seen, layer.scaling)
+            out[r] = windowed.with_sinks(o, lse, sinks)[0].to(out.dtype)
+        return out.view(q_.shape[0], heads * layer.v_head_dim)
 
     def supports_query_chunks(self, forward_batch) -> bool:
         """Whether this extend batch's layers may run in query chunks (hybrid prefilling,
@@ -137,7 +176,7 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
             and query_chunks_supported()
         )
 
-    def forward_query_chunk(self, q, k_all, v_all, layer, forward_batch, start, end):
+    def forward_query_chunk(self, q, k_all, v_all, layer, forward_batch, start, end, sinks=None):
         """forward_extend for the batch's rows [start, end) of a layer run in query
         chunks: saves the chunk's k / v to the pool (rows prefill-only KV keeps) and returns
         the attention of its queries against every key so far, (end - start, H * Dv).
@@ -171,6 +210,8 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
             self.token_to_kv_pool.get_key_buffer(layer.layer_id),
             self.token_to_kv_pool.get_value_buffer(layer.layer_id),
             layer.scaling,
+            window=_window(layer),
+            sinks=sinks,
         )
         return o.reshape(end - start, layer.tp_q_head_num * layer.v_head_dim)
 
@@ -181,8 +222,23 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
             and v is not None
             and not layer.is_cross_attention
             and layer.attn_type != AttentionType.ENCODER_ONLY
-            and (layer.sliding_window_size is None or layer.sliding_window_size <= -1)
             and layer.qk_head_dim == layer.v_head_dim
+        )
+
+
+def _window(layer) -> int | None:
+    """The layer's sliding window as windowed.py takes it (SGLang's -1 / None: full)."""
+    size = layer.sliding_window_size
+    return None if size is None or size <= -1 else int(size)
+
+
+def _refuse_sinks(sinks, layer) -> None:
+    """The stock torch_native forward has no attention sinks: a layer with sinks left to
+    it would score wrong (SGLang refuses torch_native for such models for this reason)."""
+    if sinks is not None:
+        raise RuntimeError(
+            f"layer {layer.layer_id} has attention sinks, which the stock torch_native path "
+            "(here: SGLang's hybrid sliding-window KV pool) does not apply"
         )
 
 
@@ -248,12 +304,23 @@ def create_flashinfer_backend(runner):
 _STOCK_FACTORIES: dict = {}
 
 
+def create_intel_amx_backend(runner):
+    """Ours for models with attention sinks, which sink_models.py asks SGLang to run
+    under SGLang's CPU name "intel_amx" (SGLang's own choice for gpt-oss on a CPU; its
+    check refuses torch_native for them); SGLang's AMX backend for any other model a user
+    runs on it."""
+    if runner.model_config.has_attention_sinks:
+        return PrefillOnlyTorchBackend(runner)
+    return _STOCK_FACTORIES["intel_amx"](runner)
+
+
 def register() -> None:
     """Plugin feature "prefill_attention": our factories under SGLang's backend names."""
     from sglang.srt.layers.attention import attention_registry
 
     for name, factory in (
         ("torch_native", create_torch_backend),
+        ("intel_amx", create_intel_amx_backend),
         ("flashinfer", create_flashinfer_backend),
     ):
         _STOCK_FACTORIES.setdefault(name, attention_registry.ATTENTION_BACKENDS[name])

@@ -1,0 +1,48 @@
+"""What SGLang is asked for when a model has attention sinks (gpt-oss): plain Python.
+
+SGLang refuses such models on its torch_native backend ("torch_native has neither sliding
+window nor attention sinks", arg_groups/model_hook.py) and, when no backend is given,
+picks for gpt-oss on a CPU "intel_amx" (arg_groups/model_overrides/gpt_oss.py), which it
+turns into torch_native after that check where its AMX kernels are absent. Our
+prefill-only backend applies sinks and windows (windowed.py) and is registered under
+both names in an engine that runs it, so on a CPU a sink model is asked for SGLang's own
+choice, "intel_amx", instead of our device default "torch_native": the same backend
+either way, past SGLang's check by its own route.
+
+It also needs every layer's KV in one pool: SGLang's hybrid sliding-window pool keeps the
+sliding layers in a second pool that frees tokens outside the window, which the
+prefill-only kernels do not read (they fall back to the stock forward there, which has no
+sinks). So a sink model gets disable_hybrid_swa_memory (SGLang's own switch, which its
+Gemma 2 / 3 overrides set): sliding layers then keep every cached token, as full ones do.
+"""
+
+from __future__ import annotations
+
+# SGLang's CPU attention backend name, which SGLang itself picks for gpt-oss on a CPU.
+CPU_SINK_BACKEND = "intel_amx"
+
+
+def sink_model_fields(
+    device: str | None,
+    attention_backend: str | None,
+    prefill_backend: str | None,
+    decode_backend: str | None,
+    has_sinks: bool,
+) -> dict:
+    """The ServerArgs fields to declare for a model (empty: leave SGLang's resolution as
+    it is). Only where our CPU backend is the one asked for (torch_native, our device
+    default, with no other prefill / decode backend): another backend the user chose
+    keeps SGLang's own check and its own message."""
+    if not has_sinks or device != "cpu":
+        return {}
+    if attention_backend != "torch_native" or {prefill_backend, decode_backend} - {
+        None,
+        "torch_native",
+    }:
+        return {}
+    return {
+        "attention_backend": CPU_SINK_BACKEND,
+        "prefill_attention_backend": None,
+        "decode_attention_backend": None,
+        "disable_hybrid_swa_memory": True,
+    }

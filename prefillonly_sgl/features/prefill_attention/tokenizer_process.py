@@ -1,0 +1,52 @@
+"""Prefill-only attention in the main (tokenizer) process: where SGLang resolves its
+server arguments, a model with attention sinks (gpt-oss) is steered to our backend past
+SGLang's backend check (sink_models.py says what and why).
+
+The route is SGLang's own plugin API for resolution steps (register_resolution_hook): a
+wrapper of "handle_cpu_backends", the step that picks the CPU attention backend and runs
+before the model-specific check. The wrapper is inert unless the process runs an engine
+with prefill-only attention (the runtime configuration in the environment, set by
+plugin.runtime_enabled while SGLang starts).
+"""
+
+from __future__ import annotations
+
+from prefillonly_sgl.features.prefill_attention.sink_models import sink_model_fields
+
+_installed = False
+SOURCE = "prefillonly: prefill-only attention applies attention sinks and sliding windows"
+
+
+def _handle_cpu_backends(server_args, previous) -> None:
+    previous(server_args)
+    from prefillonly_sgl.runtime_config import WorkerConfig
+
+    config = WorkerConfig.from_environment()
+    if config is None or "prefill_attention" not in config.features:
+        return  # stock SGLang, or an engine without our attention
+    from sglang.srt.arg_groups.model_override_base import model_config_of
+    from sglang.srt.arg_groups.overrides import declare_resolution, resolving_view
+
+    cfg = resolving_view(server_args)
+    if cfg.device != "cpu":
+        return
+    fields = sink_model_fields(
+        cfg.device,
+        cfg.attention_backend,
+        cfg.prefill_attention_backend,
+        cfg.decode_attention_backend,
+        model_config_of(server_args).has_attention_sinks,
+    )
+    if fields:
+        declare_resolution(server_args, SOURCE, **fields)
+
+
+def install_in_this_process() -> None:
+    """Registers the wrapper once per process (SGLang keeps registrations for good)."""
+    global _installed
+    if _installed:
+        return
+    from sglang.srt.arg_groups.resolution_hooks import register_resolution_hook
+
+    register_resolution_hook("handle_cpu_backends")(_handle_cpu_backends)
+    _installed = True

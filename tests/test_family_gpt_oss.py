@@ -1,0 +1,100 @@
+"""gpt-oss through prefillonly_sgl.Engine on CPU, float32, every runtime feature on
+(prefill-only attention and KV, the JCT scheduler, hybrid prefilling, prompt logprobs):
+the tiny checkpoint of the published shape (models/families.py: sliding / full layers
+with a 16-token window, non-zero attention sinks, 4 experts top-2) scores like a plain
+transformers forward within 1e-4, cold and as prefix-cache hits (items behind one shared
+query: a shared-prefix group), and its continuation logprobs too. SGLang refuses
+torch_native for gpt-oss; the engine starts because sink models are steered to our
+backend (features/prefill_attention/sink_models.py). One engine for the module."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import max_abs_diff
+
+from prefillonly_sgl import Engine
+from prefillonly_sgl.features import FEATURES
+from prefillonly_sgl.models.families import SLIDING_WINDOW, build_family
+from prefillonly_sgl.reference import TransformersReference
+
+TOLERANCE = 1e-4
+
+QUERY = "User profile: likes science fiction, history books and long walks.\n"
+ITEMS = [  # every prompt is longer than the 16-token window; one spans several chunks
+    "Item: a documentary about the history of the moon landing. Relevant? Answer Yes or No:",
+    "Item: socks. Relevant?",
+    "Item: " + "a long book about the history of science fiction and walks, " * 5 + "Relevant?",
+]
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    return str(build_family("gpt_oss", tmp_path_factory.mktemp("gpt_oss") / "model"))
+
+
+@pytest.fixture(scope="module")
+def engine(model_path):
+    # 32-token chunks: the long item's prefill runs hybrid prefilling's chunks
+    with Engine(
+        model_path, device="cpu", dtype="float32", max_total_tokens=4096,
+        hybrid_prefill_chunk_size=32,
+    ) as engine:  # fmt: skip
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def reference(model_path):
+    return TransformersReference(model_path)
+
+
+@pytest.fixture(scope="module")
+def labels(engine):
+    tok = engine.tokenizer
+    return [tok.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No", " good")]
+
+
+def test_every_feature_runs(engine):
+    assert set(engine.features) == set(FEATURES)
+    assert engine.prefill_only_kv_active
+
+
+def test_cold_then_cached_match_transformers(engine, reference, labels):
+    query = "Cold: " + QUERY  # a query no other test sends: the first call is cold
+    want = reference.score(query, ITEMS, labels)
+    assert len(reference.prompt_ids(query, ITEMS[1])) > SLIDING_WINDOW
+    cold = engine.score(query, ITEMS, labels)
+    assert cold.cached_tokens == 0
+    assert max_abs_diff(cold.scores, want) < TOLERANCE
+    hit = engine.score(query, ITEMS, labels)  # the query's KV is in the prefix cache now
+    assert hit.cached_tokens > 0
+    assert max_abs_diff(hit.scores, want) < TOLERANCE
+
+
+def test_items_behind_a_cached_query_match(engine, reference, labels):
+    """A warm query, then many items in one call: hits on one cached prefix, attended as
+    a shared-prefix group (prefix part once, merged by log-sum-exp, then the sinks)."""
+    query = "Shared: " + QUERY
+    engine.score(query, ITEMS[:1], labels)
+    items = [f"Item {i}: " + "science fiction " * (i % 4) + "Relevant?" for i in range(8)]
+    got = engine.score(query, items, labels, apply_softmax=False)
+    assert got.cached_tokens >= len(items) * 10
+    want = reference.score(query, items, labels, apply_softmax=False)
+    assert max_abs_diff(got.scores, want) < TOLERANCE
+
+
+def test_sinks_matter(engine, model_path, labels):
+    """A reference without the sinks is far from the engine: a backend that dropped them
+    would fail the tests above."""
+    sinkless = TransformersReference(model_path)
+    for name, p in sinkless.model.named_parameters():
+        if name.endswith(".sinks"):
+            p.data.fill_(float("-inf"))  # e^-inf = 0: no sink in any denominator
+    got = engine.score(QUERY, ITEMS, labels)
+    assert max_abs_diff(got.scores, sinkless.score(QUERY, ITEMS, labels)) > 1e-3
+
+
+def test_continuation_logprobs_match(engine, reference):
+    continuation = " Yes, it is relevant to the user."
+    got = engine.continuation_logprobs(QUERY, ITEMS[:2], continuation)
+    want = reference.continuation_logprobs(QUERY, ITEMS[:2], continuation)
+    assert max_abs_diff(got.token_logprobs, want) < TOLERANCE
