@@ -80,7 +80,7 @@ def test_the_mirrored_flashinfer_source_is_unchanged():
 
 def _torch_backend(**runner):
     backend = PrefillOnlyTorchBackend.__new__(PrefillOnlyTorchBackend)
-    backend.use_sliding_window_kv_pool = False
+    backend.use_sliding_window_kv_pool = runner.get("swa_pool", False)
     backend._model_runner = SimpleNamespace(
         sliding_window_size=runner.get("window"),
         model_config=SimpleNamespace(is_encoder_decoder=runner.get("enc_dec", False)),
@@ -90,7 +90,11 @@ def _torch_backend(**runner):
 
 def test_torch_backend_refuses_models_with_layers_it_leaves_to_stock():
     assert _torch_backend().prefill_only_kv_unsupported() is None
-    assert "sliding-window" in _torch_backend(window=4096).prefill_only_kv_unsupported()
+    # Sliding-window layers run in the prefill-only kernels (windowed.py); SGLang's hybrid
+    # sliding-window pool (a second pool for those layers) is left to the stock path.
+    assert _torch_backend(window=4096).prefill_only_kv_unsupported() is None
+    swa_pool = _torch_backend(window=4096, swa_pool=True).prefill_only_kv_unsupported()
+    assert "sliding-window KV pool" in swa_pool
     assert "cross-attention" in _torch_backend(enc_dec=True).prefill_only_kv_unsupported()
 
 
