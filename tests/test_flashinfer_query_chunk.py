@@ -4,6 +4,8 @@ naive attention wherever CUDA and flashinfer are present (skipped on the CPU mac
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from test_prefill_attention_kernel import expected, make_batch
@@ -12,6 +14,7 @@ from prefillonly_sgl.features.hybrid_prefill.chunking import chunk_ranges
 from prefillonly_sgl.features.prefill_attention.flashinfer_chunk import (
     FlashInferQueryChunk,
     chunk_pieces,
+    windowed_keys,
 )
 from prefillonly_sgl.features.prefill_attention.plan import Span, plan_query_chunk
 
@@ -66,4 +69,91 @@ def test_chunks_equal_naive_attention_on_cuda(prefix_lens, new_lens, chunk, monk
         plan = plan_query_chunk(spans, start, end)
         attention = FlashInferQueryChunk(plan, spans, slots, workspace, wrappers)
         got[start:end] = attention(q[start:end], k, v, k_pool, v_pool, 0.125)
+    assert (got.double().cpu() - want).abs().max() < 1e-2
+
+
+def test_windowed_keys_end_at_each_piece_and_start_where_the_window_reaches():
+    """With a window or sinks each piece attends to one gathered run of keys (FlashInfer's
+    bottom-right window alignment is right only there): the prefix positions and own-key
+    rows its queries can see. Plain Python."""
+    spans = [Span(0, 10, 30), Span(30, 0, 5), Span(35, 7, 40)]
+    plan = plan_query_chunk(spans, 20, 50)
+    # full layer: the whole prefix, then every own key up to the piece's last query
+    assert windowed_keys(plan, spans, None) == [(0, 10, 0, 30), (0, 0, 30, 35), (0, 7, 35, 50)]
+    # window 4: the head's first query is at position 10 + 20 = 30, so keys from 26 (own
+    # row 16); the third request's first query at 7 sees prefix positions 3..6
+    assert windowed_keys(plan, spans, 4) == [(10, 10, 16, 30), (0, 0, 30, 35), (3, 7, 35, 50)]
+
+
+class _RaggedLikeFlashInfer:
+    """FlashInfer's ragged prefill as documented, in torch (for the CPU check of the
+    gathered path's rows and sink math): bottom-right causal, window_left, base-2 lse."""
+
+    def plan(self, qo_indptr, kv_indptr, heads, kv_heads, d, causal, sm_scale, window_left, **_):
+        self.qo, self.kv, self.scale, self.window = qo_indptr, kv_indptr, sm_scale, window_left
+
+    def run(self, q, k, v, return_lse):
+        outs, lses = [], []
+        for i in range(len(self.qo) - 1):
+            qs, ks = slice(self.qo[i], self.qo[i + 1]), slice(self.kv[i], self.kv[i + 1])
+            n, m = qs.stop - qs.start, ks.stop - ks.start
+            g = q.shape[1] // k.shape[1]
+            kk = k[ks].double().repeat_interleave(g, 1)
+            vv = v[ks].double().repeat_interleave(g, 1)
+            s = torch.einsum("qhd,khd->hqk", q[qs].double(), kk) * self.scale
+            rel = torch.arange(m - n, m).unsqueeze(1) - torch.arange(m)
+            seen = (rel >= 0) & ((rel <= self.window) if self.window >= 0 else True)
+            s = s.masked_fill(~seen, float("-inf"))
+            outs.append(torch.einsum("hqk,khd->qhd", s.softmax(-1), vv).float())
+            lses.append((torch.logsumexp(s, -1) / math.log(2.0)).T.float())
+        return torch.cat(outs), torch.cat(lses)
+
+
+@pytest.mark.parametrize("window, sinks", [(8, None), (None, True), (8, True)], ids=str)
+def test_the_gathered_path_is_the_windowed_softmax_with_sinks(window, sinks):
+    """The gathered rows, the window and the sinks (from a base-2 lse), through a torch
+    stand-in of FlashInfer's documented ragged semantics: the CPU kernels' naive softmax
+    (test_attention_sinks_windows.py). What FlashInfer itself does is checked on CUDA."""
+    from test_attention_sinks_windows import expected as windowed_expected
+    from test_attention_sinks_windows import sinks_for
+
+    spans, slots, q, k, v, k_pool, v_pool = make_batch([40, 0, 12], [77, 9, 30])
+    sink_logits = sinks_for(q.shape[1]) if sinks else None
+    want = windowed_expected(spans, slots, q, k, v, k_pool, v_pool, window, sink_logits)
+    got = torch.empty_like(want, dtype=q.dtype)
+    for start, end in chunk_ranges(q.shape[0], 24):
+        chunk = FlashInferQueryChunk(
+            plan_query_chunk(spans, start, end), spans, slots, torch.empty(0),
+            wrappers={"ragged": _RaggedLikeFlashInfer()},
+        )  # fmt: skip
+        got[start:end] = chunk(
+            q[start:end], k, v, k_pool, v_pool, 16**-0.5, window=window, sinks=sink_logits
+        )
+    assert (got.double() - want).abs().max() < 1e-5
+
+
+@pytest.mark.skipif(not _flashinfer_on_cuda(), reason="needs CUDA and flashinfer")
+@pytest.mark.parametrize("window, sinks", [(16, None), (None, True), (16, True)], ids=str)
+def test_windows_and_sinks_equal_naive_attention_on_cuda(window, sinks, monkeypatch):
+    import test_attention_sinks_windows
+    import test_prefill_attention_kernel
+
+    monkeypatch.setattr(test_prefill_attention_kernel, "D", 64)
+    monkeypatch.setattr(test_attention_sinks_windows, "SCALE", 0.125)
+    spans, slots, q, k, v, k_pool, v_pool = make_batch([100, 0], [150, 60], heads=(8, 2))
+    sink_logits = test_attention_sinks_windows.sinks_for(8) if sinks else None
+    want = test_attention_sinks_windows.expected(
+        spans, slots, q, k, v, k_pool, v_pool, window, sink_logits
+    )
+    q, k, v, k_pool, v_pool = [t.cuda().half() for t in (q, k, v, k_pool, v_pool)]
+    slots = [None if s is None else s.cuda() for s in slots]
+    workspace = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
+    wrappers = {}
+    got = torch.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype, device="cuda")
+    for start, end in chunk_ranges(q.shape[0], 64):
+        chunk = FlashInferQueryChunk(
+            plan_query_chunk(spans, start, end), spans, slots, workspace, wrappers
+        )
+        s = None if sink_logits is None else sink_logits.cuda()
+        got[start:end] = chunk(q[start:end], k, v, k_pool, v_pool, 0.125, window=window, sinks=s)
     assert (got.double().cpu() - want).abs().max() < 1e-2

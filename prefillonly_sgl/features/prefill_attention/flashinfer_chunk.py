@@ -16,6 +16,18 @@ restricted to a query range.
     chunk = FlashInferQueryChunk(plan, spans, prefix_slots, workspace)   # per forward
     out = chunk(q, k_all, v_all, k_pool, v_pool, scale)                  # per layer
 
+Sliding windows and attention sinks (gpt-oss; the CPU kernels' windowed.py): FlashInfer's
+`window_left` counts positions from its bottom-right alignment, which is right for the
+ragged part (the piece's keys end at its last query) but not for the paged prefix planned
+non-causal (there FlashInfer would place the queries at the prefix's end). So with a window
+or sinks each piece's keys are gathered into one ragged run that ends at its last query:
+the prefix keys the window reaches (from the pool), then its own keys; one causal ragged
+call with window_left, and the sinks applied from its log-sum-exp. FlashInfer returns
+base-2 log-sum-exps (vLLM merges them with is_lse_base_on_e=False), so the sink's share is
+computed from lse * ln 2. Not run on a GPU (none was lent to this work):
+tests/test_flashinfer_query_chunk.py checks the gathered rows on CPU and the values
+wherever CUDA and flashinfer are present.
+
 Backends as SGLang's FlashInfer backend picks them: the ragged wrapper "auto" (FA3 on
 Hopper, FA2 elsewhere), the paged one FA2 (SGLang's prefill_backend). The GPU kit
 (scripts/gpu_kit/) carries FA2's sources only, so benchmarks/gpu_prefill.py passes
@@ -27,6 +39,8 @@ flashinfer are present, and benchmarks/gpu_prefill.py with float32 attention on 
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -45,6 +59,21 @@ def chunk_pieces(plan: QueryChunkPlan, spans: list[Span]) -> list[tuple[int, int
     for i, local in plan.rest:
         pieces.append((i, local.q_start, local.n_new, plan.start + local.q_start, local.n_new))
     return pieces
+
+
+def windowed_keys(
+    plan: QueryChunkPlan, spans: list[Span], window: int | None
+) -> list[tuple[int, int, int, int]]:
+    """Per piece (chunk_pieces' order): (prefix key from, prefix key to, own key row from,
+    own key row to) that its queries can see: the prefix positions [from, to) and the
+    layer's own-key rows [from, to), ending at the piece's last query. Plain Python."""
+    keys = []
+    for i, _, n_q, first_row, n_kv in chunk_pieces(plan, spans):
+        p = spans[i].prefix_len
+        first_q = p + n_kv - n_q  # position of the piece's first query
+        lo = 0 if window is None else max(0, first_q - window)
+        keys.append((min(lo, p), p, first_row + max(0, lo - p), first_row + n_kv))
+    return keys
 
 
 class FlashInferQueryChunk:
@@ -82,11 +111,13 @@ class FlashInferQueryChunk:
             )
         self.workspace = workspace
         self.wrappers = wrappers if wrappers is not None else {}
+        self._plan, self._spans, self._slots = plan, spans, slots
+        self._windowed: dict = {}  # window -> (kv_indptr, gather index pieces)
 
     def _wrapper(self, kind: str):
-        import flashinfer
-
         if kind not in self.wrappers:
+            import flashinfer
+
             cls = (
                 flashinfer.BatchPrefillWithRaggedKVCacheWrapper
                 if kind == "ragged"
@@ -95,10 +126,15 @@ class FlashInferQueryChunk:
             self.wrappers[kind] = cls(self.workspace, "NHD", backend=self.backends[kind])
         return self.wrappers[kind]
 
-    def __call__(self, q, k_all, v_all, k_pool, v_pool, scale) -> torch.Tensor:
+    def __call__(
+        self, q, k_all, v_all, k_pool, v_pool, scale, window=None, sinks=None
+    ) -> torch.Tensor:
         """q: (n, H, D) the chunk's queries; k_all / v_all: (T, Hkv, D) the layer's keys,
-        rows before the chunk's end computed; k_pool / v_pool: (slots, Hkv, D).
+        rows before the chunk's end computed; k_pool / v_pool: (slots, Hkv, D); window:
+        SGLang's sliding_window_size (None: full); sinks: (H,) sink logits.
         Returns (n, H, Dv)."""
+        if window is not None or sinks is not None:
+            return self._gathered(q, k_all, v_all, k_pool, v_pool, scale, window, sinks)
         from flashinfer import merge_state
 
         heads, kv_heads, d = q.shape[1], k_all.shape[1], q.shape[2]
@@ -141,3 +177,48 @@ class FlashInferQueryChunk:
         )
         merged, _ = merge_state(o, lse, o_pre, lse_pre)
         return merged
+
+    def _gathered(self, q, k_all, v_all, k_pool, v_pool, scale, window, sinks):
+        """One causal ragged call over each piece's visible keys gathered (module docstring)."""
+        device = q.device
+        if window not in self._windowed:
+            indptr, parts = [0], []
+            for slots, (p_lo, p_hi, r_lo, r_hi) in zip(
+                self._slots, windowed_keys(self._plan, self._spans, window)
+            ):
+                pool_rows = slots[p_lo:p_hi].long() if p_hi > p_lo else None
+                parts.append((pool_rows, r_lo, r_hi))
+                indptr.append(indptr[-1] + (p_hi - p_lo) + (r_hi - r_lo))
+            self._windowed[window] = (torch.tensor(indptr, dtype=torch.int32), parts)
+        kv_indptr, parts = self._windowed[window]
+
+        def gather(own, pool):
+            pieces = []
+            for pool_rows, r_lo, r_hi in parts:
+                if pool_rows is not None:
+                    pieces.append(pool.index_select(0, pool_rows.to(device)).to(own.dtype))
+                pieces.append(own[r_lo:r_hi])
+            return torch.cat(pieces)
+
+        heads, kv_heads, d = q.shape[1], k_all.shape[1], q.shape[2]
+        ragged = self._wrapper("ragged")
+        ragged.plan(
+            self.qo_indptr.to(device),
+            kv_indptr.to(device),
+            heads,
+            kv_heads,
+            d,
+            causal=True,
+            sm_scale=scale,
+            window_left=-1 if window is None else window,
+            q_data_type=q.dtype,
+        )
+        o, lse = ragged.run(
+            q.contiguous(), gather(k_all, k_pool), gather(v_all, v_pool), return_lse=True
+        )
+        if sinks is None:
+            return o
+        lse = lse.float() * math.log(2.0)  # FlashInfer's log-sum-exp is base 2
+        sink = sinks.to(device=device, dtype=torch.float32).view(1, -1)
+        keep = torch.exp(lse - torch.logaddexp(lse, sink))  # e^lse / (e^lse + e^sink)
+        return (o.float() * keep.unsqueeze(-1)).to(o.dtype)

@@ -101,7 +101,7 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
             and flashinfer_pool_reads(self, _prefill_graph_backend()) is None
         )
 
-    def forward_query_chunk(self, q, k_all, v_all, layer, forward_batch, start, end):
+    def forward_query_chunk(self, q, k_all, v_all, layer, forward_batch, start, end, sinks=None):
         """forward_extend for the batch's rows [start, end) of a layer run in query chunks
         (the CPU backend's method of the same name, with FlashInfer)."""
         loc = forward_batch.out_cache_loc[start:end]
@@ -125,6 +125,7 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
             )
             self._query_chunks[start, end] = chunk
         k_pool, v_pool = self.token_to_kv_pool.get_kv_buffer(layer.layer_id)
+        window_size = layer.sliding_window_size
         o = chunk(
             q.view(end - start, layer.tp_q_head_num, layer.head_dim),
             k_all,
@@ -132,6 +133,8 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
             k_pool,
             v_pool,
             layer.scaling,
+            window=None if window_size is None or window_size <= -1 else int(window_size),
+            sinks=sinks,
         )
         return o.view(end - start, layer.tp_q_head_num * layer.head_dim)
 
