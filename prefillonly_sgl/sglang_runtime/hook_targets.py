@@ -210,8 +210,13 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.arg_groups.overrides.declare_resolution": "declares the sink model's fields",
     "sglang.srt.arg_groups.overrides.resolving_view": "the device and backends so far",
+    "sglang.srt.configs.model_config.ModelConfig.from_server_args": (
+        "a throwaway ModelConfig (has_attention_sinks) while the arguments resolve, unless "
+        "SGLang memoized one on them already (its _model_config, model_config_of's memo)"
+    ),
     "sglang.srt.arg_groups.model_override_base.model_config_of": (
-        "the model's ModelConfig (has_attention_sinks) while the arguments resolve"
+        "relied on: memoizes the ModelConfig as server_args._model_config, which "
+        "tokenizer_process reads when present"
     ),
     "sglang.srt.server_args.ServerArgs.disable_hybrid_swa_memory": (
         "set for sink models: one KV pool for sliding and full layers (the prefill-only "

@@ -24,7 +24,6 @@ def _handle_cpu_backends(server_args, previous) -> None:
     config = WorkerConfig.from_environment()
     if config is None or "prefill_attention" not in config.features:
         return  # stock SGLang, or an engine without our attention
-    from sglang.srt.arg_groups.model_override_base import model_config_of
     from sglang.srt.arg_groups.overrides import declare_resolution, resolving_view
 
     cfg = resolving_view(server_args)
@@ -35,10 +34,23 @@ def _handle_cpu_backends(server_args, previous) -> None:
         cfg.attention_backend,
         cfg.prefill_attention_backend,
         cfg.decode_attention_backend,
-        model_config_of(server_args).has_attention_sinks,
+        _has_attention_sinks(server_args),
     )
     if fields:
         declare_resolution(server_args, SOURCE, **fields)
+
+
+def _has_attention_sinks(server_args) -> bool:
+    """SGLang's own answer (ModelConfig.has_attention_sinks). SGLang memoizes the
+    ModelConfig it builds on the arguments (model_config_of); building that memo here,
+    before the later steps have resolved their fields (dtype, context length, the hybrid
+    pool switch declared below), would freeze their earlier values in it, so a memo is
+    used only where SGLang made one already, else a throwaway ModelConfig is built."""
+    from sglang.srt.configs.model_config import ModelConfig
+
+    memo = getattr(server_args, "_model_config", None)
+    config = memo if memo is not None else ModelConfig.from_server_args(server_args)
+    return bool(config.has_attention_sinks)
 
 
 def install_in_this_process() -> None:
