@@ -311,7 +311,15 @@ def _qwen3_5_vl(out_dir, seed):
         tie_word_embeddings=False,
     )
     torch.manual_seed(seed)
-    return _save(Qwen3_5ForConditionalGeneration(config), tok, out_dir, seed)
+    out = _save(Qwen3_5ForConditionalGeneration(config), tok, out_dir, seed)
+    # The published folders carry the image and video processors' configs; SGLang loads
+    # the processor of a multimodal architecture at start, text-only requests included.
+    from transformers import Qwen2VLImageProcessor, Qwen3VLVideoProcessor
+
+    sizes = dict(patch_size=4, merge_size=2, temporal_patch_size=2)
+    Qwen2VLImageProcessor(**sizes).save_pretrained(out)
+    Qwen3VLVideoProcessor(**sizes).save_pretrained(out)
+    return out
 
 
 FAMILY_BUILDERS: dict[str, Callable[[str | Path, int], Path]] = {

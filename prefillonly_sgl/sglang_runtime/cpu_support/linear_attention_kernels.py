@@ -282,3 +282,15 @@ def qkvzba_split_contiguous(mixed_qkvz, mixed_ba, num_heads_qk, num_heads_v, hea
     b = mixed_ba[:, :num_heads_v].contiguous()
     a = mixed_ba[:, num_heads_v:].contiguous()
     return mixed_qkv, z, b, a
+
+
+def gate_sigmoid_mul(hidden_states, gate_weight, shared_output):
+    """A shared expert's output scaled per token by sigmoid(hidden . gate_weight)."""
+    gate = torch.sigmoid(hidden_states.float() @ gate_weight.float()).unsqueeze(-1)
+    return (gate * shared_output.float()).to(shared_output.dtype)
+
+
+def gate_sigmoid_mul_add(hidden_states, gate_weight, shared_output, out) -> None:
+    """out += the gated shared expert's output, in place."""
+    gated = gate_sigmoid_mul(hidden_states, gate_weight, shared_output)
+    out.copy_((out.float() + gated.float()).to(out.dtype))

@@ -17,3 +17,17 @@ def gated_rmsnorm_on_cpu_kernel(module) -> None:
 
     if is_cpu():
         module._use_cpu = True
+
+
+def shared_expert_gate_in_torch(module) -> None:
+    """``models.qwen2_moe`` (Qwen2-MoE, Qwen3.5-MoE) gates the shared expert with a fused
+    Triton kernel, sigmoid(hidden . w) * shared (added to the routed experts' output),
+    unless the gate runs SGLang's AMX backend; the same math in torch here."""
+    from sglang.srt.utils import is_cpu
+
+    if not is_cpu():
+        return
+    from prefillonly_sgl.sglang_runtime.cpu_support import linear_attention_kernels as kernels
+
+    module.fused_gate_sigmoid_mul = kernels.gate_sigmoid_mul
+    module.fused_gate_sigmoid_mul_add = kernels.gate_sigmoid_mul_add
