@@ -163,5 +163,7 @@ def test_a_sink_model_on_cpu_asks_for_sglangs_own_cpu_backend():
     assert sink_model_fields("cpu", "torch_native", "torch_native", None, True)
     assert sink_model_fields("cpu", "torch_native", None, None, has_sinks=False) == {}
     assert sink_model_fields("cuda", "flashinfer", None, None, has_sinks=True) == {}
-    assert sink_model_fields("cpu", "intel_amx", None, None, has_sinks=True) == {}
+    assert sink_model_fields("cpu", "intel_amx", None, None, has_sinks=True) == {
+        "disable_hybrid_swa_memory": True  # intel_amx by name: ours too, one pool
+    }
     assert sink_model_fields("cpu", "torch_native", "triton", None, has_sinks=True) == {}

@@ -177,12 +177,14 @@ class ExtendAttention:
         # Padded groups exist to batch small requests into one call; with a window's or
         # sinks' masks each request runs on its own (the same math, fewer shapes).
         singles = [i for i, _ in self.alone] + [j for g in self.groups for j in g.group.members]
+        g = q.shape[1] // k.shape[1]
         for i in singles:
             span = self.spans[i]
             # query blocks whose masks stay within the plan's bound; a sliding layer's
             # block sees at most window + block keys
+            # (the mask's rows are repeated for the G query heads of a KV head)
             keys = span.kv_len if window is None else min(span.kv_len, window + 1 + self.min_block)
-            block = max(self.min_block, self.max_block_mask // max(1, keys))
+            block = max(self.min_block, self.max_block_mask // max(1, keys * g))
             rows = slice(span.q_start, span.q_start + span.n_new)
             slots = self.prefix_slots[i]
             if slots is not None:

@@ -31,14 +31,15 @@ def sink_model_fields(
 ) -> dict:
     """The ServerArgs fields to declare for a model (empty: leave SGLang's resolution as
     it is). Only where our CPU backend is the one asked for (torch_native, our device
-    default, with no other prefill / decode backend): another backend the user chose
-    keeps SGLang's own check and its own message."""
+    default, or intel_amx by name, with no other prefill / decode backend): another
+    backend the user chose keeps SGLang's own check and its own message."""
     if not has_sinks or device != "cpu":
         return {}
-    if attention_backend != "torch_native" or {prefill_backend, decode_backend} - {
-        None,
-        "torch_native",
-    }:
+    if {prefill_backend, decode_backend} - {None, attention_backend}:
+        return {}  # split backends the user chose: SGLang's own check and message
+    if attention_backend == CPU_SINK_BACKEND:  # asked for by name: ours too (one pool)
+        return {"disable_hybrid_swa_memory": True}
+    if attention_backend != "torch_native":
         return {}
     return {
         "attention_backend": CPU_SINK_BACKEND,

@@ -53,6 +53,8 @@ def attend(q, k, v, seen, scale):
             torch.full((n, heads), float("-inf"), dtype=torch.float32, device=q.device),
         )
     stacked = q.reshape(n, kv_heads, g, d).permute(1, 2, 0, 3).reshape(1, kv_heads, g * n, d)
+    if seen is not None and bool(seen.all()):
+        seen = None  # every key visible (a full layer's prefix part): no mask to build
     mask = None
     if seen is not None:
         mask = torch.zeros(seen.shape, dtype=q.dtype, device=q.device)
