@@ -18,6 +18,7 @@ _LAZY = {
     "InvalidRequestError": "prefillonly_sgl.errors",
     "EngineClosedError": "prefillonly_sgl.errors",
     "EngineStartError": "prefillonly_sgl.errors",
+    "EngineDiedError": "prefillonly_sgl.errors",
     # the scoring DSL (prefillonly_sgl/dsl)
     "classifier": "prefillonly_sgl.dsl",
     "ranker": "prefillonly_sgl.dsl",

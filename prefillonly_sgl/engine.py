@@ -24,7 +24,7 @@ from pathlib import Path
 
 from prefillonly_sgl import runtime_config
 from prefillonly_sgl.continuations import ContinuationResult
-from prefillonly_sgl.errors import EngineClosedError
+from prefillonly_sgl.errors import EngineClosedError, EngineDiedError
 from prefillonly_sgl.features import STOCK_SGLANG  # noqa: F401  (re-exported)
 from prefillonly_sgl.features.hybrid_prefill.settings import HybridSettings
 from prefillonly_sgl.features.jct_scheduler.settings import JctSettings
@@ -135,6 +135,7 @@ class Engine:
         self.device = config.device
         self._lock = threading.Lock()
         self._sgl = None
+        self._watch = None
         # User values win over the device defaults; the configuration's own fields (the
         # model, the pool of a memory plan, SGLang's policy under JCT) over both.
         args = {
@@ -144,10 +145,15 @@ class Engine:
             **config.sglang_fields(),
         }
         with runtime_enabled(config):
-            self._sgl, owned_processes = start_sglang_engine(args)
+            self._sgl, owned_processes, self._watch = start_sglang_engine(args)
         # An Engine the user forgets to shut down must not leave SGLang processes behind.
         self._finalizer = weakref.finalize(
-            self, _shutdown_quietly, shutdown_sglang_engine, self._sgl, owned_processes
+            self,
+            _shutdown_quietly,
+            shutdown_sglang_engine,
+            self._sgl,
+            owned_processes,
+            self._watch,
         )
         limits, prefill_kv_off_reason = read_start_info(self._sgl)
         self.limits: ModelLimits = limits
@@ -245,8 +251,10 @@ class Engine:
         from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
 
         check_running_loop_is_served(self._require_running())
-        return await self._front.score(
-            query, items, label_token_ids, apply_softmax, item_first, None, length_normalize
+        return await self._watch.until_died(
+            self._front.score(
+                query, items, label_token_ids, apply_softmax, item_first, None, length_normalize
+            )
         )
 
     def continuation_logprobs(
@@ -274,7 +282,9 @@ class Engine:
         from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
 
         check_running_loop_is_served(self._require_running())
-        return await self._front.continuation_logprobs(query, items, continuation)
+        return await self._watch.until_died(
+            self._front.continuation_logprobs(query, items, continuation)
+        )
 
     def decide(self, input, questions: list, *, model: str | None = None, **options):
         """Typed questions about a state, each answered with every option's probability:
@@ -295,7 +305,7 @@ class Engine:
         check_running_loop_is_served(self._require_running())
         body = {"model": model or Path(str(self.model_path)).name, "input": input}
         request = parse(openai_wire.DecisionsRequest, {**body, "questions": questions, **options})
-        outcome = await self._front.decide(openai_wire.to_call(request))
+        outcome = await self._watch.until_died(self._front.decide(openai_wire.to_call(request)))
         return openai_wire.to_response(request.model, outcome)
 
     async def async_decide_call(self, call):
@@ -303,7 +313,7 @@ class Engine:
         from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
 
         check_running_loop_is_served(self._require_running())
-        return await self._front.decide(call)
+        return await self._watch.until_died(self._front.decide(call))
 
     def run_until_complete(self, coroutine):
         """Run a coroutine that awaits this engine (``async_score``, a DSL job) to the end
@@ -341,6 +351,9 @@ class Engine:
     def _require_running(self):
         if self._sgl is None:
             raise EngineClosedError("this Engine has been shut down; create a new one")
+        if self._watch.death is not None:
+            # A worker died (WorkerWatch stopped the rest): SGLang would never answer.
+            raise EngineDiedError(self._watch.death)
         return self._sgl
 
     def shutdown(self) -> None:
@@ -371,9 +384,9 @@ def _warn_at_start(config: RuntimeConfig) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def _shutdown_quietly(shutdown, sgl_engine, owned_processes) -> None:
+def _shutdown_quietly(shutdown, sgl_engine, owned_processes, watch) -> None:
     try:
-        shutdown(sgl_engine, owned_processes)
+        shutdown(sgl_engine, owned_processes, watch)
     except Exception:  # interpreter teardown: the processes are being killed anyway
         pass
 

@@ -17,3 +17,10 @@ class EngineClosedError(PrefillOnlyError, RuntimeError):
 
 class EngineStartError(PrefillOnlyError, RuntimeError):
     """SGLang's runtime failed to start; the message says what to check."""
+
+
+class EngineDiedError(EngineClosedError):
+    """One of SGLang's worker processes (the scheduler, the detokenizer) died after the
+    engine started: the message names it and its last error line. The engine's other
+    processes are stopped; create a new Engine. An EngineClosedError, since this engine
+    cannot score any more."""

@@ -82,3 +82,106 @@ def test_guardless_script_scores_and_cleans_up(tmp_path, tiny_llama_path):
     # SGLang's workers end with SIGKILL: nothing of theirs may stay registered with the
     # resource tracker (it warned about a leaked semaphore at exit)
     assert "leaked" not in out.stderr, out.stderr[-2000:]
+
+
+# A model folder SGLang's scheduler cannot load: its architecture is no model SGLang has.
+# The scheduler raises, sends SIGQUIT to the caller (SGLang's launch-phase handler would
+# kill the caller's whole process tree, the caller included) and exits.
+FAILING_START_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from multiprocessing import resource_tracker
+    import psutil
+    import prefillonly_sgl
+
+    try:
+        prefillonly_sgl.Engine(sys.argv[1], device="cpu", max_total_tokens=1024)
+    except prefillonly_sgl.EngineStartError as e:
+        print("start error:", e, flush=True)
+    tracker = resource_tracker._resource_tracker._pid
+    left = [p.pid for p in psutil.Process().children(recursive=True)
+            if p.pid != tracker and p.status() != psutil.STATUS_ZOMBIE]
+    print("processes left:", left)
+    """
+)
+
+
+def test_worker_failing_at_start_raises_in_the_caller(tmp_path, tiny_llama_path):
+    import json
+    import shutil
+
+    model = tmp_path / "unservable"
+    shutil.copytree(tiny_llama_path, model)
+    config = json.loads((model / "config.json").read_text())
+    config["architectures"] = ["NoSuchModelForCausalLM"]
+    (model / "config.json").write_text(json.dumps(config))
+    script = tmp_path / "failing_start.py"
+    script.write_text(FAILING_START_SCRIPT)
+    out = subprocess.run(
+        [sys.executable, str(script), str(model)], capture_output=True, text=True, timeout=300
+    )
+    # Before the fix the caller was killed (SIGKILL, exit code -9) and printed nothing.
+    assert out.returncode == 0, (out.returncode, out.stderr[-3000:])
+    message = next(line for line in out.stdout.splitlines() if line.startswith("start error:"))
+    assert "architecture NoSuchModelForCausalLM in its config.json" in message
+    assert "docs/models.md" in message and "prefillonly verify" in message  # the family table
+    # the scheduler's own last error line, which only its stderr had
+    assert "ValueError: Cannot find model module. 'NoSuchModelForCausalLM'" in message
+    assert "processes left: []" in out.stdout
+
+
+# An engine whose scheduler dies after start (the OOM killer's SIGKILL) while a score call
+# waits on it; and before that, a worker's SIGQUIT after start (how a scheduler that hits
+# an exception reports it; SGLang's running-phase handler kills the caller's process tree).
+DYING_WORKER_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys, threading
+    from multiprocessing import resource_tracker
+    import psutil
+    import prefillonly_sgl
+
+    engine = prefillonly_sgl.Engine(sys.argv[1], device="cpu", max_total_tokens=1024)
+    yes = engine.tokenizer.encode(" Yes", add_special_tokens=False)[0]
+    engine.score("Q:", [" a"], [yes])  # SGLang's running-phase handler is installed now
+    os.kill(os.getpid(), signal.SIGQUIT)
+    print("after SIGQUIT", engine.score("Q:", [" a"], [yes]).scores, flush=True)
+
+    scheduler = next(p for p in psutil.Process().children()
+                     if "scheduler" in " ".join(p.cmdline()))
+    scheduler.suspend()  # the next call waits on it ...
+    threading.Timer(1.0, scheduler.kill).start()  # ... until it dies
+    try:
+        engine.score("Q:", [" a", " b"], [yes])
+    except prefillonly_sgl.EngineDiedError as e:
+        print("died:", e, flush=True)
+    try:
+        engine.score("Q:", [" a"], [yes])
+    except prefillonly_sgl.EngineDiedError:
+        print("next call: EngineDiedError", flush=True)
+    tracker = resource_tracker._resource_tracker._pid
+    left = [p.pid for p in psutil.Process().children(recursive=True)
+            if p.pid != tracker and p.status() != psutil.STATUS_ZOMBIE]
+    print("processes left:", left)
+    engine.shutdown()
+    print("shut down")
+    """
+)
+
+
+def test_worker_dying_after_start_fails_the_call_not_the_caller(tmp_path, tiny_llama_path):
+    script = tmp_path / "dying_worker.py"
+    script.write_text(DYING_WORKER_SCRIPT)
+    # The harness's timeout is the no-hang check: a dead scheduler never answers.
+    out = subprocess.run(
+        [sys.executable, str(script), str(tiny_llama_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, (out.returncode, out.stderr[-3000:])
+    assert "after SIGQUIT [[1.0]]" in out.stdout
+    died = next(line for line in out.stdout.splitlines() if line.startswith("died:"))
+    assert "sglang::scheduler process" in died and "killed by SIGKILL" in died
+    assert "next call: EngineDiedError" in out.stdout
+    assert "processes left: []" in out.stdout  # the detokenizer was stopped
+    assert "shut down" in out.stdout

@@ -15,25 +15,59 @@ Python print a KeyError traceback at exit). ``shutdown_sglang_engine`` narrows t
 processes this engine started: an AROUND hook on the name Engine.shutdown calls kills only
 the processes in _SHUTTING_DOWN, which holds the engine being shut down in this thread
 (a ContextVar, so two engines shutting down from two threads each kill their own).
+
+A worker that fails must not take the caller with it (a notebook, a batch job). SGLang's
+workers report a failure by sending SIGQUIT to their parent, and SGLang's handlers for it
+(the launch-phase one ``_set_envs_and_config`` installs, the running-phase one
+``TokenizerManager.auto_create_handle_loop`` adds to the event loop) and its
+SubprocessWatchdog (which sends that SIGQUIT when a worker dies silently, e.g. SIGKILL) all
+end in ``kill_process_tree(os.getpid())``: the caller's own process is killed. For an
+Engine of ours:
+
+- while it starts, the AROUND hook on that ``kill_process_tree`` keeps the caller alive
+  (the ``_STARTING`` ContextVar, seen by a signal handler since it runs in the starting
+  main thread), SGLang's pipe handshake then raises, and start_sglang_engine stops the
+  processes it started and raises EngineStartError with the worker's last error line
+  (the workers' stderr passes through WorkerOutput, which keeps its last lines) and the
+  model's architecture from config.json;
+- after start, a worker's SIGQUIT is ignored (our handler replaces both of SGLang's;
+  ``prefillonly serve`` is SGLang's server and keeps SGLang's behaviour), SGLang's
+  SubprocessWatchdog is stopped, and WorkerWatch notices a dead worker itself: it stops the
+  engine's other processes and fails the calls waiting on it with EngineDiedError (a dead
+  scheduler never answers: they would wait forever).
+
+Left: an Engine started outside the main thread cannot install a signal handler (Python
+allows that only in the main thread), so there a worker's own SIGQUIT still has its default
+action, which ends the process.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import collections
 import contextlib
 import contextvars
 import os
+import re
+import signal
 import sys
+import threading
 
 import psutil
 
-from prefillonly_sgl.errors import EngineStartError
+from prefillonly_sgl.errors import EngineDiedError, EngineStartError
 from prefillonly_sgl.hooking.hooks import apply_hooks_now
 from prefillonly_sgl.validation import ModelLimits
 
 # The processes of the engine this thread is shutting down; None outside a shutdown.
 _SHUTTING_DOWN: contextvars.ContextVar[list[psutil.Process] | None] = contextvars.ContextVar(
     "prefillonly_shutting_down", default=None
+)
+# True while this thread starts an Engine of ours (SGLang's launch-phase SIGQUIT handler
+# runs in the main thread, in its context).
+_STARTING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "prefillonly_starting", default=False
 )
 
 
@@ -58,7 +92,9 @@ def _children_skip_main_module():
 def start_sglang_engine(engine_args: dict):
     """sglang.srt.entrypoints.engine.Engine(**engine_args), with clear start-up errors.
 
-    Returns (engine, owned): owned are the processes this engine started."""
+    Returns (engine, owned, watch): owned are the processes this engine started, watch
+    its WorkerWatch. A worker that fails while the engine starts raises EngineStartError
+    here, with the started processes stopped; the caller's process lives on."""
     try:
         from sglang.srt.entrypoints.engine import Engine as SGLangEngine
     except ImportError as e:
@@ -68,21 +104,57 @@ def start_sglang_engine(engine_args: dict):
         ) from e
     if engine_args.get("device") == "cpu":
         _check_cpu_support()
+    apply_hooks_now("offline_engine", HOOKS)
+    # multiprocessing's resource tracker outlives every engine: started now, before the
+    # workers' stderr is redirected, it keeps the caller's stderr for its exit warnings.
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    main_thread = threading.current_thread() is threading.main_thread()
+    sigquit_before = signal.getsignal(signal.SIGQUIT) if main_thread else None
     children_before = _child_pids()
+    output = WorkerOutput()
+    # __new__ then __init__: a failed __init__ leaves its atexit registration of
+    # engine.shutdown (the stock one, which kills every child of this process) behind,
+    # and only the object lets us unregister it.
+    engine = SGLangEngine.__new__(SGLangEngine)
+    starting = _STARTING.set(True)
     try:
-        with _children_skip_main_module():
-            engine = SGLangEngine(**engine_args)
-    except Exception as e:
+        with _children_skip_main_module(), output.capturing():
+            engine.__init__(**engine_args)
+    except BaseException as e:
+        atexit.unregister(engine.shutdown)
+        _kill_trees(_started_processes(children_before))
+        if main_thread and sigquit_before is not None:  # None: a handler not set from Python
+            signal.signal(signal.SIGQUIT, sigquit_before)
+        if not isinstance(e, Exception):
+            raise
         raise EngineStartError(
-            f"SGLang failed to start on {engine_args.get('model_path')}: {e}"
+            start_failure_message(engine_args.get("model_path"), e, output.last_error_line())
         ) from e
-    owned = [psutil.Process(pid) for pid in _child_pids() - children_before - _tracker_pids()]
-    return engine, owned
+    finally:
+        _STARTING.reset(starting)
+    owned = _started_processes(children_before)
+    output.mark_started()
+    tokenizer_manager = engine.tokenizer_manager
+    # Our WorkerWatch replaces SGLang's watchdog, whose answer to a dead worker is a
+    # SIGQUIT to this process.
+    sglang_watchdog = getattr(tokenizer_manager, "_subprocess_watchdog", None)
+    if sglang_watchdog is not None:
+        sglang_watchdog.stop()
+    tokenizer_manager._prefillonly_caller_survives = True  # read by _keep_caller_alive
+    if main_thread:
+        # SGLang's launch-phase handler stays installed after start.
+        signal.signal(signal.SIGQUIT, _worker_sigquit)
+    _drop_loop_sigquit(tokenizer_manager)
+    return engine, owned, WorkerWatch(owned, output)
 
 
-def shutdown_sglang_engine(engine, owned: list[psutil.Process]) -> None:
+def shutdown_sglang_engine(engine, owned: list[psutil.Process], watch=None) -> None:
     """engine.shutdown(), killing only the processes in ``owned`` (and their children)."""
-    apply_hooks_now("offline_engine", SHUTDOWN_HOOKS)
+    if watch is not None:
+        watch.stop()  # before the kills: a shutdown is no death
+    apply_hooks_now("offline_engine", HOOKS)
     token = _SHUTTING_DOWN.set(owned)
     try:
         engine.shutdown()
@@ -94,6 +166,11 @@ def shutdown_sglang_engine(engine, owned: list[psutil.Process]) -> None:
 
 
 def _kill_owned_process_tree(original, parent_pid, include_parent=True, *args, **kwargs):
+    if _STARTING.get() and parent_pid == os.getpid() and include_parent:
+        # SGLang's launch-phase SIGQUIT handler: a worker of the engine this (main) thread
+        # is starting failed. SGLang's pipe handshake raises next; start_sglang_engine
+        # stops the processes and raises EngineStartError.
+        return None
     owned = _SHUTTING_DOWN.get()
     if owned is not None and parent_pid == os.getpid() and not include_parent:
         _kill_trees(owned)  # "every child of this process" -> this engine's processes
@@ -101,9 +178,235 @@ def _kill_owned_process_tree(original, parent_pid, include_parent=True, *args, *
     return original(parent_pid, include_parent, *args, **kwargs)
 
 
-SHUTDOWN_HOOKS = {
+def _keep_caller_alive(result, tokenizer_manager, *args, **kwargs):
+    """AFTER TokenizerManager.auto_create_handle_loop (called at each request; it adds
+    SGLang's running-phase SIGQUIT handler, kill_process_tree(os.getpid()), at the first)."""
+    if getattr(tokenizer_manager, "_prefillonly_caller_survives", False):
+        _drop_loop_sigquit(tokenizer_manager)
+    return result
+
+
+def _drop_loop_sigquit(tokenizer_manager) -> None:
+    loop = tokenizer_manager.event_loop
+    # remove_signal_handler answers False without touching the signal when no handler
+    # is on the loop; one is added only in the main thread, where signal.signal works.
+    if loop is not None and loop.remove_signal_handler(signal.SIGQUIT):
+        signal.signal(signal.SIGQUIT, _worker_sigquit)
+
+
+def _worker_sigquit(signum, frame) -> None:
+    """SIGQUIT in a process running Engines of ours: a worker saying it failed. Ignored:
+    WorkerWatch notices the dead worker. (A function, not SIG_IGN, which the caller's
+    own subprocesses would inherit across exec.)"""
+
+
+HOOKS = {
     "sglang.srt.entrypoints.engine.kill_process_tree": ("AROUND", _kill_owned_process_tree),
+    "sglang.srt.managers.tokenizer_manager.TokenizerManager.auto_create_handle_loop": (
+        "AFTER",
+        _keep_caller_alive,
+    ),
 }
+
+
+class WorkerOutput:
+    """The workers' stderr (they inherit this process's fd 2 when spawned): passed on to
+    this process's stderr as it comes, its last lines kept for the error messages (a
+    worker's traceback is only ever written there)."""
+
+    _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*")
+
+    def __init__(self) -> None:
+        self._lines: collections.deque[str] = collections.deque(maxlen=500)
+        self._count = 0
+        self._started_at = 0
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def capturing(self):
+        """fd 2 is a pipe to the pump thread while the workers are spawned."""
+        read_fd, write_fd = os.pipe()
+        stderr_fd = os.dup(2)
+        pump = threading.Thread(
+            target=self._pump, args=(read_fd, stderr_fd), daemon=True, name="sglang-stderr"
+        )
+        pump.start()
+        sys.stderr.flush()
+        os.dup2(write_fd, 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(stderr_fd, 2)
+            os.close(write_fd)  # the workers hold their own copies
+
+    def _pump(self, read_fd: int, stderr_fd: int) -> None:
+        pending = b""
+        try:
+            while chunk := os.read(read_fd, 65536):
+                with contextlib.suppress(OSError):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(stderr_fd, view) :]
+                *lines, pending = (pending + chunk).split(b"\n")
+                with self._lock:
+                    for line in lines:
+                        self._lines.append(line.decode(errors="replace").rstrip())
+                        self._count += 1
+        finally:  # every worker has exited
+            os.close(read_fd)
+            os.close(stderr_fd)
+
+    def mark_started(self) -> None:
+        """Lines written before now are the start's, not a later death's."""
+        with self._lock:
+            self._started_at = self._count
+
+    def last_error_line(self) -> str | None:
+        """The last exception line (``ValueError: ...``) since start, or since the
+        engine started once it has."""
+        with self._lock:
+            fresh = list(self._lines)[max(0, len(self._lines) - (self._count - self._started_at)) :]
+        for line in reversed(fresh):
+            if self._EXCEPTION_LINE.match(line):
+                return line[:1000]
+        return None
+
+
+class WorkerWatch:
+    """Notices an engine's worker process dying after start, without signals: stops the
+    engine's other processes (no orphans) and fails the calls waiting on it with
+    EngineDiedError; later calls raise it too (Engine._require_running)."""
+
+    def __init__(self, processes: list[psutil.Process], output: WorkerOutput) -> None:
+        self._processes = processes
+        self._titles = {p.pid: _process_title(p) for p in processes}
+        self._output = output
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = set()
+        self.death: str | None = None
+        threading.Thread(target=self._run, daemon=True, name="prefillonly-worker-watch").start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            dead = next((p for p in self._processes if not _alive(p)), None)
+            if dead is None:
+                continue
+            death = self._describe(dead)
+            with self._lock:
+                if self._stop.is_set():
+                    return  # a shutdown's kill
+                self.death = death
+                waiters = list(self._waiters)
+            _kill_trees(self._processes)
+            for loop, died in waiters:
+                with contextlib.suppress(RuntimeError):  # that loop is closed
+                    loop.call_soon_threadsafe(_settle, died)
+            return
+
+    def _describe(self, dead: psutil.Process) -> str:
+        how = _exit_status(dead.pid)
+        self._stop.wait(0.5)  # the pump may still be passing on its last lines
+        line = self._output.last_error_line()
+        return (
+            f"SGLang's {self._titles[dead.pid]} process (pid {dead.pid}) died after the "
+            f"engine started ({how})"
+            + (f"; its last error line: {line}" if line else "")
+            + ". This Engine's other processes were stopped; create a new Engine."
+        )
+
+    async def until_died(self, awaitable):
+        """The awaitable's result, or EngineDiedError once a worker dies."""
+        loop = asyncio.get_running_loop()
+        died = loop.create_future()
+        with self._lock:
+            if self.death is not None:
+                awaitable.close()  # never awaited: no "never awaited" warning
+                raise EngineDiedError(self.death)
+            self._waiters.add((loop, died))
+        task = asyncio.ensure_future(awaitable)
+        try:
+            await asyncio.wait({task, died}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # cancelled (Ctrl-C): the call's task with it
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            raise
+        finally:
+            with self._lock:
+                self._waiters.discard((loop, died))
+        if task.done():
+            return task.result()
+        task.cancel()  # its answer will never come
+        raise EngineDiedError(self.death)
+
+
+def _settle(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _process_title(process: psutil.Process) -> str:
+    """SGLang titles its workers (sglang::scheduler, sglang::detokenizer)."""
+    with contextlib.suppress(psutil.Error, IndexError):
+        return process.cmdline()[0].split()[0]
+    return "worker"
+
+
+def _exit_status(pid: int) -> str:
+    """How a dead child ended, read without reaping it (multiprocessing reaps it)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        info = None
+    if info is None:
+        return "exit status unknown"
+    if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
+        return f"killed by {signal.Signals(info.si_status).name}"
+    return f"exit code {info.si_status}"
+
+
+def start_failure_message(model_path, error: BaseException, worker_line: str | None) -> str:
+    """What failed at start: the model, its architecture and family (families.py; the
+    table is docs/models.md), the worker's last error line (SGLang's own error only says a
+    rank died, or "see the error messages above")."""
+    from prefillonly_sgl import families
+
+    architectures = families.read_architectures(model_path) if model_path else []
+    family = families.family_of(architectures)
+    named = ", ".join(architectures)
+    if family is not None:
+        about = f"{family.title} family, architecture {named}; {families.DOCS}"
+    elif architectures:
+        about = (
+            f"architecture {named} in its config.json, not in prefillonly's family table "
+            f"({families.DOCS}); `{families.VERIFY_COMMAND} MODEL` checks a model outside it"
+        )
+    else:
+        about = None  # a hub name, or a folder without config.json
+    message = f"SGLang failed to start on {model_path}" + (f" ({about})" if about else "")
+    if worker_line:
+        return f"{message}: a worker process failed: {worker_line}"
+    return f"{message}: {error}"
+
+
+def _started_processes(children_before: set[int]) -> list[psutil.Process]:
+    processes = []
+    for pid in _child_pids() - children_before - _tracker_pids():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            processes.append(psutil.Process(pid))
+    return processes
 
 
 def _kill_trees(roots: list[psutil.Process], timeout: float = 60) -> None:
