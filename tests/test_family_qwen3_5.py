@@ -1,0 +1,132 @@
+"""Qwen3.5 (Gated DeltaNet linear attention, 3 linear : 1 full) through the Engine on CPU,
+float32, every default feature on: scores against transformers (1e-4), cold and behind a
+cached profile; the profile's recurrent state kept as one snapshot at its end, so items
+behind it compute only their own tokens (the full-attention layers' plan log); labels of
+several tokens and continuation logprobs through the same cache. The MoE text model and
+the published ConditionalGeneration folder (text input) score the same way."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import max_abs_diff
+
+from prefillonly_sgl import Engine
+from prefillonly_sgl.environment import ATTENTION_LOG as LOG_ENV
+from prefillonly_sgl.features.prefill_kv.policy import reusable_prefix_len
+from prefillonly_sgl.hooking.events import read_events
+from prefillonly_sgl.models.families import build_family
+from prefillonly_sgl.reference import TransformersReference
+
+TOLERANCE = 1e-4  # float32 engine vs float32 transformers; measured <= 5.2e-6
+
+PROFILE = "User profile: likes science fiction, history books and long walks. " * 3 + "\n"
+ITEMS = [
+    "Item: a documentary about the history of the moon landing. Relevant? Answer Yes or No:",
+    "Item: socks. Relevant?",
+    "Item: " + "a long book about the history of science fiction, " * 8 + "Relevant?",
+]
+OTHER_ITEMS = ["Item: a telescope. Relevant?", "Item: " + "history, " * 30 + "Relevant?"]
+
+
+def _labels(reference):
+    return [reference.tokenizer.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    path = build_family("qwen3_5", tmp_path_factory.mktemp("qwen3_5") / "model")
+    log_path = tmp_path_factory.mktemp("qwen3_5-log") / "plan.log"
+    os.environ[LOG_ENV] = str(log_path)  # read by the spawned scheduler at each batch
+    try:
+        engine = Engine(path, device="cpu", dtype="float32", max_total_tokens=4096)
+    finally:
+        del os.environ[LOG_ENV]
+    reference = TransformersReference(path)
+    yield engine, reference, _labels(reference), log_path
+    engine.shutdown()
+
+
+def _plans_during(log_path, call) -> list[tuple[int, int]]:
+    """(cached prefix, new tokens) of every request the full-attention layers ran during
+    `call` (their attention plans: structured events)."""
+    before = len(read_events(log_path, "prefill_attention.plan"))
+    call()
+    plans = read_events(log_path, "prefill_attention.plan")[before:]
+    return [tuple(span) for plan in plans for span in plan["spans"]]
+
+
+def test_family_features_and_start_info(qwen):
+    engine, _, _, _ = qwen
+    info = engine.get_server_info()["prefillonly"]
+    assert info["model_family"] == "qwen3_5"
+    # prefill-only KV stays on: the full-attention layers run our backend inside SGLang's
+    # HybridLinearAttnBackend; only hybrid prefilling's whole-layer mode is off (token mode)
+    assert "prefill_kv" in engine.features and "hybrid_prefill" in engine.features
+    assert set(info["features_off"]) == {"hybrid_prefill:layer"}
+
+
+def test_cold_profile_is_one_snapshot_that_items_continue_from(qwen):
+    engine, reference, labels, log_path = qwen
+    r = reusable_prefix_len(
+        reference.tokenizer.encode(PROFILE), reference.prompt_ids(PROFILE, ITEMS[0])
+    )
+    result = []
+    spans = _plans_during(log_path, lambda: result.append(engine.score(PROFILE, ITEMS, labels)))
+    got = result[0]
+    assert max_abs_diff(got.scores, reference.score(PROFILE, ITEMS, labels)) < TOLERANCE
+    # The first prompt's first extend ends at the profile's end (the state there is what
+    # the cache keeps); every other extend starts from it and computes only its item.
+    assert (0, r) in spans, spans
+    assert all(prefix == r for prefix, _ in spans if prefix), spans
+    assert sum(new for _, new in spans) == got.prompt_tokens - 2 * r  # the profile once
+    assert got.cached_tokens == 2 * r  # the two followers hit the snapshot
+    # Random weights still give clearly different rows: a mixed-up item order would fail.
+    assert max_abs_diff([got.scores[0]], [got.scores[1]]) > 1e-3
+
+
+def test_items_behind_the_cached_profile_compute_only_their_tokens(qwen):
+    engine, reference, labels, log_path = qwen
+    engine.score(PROFILE, ITEMS[:1], labels)  # cached (or already from the test above)
+    r = reusable_prefix_len(
+        reference.tokenizer.encode(PROFILE), reference.prompt_ids(PROFILE, OTHER_ITEMS[0])
+    )
+    result = []
+    spans = _plans_during(
+        log_path, lambda: result.append(engine.score(PROFILE, OTHER_ITEMS, labels))
+    )
+    assert max_abs_diff(result[0].scores, reference.score(PROFILE, OTHER_ITEMS, labels)) < (
+        TOLERANCE
+    )
+    assert sorted(prefix for prefix, _ in spans) == [r, r], spans
+    assert result[0].cached_tokens == 2 * r
+
+
+def test_labels_of_several_tokens_and_continuations(qwen):
+    engine, reference, _, _ = qwen
+    tok = reference.tokenizer
+    labels = [tok.encode(w, add_special_tokens=False) for w in (" Yes please", " No")]
+    assert len(labels[0]) > 1
+    got = engine.score(PROFILE, ITEMS[:2], labels).scores
+    assert max_abs_diff(got, reference.score_sequences(PROFILE, ITEMS[:2], labels)) < TOLERANCE
+    continuation = " a good match"
+    got = engine.continuation_logprobs(PROFILE, ITEMS[:2], continuation).token_logprobs
+    want = reference.continuation_logprobs(PROFILE, ITEMS[:2], continuation)
+    assert max_abs_diff(got, want) < TOLERANCE
+
+
+@pytest.mark.parametrize("family", ["qwen3_5_moe", "qwen3_5_vl"])
+def test_moe_and_published_folder_score_cold_and_cached(family, tmp_path_factory):
+    path = build_family(family, tmp_path_factory.mktemp(family) / "model")
+    reference = TransformersReference(path)
+    labels = _labels(reference)
+    want = reference.score(PROFILE, ITEMS, labels)
+    with Engine(path, device="cpu", dtype="float32", max_total_tokens=4096) as engine:
+        assert engine.get_server_info()["prefillonly"]["model_family"] == "qwen3_5" + (
+            "_moe" if family == "qwen3_5_moe" else ""
+        )
+        for _ in range(2):  # cold (one snapshot, two hits), then every item a hit
+            got = engine.score(PROFILE, ITEMS, labels)
+            assert max_abs_diff(got.scores, want) < TOLERANCE
+            assert got.cached_tokens > 0
