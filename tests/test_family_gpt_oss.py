@@ -121,3 +121,22 @@ def test_continuation_logprobs_match(engine, reference):
     got = engine.continuation_logprobs(QUERY, ITEMS[:2], continuation)
     want = reference.continuation_logprobs(QUERY, ITEMS[:2], continuation)
     assert max_abs_diff(got.token_logprobs, want) < TOLERANCE
+
+
+def test_greedy_decode_matches_transformers(engine, model_path):
+    """Decode (generate requests only; SGLang's generate on the engine it wraps) runs the
+    backend's forward_decode for sink layers: 24 greedy tokens, past the window, equal
+    transformers' own."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    ids = engine.tokenizer.encode(QUERY + ITEMS[1], add_special_tokens=False)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    with torch.no_grad():
+        want = model.generate(
+            torch.tensor([ids]), max_new_tokens=24, min_new_tokens=24, do_sample=False
+        )[0, len(ids) :].tolist()
+    got = engine._sgl.generate(
+        input_ids=ids, sampling_params={"max_new_tokens": 24, "temperature": 0, "ignore_eos": True}
+    )
+    assert got["output_ids"] == want
