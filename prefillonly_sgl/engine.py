@@ -39,8 +39,10 @@ class Engine:
     import SGLang), so create one and reuse it; ``shutdown()`` (or ``with``) stops every
     process it started.
 
-    model: a Hugging Face model folder (Llama / Qwen2 families), or None for the embedded
-        default model (SmolLM2-135M-Instruct, converted once into the user cache).
+    model: a Hugging Face model folder (Llama, Qwen2, Qwen3, Qwen3-MoE, Mistral, Phi-3,
+        Granite, OLMo 2, GLM-4, Gemma 3, gpt-oss, Qwen3.5 families: docs/models.md; a
+        feature the family cannot run is off, with a warning saying why), or None for the
+        embedded default model (SmolLM2-135M-Instruct, converted once into the user cache).
     device: "cpu" or "cuda"; default: cuda when available.
     dtype: "auto" (the folder's dtype), "float32", "bfloat16", "float16".
     max_total_tokens: KV pool size in tokens (CPU default 16384; GPU: SGLang's sizing).
