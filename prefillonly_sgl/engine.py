@@ -326,7 +326,9 @@ class Engine:
         except EngineClosedError:
             coroutine.close()  # never awaited: no "coroutine was never awaited" warning
             raise
-        task = loop.create_task(coroutine)
+        # Any coroutine that awaits SGLang (a DSL job, verify's echo request) must not wait
+        # forever on a dead worker.
+        task = loop.create_task(self._watch.until_died(coroutine))
         try:
             return loop.run_until_complete(task)
         except BaseException:

@@ -325,7 +325,8 @@ class WorkerWatch:
         died = loop.create_future()
         with self._lock:
             if self.death is not None:
-                awaitable.close()  # never awaited: no "never awaited" warning
+                if asyncio.iscoroutine(awaitable):
+                    awaitable.close()  # never awaited: no "never awaited" warning
                 raise EngineDiedError(self.death)
             self._waiters.add((loop, died))
         task = asyncio.ensure_future(awaitable)
