@@ -45,6 +45,10 @@ def test_health_and_model_info(server, tiny_llama_path):
     assert requests.get(f"{server.url}/health", timeout=30).status_code == 200
     info = requests.get(f"{server.url}/get_model_info", timeout=30).json()
     assert info["model_path"] == str(tiny_llama_path) and info["is_generation"] is True
+    # Ours joins SGLang's /server_info: the model family and what it switched off (none).
+    ours = requests.get(f"{server.url}/server_info", timeout=30).json()["prefillonly"]
+    assert ours["model_family"] == "llama" and ours["features_off"] == {}
+    assert "prefill_attention" in ours["features"]
 
 
 def test_score_matches_transformers_and_reports_usage(server, reference, labels):
