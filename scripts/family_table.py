@@ -88,13 +88,21 @@ def table(reports: dict[str, dict]) -> str:
             notes[reason] = f"[{len(notes) + 1}]"
         return notes[reason]
 
-    head = ["tiny checkpoint", "architecture", *[title for _, title in COLUMNS], "max diff"]
+    head = [
+        "tiny checkpoint",
+        "architecture",
+        "kinds of layer",
+        *[title for _, title in COLUMNS],
+        "max diff",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in FAMILY_BUILDERS:
         report = reports.get(name)
         if report is None:
             continue
         arch = ", ".join(report.get("architectures") or []) or "?"
+        family = family_of(report.get("architectures") or [])
+        arch += " | " + (", ".join(family.layers) if family else "?")
         if "features" not in report:
             cells = ["FAIL " + mark(_short(report.get("error", "no report")))] * len(COLUMNS)
             lines.append(f"| {name} | {arch} | " + " | ".join(cells) + " | |")
