@@ -543,15 +543,19 @@ def main(args) -> int:
         if args.json == "-"
         else (lambda line: print(line, flush=True))
     )
-    report = verify(
-        args.model,
-        device=args.device,
-        dtype=args.dtype,
-        tolerance=args.tolerance,
-        quick=args.quick,
-        variants=args.variants,
-        progress=progress,
-    )
+    try:
+        report = verify(
+            args.model,
+            device=args.device,
+            dtype=args.dtype,
+            tolerance=args.tolerance,
+            quick=args.quick,
+            variants=args.variants,
+            progress=progress,
+        )
+    except (OSError, ValueError) as e:  # no model folder, an unknown variant
+        print(f"prefillonly verify: {e}", file=sys.stderr)
+        return 2
     if args.json == "-":
         print(json.dumps(report.to_dict(), indent=2))
     else:
