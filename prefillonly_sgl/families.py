@@ -106,6 +106,14 @@ LAYER_KINDS: dict[str, LayerKind] = {
             "linear_attention",
             "linear attention (Gated DeltaNet) with a recurrent state and a short "
             "convolution per sequence, in SGLang's state pool",
+            off={
+                # features/prompt_logprobs matches an echo request past SGLang's cap and
+                # extends it from a position inside a cached prompt, where a recurrent
+                # layer has no state (verify measured 1.4 on the tiny Qwen3.5).
+                "prompt_logprobs": "its cache continues an echo request from a position "
+                "inside a cached prompt, where a recurrent layer keeps no state: echo "
+                "logprobs are computed in one pass, as stock SGLang computes them",
+            },
             notes=(
                 "a reusable prefix is one state snapshot at its end (with the "
                 "full-attention layers' KV): a cold prompt's first extend ends at the "

@@ -62,9 +62,11 @@ def test_family_features_and_start_info(qwen):
     info = engine.get_server_info()["prefillonly"]
     assert info["model_family"] == "qwen3_5"
     # prefill-only KV stays on: the full-attention layers run our backend inside SGLang's
-    # HybridLinearAttnBackend; only hybrid prefilling's whole-layer mode is off (token mode)
+    # HybridLinearAttnBackend; hybrid prefilling runs in token mode, and echo logprobs
+    # without the prompt-logprob cache (which continues inside a cached prompt)
     assert "prefill_kv" in engine.features and "hybrid_prefill" in engine.features
-    assert set(info["features_off"]) == {"hybrid_prefill:layer"}
+    assert "prompt_logprobs" not in engine.features
+    assert set(info["features_off"]) == {"hybrid_prefill:layer", "prompt_logprobs"}
 
 
 def test_cold_profile_is_one_snapshot_that_items_continue_from(qwen):
@@ -101,6 +103,18 @@ def test_items_behind_the_cached_profile_compute_only_their_tokens(qwen):
     )
     assert sorted(prefix for prefix, _ in spans) == [r, r], spans
     assert result[0].cached_tokens == 2 * r
+
+
+def test_prompts_without_a_reusable_prefix_keep_their_final_state(qwen):
+    """No query: nothing is reusable, so a prompt keeps every token and its final state
+    (never that state under a shorter prefix); a longer prompt continues from it."""
+    engine, reference, labels, _ = qwen
+    first = ["Review: terrible side effects, I would not take it again."]
+    longer = [first[0] + " Sentiment:"]
+    for items in (first, longer):
+        got = engine.score("", items, labels)
+        assert max_abs_diff(got.scores, reference.score("", items, labels)) < TOLERANCE
+    assert got.cached_tokens == len(reference.prompt_ids("", first[0]))
 
 
 def test_labels_of_several_tokens_and_continuations(qwen):

@@ -60,3 +60,27 @@ def test_chunk_that_is_not_the_last_keeps_everything():
 
 def test_slot_mask_marks_each_requests_kept_tokens():
     assert slot_mask([2, 0, 1], [3, 2, 1]) == [True, True, False, False, False, True]
+
+
+def test_recurrent_state_plan_drops_suffix_kv_only_where_a_state_is_cached():
+    from prefillonly_sgl.features.prefill_kv.policy import (
+        AS_IS,
+        KEEP_ALL,
+        SPLIT,
+        recurrent_state_plan,
+    )
+
+    # cold, R inside the prompt: the first extend ends at R
+    assert recurrent_state_plan(0, 100, 40, None) == SPLIT
+    assert recurrent_state_plan(10, 100, 40, 64) == SPLIT  # a shorter cached prefix
+    # a hit at R (or beyond: a whole prompt cached earlier) ends at a stored state
+    assert recurrent_state_plan(40, 100, 40, None) == AS_IS
+    assert recurrent_state_plan(60, 100, 40, None) == AS_IS
+    assert recurrent_state_plan(7, 100, 0, None) == AS_IS
+    # R covers the prompt: its final state is the one to keep
+    assert recurrent_state_plan(0, 100, 100, None) == AS_IS
+    # nothing reusable, nothing matched: the boundary would be the first token, whose
+    # state no extend leaves -> keep every token (and the final state), as stock SGLang
+    assert recurrent_state_plan(0, 100, 0, None) == KEEP_ALL
+    # SGLang's chunk budget would cut the prompt before R: no state at R either
+    assert recurrent_state_plan(0, 100, 40, 16) == KEEP_ALL

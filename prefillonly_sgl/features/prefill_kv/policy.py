@@ -90,14 +90,33 @@ def slot_mask(kept: Sequence[int], extend_lens: Sequence[int]) -> list[bool]:
     return mask
 
 
-def recurrent_prefix_extend(prefix_len: int, total_len: int, reusable_len: int) -> int | None:
-    """For a model with recurrent-state layers (linear attention, mamba): how many new
-    tokens the prompt's first extend takes so that it ends at R, where the prefix cache
-    keeps the state (one snapshot, the state at R); None when it needs no split (R is
-    already cached, or R covers the whole prompt, whose final state is then the snapshot).
 
-    A recurrent layer's state exists only at the end of an extend; a cold prompt computed
-    in one pass would leave the state at its end, which no other prompt can reuse."""
-    if prefix_len < reusable_len < total_len:
-        return reusable_len - prefix_len
-    return None
+# What a score prompt of a recurrent-state model (linear attention, mamba) does with its
+# KV and its state (recurrent_state_plan).
+AS_IS = "as_is"  # the cache keeps a state where the kept prefix ends: drop the suffix KV
+SPLIT = "split"  # first extend up to R (the cache keeps the state there), then the rest
+KEEP_ALL = "keep_all"  # no state at R is possible: keep every token, as stock SGLang
+
+
+def recurrent_state_plan(
+    prefix_len: int, total_len: int, reusable_len: int, chunk_budget: int | None
+) -> str:
+    """A recurrent layer's state exists only at the end of an extend, and SGLang's cache
+    stores it with the prefix a request leaves there. Prefill-only KV leaves [0, boundary)
+    (kept_new_tokens), so it may drop the suffix only where the cache holds the state at
+    the boundary; otherwise the prompt's final state would be stored for a shorter
+    prefix, which a later prompt would continue from: silently wrong.
+
+    - R covers the prompt, or the prompt matched a cached prefix at R or beyond (a match
+      always ends at a stored state): as it is.
+    - a cold R inside the prompt: its first extend ends at R (SPLIT), so the cache keeps
+      the state there; unless SGLang's chunk budget would cut the prompt before R anyway.
+    - nothing reusable and nothing matched (the boundary would be the first token), or a
+      chunked prompt: every token kept, and the cache gets the state at the end."""
+    if reusable_len >= total_len or (prefix_len > 0 and prefix_len >= reusable_len):
+        return AS_IS
+    if reusable_len == 0:
+        return KEEP_ALL
+    if chunk_budget is not None and chunk_budget < reusable_len - prefix_len:
+        return KEEP_ALL
+    return SPLIT

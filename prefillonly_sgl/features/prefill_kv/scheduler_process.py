@@ -46,10 +46,12 @@ from prefillonly_sgl.features.prefill_kv.messages import (
 )
 from prefillonly_sgl.features.prefill_kv.policy import (
     DROPPED_SLOT,
+    KEEP_ALL,
+    SPLIT,
     clamp_reusable_len,
     dropped_new_tokens,
     kept_new_tokens,
-    recurrent_prefix_extend,
+    recurrent_state_plan,
     runs_one_forward,
     slot_mask,
 )
@@ -57,6 +59,10 @@ from prefillonly_sgl.hooking import process_state
 
 logger = logging.getLogger(__name__)
 
+
+# Set on a request of a recurrent-state model that keeps every token's KV and its final
+# state, as stock SGLang (policy.recurrent_state_plan: KEEP_ALL).
+KEEP_ALL_MARK = "_prefillonly_keeps_all_kv"
 
 # This scheduler's decision, shared with the attention backends (process_state.py).
 STATE = process_state.current().prefill_kv
@@ -68,6 +74,8 @@ def reusable_len(req) -> int | None:
     is not supported."""
     if not STATE.active or not runs_one_forward(req.sampling_params.max_new_tokens):
         return None
+    if getattr(req, KEEP_ALL_MARK, False):
+        return None  # a recurrent-state prompt that keeps every token (recurrent_state_plan)
     r = reusable_len_in(req.sampling_params.custom_params)
     if r is None or STATE.max_pool_input_len is None:
         return r
@@ -189,21 +197,28 @@ class _KeptTokensBudget:
         return self._inner.reserve(extend_input_len, max_new_tokens, **kwargs)
 
 
-def _split_at_prefix(original, adder, req, r, has_chunked_req, truncation_align_size):
+def _split_at_prefix(original, adder, req, extend, has_chunked_req, truncation_align_size):
     """Admit a cold score prompt of a recurrent-state model as a chunked request whose
     first chunk ends at R (SGLang's own chunking: the adder truncates at its chunk budget,
     lowered here to the tokens up to R). When that chunk ends SGLang's radix cache keeps
     the prefix with a copy of the state there (no_buffer's cache_unfinished_req); the rest
-    of the prompt runs next round from that state."""
+    of the prompt runs next round from that state. A chunked request ends its batch (SGLang
+    continues one at a time)."""
+    from sglang.srt.managers.schedule_policy import AddReqResult
+
+    if has_chunked_req:
+        return AddReqResult.OTHER  # another prompt is mid-chunks: this one waits a round
     budget = adder.rem_chunk_tokens
-    if budget is not None and budget < r:
-        return original(adder, req, has_chunked_req, truncation_align_size)  # chunked anyway
-    adder.rem_chunk_tokens = r
+    adder.rem_chunk_tokens = extend
     try:
         result = original(adder, req, has_chunked_req, truncation_align_size)
     finally:
-        used = r - adder.rem_chunk_tokens if adder.rem_chunk_tokens is not None else 0
+        admitted = adder.can_run_list and adder.can_run_list[-1] is req
+        used = extend - adder.rem_chunk_tokens if adder.rem_chunk_tokens is not None else 0
         adder.rem_chunk_tokens = None if budget is None else budget - used
+    if admitted:
+        adder.rem_chunk_tokens = 0  # nothing after a chunked request in this batch
+        return AddReqResult.OTHER
     return result
 
 
@@ -213,11 +228,15 @@ def _around_add_one_req(original, self, req, has_chunked_req, truncation_align_s
 
     r = reusable_len(req)
     if STATE.recurrent_state and r is not None:
-        split = recurrent_prefix_extend(req.prefix_len, len(req.full_untruncated_fill_ids), r)
-        if split is not None:
+        total = len(req.full_untruncated_fill_ids)
+        plan = recurrent_state_plan(req.prefix_len, total, r, self.rem_chunk_tokens)
+        if plan == SPLIT:
             return _split_at_prefix(
-                original, self, req, split, has_chunked_req, truncation_align_size
+                original, self, req, r - req.prefix_len, has_chunked_req, truncation_align_size
             )
+        if plan == KEEP_ALL:
+            setattr(req, KEEP_ALL_MARK, True)  # reusable_len(req) is None from now on
+            return original(self, req, has_chunked_req, truncation_align_size)
     if r is None or self.page_size != 1 or type(self.memory_budget) is not PrefillBudget:
         return original(self, req, has_chunked_req, truncation_align_size)
     remaining = len(req.full_untruncated_fill_ids) - req.prefix_len
