@@ -264,3 +264,22 @@ def unknown_architecture_warning(architectures: list[str]) -> str:
         f"runtime features are on untested; `{VERIFY_COMMAND} MODEL` checks its scores "
         "against transformers feature by feature"
     )
+
+
+# layer_types values of layers whose cost grows with what is cached (attention over it)
+_ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "attention")
+
+
+def attention_layer_share(model_path: str | Path) -> float:
+    """The share of a model's layers that attend over the prompt (config.json's
+    `layer_types`, or its text_config's): 1.0 for a model without layer types; 0.25 for
+    Qwen3.5 (3 linear : 1 full). The JCT model's attention terms scale with it."""
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return 1.0
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    types = config.get("layer_types") or text.get("layer_types")
+    if not isinstance(types, list) or not types:
+        return 1.0
+    return sum(t in _ATTENTION_LAYER_TYPES for t in types) / len(types)

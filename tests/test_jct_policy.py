@@ -247,3 +247,26 @@ def test_resolve_settings_takes_the_engines_dtype_model(tmp_path, monkeypatch):
     for dtype, expected in (("auto", "float32"), ("bfloat16", "bfloat16")):
         settings = resolve_settings(tmp_path, "cpu", dtype, ["prefill_attention"])
         assert settings.model == jct_model.DEFAULTS[expected]
+
+
+def test_hybrid_models_scale_the_default_models_attention_terms(tmp_path):
+    """Qwen3.5's linear-attention layers cost the same per new token whatever is cached:
+    only the attention layers' share (1 in 4) of the built-in attention terms remains."""
+    import json
+
+    from prefillonly_sgl.families import attention_layer_share
+    from prefillonly_sgl.features.jct_scheduler.jct_model import DEFAULT
+    from prefillonly_sgl.features.jct_scheduler.settings import resolve_settings
+
+    hybrid = tmp_path / "hybrid"
+    hybrid.mkdir()
+    layer_types = ["linear_attention"] * 3 + ["full_attention"]
+    (hybrid / "config.json").write_text(json.dumps({"text_config": {"layer_types": layer_types}}))
+    assert attention_layer_share(hybrid) == 0.25
+    assert attention_layer_share(tmp_path / "missing") == 1.0
+    model = resolve_settings(hybrid, "cpu", "float32", ()).model
+    assert model.per_token == DEFAULT.per_token
+    assert model.per_token_cached == DEFAULT.per_token_cached * 0.25
+    assert model.per_token_squared == DEFAULT.per_token_squared * 0.25
+    # a cache hit saves less on a hybrid: the prefix's attention is most of what it skips
+    assert model.job_time(100, 1100) < DEFAULT.job_time(100, 1100)

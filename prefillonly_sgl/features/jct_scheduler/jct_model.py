@@ -19,7 +19,7 @@ engine's dtype applies (DEFAULTS).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -52,6 +52,19 @@ class JctModel:
     def batch_time(self, requests: Iterable[tuple[int, int]]) -> float:
         """Seconds of a batch of (new, total) requests."""
         return self.per_batch + sum(self.work(new, total) for new, total in requests)
+
+    def with_attention_share(self, share: float) -> JctModel:
+        """This model for a network of which only `share` of the layers attend over the
+        prompt (a hybrid: linear-attention layers cost the same per new token whatever is
+        cached, so only the attention layers' share of the two attention terms remains)."""
+        if share >= 1.0:
+            return self
+        return replace(
+            self,
+            per_token_cached=self.per_token_cached * share,
+            per_token_squared=self.per_token_squared * share,
+            source=f"{self.source}, attention terms x{share:.3g} (attention layers' share)",
+        )
 
     def coefficients(self) -> dict:
         values = asdict(self)

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from prefillonly_sgl.device_defaults import resolved_dtype
+from prefillonly_sgl.families import attention_layer_share
 from prefillonly_sgl.features import JCT_POLICY  # noqa: F401  (re-exported)
 from prefillonly_sgl.features.jct_scheduler.eviction import DEFAULT_EVICTION, EVICTION_POLICIES
 from prefillonly_sgl.features.jct_scheduler.jct_model import DEFAULT, JctModel, default_model
@@ -81,9 +82,11 @@ def resolve_settings(
     if profile is not None:
         model = load_profile(profile)
     else:
+        # The built-in model was measured on a model whose every layer attends; a profile
+        # of this model measures its own layers.
         model = find_profile(profile_key(model_path, device, dtype, features)) or default_model(
             resolved_dtype(model_path, dtype)
-        )
+        ).with_attention_share(attention_layer_share(model_path))
     return JctSettings(
         model=model,
         aging=DEFAULT_AGING if aging is None else aging,
