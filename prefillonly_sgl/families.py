@@ -216,6 +216,14 @@ FAMILIES: dict[str, Family] = {
             ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"),
             ("other_layer", "linear_attention", "full_attention"),
         ),
+        # Qwen3-Next: the same Gated DeltaNet layers (3 linear : 1 full) with a gated
+        # full attention and a shared-expert MoE; Qwen3.5's predecessor.
+        Family(
+            "qwen3_next",
+            "Qwen3-Next",
+            ("Qwen3NextForCausalLM",),
+            ("other_layer", "linear_attention", "full_attention", "moe"),
+        ),
         Family(
             "qwen3_5_moe",
             "Qwen3.5-MoE",

@@ -2,8 +2,9 @@
 float32, every default feature on: scores against transformers (1e-4), cold and behind a
 cached profile; the profile's recurrent state kept as one snapshot at its end, so items
 behind it compute only their own tokens (the full-attention layers' plan log); labels of
-several tokens and continuation logprobs through the same cache. The MoE text model and
-the published ConditionalGeneration folder (text input) score the same way."""
+several tokens and continuation logprobs through the same cache. The MoE text model, the
+published ConditionalGeneration folder (text input) and Qwen3-Next (the same linear
+attention, SGLang's other model module) score the same way."""
 
 from __future__ import annotations
 
@@ -130,16 +131,19 @@ def test_labels_of_several_tokens_and_continuations(qwen):
     assert max_abs_diff(got, want) < TOLERANCE
 
 
-@pytest.mark.parametrize("family", ["qwen3_5_moe", "qwen3_5_vl"])
-def test_moe_and_published_folder_score_cold_and_cached(family, tmp_path_factory):
+@pytest.mark.parametrize(
+    "family, registry_row",
+    [("qwen3_5_moe", "qwen3_5_moe"), ("qwen3_5_vl", "qwen3_5"), ("qwen3_next", "qwen3_next")],
+)
+def test_moe_published_folder_and_qwen3_next_score_cold_and_cached(
+    family, registry_row, tmp_path_factory
+):
     path = build_family(family, tmp_path_factory.mktemp(family) / "model")
     reference = TransformersReference(path)
     labels = _labels(reference)
     want = reference.score(PROFILE, ITEMS, labels)
     with Engine(path, device="cpu", dtype="float32", max_total_tokens=4096) as engine:
-        assert engine.get_server_info()["prefillonly"]["model_family"] == "qwen3_5" + (
-            "_moe" if family == "qwen3_5_moe" else ""
-        )
+        assert engine.get_server_info()["prefillonly"]["model_family"] == registry_row
         for _ in range(2):  # cold (one snapshot, two hits), then every item a hit
             got = engine.score(PROFILE, ITEMS, labels)
             assert max_abs_diff(got.scores, want) < TOLERANCE

@@ -275,6 +275,18 @@ def _qwen3_5_moe(out_dir, seed):
     return _save(Qwen3_5MoeForCausalLM(config), tok, out_dir, seed)
 
 
+def _qwen3_next(out_dir, seed):
+    """Qwen3-Next: Qwen3.5's layer pattern and linear-attention sizes, every MLP a MoE
+    with a gated shared expert (Qwen3-Next-80B-A3B's shape, scaled down)."""
+    import torch
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    tok, sizes = _qwen3_5_text(moe=True)
+    config = Qwen3NextConfig(**sizes)
+    torch.manual_seed(seed)
+    return _save(Qwen3NextForCausalLM(config), tok, out_dir, seed)
+
+
 def _qwen3_5_vl(out_dir, seed):
     """The shape Qwen3.5 is published in: ConditionalGeneration with a (tiny) vision tower.
 
@@ -336,6 +348,7 @@ FAMILY_BUILDERS: dict[str, Callable[[str | Path, int], Path]] = {
     "gpt_oss": _gpt_oss,
     "qwen3_5": _qwen3_5,
     "qwen3_5_moe": _qwen3_5_moe,
+    "qwen3_next": _qwen3_next,
     "qwen3_5_vl": _qwen3_5_vl,
 }
 

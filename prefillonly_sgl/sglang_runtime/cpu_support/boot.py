@@ -64,6 +64,7 @@ class _PatchingLoader(importlib.abc.Loader):
 # where SGLang's CPU path assumes an AMX CPU's sgl-kernel (sglang_patches.py says why).
 POST_IMPORT_PATCHES = {
     "sglang.kernels.ops.attention.fla.layernorm_gated": "gated_rmsnorm_on_cpu_kernel",
+    "sglang.kernels.ops.attention.fla.fused_norm_gate": "gated_rmsnorm_on_cpu_kernel",
     "sglang.srt.models.qwen2_moe": "shared_expert_gate_in_torch",
 }
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 
 def gated_rmsnorm_on_cpu_kernel(module) -> None:
-    """``fla.layernorm_gated.RMSNorm`` (the gated norm after a Gated DeltaNet layer) takes
-    its CPU branch (``fused_rmsnorm_gated_cpu``) only where ``cpu_has_amx_support()``;
-    elsewhere it calls the Triton kernel, which asks for a CUDA device."""
+    """``fla.layernorm_gated.RMSNorm`` and ``fla.fused_norm_gate.FusedRMSNormGated`` (the
+    gated norm after a Gated DeltaNet layer: Qwen3.5's, Qwen3-Next's) take their CPU
+    branch (``fused_rmsnorm_gated_cpu``) only where ``cpu_has_amx_support()``; elsewhere
+    they call a Triton kernel, which asks for a CUDA device."""
     from sglang.srt.utils import is_cpu
 
     if is_cpu():
