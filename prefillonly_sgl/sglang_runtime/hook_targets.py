@@ -48,6 +48,43 @@ HOOK_TARGETS: dict[str, str] = {
         "calls sgl_kernel.copy_all_layer_kv_cache_cpu, provided by cpu_support"
     ),
     "sglang.srt.utils.common.is_cpu": "reads SGLANG_USE_CPU_ENGINE, set by cpu_support.boot",
+    # -- CPU support: hybrid linear-attention models (Qwen3.5, Qwen3-Next) --
+    "sglang.srt.models.qwen3_5.fused_qkvzba_split_reshape_cat_contiguous": (
+        "bound at import to torch.ops.sgl_kernel ops on CPU, which cpu_support.sgl_kernel_ops "
+        "registers (with fused_sigmoid_mul_cpu and the fused q/k Gemma norms)"
+    ),
+    "sglang.srt.layers.attention.linear.gdn_backend.causal_conv1d_fn": (
+        "sgl_kernel.mamba.causal_conv1d_fn_cpu on CPU, served by cpu_support.sgl_kernel_mamba"
+    ),
+    "sglang.srt.layers.attention.linear.gdn_backend.fused_gdn_gating": (
+        "torch.ops.sgl_kernel.fused_gdn_gating_cpu on CPU (cpu_support.sgl_kernel_ops)"
+    ),
+    "sglang.srt.layers.attention.linear.kernels.gdn_triton.chunk_gated_delta_rule": (
+        "sgl_kernel.mamba.chunk_gated_delta_rule_cpu on CPU (cpu_support.sgl_kernel_mamba)"
+    ),
+    "sglang.kernels.ops.attention.fla.layernorm_gated._use_cpu": (
+        "set after import on CPU (cpu_support.sglang_patches): the gated norm's CPU branch"
+    ),
+    "sglang.kernels.ops.attention.fla.fused_norm_gate._use_cpu": (
+        "set after import on CPU (cpu_support.sglang_patches): Qwen3-Next's gated norm"
+    ),
+    "sglang.srt.models.qwen2_moe.fused_gate_sigmoid_mul": (
+        "replaced after import on CPU by a torch version (a Triton kernel off AMX)"
+    ),
+    "sglang.srt.models.qwen2_moe.fused_gate_sigmoid_mul_add": (
+        "replaced after import on CPU by a torch version (a Triton kernel off AMX)"
+    ),
+    "sglang.srt.configs.mamba_utils.mamba2_state_dtype": (
+        "reads SGLANG_MAMBA_CONV_DTYPE, which a float32 engine sets to float32 "
+        "(RuntimeConfig.sglang_environment_defaults)"
+    ),
+    "sglang.srt.layers.attention.hybrid_linear_attn_backend.HybridLinearAttnBackend": (
+        "read (full_attn_backend) by prefill_kv's start-up check"
+    ),
+    "sglang.srt.mem_cache.unified_cache.components.mamba.MambaComponent.prepare_for_caching_req": (
+        "relied on: a chunk's end keeps a copy of the state (no_buffer), which a recurrent "
+        "model's split at R (prefill_kv) leaves in the cache"
+    ),
     # -- the engine kit's card (cuda_kit_support.boot): SGLang's CUDA path without sgl-kernel --
     "sglang.srt.layers.dual_gemm.DualGemm._select_mode": (
         "replaced after import where nvidia-cutlass-dsl is absent: the CuTe DSL dual GEMM "
