@@ -142,8 +142,9 @@ def _run_system(name, model, args, workload, queue) -> None:
                 computed += result.prompt_tokens - result.cached_tokens
             seconds = time.perf_counter() - start
             runs.append(dict(seconds=seconds, prompt_tokens=prompt, computed_tokens=computed))
-            print(f"[{name}] repeat {repeat}: {seconds:.1f}s, {computed} tokens computed",
-                  flush=True)  # fmt: skip
+            print(
+                f"[{name}] repeat {repeat}: {seconds:.1f}s, {computed} tokens computed", flush=True
+            )
     queue.put((name, runs))
 
 
@@ -204,16 +205,20 @@ def main() -> None:
     )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
-    print(f"\n{args.users} users x {args.items} items, profile {args.profile_tokens} tokens, "
-          f"items {args.item_tokens}, {args.dtype} on {args.device}, {args.repeats} repeats")  # fmt: skip
+    print(
+        f"\n{args.users} users x {args.items} items, profile {args.profile_tokens} tokens, "
+        f"items {args.item_tokens}, {args.dtype} on {args.device}, {args.repeats} repeats"
+    )
     print("| system | items/s (median) | spread | tokens computed | vs recompute |")
     print("|---|---|---|---|---|")
     base = statistics.median(report["systems"].get("recompute", {}).get("items_per_s", [1]))
     for name, row in report["systems"].items():
         rates = row["items_per_s"]
         median = statistics.median(rates)
-        print(f"| {name} | {median:.2f} | {min(rates):.2f}-{max(rates):.2f} | "
-              f"{row['computed_tokens']} of {row['prompt_tokens']} | {median / base:.2f}x |")  # fmt: skip
+        print(
+            f"| {name} | {median:.2f} | {min(rates):.2f}-{max(rates):.2f} | "
+            f"{row['computed_tokens']} of {row['prompt_tokens']} | {median / base:.2f}x |"
+        )
     mib = 2**20
     print(
         f"\none cached profile of {args.profile_tokens} tokens: full-attention KV "
