@@ -39,6 +39,7 @@ COLUMNS = [
     ("prompt_logprobs", "prompt logprobs"),
     ("several-token labels", "several-token labels"),
     ("decisions", "decisions"),
+    ("stock SGLang", "stock SGLang (baseline)"),
 ]
 
 
