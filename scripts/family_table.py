@@ -24,12 +24,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from prefillonly_sgl.families import FAMILIES, family_of, read_architectures  # noqa: E402
+from prefillonly_sgl.families import (  # noqa: E402
+    FAMILIES,
+    LAYER_KINDS,
+    family_of,
+    read_architectures,
+)
 from prefillonly_sgl.models.families import FAMILY_BUILDERS  # noqa: E402
 
 DOC = ROOT / "docs" / "models.md"
 BEGIN = "<!-- family-table:begin (scripts/family_table.py writes this) -->"
 END = "<!-- family-table:end -->"
+KINDS_BEGIN = "<!-- kinds-table:begin (scripts/family_table.py writes this) -->"
+KINDS_END = "<!-- kinds-table:end -->"
 COLUMNS = [
     ("prefill_attention", "prefill-only attention"),
     ("prefill_kv", "prefill-only KV"),
@@ -136,10 +143,28 @@ def table(reports: dict[str, dict]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def kinds_table() -> str:
+    """The registry's kinds of layer: the families made of each, what they cannot run."""
+    lines = [
+        "| kind of layer | families | what the features do with it |",
+        "|---|---|---|",
+    ]
+    for kind in LAYER_KINDS.values():
+        users = [f.title for f in FAMILIES.values() if kind.name in f.layers]
+        effects = [f"{key} off: {why}" for key, why in kind.off.items()] + list(kind.notes)
+        cell = "; ".join(_short(e, 400) for e in effects) or "every feature"
+        lines.append(f"| `{kind.name}`: {kind.summary} | {', '.join(users) or '-'} | {cell} |")
+    return "\n".join(lines) + "\n"
+
+
+def _between(doc: str, begin: str, end: str, text: str) -> str:
+    start, stop = doc.index(begin) + len(begin), doc.index(end)
+    return doc[:start] + "\n" + text + doc[stop:]
+
+
 def write_doc(text: str) -> None:
-    doc = DOC.read_text()
-    start, end = doc.index(BEGIN) + len(BEGIN), doc.index(END)
-    DOC.write_text(doc[:start] + "\n" + text + doc[end:])
+    doc = _between(DOC.read_text(), BEGIN, END, text)
+    DOC.write_text(_between(doc, KINDS_BEGIN, KINDS_END, kinds_table()))
 
 
 def main() -> int:
