@@ -148,3 +148,21 @@ def test_moe_published_folder_and_qwen3_next_score_cold_and_cached(
             got = engine.score(PROFILE, ITEMS, labels)
             assert max_abs_diff(got.scores, want) < TOLERANCE
             assert got.cached_tokens > 0
+
+
+def test_greedy_decode_matches_transformers(qwen):
+    """Decode (generate requests only; SGLang's generate on the engine it wraps) runs the
+    linear layers' one-token kernels (the convolution's and the delta rule's steps on the
+    pool's states): 12 greedy tokens equal transformers'."""
+    import torch
+
+    engine, reference, _, _ = qwen
+    ids = reference.tokenizer.encode(PROFILE + "Item:")
+    with torch.no_grad():
+        want = reference.model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[
+            0, len(ids) :
+        ].tolist()
+    got = engine._sgl.generate(
+        input_ids=ids, sampling_params={"max_new_tokens": 12, "temperature": 0}
+    )
+    assert got["output_ids"] == want
