@@ -131,9 +131,15 @@ def is_mlp(module: nn.Module) -> bool:
     )
 
 
+# SGLang's RMSNorms called as norm(x[, residual[, post_residual_addition]]): Gemma's
+# (scale 1 + weight) is the norm of Gemma 3, Qwen3.5 and Qwen3-Next layers (and of their
+# per-head q / k norms, whose rows are tokens x heads: token-wise all the same).
+RMS_NORMS = ("RMSNorm", "GemmaRMSNorm")
+
+
 def is_rms_norm(module: nn.Module) -> bool:
     """An RMSNorm called as norm(x[, residual[, post_residual_addition]])."""
-    return type(module).__name__ == "RMSNorm" and hasattr(module, "variance_epsilon")
+    return type(module).__name__ in RMS_NORMS and hasattr(module, "variance_epsilon")
 
 
 def is_rotary(module: nn.Module) -> bool:
