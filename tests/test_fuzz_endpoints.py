@@ -6,6 +6,13 @@ dropped or an unknown one added; any JSON at all; bytes that are not JSON. Each 
 200 or a 4xx whose JSON body names the problem, never a 5xx or a dropped connection, and
 afterwards the server still answers a valid request exactly as before.
 
+The server runs with keys (--api-key, --admin-api-key, the fuzzing sends the API key) and
+the auth walk runs on it too: every route (the OpenAPI list plus SGLang's undocumented
+ones, read from its app) without a key, with the API key and with the admin key; bodies
+too large and zstd bombs without a key (refused before they are read); custom logit
+processors (the admin key only, loaded in a throwaway process); and every answer, and the
+server's log, grepped for both keys (docs/reliability.md, "Keys").
+
 In the suite: FUZZ_EXAMPLES bodies per endpoint (default 40, derandomized). The
 reliability figure (docs/reliability.md) is the same module with thousands:
 
@@ -17,6 +24,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 from pathlib import Path
 
 import psutil
@@ -32,6 +40,12 @@ TESTS = Path(__file__).parent
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
 MAX_REQUEST_BYTES = 300_000
 POOL = 1024
+# Distinct enough to grep every answer for (server/redaction.py redacts short ones by
+# field; a one-letter key cannot be searched for in text).
+API_KEY = "fuzz-api-key-K7q2"
+ADMIN_KEY = "fuzz-admin-key-A9z4"
+AS_CLIENT = {"authorization": f"Bearer {API_KEY}"}
+AS_ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 QUERY = "User profile: likes science fiction and history books.\n"
 ITEM = "Item: a documentary about the moon landing. Relevant? Answer Yes or No:"
 
@@ -150,20 +164,28 @@ def server(tiny_llama_path, tmp_path_factory):
         "--classify", "review_sentiment",
         "--max-request-bytes", str(MAX_REQUEST_BYTES),
         "--max-total-tokens", str(POOL),
+        "--api-key", API_KEY,
+        "--admin-api-key", ADMIN_KEY,
+        "--enable-custom-logit-processor",
+        "--enable-metrics",
     ) as srv:  # fmt: skip
         srv.baseline = {path: _post(srv, path, json.dumps(body).encode()) for path, body in
                         VALID.items()}  # fmt: skip
         srv.outcomes = collections.Counter()
+        srv.auth = collections.defaultdict(collections.Counter)
         srv.rss = [_rss(srv)]
         yield srv
         srv.rss.append(_rss(srv))
         print(f"\n[fuzz] {sum(srv.outcomes.values())} bodies: {dict(srv.outcomes)}; server "
               f"memory {srv.rss[0] / 2**20:.0f} -> {srv.rss[-1] / 2**20:.0f} MiB")  # fmt: skip
+        for (method, kind, who), statuses in sorted(srv.auth.items()):
+            print(f"[auth] {method} | {kind} | {who} | "
+                  f"{', '.join(f'{n}x {s}' for s, n in sorted(statuses.items()))}")  # fmt: skip
 
 
-def _post(server, path: str, data: bytes) -> requests.Response:
+def _post(server, path: str, data: bytes, auth=AS_CLIENT) -> requests.Response:
     return requests.post(f"{server.url}{path}", data=data, timeout=120,
-                         headers={"content-type": "application/json"})  # fmt: skip
+                         headers={"content-type": "application/json", **auth})  # fmt: skip
 
 
 def _rss(server) -> int:
@@ -198,6 +220,183 @@ def test_every_body_gets_200_or_a_4xx_naming_the_problem(server, path):
         _check(server, path, data)
 
     body_is_answered()
+
+
+# -- Keys: every route without and with each key; no answer carries one (issue 54) --
+
+# GET routes that act (profile, memory, logging, sessions): walked without a key and with
+# the API key (refused or harmless there), not with the admin key, which would run them.
+ACTS = {
+    "/start_profile", "/stop_profile", "/set_trace_level", "/freeze_gc", "/slow_down",
+    "/start_expert_distribution_record", "/stop_expert_distribution_record",
+    "/dump_expert_distribution_record", "/release_memory_occupation",
+    "/resume_memory_occupation", "/weights_checker", "/configure_logging", "/flush_cache",
+    "/open_session", "/close_session",
+}  # fmt: skip
+ALWAYS_OPEN = ("/health", "/ready", "/metrics")  # SGLang's: probes and Prometheus
+KEYS = {"no key": {}, "wrong key": {"authorization": "Bearer wrong"}, "API key": AS_CLIENT,
+        "admin key": AS_ADMIN}  # fmt: skip
+
+
+def _routes(server) -> dict[str, tuple[set[str], str]]:
+    """{path: (methods, auth level)}: the server's OpenAPI list plus SGLang's routes that
+    it leaves out (read from SGLang's app); the routes serve adds are `normal`."""
+    from sglang.srt.entrypoints.http_server import app
+
+    documented = requests.get(f"{server.url}/openapi.json", headers=AS_CLIENT, timeout=60)
+    assert documented.status_code == 200, documented.text[:300]
+    routes = {path: ({m.upper() for m in ops}, "normal")
+              for path, ops in documented.json()["paths"].items()}  # fmt: skip
+
+    def walk(routers, prefix=""):
+        for route in routers:
+            inner = getattr(route, "original_router", None)  # an included router
+            if inner is not None:
+                context = getattr(route, "include_context", None)
+                yield from walk(inner.routes, prefix + (getattr(context, "prefix", "") or ""))
+            elif getattr(route, "path", None):
+                yield prefix + route.path, route
+
+    for path, route in walk(app.router.routes):
+        level = getattr(getattr(route, "endpoint", None), "_auth_level", None)
+        methods, _ = routes.get(path, (set(), "normal"))
+        methods |= set(getattr(route, "methods", None) or ())
+        routes[path] = (methods, getattr(level, "value", "normal"))
+    return routes
+
+
+def _concrete(path: str) -> str:
+    return re.sub(r"\{[^}]*\}", "x", path)
+
+
+def _expected(path: str, level: str, who: str) -> str:
+    if path.startswith(ALWAYS_OPEN):
+        return "open"
+    if who.startswith(("no key", "wrong key")):
+        return "refused"
+    if who.startswith("API key"):
+        return "refused" if level != "normal" else "open"
+    return "open"  # the admin key opens every route
+
+
+def _record(server, method: str, path: str, level: str, who: str, response) -> None:
+    """Checks one answer (no key in it; refused or not as the level says) and counts it
+    for the reliability table."""
+    text = response.text + " ".join(f"{k}: {v}" for k, v in response.headers.items())
+    assert API_KEY not in text and ADMIN_KEY not in text, f"{method} {path} ({who}): {text[:300]}"
+    status = response.status_code
+    expected = _expected(path, level, who)
+    if expected == "refused":
+        assert status == 401, f"{method} {path} {who}: {status} {response.text[:200]}"
+    else:
+        assert status not in (401, 403), f"{method} {path} {who}: {status} {response.text[:200]}"
+    kind = "open (health, ready, metrics)" if path.startswith(ALWAYS_OPEN) else level
+    server.auth[(method, kind, who)][status] += 1
+
+
+def test_every_get_route_with_each_key_answers_no_key(server):
+    """Every GET route, with no key, a wrong one, the API key and the admin key: refused
+    or opened as its level says, and no answer (body or header) holds either key: not
+    /server_info nor /get_server_info (SGLang 0.5.23 answers both keys there), nor
+    /v1/models, /metrics, the OpenAPI pages."""
+    for path, (methods, level) in sorted(_routes(server).items()):
+        if "GET" not in methods:
+            continue
+        for who, auth in KEYS.items():
+            if who == "admin key" and path in ACTS:
+                continue
+            response = requests.get(f"{server.url}{_concrete(path)}", headers=auth, timeout=120)
+            _record(server, "GET", path, level, who, response)
+    info = requests.get(f"{server.url}/server_info", headers=AS_CLIENT, timeout=60).json()
+    assert info["api_key"] == info["admin_api_key"] == "<redacted>"
+    assert info["max_total_tokens"] == POOL  # token counts are not secrets
+    assert "--api-key <redacted>" in info["launch_command"]
+
+
+def test_every_other_route_refuses_a_missing_key_before_reading_the_body(server):
+    """Every route with another method, without a key (and with a wrong one): 401 for an
+    empty body, a body 3x --max-request-bytes and a zstd bomb (a few KB that would
+    decode to 64 MB): SGLang's key check runs before any body is read. With the API key
+    the admin routes are refused the same way; the others open (the work routes'
+    answers: the fuzzing above and the admin-key test below)."""
+    import zstandard
+
+    big = b'{"text": "' + b"x" * (3 * MAX_REQUEST_BYTES) + b'"}'
+    bomb = zstandard.ZstdCompressor().compress(b'{"text": "' + b"x" * 64 * 2**20 + b'"}')
+    assert len(bomb) < 100_000
+    zstd = {"content-encoding": "zstd"}
+    for path, (methods, level) in sorted(_routes(server).items()):
+        for method in sorted(methods - {"GET", "HEAD", "OPTIONS"}):
+            url = f"{server.url}{_concrete(path)}"
+            for who in ("no key", "wrong key"):
+                for name, data, extra in (("{}", b"{}", {}), ("too large", big, {}),
+                                          ("zstd bomb", bomb, zstd)):  # fmt: skip
+                    headers = {"content-type": "application/json", **KEYS[who], **extra}
+                    response = requests.request(method, url, data=data, headers=headers,
+                                                timeout=120)  # fmt: skip
+                    _record(server, method, path, level, f"{who}, {name}", response)
+            if level != "normal":  # the API key on an admin route: refused, not run
+                response = requests.request(method, url, data=b"{}", timeout=120,
+                                            headers={"content-type": "application/json",
+                                                     **AS_CLIENT})  # fmt: skip
+                _record(server, method, path, level, "API key", response)
+
+
+def test_the_admin_key_opens_the_work_routes(server):
+    """SGLang accepts only the API key on its normal routes; ours take the admin key too
+    (an administrator may do what a client may, and must, to send a processor)."""
+    for path, answer in server.baseline.items():  # sent with the API key
+        _record(server, "POST", path.split("#")[0], "normal", "API key", answer)
+    for path, body in VALID.items():
+        response = _post(server, path, json.dumps(body).encode(), auth=AS_ADMIN)
+        assert response.status_code == 200, f"{path}: {response.text[:300]}"
+        _record(server, "POST", path.split("#")[0], "normal", "admin key", response)
+
+
+def test_a_custom_logit_processor_needs_the_admin_key_and_never_loads_in_the_server(
+    server, tmp_path
+):
+    """A processor is code from the request (dill): the API key is refused (403); with the
+    admin key one that cannot load is a 400, found out in a throwaway process (the one
+    below records the pid that unpickled it: not the server's); one that loads runs."""
+    import pickle
+
+    from sglang.srt.sampling.custom_logit_processor import DisallowedTokensLogitsProcessor
+
+    mark = tmp_path / "unpickled-by"
+
+    class Marks:
+        def __reduce__(self):
+            return (exec, (f"import os; open({str(mark)!r}, 'a').write(str(os.getpid()))",))
+
+    def generate(processor: str, auth: dict) -> requests.Response:
+        body = {"text": QUERY, "custom_logit_processor": processor,
+                "sampling_params": {"max_new_tokens": 1, "temperature": 0,
+                                    "custom_params": {"token_ids": [287]}}}  # fmt: skip
+        return _post(server, "/generate", json.dumps(body).encode(), auth=auth)
+
+    good = DisallowedTokensLogitsProcessor.to_str()
+    refused = generate(good, AS_CLIENT)
+    assert refused.status_code == 403 and "admin" in refused.json()["message"]
+    corrupt = generate(json.dumps({"callable": "not hex"}), AS_ADMIN)
+    assert corrupt.status_code == 400 and "cannot be loaded" in corrupt.json()["message"]
+    marking = generate(json.dumps({"callable": pickle.dumps(Marks()).hex()}), AS_ADMIN)
+    assert marking.status_code == 400, marking.text
+    loader_pid = int(mark.read_text())
+    server_pids = {server.proc.pid} | {
+        p.pid for p in psutil.Process(server.proc.pid).children(recursive=True)
+    }
+    assert loader_pid not in server_pids  # a throwaway child, gone since
+    ran = generate(good, AS_ADMIN)
+    assert ran.status_code == 200, ran.text
+    assert ran.json()["meta_info"]["completion_tokens"] == 1
+    assert requests.get(f"{server.url}/health", timeout=30).status_code == 200
+
+
+def test_the_server_log_holds_no_key(server):
+    log = server.log_path.read_text(errors="replace")
+    assert "server_args=" in log or "Uvicorn running" in log or "startup" in log.lower()
+    assert API_KEY not in log and ADMIN_KEY not in log
 
 
 def test_the_server_answers_as_before_after_the_fuzzing(server):

@@ -109,6 +109,10 @@ class EndpointSpec:
         claims, SGLang's route every other one; its checks, count_prompts, apply to the
         claimed bodies only. Decided by the body alone (docs/server.md, "Peer conventions
         on one path").
+    auth_level: who may call it with --api-key / --admin-api-key set, as SGLang's routes
+        declare it (server/auth.py; docs/server.md, "Keys"): "normal" (the API key, or the
+        admin key), "admin_optional" (the admin key when one is set, else the API key) or
+        "admin_force" (the admin key only).
     """
 
     path: str
@@ -123,9 +127,15 @@ class EndpointSpec:
     raw_body: bool = False
     error_shape: str = "sglang"
     claims: Callable[[object], bool] | None = None
+    auth_level: str = "normal"
 
     def __post_init__(self) -> None:
         from pydantic import BaseModel
+
+        from prefillonly_sgl.server.auth import LEVELS
+
+        if self.auth_level not in LEVELS:
+            raise ValueError(f"{self.path}: auth_level must be one of {LEVELS}")
 
         if not self.path.startswith("/") or " " in self.path:
             raise ValueError(f"endpoint path must start with '/': {self.path!r}")

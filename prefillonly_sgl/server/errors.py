@@ -15,6 +15,7 @@ import orjson
 
 ERROR_TYPES = {
     400: "BadRequestError",
+    403: "PermissionDeniedError",
     413: "RequestTooLargeError",
     415: "UnsupportedMediaTypeError",
     503: "ServiceUnavailableError",
@@ -23,6 +24,7 @@ ERROR_TYPES = {
 
 OPENAI_ERROR_TYPES = {
     400: "invalid_request_error",
+    403: "permission_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
     503: "server_error",

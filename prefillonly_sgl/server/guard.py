@@ -3,7 +3,8 @@
 For each POST to a guarded path (the endpoints that run the model) it, in order:
 1. answers 503 while the server drains for shutdown (SIGTERM);
 2. reads the body, at most max_request_bytes (413 beyond), checks that it is UTF-8 JSON
-   and runs the path's check (400 / 413 with a message naming the problem);
+   and runs the path's check (400 / 413 with a message naming the problem), then the
+   runtime's authorize (403: a custom logit processor without the admin key);
 3. admits it under AdmissionControl or answers 503 with Retry-After;
 4. runs the endpoint with a RequestRecord in CURRENT_REQUEST (prefillonly_sgl/usage.py),
    through which the SGLang side records the request's rids and usage; the usage goes out as
@@ -28,6 +29,7 @@ from typing import Protocol
 
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.server.admission import AdmissionControl
+from prefillonly_sgl.server.auth import RequestRefusedError
 from prefillonly_sgl.server.errors import send_json_error
 from prefillonly_sgl.server.request_checks import RequestTooLargeError, parse_json_body
 from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord, RequestUsage
@@ -43,6 +45,9 @@ class GuardRuntime(Protocol):
     def check(self, path: str, body: object) -> int:
         """Raises InvalidRequestError; returns the number of prompts."""
         ...
+
+    # Optional: async authorize(scope, body) -> None, after check(); raises
+    # InvalidRequestError or server.auth.RequestRefusedError (who sent it may not).
 
     def abort(self, record: RequestRecord) -> None: ...
 
@@ -138,8 +143,16 @@ class RequestGuard:
             return
         try:
             body = await self._read_body(scope, receive)
-            prompts = self.runtime.check(path, parse_json_body(body))
+            parsed = parse_json_body(body)
+            prompts = self.runtime.check(path, parsed)
+            authorize = getattr(self.runtime, "authorize", None)
+            if authorize is not None:
+                await authorize(scope, parsed)
         except _ClientGone:
+            return
+        except RequestRefusedError as e:
+            self.metrics.rejected("forbidden")
+            await send_json_error(send, e.status, str(e), shape=shape)
             return
         except RequestTooLargeError as e:
             self.metrics.rejected("too_large")

@@ -4,12 +4,17 @@ ServerContext (what an EndpointSpec handler gets: the same front as the Engine's
 
 import contextvars
 
-from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.score_result import ScoreResult
+from prefillonly_sgl.server.auth import (
+    RequestRefusedError,
+    authorization_header,
+    processor_refusal,
+)
 from prefillonly_sgl.server.endpoints import EndpointSpec
 from prefillonly_sgl.server.options import ServeOptions
 from prefillonly_sgl.server.request_checks import custom_logit_processors
 from prefillonly_sgl.server.route_checks import CheckContext, check_request, route_checks
+from prefillonly_sgl.sglang_runtime.http_server.processor_check import ProcessorLoadCheck
 from prefillonly_sgl.sglang_runtime.score_front import ScoringFront
 from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord
 from prefillonly_sgl.validation import ModelLimits
@@ -31,6 +36,7 @@ class SGLangRuntime:
         self.options = options
         self._checks = route_checks(app_specs)
         self._front: ScoringFront | None = None
+        self._processor_check = ProcessorLoadCheck()
         # One context for the server's lifetime: what handlers keep per server (the DSL's
         # backend and its calibration priors, dsl/backends/server.server_backend) hangs off it.
         self.context = ServerContext(self)
@@ -74,10 +80,22 @@ class SGLangRuntime:
             max_prompts=self.options.max_pending_prompts,
             labels_required=self.tokenizer_manager.is_generation,
         )
-        prompts = check_request(self._checks, path, body, context)
-        if self.tokenizer_manager.server_args.enable_custom_logit_processor:
-            _check_custom_logit_processors(body)
-        return prompts
+        return check_request(self._checks, path, body, context)
+
+    async def authorize(self, scope, body: object) -> None:
+        """After check(): a request carrying custom_logit_processor needs the admin key
+        when one is set (server/auth.py), and with --enable-custom-logit-processor its
+        processors must load, which is found out in a throwaway process, never here
+        (processor_check.py)."""
+        texts = custom_logit_processors(body)
+        if not texts:
+            return
+        args = self.tokenizer_manager.server_args
+        refusal = processor_refusal(True, authorization_header(scope), args.admin_api_key)
+        if refusal is not None:
+            raise RequestRefusedError(403, refusal)
+        if args.enable_custom_logit_processor:
+            await self._processor_check.check(texts)
 
     def abort(self, record: RequestRecord) -> None:
         tm = self.tokenizer_manager
@@ -98,23 +116,6 @@ def _add_our_info(scheduler_info: dict) -> None:
     worker = WorkerConfig.from_environment()
     if worker is not None:
         scheduler_info["prefillonly"] = worker.info()
-
-
-def _check_custom_logit_processors(body: object) -> None:
-    """Each custom logit processor loads here first: one that cannot (a class the server
-    cannot import, a corrupt string) would stop SGLang's scheduler, and the whole server
-    with it, when the batch is built; here it is a 400 naming the field. Only with
-    --enable-custom-logit-processor, whose processors the scheduler loads anyway."""
-    from sglang.srt.sampling.custom_logit_processor import CustomLogitProcessor
-
-    for text in custom_logit_processors(body):
-        try:
-            CustomLogitProcessor.from_str(text)
-        except Exception as e:
-            raise InvalidRequestError(
-                f"custom_logit_processor cannot be loaded by this server: {type(e).__name__}: "
-                f"{str(e)[:200]}"
-            ) from None
 
 
 # The HTTP request a handler is answering (its disconnect aborts the scoring it started),
