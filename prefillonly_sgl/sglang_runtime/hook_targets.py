@@ -145,8 +145,41 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.utils.kill_process_tree": "no worker process outlives `serve`",
     "sglang.srt.sampling.custom_logit_processor.CustomLogitProcessor.from_str": (
-        "a request's custom logit processor loaded by the guard first (a 400, not a "
-        "stopped scheduler)"
+        "a request's custom logit processor loaded first in a throwaway child process, "
+        "never in the HTTP process (http_server/processor_check.py): a 400, not a stopped "
+        "scheduler"
+    ),
+    # -- keys (http_server/access.py) --
+    "sglang.srt.utils.auth.decide_request_auth": (
+        "AROUND (access.HOOKS): the admin key opens normal routes too, so an admin can send "
+        "what needs it there (a custom logit processor); SGLang decides otherwise"
+    ),
+    "sglang.srt.utils.auth._get_auth_level_from_app_and_scope": (
+        "AROUND (access.HOOKS): SGLang's lookup of a route's level misses the routers its "
+        "app includes, so the API key opened their admin routes (/scale_elastic_ep); ours "
+        "searches them"
+    ),
+    "sglang.srt.utils.auth.AuthLevel": (
+        "the level every route serve adds declares (its endpoint's _auth_level), read by "
+        "SGLang's API-key middleware"
+    ),
+    "sglang.srt.utils.auth.add_api_key_middleware": (
+        "relied on: SGLang adds it at start, outside our middlewares, so a missing or wrong "
+        "key is refused before a body is read"
+    ),
+    "sglang.srt.entrypoints.http_server.server_info": (
+        "GET /server_info: answered through server/redaction.redact (SGLang 0.5.23 answers "
+        "api_key and admin_api_key in plain text, its issue #30166)"
+    ),
+    "sglang.srt.entrypoints.http_server.get_server_info": (
+        "GET /get_server_info: the same, redacted"
+    ),
+    "sglang.srt.entrypoints.engine._server_args_for_logging": (
+        "AROUND (access.HOOKS): the start-up `server_args=` log line without the keys"
+    ),
+    "sglang.srt.server_args.ServerArgs.resolved_dict": (
+        "the server's settings, from which the secret values kept out of answers and logs "
+        "are taken (redaction.secret_values)"
     ),
     "sglang.srt.managers.tokenizer_manager.TokenizerManager.generate_request": (
         "wrapped per instance (request_recording.py): records each HTTP request's or "

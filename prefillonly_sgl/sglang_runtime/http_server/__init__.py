@@ -13,6 +13,9 @@ working:
   body in vLLM's score shapes to the spec that claims it (apis/vllm_score.py);
 - a RequestValidationError handler with short messages (SGLang's own embeds a traceback
   line), except on the paths whose error format SGLang documents;
+- every added route's auth level for SGLang's key check, the admin key on work routes,
+  /server_info and /get_server_info redacted, and no secret in any answer or log line
+  (access.py; the rules in server/auth.py, server/redaction.py);
 - the typed endpoints of the EndpointSpecs it is given (`--app`, and the built-in APIs of
   prefillonly_sgl/apis/: /v1/score_labels, /v1/rerank, /v1/classify), which score through
   ScoringFront;
@@ -24,6 +27,8 @@ Then sglang.launch_server.run_server runs the server exactly as `sglang serve` w
 
     runtime.py     the running server as the guard and the endpoints see it
     routes.py      the routes added to SGLang's app, answers and errors
+    access.py      auth levels, the admin key, secrets kept out of answers and logs
+    processor_check.py  a request's custom logit processor loaded in a throwaway process
     lifecycle.py   start-up, SIGTERM drain and its watchdog, the guard's metrics
     here           install() puts them on the app; serve() builds ServerArgs and runs
 """
@@ -35,7 +40,9 @@ from prefillonly_sgl.server.body_encoding import DecodeRequestBody
 from prefillonly_sgl.server.endpoints import EndpointSpec, check_unique_paths
 from prefillonly_sgl.server.guard import GuardPolicy, RequestGuard
 from prefillonly_sgl.server.options import ServeOptions, SGLangFlags
+from prefillonly_sgl.server.redaction import RedactSecrets, secret_values
 from prefillonly_sgl.sglang_runtime import server_flags
+from prefillonly_sgl.sglang_runtime.http_server import access
 from prefillonly_sgl.sglang_runtime.http_server.lifecycle import _guard_metrics, _wrap_lifespan
 from prefillonly_sgl.sglang_runtime.http_server.routes import (
     _add_endpoint,
@@ -73,11 +80,13 @@ def install(
     specs: list[EndpointSpec],
     enable_metrics: bool,
     mark_reusable_prefixes: bool = True,
+    secrets: list[str] = (),
 ):
     """Adds everything `serve` adds to SGLang's FastAPI app (before it starts); ``specs``:
     every typed endpoint, the `--app` ones and the built-in APIs (prefillonly_sgl/apis/),
     which the caller builds. mark_reusable_prefixes: single-token OpenAI requests carry
-    their reusable prefix (when a runtime feature reads it)."""
+    their reusable prefix (when a runtime feature reads it). secrets: the values of the
+    server's secret settings (server/redaction.secret_values), kept out of every answer."""
     from fastapi.routing import APIRoute
 
     from prefillonly_sgl.sglang_runtime import single_token, tokenizer_endpoints
@@ -91,6 +100,7 @@ def install(
         for r in app.router.routes
         if not (isinstance(r, APIRoute) and r.path in REPLACED_PATHS and r.path in ours)
     ]
+    sglang_endpoints = access.endpoint_ids(app)
     taken = {r.path for r in app.router.routes if isinstance(r, APIRoute)}
     check_unique_paths(specs, taken)
     runtime = SGLangRuntime(options, specs)
@@ -106,6 +116,10 @@ def install(
     for spec in specs:
         if spec.claims is None:  # claimed bodies: the path's route hands them over
             _add_endpoint(app, spec, runtime)
+    access.redact_settings_routes(app, list(secrets))
+    runtime.auth_levels = access.declare_auth_levels(
+        app, sglang_endpoints, {spec.path: spec.auth_level for spec in specs}
+    )
     error_shapes = {spec.path: spec.error_shape for spec in specs if spec.error_shape != "sglang"}
     policy = GuardPolicy(
         guarded_paths=WORK_PATHS | {spec.path for spec in specs},
@@ -120,6 +134,9 @@ def install(
     app.add_middleware(
         DecodeRequestBody, max_request_bytes=options.max_request_bytes, error_shapes=error_shapes
     )
+    # Outside all of ours (SGLang's key check, added at start, is outside it): no answer,
+    # error or not, carries a secret value.
+    app.add_middleware(RedactSecrets, secrets=lambda: secrets)
     _wrap_lifespan(app, runtime, specs, policy.in_flight)
     return runtime
 
@@ -147,12 +164,19 @@ def serve(
     from sglang.launch_server import run_server
     from sglang.srt.entrypoints.http_server import app
 
+    from prefillonly_sgl.hooking.hooks import apply_hooks_now
+
+    # Keys and other secret settings: out of every answer and log line (access.py).
+    secrets = secret_values(server_args.resolved_dict())
+    access.redact_logs(secrets)
+    apply_hooks_now("serve_access", access.HOOKS)
     install(
         app,
         options,
         specs,
         enable_metrics=bool(server_args.enable_metrics),
         mark_reusable_prefixes=mark_reusable_prefixes,
+        secrets=secrets,
     )
     if server_args.device == "cpu":
         from prefillonly_sgl.sglang_runtime.offline_engine import _check_cpu_support
