@@ -19,6 +19,8 @@ _LAZY = {
     "EngineClosedError": "prefillonly_sgl.errors",
     "EngineStartError": "prefillonly_sgl.errors",
     "EngineDiedError": "prefillonly_sgl.errors",
+    # prefix-cache namespaces: `with cache_salt("tenant-a"): ...` (cache_salts.py)
+    "cache_salt": "prefillonly_sgl.cache_salts",
     # the scoring DSL (prefillonly_sgl/dsl)
     "classifier": "prefillonly_sgl.dsl",
     "ranker": "prefillonly_sgl.dsl",

@@ -223,6 +223,8 @@ class Engine:
         apply_softmax: bool = True,
         item_first: bool = False,
         length_normalize: bool = False,
+        *,
+        cache_salt: str | None = None,
     ) -> ScoreResult:
         """Probabilities of the labels after each query+item prompt (item+query with
         item_first). A label is a token id, or a list of token ids (a label of several
@@ -232,9 +234,17 @@ class Engine:
         probability over everything the model could write (SGLang's meaning).
         length_normalize: a label's per-token (geometric mean) probability instead of
         the product, before normalising. The result also reads as SGLang's list of
-        per-item rows (result[i], len, iter)."""
+        per-item rows (result[i], len, iter). cache_salt: the prefix-cache namespace of
+        the call: it reuses (and reports as cached) only prefixes cached under the same
+        salt (docs/server.md, "Tenants")."""
         call = self.async_score(
-            query, items, label_token_ids, apply_softmax, item_first, length_normalize
+            query,
+            items,
+            label_token_ids,
+            apply_softmax,
+            item_first,
+            length_normalize,
+            cache_salt=cache_salt,
         )
         return self.run_until_complete(call)
 
@@ -246,6 +256,8 @@ class Engine:
         apply_softmax: bool = True,
         item_first: bool = False,
         length_normalize: bool = False,
+        *,
+        cache_salt: str | None = None,
     ) -> ScoreResult:
         """``score`` for asyncio code; must run on the event loop of the thread that
         created the engine (SGLang's tokenizer manager lives there): a RuntimeError
@@ -255,7 +267,14 @@ class Engine:
         check_running_loop_is_served(self._require_running())
         return await self._watch.until_died(
             self._front.score(
-                query, items, label_token_ids, apply_softmax, item_first, None, length_normalize
+                query,
+                items,
+                label_token_ids,
+                apply_softmax,
+                item_first,
+                None,
+                length_normalize,
+                cache_salt=cache_salt,
             )
         )
 
@@ -264,6 +283,8 @@ class Engine:
         query: TextOrIds | None,
         items: list[TextOrIds] | TextOrIds,
         continuation: TextOrIds | list[TextOrIds],
+        *,
+        cache_salt: str | None = None,
     ) -> ContinuationResult:
         """The log-probability of each token of ``continuation`` after each query+item
         prompt: one prefill per prompt (the query computed once and kept in the prefix
@@ -271,34 +292,57 @@ class Engine:
         token-id list) for every item, or one per item; text is tokenized on its own
         (no special tokens), after the prompt's tokens. ``result.means``: the mean per
         token (query likelihood's score); ``result.sums``: the continuation's
-        log-probability (docs/reranking.md)."""
-        return self.run_until_complete(self.async_continuation_logprobs(query, items, continuation))
+        log-probability (docs/reranking.md). cache_salt: as ``score``'s."""
+        return self.run_until_complete(
+            self.async_continuation_logprobs(query, items, continuation, cache_salt=cache_salt)
+        )
 
     async def async_continuation_logprobs(
         self,
         query: TextOrIds | None,
         items: list[TextOrIds] | TextOrIds,
         continuation: TextOrIds | list[TextOrIds],
+        *,
+        cache_salt: str | None = None,
     ) -> ContinuationResult:
         """``continuation_logprobs`` for asyncio code (on the engine's loop, as async_score)."""
         from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
 
         check_running_loop_is_served(self._require_running())
         return await self._watch.until_died(
-            self._front.continuation_logprobs(query, items, continuation)
+            self._front.continuation_logprobs(query, items, continuation, cache_salt=cache_salt)
         )
 
-    def decide(self, input, questions: list, *, model: str | None = None, **options):
+    def decide(
+        self,
+        input,
+        questions: list,
+        *,
+        model: str | None = None,
+        cache_salt: str | None = None,
+        **options,
+    ):
         """Typed questions about a state, each answered with every option's probability:
         OpenAI's /v1/decisions request (``input``: text or a list of messages; each
         question a dict: {"type": "predicate" | "choice" | "score", "instructions", ...};
         ``options``: debias, calibrate, min_label_mass, chat_template_kwargs) answered
         with what the server's /v1/decisions returns (decisions.openai_wire.Decision).
         The state is computed once for every question and stays in the prefix cache for
-        the next call about it (docs/decisions.md)."""
-        return self.run_until_complete(self.async_decide(input, questions, model=model, **options))
+        the next call about it (docs/decisions.md), under the call's ``cache_salt`` (as
+        ``score``'s)."""
+        return self.run_until_complete(
+            self.async_decide(input, questions, model=model, cache_salt=cache_salt, **options)
+        )
 
-    async def async_decide(self, input, questions: list, *, model: str | None = None, **options):
+    async def async_decide(
+        self,
+        input,
+        questions: list,
+        *,
+        model: str | None = None,
+        cache_salt: str | None = None,
+        **options,
+    ):
         """``decide`` for asyncio code (on the engine's loop, as async_score)."""
         from prefillonly_sgl.decisions import openai_wire
         from prefillonly_sgl.decisions.bodies import parse
@@ -307,15 +351,16 @@ class Engine:
         check_running_loop_is_served(self._require_running())
         body = {"model": model or Path(str(self.model_path)).name, "input": input}
         request = parse(openai_wire.DecisionsRequest, {**body, "questions": questions, **options})
-        outcome = await self._watch.until_died(self._front.decide(openai_wire.to_call(request)))
+        call = openai_wire.to_call(request)
+        outcome = await self._watch.until_died(self._front.decide(call, cache_salt=cache_salt))
         return openai_wire.to_response(request.model, outcome)
 
-    async def async_decide_call(self, call):
+    async def async_decide_call(self, call, cache_salt: str | None = None):
         """A decisions.call.DecisionCall's outcome (what the DSL's decision functions send)."""
         from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
 
         check_running_loop_is_served(self._require_running())
-        return await self._watch.until_died(self._front.decide(call))
+        return await self._watch.until_died(self._front.decide(call, cache_salt=cache_salt))
 
     def run_until_complete(self, coroutine):
         """Run a coroutine that awaits this engine (``async_score``, a DSL job) to the end

@@ -16,6 +16,7 @@ from prefillonly_sgl.wire import (
     RerankResponseMeta,
     RerankResult,
     Usage,
+    cache_salt_field,
     positive_max_tokens_per_doc,
 )
 
@@ -44,6 +45,7 @@ class RerankV2Request(BaseModel):
     truncate_prompt_tokens: int | None = Field(
         None, ge=-1, description="vLLM's: each document's whole prompt at most N tokens"
     )
+    cache_salt: str | None = cache_salt_field()
 
     @field_validator("max_tokens_per_doc")
     @classmethod
@@ -78,6 +80,7 @@ class TeiRerankRequest(BaseModel):
     truncation_direction: Literal["Right", "Left", "right", "left"] = Field(
         "Right", description="Right: keep a text's start; Left: keep its end"
     )
+    cache_salt: str | None = cache_salt_field()  # ours (TEI has no such field)
 
 
 class TeiRank(BaseModel):

@@ -23,6 +23,9 @@ rule with models built per function (dsl/app_models.py).
   parameter without a default); checked by `serve --classify` and by the gateway client.
 - request_body: a request model's JSON body as a client sends it (checked, fields given
   only), so a client's request is what the server's model reads.
+- cache_salt_field: the `cache_salt` every scoring request body carries (these models, the
+  decisions' and rerank_wire's, the typed endpoints' of dsl/app_models.py): the request's
+  prefix-cache namespace (cache_salts.py; docs/server.md, "Tenants").
 """
 
 from __future__ import annotations
@@ -40,7 +43,21 @@ from pydantic import (
     model_validator,
 )
 
+from prefillonly_sgl.cache_salts import MAX_SALT_CHARS
 from prefillonly_sgl.errors import InvalidRequestError
+
+CACHE_SALT_DESCRIPTION = (
+    "the request's prefix-cache namespace: it reuses, and reports as cached, only "
+    "prefixes cached under the same salt (on a server with --tenant-keys, within its "
+    "tenant's)"
+)
+
+
+def cache_salt_field():
+    """The `cache_salt` field of a request body (SGLang's name, as its chat and
+    completions requests carry it)."""
+    return Field(None, max_length=MAX_SALT_CHARS, description=CACHE_SALT_DESCRIPTION)
+
 
 LabelIds = int | tuple[int, ...]
 """One label's token ids: its id, or its ids when it is several tokens (JSON: a list)."""
@@ -105,6 +122,7 @@ class ScoreLabelsRequest(BaseModel):
         False, description="a label's per-token (geometric mean) probability, not the product"
     )
     item_first: bool = Field(False, description="item before query instead of after")
+    cache_salt: str | None = cache_salt_field()
 
     @model_validator(mode="after")
     def _one_kind_of_labels(self):
@@ -179,6 +197,7 @@ class RerankRequest(BaseModel):
         description="vLLM's: cut each document so its whole prompt is at most N tokens "
         "(-1: as many as fit)",
     )
+    cache_salt: str | None = cache_salt_field()
 
     @field_validator("max_tokens_per_doc")
     @classmethod
@@ -301,6 +320,7 @@ class ClassifyRequest(BaseModel):
     use_activation: bool | None = Field(
         None, description="vLLM's: false gives the labels' log-probabilities, before the softmax"
     )
+    cache_salt: str | None = cache_salt_field()
 
     @model_validator(mode="after")
     def _one_input(self):

@@ -91,7 +91,9 @@ def test_openapi_lists_the_dsl_functions(server):
         return schemas[request.rsplit("/", 1)[1]], schemas[response["$ref"].rsplit("/", 1)[1]]
 
     request, response = models("/apps/sentiment")
-    assert request["required"] == ["review"] and set(request["properties"]) == {"review", "drug"}
+    # cache_salt: every scoring body's prefix-cache namespace (wire.cache_salt_field)
+    assert request["required"] == ["review"]
+    assert set(request["properties"]) == {"review", "drug", "cache_salt"}
     assert request["properties"]["drug"]["default"] == "the medicine"
     assert request[MARKER] == {
         "kind": "classifier",
@@ -107,7 +109,7 @@ def test_openapi_lists_the_dsl_functions(server):
 
     request, response = models("/apps/recommend")
     assert request["required"] == ["profile", "items"]
-    assert set(request["properties"]) == {"profile", "items", "top_k", "score"}
+    assert set(request["properties"]) == {"profile", "items", "top_k", "score", "cache_salt"}
     assert request[MARKER]["kind"] == "ranker" and request[MARKER]["labels"] == ["Yes", "No"]
     assert set(response["properties"]) == {"items", "by_input"}
     assert doc["paths"]["/apps/recommend"]["post"]["description"].startswith("Films the user")
@@ -310,7 +312,8 @@ def test_sample_values_and_unservable_types():
 
     with pytest.raises(DeclarationError, match="cannot be served over HTTP"):
         opaque.__prefillonly_endpoint__()
-    assert set(app_models(app.sentiment).request.model_fields) == {"review", "drug"}
+    assert set(app_models(app.sentiment).request.model_fields) == {"review", "drug", "cache_salt"}
+    assert set(app_models(app.sentiment).batch_input.model_fields) == {"review", "drug"}
 
 
 def test_start_up_label_check_on_a_sample_prompt():

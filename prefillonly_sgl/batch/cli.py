@@ -52,6 +52,9 @@ def add_parser(commands) -> None:
     batch.add_argument("--overwrite", action="store_true", help="discard earlier results")
     batch.add_argument("--chunk-size", type=int, default=64, help="records per call (64)")
     batch.add_argument("--no-progress", action="store_true")
+    batch.add_argument("--cache-salt", metavar="SALT",
+                       help="the job's prefix-cache namespace: it reuses only prefixes cached "
+                       "under the same salt (docs/server.md, Tenants)")  # fmt: skip
     ray = batch.add_argument_group("on a Ray cluster (pip install 'prefillonly-sgl[ray]')")
     ray.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                      help="score on Ray Data with a pool of engine actors (ADDRESS: the "
@@ -115,6 +118,7 @@ def main(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         chunk_size=args.chunk_size,
         progress=not args.no_progress,
+        cache_salt=args.cache_salt,
     )
     if args.ray and args.server:
         print("prefillonly batch: --ray starts engines on the cluster; drop --server",

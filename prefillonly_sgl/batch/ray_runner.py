@@ -57,6 +57,7 @@ from prefillonly_sgl.batch.sources import (
     read_records,
 )
 from prefillonly_sgl.batch.tasks import Prepared, task_for
+from prefillonly_sgl.cache_salts import cache_salt as salted
 from prefillonly_sgl.dsl.backends import resolve_backend
 from prefillonly_sgl.engine import Engine
 from prefillonly_sgl.errors import InvalidRequestError
@@ -80,10 +81,18 @@ def bucket_count(records: int, replicas: int, bucket_size: int) -> int:
 class _Scorer:
     """One actor of the pool: an engine started once, scoring whole buckets."""
 
-    def __init__(self, task_bytes: bytes, engine_options: dict, chunk_size: int, retries: int):
+    def __init__(
+        self,
+        task_bytes: bytes,
+        engine_options: dict,
+        chunk_size: int,
+        retries: int,
+        cache_salt: str | None = None,
+    ):
         self.task = pickle.loads(task_bytes)
         self.engine = Engine(**engine_options)
         self.chunk_size, self.retries = chunk_size, retries
+        self.cache_salt = cache_salt  # the job's (run_batch's cache_salt)
 
     def __call__(self, bucket: dict) -> dict:
         """Scores one bucket (a whole block: ``prepared`` records)."""
@@ -94,7 +103,8 @@ class _Scorer:
         rows, kinds, payloads = [], [], []
         for start in range(0, len(prepared), self.chunk_size):
             chunk = prepared[start : start + self.chunk_size]
-            results, errors = score_chunk(self.task, backend, chunk, report, self.retries)
+            with salted(self.cache_salt):
+                results, errors = score_chunk(self.task, backend, chunk, report, self.retries)
             for r in results:
                 rows.append(r["row"])
                 kinds.append("result")
@@ -173,6 +183,7 @@ def run_batch_ray(
     retries: int = 2,
     progress: bool = True,
     address: str | None = None,
+    cache_salt: str | None = None,
 ) -> BatchReport:
     """Scores every record with ``function`` on a Ray cluster (``address``; default: the
     one ``ray.init`` finds or starts) with ``replicas`` engine actors.
@@ -210,7 +221,7 @@ def run_batch_ray(
         with progress_bar(function, total, progress) as bar:
             new_rows = _score(ray, function, task, records, report, done.keys() | failed, bar,
                               files, engine, replicas, num_cpus, num_gpus,
-                              chunk_size, bucket_size, retries)  # fmt: skip
+                              chunk_size, bucket_size, retries, cache_salt)  # fmt: skip
     report.results = ray.data.from_items(sorted([*done.values(), *new_rows],
                                                 key=lambda r: r["row"]))  # fmt: skip
     report.seconds = time.perf_counter() - started
@@ -218,7 +229,8 @@ def run_batch_ray(
 
 
 def _score(ray, function, task, records, report, skip, bar, files, engine, replicas,
-           num_cpus, num_gpus, chunk_size, bucket_size, retries) -> list[dict]:  # fmt: skip
+           num_cpus, num_gpus, chunk_size, bucket_size, retries,
+           cache_salt=None) -> list[dict]:  # fmt: skip
     """The records prepared on the driver, scored by the actor pool: this run's results
     as rows of the output's format, each bucket's written to ``files`` (and its errors to
     the errors file) as it arrives, tokens and calls counted into ``report``."""
@@ -244,7 +256,13 @@ def _score(ray, function, task, records, report, skip, bar, files, engine, repli
     blocks = [pa.table({"prepared": pa.array(items, pa.binary())}) for items in by_bucket.values()]
     scored = ray.data.from_arrow(blocks).map_batches(
         _Scorer,
-        fn_constructor_args=(cloudpickle.dumps(task), dict(engine or {}), chunk_size, retries),
+        fn_constructor_args=(
+            cloudpickle.dumps(task),
+            dict(engine or {}),
+            chunk_size,
+            retries,
+            cache_salt,
+        ),
         batch_size=None,
         batch_format="numpy",
         concurrency=replicas,

@@ -31,6 +31,7 @@ from prefillonly_sgl.batch.scoring import (
 from prefillonly_sgl.batch.sinks import ResultWriter
 from prefillonly_sgl.batch.sources import check_source, count_records, read_records
 from prefillonly_sgl.batch.tasks import Prepared, task_for
+from prefillonly_sgl.cache_salts import cache_salt as salted
 from prefillonly_sgl.dsl.backends import resolve_backend
 from prefillonly_sgl.errors import InvalidRequestError
 
@@ -57,6 +58,7 @@ def run_batch(
     progress: bool = True,
     executor: str = "local",
     ray: dict | None = None,
+    cache_salt: str | None = None,
 ) -> BatchReport:
     """Scores every record with ``function`` (a DSL classifier or ranker) into ``output``.
 
@@ -74,6 +76,8 @@ def run_batch(
         engine actors (ray_runner.run_batch_ray; ``ray``: its options, e.g.
         ``{"replicas": 4, "num_gpus": 1, "address": ...}``); output is then a folder of
         files (None: results only in the report's ``results`` Dataset).
+    cache_salt: the job's prefix-cache namespace: its calls reuse only prefixes cached
+        under the same salt (docs/server.md, "Tenants"); the scores are the same.
     Returns a BatchReport whatever the executor.
     """
     if executor == "ray":
@@ -82,7 +86,7 @@ def run_batch(
                              output_format=output_format, errors_file=errors_file,
                              columns=columns, keep=keep, overwrite=overwrite,
                              chunk_size=chunk_size, retries=retries, progress=progress,
-                             **(ray or {}))  # fmt: skip
+                             cache_salt=cache_salt, **(ray or {}))  # fmt: skip
     if executor != "local":
         raise InvalidRequestError(f"executor must be 'local' or 'ray', got {executor!r}")
     if ray is not None:
@@ -107,7 +111,7 @@ def run_batch(
     tokens_before = (getattr(backend, "prompt_tokens", 0), getattr(backend, "cached_tokens", 0))
     started = time.perf_counter()
     try:
-        with progress_bar(function, count_records(records), progress) as bar:
+        with salted(cache_salt), progress_bar(function, count_records(records), progress) as bar:
             pending: list[Prepared] = []
             originals: dict[int, dict] = {}
             for prepared, record in prepare_records(

@@ -37,6 +37,7 @@ from prefillonly_sgl.decisions.call import (
     Question,
 )
 from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.wire import cache_salt_field
 
 MAX_QUESTIONS = 400
 MAX_CHOICES = 255
@@ -196,6 +197,7 @@ class DecisionsRequest(_Strict):
     calibrate: bool = False
     min_label_mass: float = Field(default=0.0, ge=0.0, le=1.0)
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    cache_salt: str | None = cache_salt_field()
 
     @field_validator("debias", mode="before")
     @classmethod

@@ -28,6 +28,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from prefillonly_sgl.decisions.call import DecisionCall, DecisionOutcome, Message, Option, Question
 from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.wire import cache_salt_field
 
 PROMPT_FORMAT_VERSION = 1
 MAX_OPTIONS = 255
@@ -115,6 +116,7 @@ class SGLangDecisionRequest(_Strict):
     temperature: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
     prompt_format_version: int | None = None
+    cache_salt: str | None = cache_salt_field()  # ours
     return_prompt_token_ids: bool = False
     model: str = "default"
     # prefillonly extensions (as on OpenAI's shape)

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from prefillonly_sgl.decisions.call import DecisionCall, DecisionOutcome, Message, Option, Question
 from prefillonly_sgl.decisions.sglang_wire import check_option_names, render_text
 from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.wire import cache_salt_field
 
 MAX_QUESTIONS = 400
 MAX_OPTIONS = 255
@@ -103,6 +104,7 @@ class SystemOneRequest(BaseModel):
     debias: Literal["none", "reverse", "cyclic"] = "none"
     calibrate: bool = False
     min_label_mass: float = Field(default=0.0, ge=0.0, le=1.0)
+    cache_salt: str | None = cache_salt_field()
 
 
 class SystemOneResponse(BaseModel):

@@ -17,6 +17,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from prefillonly_sgl.cache_salts import REQUEST_SALT
 from prefillonly_sgl.dsl.app_models import MARKER, app_models
 from prefillonly_sgl.dsl.job import Job, RankJob
 
@@ -52,17 +53,23 @@ class _Post:
 
 def _posts(job: Job) -> list[_Post]:
     path = job.function.path
-    model = app_models(job.function).request
+    models = app_models(job.function)
+    model = models.request
+    # The call's cache salt (cache_salts.cache_salt), where the endpoint takes one.
+    salt = REQUEST_SALT.get()
+    takes_salt = "cache_salt" not in job.function.inputs.model.model_fields  # else a parameter
+    salted = {"cache_salt": salt} if salt is not None and takes_salt else {}
     if isinstance(job, RankJob):
-        body = model.model_validate({**job.shared, "items": list(job.items)})
+        body = model.model_validate({**job.shared, "items": list(job.items), **salted})
         # top_k and score are applied on the client, to the rows
         body = body.model_dump(mode="json", exclude={"top_k", "score"})
         return [_Post(path, body, len(job), "by_input")]
-    bodies = [model.model_validate(a).model_dump(mode="json") for a in job.inputs]
     if job.batch_size is None:  # a call, not a batch: the function's own path
+        bodies = [model.model_validate({**a, **salted}).model_dump(mode="json") for a in job.inputs]
         return [_Post(path, body, 1, None) for body in bodies]
+    bodies = [models.batch_input.model_validate(a).model_dump(mode="json") for a in job.inputs]
     chunks = [bodies[i : i + job.batch_size] for i in range(0, len(bodies), job.batch_size)]
-    return [_Post(f"{path}/batch", {"inputs": c}, len(c), "results") for c in chunks]
+    return [_Post(f"{path}/batch", {"inputs": c, **salted}, len(c), "results") for c in chunks]
 
 
 class EndpointRoute:

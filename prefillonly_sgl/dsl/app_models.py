@@ -2,7 +2,9 @@
 server side (endpoint.py) and the client side (app_client.py, used by RemoteBackend).
 
 Request models come from the function's signature (extra fields are refused), response
-models are the DSL's result models, so the label type is an enum in /openapi.json. Each
+models are the DSL's result models, so the label type is an enum in /openapi.json. A
+request (a batch: at its top, not per input) also takes `cache_salt` (wire.py), unless the
+function has a parameter of that name. Each
 request model carries ``x-prefillonly-dsl`` (kind, function, labels) in its JSON schema:
 how a client recognises the endpoint of *its* function.
 """
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from prefillonly_sgl.dsl.signature import DeclarationError
+from prefillonly_sgl.wire import cache_salt_field
 
 MARKER = "x-prefillonly-dsl"  # JSON-schema key of a DSL endpoint's request model
 
@@ -28,6 +31,7 @@ class AppModels:
     response: type[BaseModel]
     batch_request: type[BaseModel] | None = None  # classifiers: POST path/batch
     batch_response: type[BaseModel] | None = None
+    batch_input: type[BaseModel] | None = None  # one input of a batch (no cache_salt)
 
 
 def app_models(function) -> AppModels:
@@ -47,6 +51,8 @@ def _build_models(function) -> AppModels:
         extra="forbid", arbitrary_types_allowed=True, json_schema_extra={MARKER: marker}
     )
     fields = {n: (f.annotation, f) for n, f in function.inputs.model.model_fields.items()}
+    # A parameter of the function named cache_salt keeps its meaning: no salt field then.
+    salted = {} if "cache_salt" in fields else {"cache_salt": (str | None, cache_salt_field())}
     if function.kind == "ranker":
         if function.scores_continuation:
             score = typing.Literal["mean", "sum"] | None
@@ -63,18 +69,27 @@ def _build_models(function) -> AppModels:
             "top_k": (int | None, Field(None, ge=1, description="how many best items")),
             "score": (score, Field(None, description=score_help)),
         }
-        request = create_model(f"{name}Request", __config__=config, **fields)
+        request = create_model(f"{name}Request", __config__=config, **fields, **salted)
         models = AppModels(marker, request, function.result_model)
     else:
-        request = create_model(f"{name}Input", __config__=config, **fields)
+        request = create_model(f"{name}Input", __config__=config, **fields, **salted)
+        one_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+        one = create_model(f"{name}BatchInput", __config__=one_config, **fields)
         batch = create_model(
             f"{name}BatchRequest",
             __config__=ConfigDict(extra="forbid", json_schema_extra={MARKER: marker}),
-            inputs=(list[request], Field(..., min_length=1)),
+            inputs=(list[one], Field(..., min_length=1)),
+            **salted,
         )
         results = create_model(f"{name}BatchResult", results=(list[function.result_model], ...))
-        models = AppModels(marker, request, function.result_model, batch, results)
-    for model in (models.request, models.response, models.batch_request, models.batch_response):
+        models = AppModels(marker, request, function.result_model, batch, results, one)
+    for model in (
+        models.request,
+        models.response,
+        models.batch_request,
+        models.batch_response,
+        models.batch_input,
+    ):
         try:
             if model is not None:
                 model.model_json_schema()

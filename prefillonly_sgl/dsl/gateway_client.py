@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
+from prefillonly_sgl.cache_salts import salt_fields
 from prefillonly_sgl.dsl.job import ClassifyJob, Job, RankJob
 from prefillonly_sgl.errors import InvalidRequestError, PrefillOnlyError
 from prefillonly_sgl.wire import (
@@ -88,7 +89,9 @@ def _rank_rows(post: Post, job: RankJob, count_usage: CountUsage) -> list[list[f
     _require_defaults(function, {"query": query}, job.shared, "/v1/rerank")
     # "rid" asks a replica called directly for the same SGLang-shaped answer as the
     # gateway gives (apis/ranking.py).
-    body = request_body(RerankRequest, query=query, documents=list(job.items), rid=None)
+    body = request_body(
+        RerankRequest, query=query, documents=list(job.items), rid=None, **salt_fields()
+    )
     # A gateway routing by consistent hashing keeps one query on one replica with this
     # key (and walks to the next healthy replica when that one dies); cache_aware
     # routing ignores it.
@@ -144,7 +147,8 @@ def _classify_bodies(job: ClassifyJob, model: str) -> list[tuple[dict, int]]:
         texts.append(value)
     size = job.batch_size or CLASSIFY_CHUNK
     chunks = [texts[i : i + size] for i in range(0, len(texts), size)]
-    return [(request_body(ClassifyRequest, model=model, input=c), len(c)) for c in chunks]
+    salt = salt_fields()
+    return [(request_body(ClassifyRequest, model=model, input=c, **salt), len(c)) for c in chunks]
 
 
 def _classify_rows(post: Post, body: dict, function, count_usage: CountUsage):

@@ -51,6 +51,7 @@ class ServeOptions:
     schedule_policy: str = JCT_POLICY  # "jct", or one of SGLang's (passed on to SGLang)
     memory_budget: str | None = None  # e.g. "6GiB": sizes the KV pool (memory/budget.py)
     max_prompt_tokens: int | None = None  # the longest prompt the budget must fit
+    tenant_keys: str | None = None  # a file of API keys, one tenant each (server/tenants.py)
 
     @property
     def jct(self) -> bool:
@@ -224,6 +225,14 @@ def add_serve_options(parser: argparse.ArgumentParser, group=None) -> None:
         "server accepts, about the context)",
     )
     group.add_argument(
+        "--tenant-keys",
+        default=None,
+        metavar="FILE",
+        help="API keys, one tenant each (instead of --api-key): lines 'tenant key', or JSON "
+        '{"tenant": "key" or ["key", ...]}; each tenant\'s requests reuse and report only '
+        "their own cached prefixes (docs/server.md, Tenants)",
+    )
+    group.add_argument(
         "--no-metrics",
         dest="metrics",
         action="store_false",
@@ -257,6 +266,7 @@ def parse_serve_argv(argv: list[str]) -> tuple[ServeOptions, list[str]]:
             schedule_policy=ours.schedule_policy,
             memory_budget=ours.memory_budget,
             max_prompt_tokens=ours.max_prompt_tokens,
+            tenant_keys=ours.tenant_keys,
         ),
         rest,
     )

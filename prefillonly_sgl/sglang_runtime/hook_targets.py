@@ -154,11 +154,6 @@ HOOK_TARGETS: dict[str, str] = {
         "AROUND (access.HOOKS): the admin key opens normal routes too, so an admin can send "
         "what needs it there (a custom logit processor); SGLang decides otherwise"
     ),
-    "sglang.srt.utils.auth._get_auth_level_from_app_and_scope": (
-        "AROUND (access.HOOKS): SGLang's lookup of a route's level misses the routers its "
-        "app includes, so the API key opened their admin routes (/scale_elastic_ep); ours "
-        "searches them"
-    ),
     "sglang.srt.utils.auth.AuthLevel": (
         "the level every route serve adds declares (its endpoint's _auth_level), read by "
         "SGLang's API-key middleware"
@@ -541,5 +536,18 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.layers.logprob_processor.InputLogprobProcessor.__init__": (
         "AFTER: enable_logprobs_chunk / logprobs_chunk_size from our settings"
+    ),
+    # -- prefix-cache namespaces (cache_salts.py, http_server/tenants.py) --
+    "sglang.srt.managers.io_struct.GenerateReqInput.normalize_batch_and_arguments": (
+        "relied on: spreads the cache_salt request_recording.py writes (the tenant's and the "
+        "caller's) to one per prompt; TokenizedGenerateReqInput and Req carry it to RadixKey's "
+        "cache_salt, so a salt matches only its own cached prefixes"
+    ),
+    "sglang.srt.utils.auth._get_auth_level_from_app_and_scope": (
+        "AROUND (http_server/access.HOOKS): SGLang's lookup of a route's level misses the "
+        "routers its app includes, so the API key opened their admin routes "
+        "(/scale_elastic_ep); ours searches them. Also called by --tenant-keys' key check "
+        "(http_server/tenants.py) with decide_request_auth: SGLang's decision, one tenant's "
+        "key standing for --api-key"
     ),
 }

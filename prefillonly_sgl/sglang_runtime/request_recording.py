@@ -6,11 +6,16 @@ TokenizerManager's generate_request, whose outputs carry each prompt's meta_info
 a caller has a RequestRecord in CURRENT_REQUEST (the server's guard per HTTP request,
 ScoringFront per score call; asyncio tasks copy the context, so SGLang's own tasks see
 it), the rids and meta_info land in that record and its parents. Without a record the
-wrapper is a pass-through.
+wrapper only salts.
+
+The same wrapper gives every request its prefix-cache salt (cache_salts.py: the tenant's
+and the caller's), which is why it is the one way in: a salt set anywhere else would miss
+some route.
 """
 
 from __future__ import annotations
 
+from prefillonly_sgl.cache_salts import salt_request
 from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord
 
 _WRAPPED = "_prefillonly_records_requests"
@@ -32,6 +37,7 @@ def record_generate_requests(tm) -> None:
             await stream.aclose()
 
     def generate_request(obj, request=None):
+        salt_request(obj)  # before SGLang normalises the batch's salts
         record = CURRENT_REQUEST.get()
         if record is None:
             return original(obj, request)

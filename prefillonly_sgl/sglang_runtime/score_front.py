@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 
+from prefillonly_sgl.cache_salts import REQUEST_SALT, check_salt
 from prefillonly_sgl.continuations import (
     ContinuationResult,
     plan_continuations,
@@ -79,14 +80,16 @@ class ScoringFront:
         item_first: bool = False,
         request=None,
         length_normalize: bool = False,
+        cache_salt: str | None = None,
     ) -> ScoreResult:
         """prefillonly_sgl.Engine.score semantics. request: the HTTP request, if any (SGLang
-        watches it for disconnects)."""
+        watches it for disconnects). cache_salt: the call's prefix-cache namespace (None:
+        the enclosing one, cache_salts.py)."""
         query, items, labels = self.check(query, items, label_token_ids, item_first)
         if not items:  # SGLang's answer to no items: no rows
             return ScoreResult(scores=[], prompt_tokens=0)
         trie = build_trie(labels)
-        with _sglang_call("score") as record:
+        with _sglang_call("score", cache_salt) as record:
             if trie.single_token:  # per token, a length is 1: nothing to normalise
                 result = await self.tokenizer_manager.score_request(
                     query=query,
@@ -114,7 +117,9 @@ class ScoringFront:
             cached_tokens=record.usage.cached_tokens,
         )
 
-    async def decide(self, call: DecisionCall, request=None) -> DecisionOutcome:
+    async def decide(
+        self, call: DecisionCall, request=None, cache_salt: str | None = None
+    ) -> DecisionOutcome:
         """Every question of a decision call answered behind its state, computed once
         (decisions/: the plan, its score requests through ``score``, the answers)."""
         plan = plan_decision(call, self.tokenizer, self.limits.scoring_prompt_tokens)
@@ -123,18 +128,18 @@ class ScoringFront:
             result = await self.score(query, items, labels, apply_softmax=False, request=request)
             return result.scores
 
-        with _sglang_call("decide") as record:
+        with _sglang_call("decide", cache_salt) as record:
             return await decide(plan, score, record.usage)
 
     async def continuation_logprobs(
-        self, query, items, continuation, request=None
+        self, query, items, continuation, request=None, cache_salt: str | None = None
     ) -> ContinuationResult:
         """Each continuation token's log-probability after query + item
         (prefillonly_sgl.Engine.continuation_logprobs semantics)."""
         plan = plan_continuations(
             query, items, continuation, self.limits, tokenizer_encode(self.tokenizer)
         )
-        with _sglang_call("continuation_logprobs") as record:
+        with _sglang_call("continuation_logprobs", cache_salt) as record:
             rows, prompt_tokens = await continuation_logprobs(self.tokenizer_manager, plan, request)
         return ContinuationResult(
             token_logprobs=rows,
@@ -144,13 +149,19 @@ class ScoringFront:
 
 
 @contextlib.contextmanager
-def _sglang_call(name: str):
+def _sglang_call(name: str, cache_salt: str | None = None):
     """One call into SGLang under its own usage record (yielded; an HTTP request's record,
-    the guard's, is its parent), SGLang's ValueError (its way of refusing a request) as
-    an InvalidRequestError."""
+    the guard's, is its parent) and, when given, its own cache salt (else the enclosing
+    one: a decision's score calls share the decision's), SGLang's ValueError (its way of
+    refusing a request) as an InvalidRequestError."""
+    try:
+        salt = check_salt(cache_salt)
+    except ValueError as e:
+        raise InvalidRequestError(str(e)) from None
     outer = CURRENT_REQUEST.get()
     record = outer.child(name) if outer is not None else RequestRecord(name)
     token = CURRENT_REQUEST.set(record)  # SGLang's tasks below copy this context
+    salt_token = REQUEST_SALT.set(salt) if salt is not None else None
     try:
         yield record
     except InvalidRequestError:
@@ -158,4 +169,6 @@ def _sglang_call(name: str):
     except ValueError as e:
         raise InvalidRequestError(str(e)) from e
     finally:
+        if salt_token is not None:
+            REQUEST_SALT.reset(salt_token)
         CURRENT_REQUEST.reset(token)

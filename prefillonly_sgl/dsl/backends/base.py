@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import functools
 from typing import Any
 
@@ -104,6 +105,8 @@ class Backend:
         except RuntimeError:
             return asyncio.run(coroutine)
         # Synchronous code on a running loop (a notebook cell) cannot re-enter it: the
-        # coroutine gets a loop of its own in a worker thread.
+        # coroutine gets a loop of its own in a worker thread, in this context (the
+        # caller's cache_salt, cache_salts.py: a thread does not inherit it).
+        context = contextvars.copy_context()
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            return pool.submit(asyncio.run, coroutine).result()
+            return pool.submit(context.run, asyncio.run, coroutine).result()

@@ -31,6 +31,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from prefillonly_sgl.cache_salts import salt_fields
 from prefillonly_sgl.continuations import (
     generate_fields,
     plan_continuations,
@@ -150,6 +151,7 @@ class RemoteBackend(Backend):
             "items": list(request.items),
             "label_token_ids": list(request.label_token_ids),
             "apply_softmax": request.apply_softmax,
+            **salt_fields(),  # this thread runs in the call's context (asyncio.to_thread)
         }
         answer = self._request("POST", "/v1/score", body)
         usage = ScoreUsage.model_validate(answer.get("usage") or {})
@@ -166,6 +168,7 @@ class RemoteBackend(Backend):
             label_token_ids=list(request.label_token_ids),
             apply_softmax=request.apply_softmax,
             length_normalize=request.length_normalize,
+            **salt_fields(),
         )
         try:
             answer = self._request("POST", "/v1/score_labels", body)
@@ -193,7 +196,7 @@ class RemoteBackend(Backend):
             limits,
             tokenizer_encode(self.tokenizer),
         )
-        answer = self._request("POST", "/generate", generate_fields(plan))
+        answer = self._request("POST", "/generate", {**generate_fields(plan), **salt_fields()})
         answers = answer if isinstance(answer, list) else [answer]
         metas = [one["meta_info"] for one in answers]
         self.count_usage(

@@ -10,12 +10,17 @@ scheduler avoids, so each request carries hashes of its first L tokens for L = 6
 256, ... below R, and R itself, computed once when the request is first seen.
 
     marks.levels = ((64, h64), (128, h128), ..., (R, hR))   # hR identifies the group
+
+The hashes cover the request's cache namespace too (SGLang's extra_key and cache_salt,
+cache_salts.py): requests of different namespaces never share a cached prefix, so they
+never form one group or share a level; grouping them would have the "followers" wait for
+a prefix they cannot reuse.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 MIN_SHARED_TOKENS = 64  # shorter shared prefixes are not worth scheduling around
@@ -37,8 +42,11 @@ class PrefixMarks:
         return [(n, h) for n, h in self.levels if n - cached >= MIN_SHARED_TOKENS]
 
 
-def prefix_marks(token_ids: Sequence[int], reusable_len: int | None) -> PrefixMarks | None:
-    """None when the request shares nothing worth grouping (no or a short prefix)."""
+def prefix_marks(
+    token_ids: Sequence[int], reusable_len: int | None, namespace: Hashable = None
+) -> PrefixMarks | None:
+    """None when the request shares nothing worth grouping (no or a short prefix).
+    namespace: the request's cache namespace (None: SGLang's default one)."""
     if not reusable_len or reusable_len < MIN_SHARED_TOKENS:
         return None
     length = min(int(reusable_len), len(token_ids))
@@ -52,5 +60,8 @@ def prefix_marks(token_ids: Sequence[int], reusable_len: int | None) -> PrefixMa
     if not (isinstance(token_ids, array) and token_ids.typecode == "q"):
         token_ids = array("q", token_ids[:length])
     data = token_ids[:length].tobytes()
-    levels = tuple((n, hash(data[: 8 * n])) for n in sizes)
+    if namespace is None:
+        levels = tuple((n, hash(data[: 8 * n])) for n in sizes)
+    else:
+        levels = tuple((n, hash((namespace, data[: 8 * n]))) for n in sizes)
     return PrefixMarks(length=length, levels=levels)

@@ -154,7 +154,11 @@ class JctSchedulePolicy(SchedulePolicy):
                 if req.rid in self._present or req.rid in self.jct:
                     continue
                 ids = req.origin_input_ids
-                marks = prefix_marks(ids, reusable_len_in(req.sampling_params.custom_params))
+                marks = prefix_marks(
+                    ids,
+                    reusable_len_in(req.sampling_params.custom_params),
+                    _namespace(req),
+                )
                 entered = req.time_stats.wait_queue_entry_time or now
                 self.jct.add(req.rid, len(ids) + len(req.output_ids), entered, marks)
                 gid = self.jct.group_of(req.rid)
@@ -240,6 +244,14 @@ class JctSchedulePolicy(SchedulePolicy):
             return plan
         hits = self.jct.plan_step(now, explain=explain, hits_only=True)
         return hits if hits.batch else plan
+
+
+def _namespace(req) -> tuple | None:
+    """The request's prefix-cache namespace, as SGLang's radix cache keys it (RadixKey's
+    extra_key and cache_salt); None for the default one."""
+    if req.extra_key is None and req.cache_salt is None:
+        return None
+    return (req.extra_key, req.cache_salt)
 
 
 def _rotate(items: list, start: int) -> list:

@@ -19,6 +19,8 @@ working:
 - the typed endpoints of the EndpointSpecs it is given (`--app`, and the built-in APIs of
   prefillonly_sgl/apis/: /v1/score_labels, /v1/rerank, /v1/classify), which score through
   ScoringFront;
+- with `--tenant-keys`, the key check of several keys, one tenant each (tenants.py), which
+  runs each request in its tenant's prefix-cache namespace;
 - a lifespan wrapper that, once SGLang is up, starts the ScoringFront (which records usage
   and rids from the tokenizer manager's generate_request), arms SGLang's SIGTERM drain at
   once, aborts what is still running --shutdown-timeout seconds after SIGTERM, and runs
@@ -30,6 +32,7 @@ Then sglang.launch_server.run_server runs the server exactly as `sglang serve` w
     access.py      auth levels, the admin key, secrets kept out of answers and logs
     processor_check.py  a request's custom logit processor loaded in a throwaway process
     lifecycle.py   start-up, SIGTERM drain and its watchdog, the guard's metrics
+    tenants.py     --tenant-keys: several API keys, one tenant (cache namespace) each
     here           install() puts them on the app; serve() builds ServerArgs and runs
 """
 
@@ -41,6 +44,7 @@ from prefillonly_sgl.server.endpoints import EndpointSpec, check_unique_paths
 from prefillonly_sgl.server.guard import GuardPolicy, RequestGuard
 from prefillonly_sgl.server.options import ServeOptions, SGLangFlags
 from prefillonly_sgl.server.redaction import RedactSecrets, secret_values
+from prefillonly_sgl.server.tenants import TenantKeys, TenantKeysError, load_tenant_keys
 from prefillonly_sgl.sglang_runtime import server_flags
 from prefillonly_sgl.sglang_runtime.http_server import access
 from prefillonly_sgl.sglang_runtime.http_server.lifecycle import _guard_metrics, _wrap_lifespan
@@ -51,6 +55,7 @@ from prefillonly_sgl.sglang_runtime.http_server.routes import (
     _replace_score_route,
 )
 from prefillonly_sgl.sglang_runtime.http_server.runtime import SGLangRuntime
+from prefillonly_sgl.sglang_runtime.http_server.tenants import TenantKeyAuth
 
 # SGLang endpoints that run the model: guarded (checked, admitted, drained on shutdown).
 WORK_PATHS = {
@@ -80,6 +85,8 @@ def install(
     specs: list[EndpointSpec],
     enable_metrics: bool,
     mark_reusable_prefixes: bool = True,
+    tenant_keys: TenantKeys | None = None,
+    admin_api_key: str | None = None,
     secrets: list[str] = (),
 ):
     """Adds everything `serve` adds to SGLang's FastAPI app (before it starts); ``specs``:
@@ -137,6 +144,13 @@ def install(
     # Outside all of ours (SGLang's key check, added at start, is outside it): no answer,
     # error or not, carries a secret value.
     app.add_middleware(RedactSecrets, secrets=lambda: secrets)
+    if tenant_keys is not None:
+        # --tenant-keys (then SGLang has no --api-key of its own; admin_api_key is its
+        # --admin-api-key). Added last, so it runs before the rest of ours: a refused
+        # request's body is never read.
+        app.add_middleware(
+            TenantKeyAuth, keys=tenant_keys, admin_api_key=admin_api_key, fastapi_app=app
+        )
     _wrap_lifespan(app, runtime, specs, policy.in_flight)
     return runtime
 
@@ -161,6 +175,7 @@ def serve(
             "prefillonly serve: --tokenizer-worker-num > 1 is not supported (the request "
             "checks run in the main process's HTTP server)"
         )
+    tenant_keys = _tenant_keys(options, server_args)
     from sglang.launch_server import run_server
     from sglang.srt.entrypoints.http_server import app
 
@@ -176,6 +191,8 @@ def serve(
         specs,
         enable_metrics=bool(server_args.enable_metrics),
         mark_reusable_prefixes=mark_reusable_prefixes,
+        tenant_keys=tenant_keys,
+        admin_api_key=server_args.admin_api_key,
         secrets=secrets,
     )
     if server_args.device == "cpu":
@@ -187,3 +204,18 @@ def serve(
     finally:
         kill_process_tree(os.getpid(), include_parent=False)
     return 0
+
+
+def _tenant_keys(options: ServeOptions, server_args) -> TenantKeys | None:
+    """The keys of --tenant-keys (None without it); SystemExit naming the problem."""
+    if options.tenant_keys is None:
+        return None
+    if server_args.api_key:
+        raise SystemExit(
+            "prefillonly serve: --tenant-keys replaces --api-key: give that key a tenant of "
+            "its own in the file"
+        )
+    try:
+        return load_tenant_keys(options.tenant_keys)
+    except TenantKeysError as e:
+        raise SystemExit(f"prefillonly serve: --tenant-keys {e}") from None

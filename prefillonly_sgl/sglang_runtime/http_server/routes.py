@@ -8,6 +8,7 @@ import inspect
 import orjson
 from pydantic import BaseModel
 
+from prefillonly_sgl.cache_salts import cache_salt, check_salt
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.server.endpoints import EndpointSpec
 from prefillonly_sgl.server.errors import error_body, validation_message
@@ -72,9 +73,14 @@ def _replace_score_route(app, runtime: SGLangRuntime, peers: list[EndpointSpec] 
             request = ScoringRequest.model_validate(body)
         except ValidationError as e:
             raise RequestValidationError(e.errors(), body=body) from None
-        response = await raw_request.app.state.openai_serving_score.handle_request(
-            request, raw_request
-        )
+        try:
+            salt = _salt_of(body)  # ours: SGLang's ScoringRequest has no cache_salt
+        except InvalidRequestError as e:
+            return _error_response(400, str(e))
+        with cache_salt(salt):
+            response = await raw_request.app.state.openai_serving_score.handle_request(
+                request, raw_request
+            )
         record = CURRENT_REQUEST.get()
         if record is None or not record.usage.prompts or response.status_code != 200:
             return response
@@ -109,8 +115,9 @@ def _add_endpoint(app, spec: EndpointSpec, runtime: SGLangRuntime) -> None:
     async def endpoint(body, raw_request):
         token = _RAW_REQUEST.set(raw_request)
         try:
-            result = spec.handler(body, runtime.context)
-            return await result if inspect.isawaitable(result) else result
+            with cache_salt(_salt_of(body)):
+                result = spec.handler(body, runtime.context)
+                return await result if inspect.isawaitable(result) else result
         except InvalidRequestError as e:
             return _error_response(400, str(e), spec.error_shape)
         finally:
@@ -174,8 +181,9 @@ async def _run_raw(spec: EndpointSpec, runtime: SGLangRuntime, body, raw_request
     the spec's error shape."""
     token = _RAW_REQUEST.set(raw_request)
     try:
-        result = spec.handler(body, runtime.context)
-        result = await result if inspect.isawaitable(result) else result
+        with cache_salt(_salt_of(body)):
+            result = spec.handler(body, runtime.context)
+            result = await result if inspect.isawaitable(result) else result
         if isinstance(result, BaseModel):
             result = result.model_dump(mode="json")
         return _json_response(result)
@@ -183,6 +191,17 @@ async def _run_raw(spec: EndpointSpec, runtime: SGLangRuntime, body, raw_request
         return _error_response(400, str(e), spec.error_shape)
     finally:
         _RAW_REQUEST.reset(token)
+
+
+def _salt_of(body) -> str | None:
+    """The body's `cache_salt` (every scoring route's wire model declares it), which the
+    whole request then runs under (cache_salts.py): the handlers need not pass it on, and
+    none can forget to."""
+    salt = body.get("cache_salt") if isinstance(body, dict) else getattr(body, "cache_salt", None)
+    try:
+        return check_salt(salt)
+    except ValueError as e:
+        raise InvalidRequestError(str(e)) from None
 
 
 def _inline_defs(schema: dict) -> dict:

@@ -1,0 +1,204 @@
+"""Tenant isolation of the prefix cache (issue 54, item 3): a request reuses, and reports
+as cached, only prefixes cached under its own salt (cache_salts.py); on a server with
+--tenant-keys every key's tenant is a namespace of its own (server/tenants.py,
+sglang_runtime/http_server/tenants.py).
+
+The plain rules first (no SGLang), then the session's tiny Engine with two salts, then
+one server with two tenant keys (started once for the module)."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+from conftest import TESTS, tiny_server
+
+from prefillonly_sgl.cache_salts import cache_salt, effective_salt
+from prefillonly_sgl.features.jct_scheduler.prefix_marks import prefix_marks
+from prefillonly_sgl.server.tenants import TenantKeysError, parse_tenant_keys
+
+KEY_A = "tenant-a-key-0123456789"
+KEY_B = "tenant-b-key-9876543210"
+
+# A profile well past the JCT scheduler's 64-token group threshold, so its items share it.
+PROFILE = (
+    "User profile: enjoys slow science fiction, long documentaries about the sea, quiet "
+    "jazz records from the fifties, and novels about families over several generations; "
+    "dislikes horror, loud action films and reality television of every kind. "
+) * 3
+
+
+# -- the plain rules ------------------------------------------------------------------
+
+
+def test_tenant_keys_file_formats():
+    lines = parse_tenant_keys(f"# tenants\nacme {KEY_A}\n\nglobex {KEY_B}\n")
+    as_json = parse_tenant_keys(f'{{"acme": ["{KEY_A}"], "globex": "{KEY_B}"}}')
+    for keys in (lines, as_json):
+        assert keys.tenant_of(KEY_A) == "acme"
+        assert keys.tenant_of(KEY_B) == "globex"
+        assert keys.tenant_of("someone-else-key") is None
+        assert keys.tenant_of(None) is None
+        assert keys.tenants == ["acme", "globex"]
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        (f"acme {KEY_A}\nglobex {KEY_A}\n", "two tenants"),
+        ("acme short\n", "at least"),
+        (f"acme {KEY_A} extra\n", "two words"),
+        ("# nothing\n", "no tenant keys"),
+        ('{"acme": 5}', "at least"),
+        ("{not json", "not valid JSON"),
+    ],
+)
+def test_tenant_keys_file_problems_are_named(text, problem):
+    with pytest.raises(TenantKeysError, match=problem):
+        parse_tenant_keys(text)
+
+
+def test_a_tenant_cannot_name_another_tenants_namespace():
+    a = effective_salt("acme", None)
+    assert a == effective_salt("acme", "")  # no salt and "" are one namespace
+    assert a != effective_salt("globex", None)
+    # Whatever salt another tenant (or a caller without one) sends, it lands elsewhere.
+    for salt in (None, "acme", a, '["acme", ""]'):
+        assert effective_salt("globex", salt) != a
+        assert effective_salt(None, salt) != a or salt == a  # no tenant: SGLang's meaning
+    assert effective_salt("acme", "x") != effective_salt("acme", "y") != a
+    assert effective_salt(None, None) is None and effective_salt(None, "x") == "x"
+
+
+def test_prefix_groups_never_span_namespaces():
+    ids = list(range(1000, 1200))
+    plain = prefix_marks(ids, 150)
+    a = prefix_marks(ids, 150, (None, "a"))
+    b = prefix_marks(ids, 150, (None, "b"))
+    assert plain.group != a.group != b.group
+    assert not {h for _, h in a.levels} & {h for _, h in b.levels}  # no shared level either
+    assert prefix_marks(ids, 150, (None, "a")) == a
+
+
+# -- the Engine: two salts -----------------------------------------------------------
+
+
+def test_engine_salts_keep_cached_prefixes_apart(tiny_engine, yes_no_labels):
+    """The same profile under salt A, then B, then A again (one item each, so a call's
+    own items cannot hit each other): only A's second call reports the profile cached;
+    the scores are the unsalted ones."""
+    engine = tiny_engine
+    r = len(engine.tokenizer.encode(PROFILE))
+    first_a = engine.score(PROFILE, ["Item: a sea documentary"], yes_no_labels, cache_salt="a1")
+    first_b = engine.score(PROFILE, ["Item: a jazz record"], yes_no_labels, cache_salt="b1")
+    second_a = engine.score(PROFILE, ["Item: a jazz record"], yes_no_labels, cache_salt="a1")
+    assert first_a.cached_tokens == 0
+    assert first_b.cached_tokens == 0  # A's profile is cached, but not for B
+    assert second_a.cached_tokens >= r - 1  # A's own profile (the last token recomputed)
+    # A salt set around the call (the DSL's and the batch runner's way) is the same salt.
+    with cache_salt("b1"):
+        second_b = engine.score(PROFILE, ["Item: a sea documentary"], yes_no_labels)
+    assert second_b.cached_tokens >= r - 1
+    unsalted = engine.score(PROFILE, ["Item: a jazz record"], yes_no_labels)
+    assert unsalted.scores[0] == pytest.approx(first_b.scores[0], abs=1e-4)
+    assert second_a.scores[0] == pytest.approx(first_b.scores[0], abs=1e-4)
+
+
+def test_engine_continuations_are_salted_too(tiny_engine):
+    query = PROFILE + "A film:"
+    first = tiny_engine.continuation_logprobs(query, [" the sea"], " yes", cache_salt="c1")
+    other = tiny_engine.continuation_logprobs(query, [" the sea"], " yes", cache_salt="c2")
+    again = tiny_engine.continuation_logprobs(query, [" a film"], " yes", cache_salt="c1")
+    assert first.cached_tokens == 0 and other.cached_tokens == 0
+    assert again.cached_tokens > 0
+    assert other.token_logprobs[0] == pytest.approx(first.token_logprobs[0], abs=1e-4)
+
+
+# -- one server, two tenants -------------------------------------------------------------
+
+tenants_server = tiny_server(
+    "--tenant-keys", str(TESTS / "tenant_keys_example.txt"),
+    "--app", str(TESTS / "dsl_app_example.py"),
+    "--app", str(TESTS / "ranking_app_example.py"),
+    "--classify", "review_sentiment",
+    name="tenants_server",
+)  # fmt: skip
+
+
+def _post(server, path, body, key):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return requests.post(f"{server.url}{path}", json=body, headers=headers, timeout=120)
+
+
+def _score(server, key, item, labels, **extra):
+    body = {"query": PROFILE, "items": [item], "label_token_ids": labels, **extra}
+    answer = _post(server, "/v1/score", body, key)
+    assert answer.status_code == 200, answer.text
+    content = answer.json()
+    return content["scores"], content["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def test_tenant_keys_open_the_server_and_nothing_else(tenants_server):
+    body = {"query": "q", "items": ["i"], "label_token_ids": [1]}
+    assert _post(tenants_server, "/v1/score", body, None).status_code == 401
+    assert _post(tenants_server, "/v1/score", body, "not-a-tenant-key").status_code == 401
+    assert _post(tenants_server, "/v1/score", body, KEY_A).status_code == 200
+    assert requests.get(f"{tenants_server.url}/health", timeout=10).status_code == 200
+
+
+def test_tenant_b_never_sees_tenant_a_cached_profile(tenants_server, yes_no_labels):
+    first_a, cached = _score(tenants_server, KEY_A, "Item: a sea documentary", yes_no_labels)
+    assert cached == 0
+    first_b, cached = _score(tenants_server, KEY_B, "Item: a jazz record", yes_no_labels)
+    assert cached == 0  # A's profile is in the cache; B's first request does not see it
+    # Nor by sending a salt: its salt only splits B's own namespace.
+    _, cached = _score(
+        tenants_server, KEY_B, "Item: a quiet novel", yes_no_labels, cache_salt="acme"
+    )
+    assert cached == 0
+    second_a, cached = _score(tenants_server, KEY_A, "Item: a jazz record", yes_no_labels)
+    assert cached > 0  # A's own profile
+    assert second_a[0] == pytest.approx(first_b[0], abs=1e-4)
+
+
+def test_every_scoring_route_takes_a_cache_salt(tenants_server):
+    """Each route with `cache_salt` in its body: answered (200), and run in the salted
+    namespace: the same request again reports its own prefix cached."""
+    review = "Review sentiment of a long stay. " * 12
+    docs = ["the sea at night", "a loud action film"]
+    calls = {
+        "/v1/score_labels": {"query": PROFILE, "items": ["Item: x"], "labels": [" Yes", " No"]},
+        "/v1/rerank": {"query": PROFILE, "documents": docs},
+        "/v2/rerank": {"query": PROFILE, "documents": docs},
+        "/rerank": {"query": PROFILE, "texts": docs},
+        "/v1/classify": {"input": [review]},
+        "/v1/decisions": {
+            "model": "m",
+            "input": PROFILE,
+            "questions": [{"type": "predicate", "instructions": "Likes the sea?"}],
+        },
+        "/v1/systemone": {
+            "model": "m",
+            "state": PROFILE,
+            "questions": {"sea": {"type": "noul", "instructions": "Likes the sea?"}},
+        },
+        "/apps/sentiment": {"review": review},
+        "/apps/sentiment/batch": {"inputs": [{"review": review}]},
+        "/apps/recommend": {"profile": PROFILE, "items": ["a sea film"]},
+        "/v1/completions": {"prompt": PROFILE, "max_tokens": 1},
+        "/v1/chat/completions": {
+            "messages": [{"role": "user", "content": PROFILE}],
+            "max_tokens": 1,
+        },
+    }
+    for path, body in calls.items():
+        for salt in ("s1", "s2"):
+            answer = _post(tenants_server, path, {**body, "cache_salt": salt}, KEY_A)
+            assert answer.status_code == 200, (path, answer.text)
+    # The salt reaches the cache: under a new salt the profile is not cached, then it is.
+    fresh = {**calls["/v1/score_labels"], "cache_salt": "s3"}
+    cached = [_post(tenants_server, "/v1/score_labels", fresh, KEY_A).json() for _ in range(2)]
+    assert [c["usage"]["cached_tokens"] == 0 for c in cached] == [True, False]
+    # A salt that is not a string is refused where the body is read.
+    bad_body = {**calls["/v1/score_labels"], "cache_salt": 5}
+    bad = _post(tenants_server, "/v1/score_labels", bad_body, KEY_A)
+    assert bad.status_code == 400
