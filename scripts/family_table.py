@@ -126,7 +126,7 @@ def table(reports: dict[str, dict]) -> str:
             elif status == "not run":
                 cells.append("-")
             else:
-                cells.append("FAIL " + mark(_short(status.removeprefix("FAIL: ") or "fails")))
+                cells.append("FAIL " + mark(_short(status.removeprefix("FAIL: ") or "fails", 300)))
         diffs = [v["checks"] for v in report["variants"]]
         worst = max(
             (c["max_diff"] for checks in diffs for c in checks.values() if c["max_diff"]),
