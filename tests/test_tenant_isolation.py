@@ -8,6 +8,8 @@ one server with two tenant keys (started once for the module)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import requests
 from conftest import TESTS, tiny_server
@@ -113,6 +115,32 @@ def test_engine_continuations_are_salted_too(tiny_engine):
     assert other.token_logprobs[0] == pytest.approx(first.token_logprobs[0], abs=1e-4)
 
 
+def test_a_batch_job_runs_in_its_salt(tiny_engine, tmp_path):
+    """run_batch(cache_salt=...): the DSL's calls of the job in that namespace (the local
+    backend through the call's context). The same job again under its salt finds the
+    shared few-shot prefix cached; under another salt it computes it as the first did."""
+    from batch_app_example import liked
+
+    from prefillonly_sgl.batch import run_batch
+
+    records = [{"review": r, "drug": "d"} for r in ("better now", "not again", "ok", "fine")]
+
+    def job(name, salt):
+        out = tmp_path / f"{name}.jsonl"
+        report = run_batch(liked, records, out, engine=tiny_engine, cache_salt=salt, progress=False)
+        return report, [json.loads(line) for line in out.read_text().splitlines()]
+
+    first, rows = job("first", "job-a")
+    again, rows_again = job("again", "job-a")
+    other, rows_other = job("other", "job-b")
+    assert again.cached_tokens > first.cached_tokens
+    assert other.cached_tokens == first.cached_tokens
+    for row in (*rows_again, *rows_other):  # a cache hit's scores: the same to 1e-4
+        same = rows[row["row"]]
+        assert row["label"] == same["label"]
+        assert row["probs"]["Yes"] == pytest.approx(same["probs"]["Yes"], abs=1e-4)
+
+
 # -- one server, two tenants -------------------------------------------------------------
 
 tenants_server = tiny_server(
@@ -158,6 +186,21 @@ def test_tenant_b_never_sees_tenant_a_cached_profile(tenants_server, yes_no_labe
     second_a, cached = _score(tenants_server, KEY_A, "Item: a jazz record", yes_no_labels)
     assert cached > 0  # A's own profile
     assert second_a[0] == pytest.approx(first_b[0], abs=1e-4)
+
+
+def test_sglang_own_routes_run_in_the_tenants_namespace(tenants_server):
+    """/generate is SGLang's handler, untouched: the tenant's salt still reaches it."""
+
+    def generate(key, tail):
+        # Another profile than the tests above cached in A's namespace.
+        body = {"text": "Second user. " + PROFILE + tail, "sampling_params": {"max_new_tokens": 1}}
+        answer = _post(tenants_server, "/generate", body, key)
+        assert answer.status_code == 200, answer.text
+        return answer.json()["meta_info"]["cached_tokens"]
+
+    assert generate(KEY_A, " Film one:") == 0
+    assert generate(KEY_B, " Film two:") == 0
+    assert generate(KEY_A, " Film three:") > 0
 
 
 def test_every_scoring_route_takes_a_cache_salt(tenants_server):
