@@ -178,6 +178,8 @@ def server(tiny_llama_path, tmp_path_factory):
         srv.rss.append(_rss(srv))
         print(f"\n[fuzz] {sum(srv.outcomes.values())} bodies: {dict(srv.outcomes)}; server "
               f"memory {srv.rss[0] / 2**20:.0f} -> {srv.rss[-1] / 2**20:.0f} MiB")  # fmt: skip
+        answers = sum(sum(statuses.values()) for statuses in srv.auth.values())
+        print(f"[auth] {getattr(srv, 'route_count', 0)} routes, {answers} answers checked")
         for (method, kind, who), statuses in sorted(srv.auth.items()):
             print(f"[auth] {method} | {kind} | {who} | "
                   f"{', '.join(f'{n}x {s}' for s, n in sorted(statuses.items()))}")  # fmt: skip
@@ -220,6 +222,21 @@ def test_every_body_gets_200_or_a_4xx_naming_the_problem(server, path):
         _check(server, path, data)
 
     body_is_answered()
+
+
+def test_the_server_answers_as_before_after_the_fuzzing(server):
+    """Runs after the fuzzing (pytest keeps file order): same answers to the valid bodies."""
+    for path, body in VALID.items():
+        again = _post(server, path, json.dumps(body).encode())
+        assert again.status_code == 200, again.text
+        before = server.baseline[path].json()
+        if path == "/v1/score":  # usage differs (cache hits); the scores may not
+            before, again_json = before["scores"], again.json()["scores"]
+        elif path.startswith(("/v1/chat/completions", "/v1/completions")):
+            before, again_json = _openai_view(before), _openai_view(again.json())
+        else:
+            again_json = again.json()
+        assert _without_usage(again_json) == _without_usage(before)
 
 
 # -- Keys: every route without and with each key; no answer carries one (issue 54) --
@@ -299,7 +316,9 @@ def test_every_get_route_with_each_key_answers_no_key(server):
     or opened as its level says, and no answer (body or header) holds either key: not
     /server_info nor /get_server_info (SGLang 0.5.23 answers both keys there), nor
     /v1/models, /metrics, the OpenAPI pages."""
-    for path, (methods, level) in sorted(_routes(server).items()):
+    routes = _routes(server)
+    server.route_count = len(routes)
+    for path, (methods, level) in sorted(routes.items()):
         if "GET" not in methods:
             continue
         for who, auth in KEYS.items():
@@ -397,21 +416,6 @@ def test_the_server_log_holds_no_key(server):
     log = server.log_path.read_text(errors="replace")
     assert "server_args=" in log or "Uvicorn running" in log or "startup" in log.lower()
     assert API_KEY not in log and ADMIN_KEY not in log
-
-
-def test_the_server_answers_as_before_after_the_fuzzing(server):
-    """Runs after the fuzzing (pytest keeps file order): same answers to the valid bodies."""
-    for path, body in VALID.items():
-        again = _post(server, path, json.dumps(body).encode())
-        assert again.status_code == 200, again.text
-        before = server.baseline[path].json()
-        if path == "/v1/score":  # usage differs (cache hits); the scores may not
-            before, again_json = before["scores"], again.json()["scores"]
-        elif path.startswith(("/v1/chat/completions", "/v1/completions")):
-            before, again_json = _openai_view(before), _openai_view(again.json())
-        else:
-            again_json = again.json()
-        assert _without_usage(again_json) == _without_usage(before)
 
 
 def _openai_view(answer: dict) -> list:

@@ -24,10 +24,12 @@ from prefillonly_sgl.errors import InvalidRequestError
 
 PROCESSOR_LOAD_TIMEOUT_S = 120.0  # importing torch in the child on a busy machine
 _LOADED_MAX = 256
+# What CustomLogitProcessor.from_str does (orjson, dill.loads of the hex, an instance),
+# without importing SGLang first: a string that is not a processor fails in a fraction of
+# a second instead of after torch's import (a real processor's class imports it anyway).
 _CHILD = (
-    "import sys\n"
-    "from sglang.srt.sampling.custom_logit_processor import CustomLogitProcessor\n"
-    "CustomLogitProcessor.from_str(sys.stdin.read())\n"
+    "import sys, dill, orjson\n"
+    "dill.loads(bytes.fromhex(orjson.loads(sys.stdin.read())['callable']))()\n"
 )
 
 
@@ -35,6 +37,7 @@ class ProcessorLoadCheck:
     def __init__(self, timeout_s: float = PROCESSOR_LOAD_TIMEOUT_S, parallel: int = 2) -> None:
         self.timeout_s = timeout_s
         self._loaded: OrderedDict[str, None] = OrderedDict()  # hashes of loadable ones
+        self._pending: dict[str, asyncio.Future] = {}  # hash -> its load under way
         self._slots: asyncio.Semaphore | None = None
         self._parallel = parallel
 
@@ -45,7 +48,13 @@ class ProcessorLoadCheck:
             if digest in self._loaded:
                 self._loaded.move_to_end(digest)
                 continue
-            await self._load_in_child(text)
+            # Requests sending the same new processor at once share one child.
+            pending = self._pending.get(digest)
+            if pending is None:
+                pending = asyncio.ensure_future(self._load_in_child(text))
+                self._pending[digest] = pending
+                pending.add_done_callback(lambda _, d=digest: self._pending.pop(d, None))
+            await asyncio.shield(pending)  # one request gone does not stop the others' load
             self._loaded[digest] = None
             if len(self._loaded) > _LOADED_MAX:
                 self._loaded.popitem(last=False)
@@ -73,7 +82,7 @@ class ProcessorLoadCheck:
                 raise InvalidRequestError(
                     f"custom_logit_processor did not load within {self.timeout_s:.0f} s"
                 ) from None
-            except BaseException:  # the request went away: the child goes too
+            except BaseException:  # the server is stopping: the child goes too
                 if child.returncode is None:
                     child.kill()
                     await child.wait()
