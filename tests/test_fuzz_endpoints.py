@@ -236,7 +236,10 @@ def test_the_server_answers_as_before_after_the_fuzzing(server):
             before, again_json = _openai_view(before), _openai_view(again.json())
         else:
             again_json = again.json()
-        assert _without_usage(again_json) == _without_usage(before)
+        # Equal within 2e-5: a cached prefix or another batch moves float32 sums in the 6th
+        # place, which rounding both to 5 places turned into a flip at a boundary
+        # (0.881415 -> 0.88141 vs 0.88142).
+        _assert_close(_without_usage(again_json), _without_usage(before), path)
 
 
 # -- Keys: every route without and with each key; no answer carries one (issue 54) --
@@ -443,4 +446,19 @@ def _without_usage(value):
         return {k: _without_usage(v) for k, v in value.items() if k not in volatile}
     if isinstance(value, list):
         return [_without_usage(v) for v in value]
-    return round(value, 5) if isinstance(value, float) else value
+    return value
+
+
+def _assert_close(got, expected, where: str, tolerance: float = 2e-5) -> None:
+    if isinstance(expected, dict) and isinstance(got, dict):
+        assert got.keys() == expected.keys(), f"{where}: {sorted(got)} != {sorted(expected)}"
+        for key in expected:
+            _assert_close(got[key], expected[key], f"{where}.{key}", tolerance)
+    elif isinstance(expected, list | tuple) and isinstance(got, list | tuple):
+        assert len(got) == len(expected), f"{where}: {len(got)} != {len(expected)} items"
+        for i, (a, b) in enumerate(zip(got, expected, strict=True)):
+            _assert_close(a, b, f"{where}[{i}]", tolerance)
+    elif isinstance(expected, float) and isinstance(got, int | float):
+        assert abs(got - expected) <= tolerance, f"{where}: {got} != {expected}"
+    else:
+        assert got == expected, f"{where}: {got!r} != {expected!r}"

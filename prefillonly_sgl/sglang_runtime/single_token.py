@@ -258,6 +258,9 @@ def install_routes(app) -> None:
     # Imported here: SGLang's server module builds its app at import.
     from sglang.srt.entrypoints.http_server import model_json_response, validate_json_request
 
+    from prefillonly_sgl.server.auth import NORMAL
+    from prefillonly_sgl.sglang_runtime.http_server.access import declare
+
     async def chat(request: ChatRequest, raw_request: Request):
         serving = raw_request.app.state.openai_serving_chat
         return model_json_response(await _handle(serving, CHAT_PATH, request, raw_request))
@@ -273,7 +276,10 @@ def install_routes(app) -> None:
         endpoint.__doc__ = stock[0].endpoint.__doc__
         app.router.routes.remove(stock[0])
         app.add_api_route(
-            path, endpoint, methods=["POST"], dependencies=[Depends(validate_json_request)]
+            path,
+            declare(endpoint, NORMAL),  # as SGLang's route it replaces
+            methods=["POST"],
+            dependencies=[Depends(validate_json_request)],
         )
 
 

@@ -30,6 +30,8 @@ def install(app, tokenizer_manager) -> None:
     """GET /tokenizer_info on `app`, and the /detokenize hook in this process.
     tokenizer_manager: a callable giving the running TokenizerManager."""
     from prefillonly_sgl.hooking.hooks import apply_hooks_now
+    from prefillonly_sgl.server.auth import NORMAL
+    from prefillonly_sgl.sglang_runtime.http_server.access import declare
 
     apply_hooks_now(HOOK_TABLE_NAME, HOOKS)
 
@@ -41,4 +43,5 @@ def install(app, tokenizer_manager) -> None:
         "The tokenizer's special tokens, chat template and the context length (for clients "
         "that tokenize through the server, e.g. lm-evaluation-harness)."
     )
-    app.add_api_route("/tokenizer_info", get_tokenizer_info, methods=["GET"])
+    # The tokenizer, no settings: what the API key may read.
+    app.add_api_route("/tokenizer_info", declare(get_tokenizer_info, NORMAL), methods=["GET"])

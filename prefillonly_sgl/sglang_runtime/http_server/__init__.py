@@ -124,9 +124,7 @@ def install(
         if spec.claims is None:  # claimed bodies: the path's route hands them over
             _add_endpoint(app, spec, runtime)
     access.redact_settings_routes(app, list(secrets))
-    runtime.auth_levels = access.declare_auth_levels(
-        app, sglang_endpoints, {spec.path: spec.auth_level for spec in specs}
-    )
+    runtime.auth_levels = access.check_auth_levels(app, sglang_endpoints)
     error_shapes = {spec.path: spec.error_shape for spec in specs if spec.error_shape != "sglang"}
     policy = GuardPolicy(
         guarded_paths=WORK_PATHS | {spec.path for spec in specs},

@@ -4,8 +4,10 @@ server/redaction.py).
 
 SGLang's API-key middleware (added when the server starts, outermost: it answers 401/403
 before any body is read) takes each route's level from its endpoint's `_auth_level`. A
-route without one is `normal`; here every route serve adds states its level, and serve
-refuses to start if one does not.
+route without one is `normal`; every route serve adds states its level where it is added
+(`declare`: routes.py, single_token.py, tokenizer_endpoints.py; a typed endpoint's is its
+EndpointSpec.auth_level), and serve refuses to start if one does not
+(`check_auth_levels`).
 """
 
 from __future__ import annotations
@@ -15,16 +17,6 @@ import logging
 from prefillonly_sgl.server.auth import ADMIN_FORCE, ADMIN_OPTIONAL, NORMAL, admin_key_opens
 from prefillonly_sgl.server.redaction import redact, redact_text
 
-# The routes serve adds itself (the typed endpoints' level is their EndpointSpec's
-# auth_level): work and read-only routes any client may call with the API key, as the
-# SGLang routes they replace or sit beside are.
-AUTH_LEVELS = {
-    "/v1/score": NORMAL,  # replaces SGLang's (normal)
-    "/v1/models": NORMAL,  # replaces SGLang's (normal)
-    "/v1/chat/completions": NORMAL,  # single_token.py, replaces SGLang's (normal)
-    "/v1/completions": NORMAL,  # single_token.py, replaces SGLang's (normal)
-    "/tokenizer_info": NORMAL,  # tokenizer_endpoints.py: the tokenizer, no settings
-}
 _ENUM = {NORMAL: "NORMAL", ADMIN_OPTIONAL: "ADMIN_OPTIONAL", ADMIN_FORCE: "ADMIN_FORCE"}
 
 # SGLang's routes that report the server's arguments (SGLang 0.5.23 answers api_key and
@@ -37,25 +29,27 @@ def endpoint_ids(app) -> set[int]:
     return {id(getattr(r, "endpoint", None)) for r in app.router.routes}
 
 
-def declare_auth_levels(app, before: set[int], spec_levels: dict[str, str]) -> dict[str, str]:
-    """Sets SGLang's `_auth_level` on every endpoint added since ``before``: the path's
-    EndpointSpec level (``spec_levels``) or AUTH_LEVELS. Raises for a route added without
-    a declared level. Returns {path: level} of the routes added (docs/server.md's table)."""
+def declare(endpoint, level: str):
+    """Gives a route's endpoint function SGLang's auth level ``level`` (server/auth.py's
+    NORMAL, ADMIN_OPTIONAL, ADMIN_FORCE), where the route is added; returns it."""
     from sglang.srt.utils.auth import AuthLevel
 
+    endpoint._auth_level = AuthLevel[_ENUM[level]]
+    return endpoint
+
+
+def check_auth_levels(app, before: set[int]) -> dict[str, str]:
+    """{path: level} of every route added since ``before`` (docs/server.md's table);
+    raises for one added without a declared level (it would silently be normal)."""
     declared: dict[str, str] = {}
     for route in app.router.routes:
         endpoint = getattr(route, "endpoint", None)
         if endpoint is None or id(endpoint) in before:
             continue
-        path = route.path
         level = getattr(endpoint, "_auth_level", None)
         if level is None:
-            level = spec_levels.get(path, AUTH_LEVELS.get(path))
-            if level is None:
-                raise RuntimeError(f"serve adds {path} without an auth level (access.py)")
-            endpoint._auth_level = AuthLevel[_ENUM[level]]
-        declared[path] = AuthLevel(level).value
+            raise RuntimeError(f"serve adds {route.path} without an auth level (access.declare)")
+        declared[route.path] = getattr(level, "value", level)
     return declared
 
 

@@ -10,8 +10,10 @@ from pydantic import BaseModel
 
 from prefillonly_sgl.cache_salts import cache_salt, check_salt
 from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.server.auth import NORMAL
 from prefillonly_sgl.server.endpoints import EndpointSpec
 from prefillonly_sgl.server.errors import error_body, validation_message
+from prefillonly_sgl.sglang_runtime.http_server.access import declare
 from prefillonly_sgl.sglang_runtime.http_server.runtime import _RAW_REQUEST, SGLangRuntime
 from prefillonly_sgl.usage import CURRENT_REQUEST
 
@@ -93,7 +95,7 @@ def _replace_score_route(app, runtime: SGLangRuntime, peers: list[EndpointSpec] 
     schema = ScoringRequest.model_json_schema(ref_template="#/components/schemas/{model}")
     app.add_api_route(
         "/v1/score",
-        v1_score_request,
+        declare(v1_score_request, NORMAL),  # as SGLang's /v1/score
         methods=["POST"],
         dependencies=[Depends(validate_json_request)],
         openapi_extra={
@@ -136,7 +138,7 @@ def _add_endpoint(app, spec: EndpointSpec, runtime: SGLangRuntime) -> None:
     )
     app.add_api_route(
         spec.path,
-        endpoint,
+        declare(endpoint, spec.auth_level),
         methods=["POST"],
         response_model=spec.response_model,
         summary=spec.summary,
@@ -161,7 +163,7 @@ def _add_raw_endpoint(app, spec: EndpointSpec, runtime: SGLangRuntime) -> None:
     schema = spec.request_model.model_json_schema(ref_template="#/components/schemas/{model}")
     app.add_api_route(
         spec.path,
-        endpoint,
+        declare(endpoint, spec.auth_level),
         methods=["POST"],
         summary=spec.summary,
         description=spec.description or inspect.getdoc(spec.handler),
@@ -232,7 +234,8 @@ def _replace_models_route(app) -> None:
 
     available_models.__doc__ = stock_endpoint.__doc__
     app.router.routes.remove(stock[0])
-    app.add_api_route("/v1/models", available_models, methods=["GET"])
+    # As SGLang's /v1/models: what the API key may call.
+    app.add_api_route("/v1/models", declare(available_models, NORMAL), methods=["GET"])
 
 
 def system_one_model(card: dict) -> dict:
