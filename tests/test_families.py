@@ -54,8 +54,9 @@ def test_features_off_come_from_the_kinds_of_layer():
     assert FAMILIES["llama"].features_off() == {}
     assert FAMILIES["phi3"].features_off() == {}
     assert set(FAMILIES["qwen3"].features_off()) == {LAYER_MODE}
-    # A sliding window: prefill-only KV off (stock attention reads the pool).
-    assert set(FAMILIES["gemma3"].features_off()) == {"prefill_kv", LAYER_MODE}
+    # A sliding window: the prefill-only attention runs it (window applied), so only the
+    # layer shape costs Gemma 3 anything.
+    assert set(FAMILIES["gemma3"].features_off()) == {LAYER_MODE}
 
 
 def test_a_family_with_an_unknown_kind_is_refused():
@@ -70,52 +71,54 @@ def test_read_architectures_of_a_folder(tmp_path):
 
 
 def test_resolve_switches_off_what_the_family_cannot_run(tmp_path):
-    folder = _folder(tmp_path, ["Gemma3ForCausalLM"])
+    folder = _folder(tmp_path, ["Qwen3_5ForConditionalGeneration"])
     config = runtime_config.resolve(folder, device="cpu")
-    assert config.model_family == "gemma3"
-    assert "prefill_kv" not in config.features
-    assert "prefill_attention" in config.features
-    assert set(config.features_off) == {"prefill_kv", LAYER_MODE}
-    assert "KV pool" in config.features_off["prefill_kv"]
+    assert config.model_family == "qwen3_5"
+    assert "prompt_logprobs" not in config.features
+    assert "prefill_kv" in config.features and "prefill_attention" in config.features
+    assert set(config.features_off) == {"prompt_logprobs", LAYER_MODE}
+    assert "recurrent layer" in config.features_off["prompt_logprobs"]
     # Layer mode is the family's to refuse: hybrid prefilling stays on, in token mode,
     # with token mode's default chunk.
     assert config.settings("hybrid_prefill").mode == "token"
     assert config.settings("hybrid_prefill").chunk_size == 2048
     warnings = config.start_warnings()
-    assert len(warnings) == 2 and all("Gemma 3" in w and "docs/models.md" in w for w in warnings)
+    assert len(warnings) == 2 and all("Qwen3.5" in w and "docs/models.md" in w for w in warnings)
+    # Its kind of layer asks SGLang for the state cache a prefix snapshot needs.
+    assert config.sglang_defaults()["mamba_radix_cache_strategy"] == "no_buffer"
     # The workers and /server_info get the same record.
     worker = runtime_config.WorkerConfig.from_json(config.worker.to_json())
-    assert worker.model_family == "gemma3" and worker.features_off == config.features_off
+    assert worker.model_family == "qwen3_5" and worker.features_off == config.features_off
     assert worker.info() == {
-        "model_family": "gemma3",
+        "model_family": "qwen3_5",
         "features": list(config.features),
         "features_off": dict(config.features_off),
     }
 
 
 def test_what_the_user_switched_off_is_not_reported_as_the_familys(tmp_path):
-    folder = _folder(tmp_path, ["Gemma3ForCausalLM"])
+    folder = _folder(tmp_path, ["Qwen3_5ForCausalLM"])
     config = runtime_config.resolve(
-        folder, device="cpu", switches={"prefill_only_kv": False, "hybrid_prefill": False}
+        folder, device="cpu", switches={"prompt_logprob_cache": False, "hybrid_prefill": False}
     )
     assert config.features_off == {}
     # A mode the user chose is theirs too (token), and nothing is reported.
     config = runtime_config.resolve(folder, device="cpu", options={"hybrid_prefill_mode": "token"})
-    assert set(config.features_off) == {"prefill_kv"}
+    assert set(config.features_off) == {"prompt_logprobs"}
 
 
 def test_asking_explicitly_for_what_the_family_cannot_run_is_an_error(tmp_path):
-    folder = _folder(tmp_path, ["Gemma3ForCausalLM"])
-    with pytest.raises(ValueError, match=r"prefill_only_kv: Gemma 3 .*docs/models.md"):
-        runtime_config.resolve(folder, device="cpu", switches={"prefill_only_kv": True})
-    with pytest.raises(ValueError, match=r"hybrid_prefill_mode layer: Gemma 3 .*docs/models.md"):
+    folder = _folder(tmp_path, ["Qwen3_5ForCausalLM"])
+    with pytest.raises(ValueError, match=r"prompt_logprob_cache: Qwen3.5 .*docs/models.md"):
+        runtime_config.resolve(folder, device="cpu", switches={"prompt_logprob_cache": True})
+    with pytest.raises(ValueError, match=r"hybrid_prefill_mode layer: Qwen3.5 .*docs/models.md"):
         runtime_config.resolve(folder, device="cpu", options={"hybrid_prefill_mode": "layer"})
     # serve --features names them explicitly, in serve's words.
-    with pytest.raises(ValueError, match=r"prefill_kv: Gemma 3 models cannot run it"):
+    with pytest.raises(ValueError, match=r"prompt_logprobs: Qwen3.5 models cannot run it"):
         runtime_config.resolve(
-            folder, device="cpu", features=["prefill_attention", "prefill_kv"], style="serve"
+            folder, device="cpu", features=["prefill_attention", "prompt_logprobs"], style="serve"
         )
-    with pytest.raises(ValueError, match="--hybrid-prefill-mode layer: Gemma 3"):
+    with pytest.raises(ValueError, match="--hybrid-prefill-mode layer: Qwen3.5"):
         runtime_config.resolve(
             folder, device="cpu", options={"hybrid_prefill_mode": "layer"}, style="serve"
         )

@@ -104,7 +104,7 @@ def test_verify_on_a_running_engine(family):
     assert report.ok, report.table()
     assert report.family == name and [r.variant.name for r in report.results] == ["all features"]
     summary = report.feature_summary()
-    assert summary["prefill_kv"]["status"].startswith("off: sliding-window layers")
+    assert summary["prefill_kv"]["status"] == "pass"  # windows in the prefill-only attention
     assert summary["hybrid_prefill:token"]["status"] == "pass"
     assert summary["several-token labels"]["status"] == "pass"
     table = report.table()
@@ -113,11 +113,12 @@ def test_verify_on_a_running_engine(family):
     assert any("all features" in line for line in lines)  # progress as it goes
 
 
-def test_explicit_request_for_what_the_family_cannot_run_is_refused(family_paths):
+def test_explicit_request_for_what_the_family_cannot_run_is_refused(family_paths, tmp_path):
     """Refused while resolving the configuration: no engine starts."""
     gemma = family_paths["gemma3"]
-    with pytest.raises(ValueError, match=r"prefill_only_kv: Gemma 3 models cannot run it"):
-        Engine(gemma, device="cpu", prefill_only_kv=True)
+    qwen3_5 = build_family("qwen3_5", tmp_path / "qwen3_5")
+    with pytest.raises(ValueError, match=r"prompt_logprob_cache: Qwen3.5 models cannot run it"):
+        Engine(qwen3_5, device="cpu", prompt_logprob_cache=True)
     with pytest.raises(ValueError, match=r"hybrid_prefill_mode layer: Gemma 3 .*models.md"):
         Engine(gemma, device="cpu", hybrid_prefill_mode="layer")
     with pytest.raises(ValueError, match=r"hybrid_prefill_mode layer: Qwen3 models"):
