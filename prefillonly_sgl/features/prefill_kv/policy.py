@@ -90,7 +90,6 @@ def slot_mask(kept: Sequence[int], extend_lens: Sequence[int]) -> list[bool]:
     return mask
 
 
-
 # What a score prompt of a recurrent-state model (linear attention, mamba) does with its
 # KV and its state (recurrent_state_plan).
 AS_IS = "as_is"  # the cache keeps a state where the kept prefix ends: drop the suffix KV
