@@ -15,6 +15,7 @@ The scoring itself is sglang_runtime/score_front.py, shared with the HTTP server
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import threading
@@ -374,15 +375,20 @@ class Engine:
         # Any coroutine that awaits SGLang (a DSL job, verify's echo request) must not wait
         # forever on a dead worker.
         task = loop.create_task(self._watch.until_died(coroutine))
+        first = _completion_of(task, loop)
         try:
-            return loop.run_until_complete(task)
+            loop.run_until_complete(first)
+            return task.result()
         except BaseException:
             # Ctrl-C (a KeyboardInterrupt) left the loop mid-call: settle the call's tasks
-            # now, or they would raise it again inside this engine's next call.
+            # now, or they would raise it again inside this engine's next call. The loop
+            # (uvloop) keeps the interrupted run's stop callback on the future it ran, so
+            # that future is never completed: its stop would end this engine's next run.
+            first.abandoned = True
             task.cancel()
             while not task.done():
                 with contextlib.suppress(BaseException):
-                    loop.run_until_complete(task)
+                    loop.run_until_complete(_completion_of(task, loop))
             raise
 
     @property
@@ -431,6 +437,23 @@ def _warn_at_start(config: RuntimeConfig) -> None:
     sets the root logger to its log level ("error" by default) in this process."""
     for message in config.start_warnings():
         warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+class _Completion(asyncio.Future):
+    """A future done when a task is done (unless abandoned): what run_until_complete runs."""
+
+    abandoned = False
+
+
+def _completion_of(task, loop) -> _Completion:
+    done = _Completion(loop=loop)
+
+    def finish(_):
+        if not done.abandoned and not done.done():
+            done.set_result(None)
+
+    task.add_done_callback(finish)
+    return done
 
 
 def _shutdown_quietly(shutdown, sgl_engine, owned_processes, watch) -> None:

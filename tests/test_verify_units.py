@@ -26,12 +26,13 @@ def _folder(tmp_path, architectures):
 def test_variants_leave_out_what_the_family_makes_identical(tmp_path, gemma):
     first, more, skipped = verify.plan_variants(str(gemma), "cpu", "float32", quick=True)
     assert [v.name for v in first] == ["all features", "stock SGLang"]
-    # Gemma 3 runs token mode anyway, and has prefill-only KV off anyway.
-    assert set(skipped) == {"hybrid token mode", "prefill_kv off"}
-    assert first[0].hybrid_mode == "token" and "prefill_kv" not in first[0].features
+    # Gemma 3 runs token mode anyway (its layers are not Llama-shaped).
+    assert set(skipped) == {"hybrid token mode"}
+    assert first[0].hybrid_mode == "token" and "prefill_kv" in first[0].features
     assert first[1].features == ()
     assert [v.name for v in more] == [
-        "prefill_attention off", "jct_scheduler off", "hybrid_prefill off", "prompt_logprobs off"
+        "prefill_attention off", "prefill_kv off", "jct_scheduler off", "hybrid_prefill off",
+        "prompt_logprobs off",
     ]  # fmt: skip
     llama = _folder(tmp_path, ["LlamaForCausalLM"])
     first, more, skipped = verify.plan_variants(llama, "cpu", "float32", quick=False)

@@ -188,9 +188,12 @@ def _keep_caller_alive(result, tokenizer_manager, *args, **kwargs):
 
 def _drop_loop_sigquit(tokenizer_manager) -> None:
     loop = tokenizer_manager.event_loop
-    # remove_signal_handler answers False without touching the signal when no handler
-    # is on the loop; one is added only in the main thread, where signal.signal works.
-    if loop is not None and loop.remove_signal_handler(signal.SIGQUIT):
+    # SGLang adds its handler only in the main thread, where signal.signal works; an
+    # Engine used from another thread (a Ray actor's, a DSL worker's) has none to drop,
+    # and asyncio refuses remove_signal_handler there.
+    if loop is None or threading.current_thread() is not threading.main_thread():
+        return
+    if loop.remove_signal_handler(signal.SIGQUIT):
         signal.signal(signal.SIGQUIT, _worker_sigquit)
 
 
