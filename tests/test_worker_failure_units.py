@@ -68,7 +68,13 @@ def test_worker_output_is_passed_on_and_its_last_error_line_kept(capfd):
 
 def test_watch_turns_a_dead_worker_into_engine_died_error():
     worker = subprocess.Popen(["sleep", "60"])
-    watch = WorkerWatch([psutil.Process(worker.pid)], WorkerOutput())
+    process = psutil.Process(worker.pid)
+    # The watch names a worker by its command line, read when it starts watching (an
+    # SGLang worker has long had its title by then); a just-exec'd one can read empty.
+    deadline = time.monotonic() + 10
+    while not process.cmdline() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    watch = WorkerWatch([process], WorkerOutput())
 
     async def waiting_call():
         await asyncio.sleep(60)  # a call the dead worker would never answer
