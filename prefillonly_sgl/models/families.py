@@ -19,7 +19,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from prefillonly_sgl.models.tiny import build_tiny_model, build_tokenizer
+from prefillonly_sgl.models.tiny import build_tiny_model, build_tokenizer, common_sizes
 
 # Small enough that prompts of ~40 tokens cross the window (tests must exercise it).
 SLIDING_WINDOW = 16
@@ -36,20 +36,8 @@ _QWEN3_5_VISION_TOKENS = [
 
 
 def _common(tokenizer) -> dict:
-    """Sizes every family shares: 64 wide, 4 query heads of 16, 2 KV heads (GQA)."""
-    return dict(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=False,
-    )
+    """Sizes every family shares: tiny.py's (64 wide, 4 query heads of 16, 2 KV heads)."""
+    return common_sizes(tokenizer)
 
 
 def _widen(model, seed: int) -> None:

@@ -79,14 +79,10 @@ def build_tokenizer(vocab_size: int = 400):
     return fast
 
 
-def build_tiny_model(out_dir: str | Path, arch: str = "llama", seed: int = 0) -> Path:
-    """Write a random-weight model folder (config, safetensors, tokenizer); returns it."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-
-    out = Path(out_dir)
-    tokenizer = build_tokenizer()
-    common = dict(
+def common_sizes(tokenizer) -> dict:
+    """The sizes every tiny model shares (models/families.py's too): 64 wide, 2 layers,
+    4 query heads of 16, 2 KV heads (GQA), untied embeddings."""
+    return dict(
         vocab_size=len(tokenizer),
         hidden_size=64,
         intermediate_size=128,
@@ -98,8 +94,17 @@ def build_tiny_model(out_dir: str | Path, arch: str = "llama", seed: int = 0) ->
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=False,
-        torch_dtype="float32",
     )
+
+
+def build_tiny_model(out_dir: str | Path, arch: str = "llama", seed: int = 0) -> Path:
+    """Write a random-weight model folder (config, safetensors, tokenizer); returns it."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    out = Path(out_dir)
+    tokenizer = build_tokenizer()
+    common = dict(**common_sizes(tokenizer), torch_dtype="float32")
     if arch == "llama":
         config, cls = LlamaConfig(**common), LlamaForCausalLM
     elif arch == "qwen2":

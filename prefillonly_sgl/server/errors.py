@@ -65,7 +65,11 @@ def validation_message(errors) -> str:
 
 async def send_json_error(send, status: int, message: str, headers=(), shape="sglang") -> None:
     """An error answer sent from ASGI middleware (the guard, compressed bodies)."""
-    body = error_body(status, message, shape)
+    await send_json(send, status, error_body(status, message, shape), headers)
+
+
+async def send_json(send, status: int, body: bytes, headers=()) -> None:
+    """A JSON body sent from ASGI middleware as one answer."""
     await send(
         {
             "type": "http.response.start",

@@ -213,13 +213,11 @@ def _split_at_prefix(original, adder, req, extend, has_chunked_req, truncation_a
     try:
         result = original(adder, req, has_chunked_req, truncation_align_size)
     finally:
-        admitted = adder.can_run_list and adder.can_run_list[-1] is req
-        used = extend - adder.rem_chunk_tokens if adder.rem_chunk_tokens is not None else 0
-        adder.rem_chunk_tokens = None if budget is None else budget - used
-    if admitted:
-        adder.rem_chunk_tokens = 0  # nothing after a chunked request in this batch
-        return AddReqResult.OTHER
-    return result
+        admitted = bool(adder.can_run_list) and adder.can_run_list[-1] is req
+        # Admitted: nothing may follow a chunked request in this batch. Refused: it
+        # consumed nothing, so the batch keeps the budget it had.
+        adder.rem_chunk_tokens = 0 if admitted else budget
+    return AddReqResult.OTHER if admitted else result
 
 
 def _around_add_one_req(original, self, req, has_chunked_req, truncation_align_size):

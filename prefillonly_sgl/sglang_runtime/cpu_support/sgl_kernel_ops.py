@@ -23,10 +23,6 @@ def _fused_sigmoid_mul(x, gate):
     kernels.sigmoid_mul_(x, gate)
 
 
-def _fused_gdn_gating(A_log, a, b, dt_bias):
-    return kernels.gdn_gating(A_log, a, b, dt_bias)
-
-
 def _fused_sigmoid_gating_delta_rule_update(
     A_log, dt_bias, q, k, v, a, b, initial_state_source, initial_state_indices, cu_seqlens,
     use_qk_l2norm_in_kernel, softplus_beta, softplus_threshold,
@@ -38,13 +34,9 @@ def _fused_sigmoid_gating_delta_rule_update(
     )  # fmt: skip
 
 
-def _fused_rmsnorm_gated(x, weight, gate, eps):
-    return kernels.rmsnorm_gated(x, weight, gate, eps)
-
-
 OPS = {
     "fused_rmsnorm_gated_cpu(Tensor input, Tensor weight, Tensor gate, float eps) "
-    "-> Tensor": _fused_rmsnorm_gated,
+    "-> Tensor": kernels.rmsnorm_gated,
     "fused_sigmoid_mul_cpu(Tensor(a!) input, Tensor gate) -> ()": _fused_sigmoid_mul,
     "fused_qk_gemma_rmsnorm_cpu(Tensor q, Tensor k, Tensor q_weight, Tensor k_weight, "
     "float eps, int head_dim) -> (Tensor, Tensor)": kernels.qk_gemma_rmsnorm,
@@ -56,7 +48,7 @@ OPS = {
     "int num_heads_qk, int num_heads_v, int head_qk, int head_v) "
     "-> (Tensor, Tensor, Tensor, Tensor)": kernels.qkvzba_split_contiguous,
     "fused_gdn_gating_cpu(Tensor A_log, Tensor a, Tensor b, Tensor dt_bias) "
-    "-> (Tensor, Tensor)": _fused_gdn_gating,
+    "-> (Tensor, Tensor)": kernels.gdn_gating,
     "fused_sigmoid_gating_delta_rule_update_cpu(Tensor A_log, Tensor dt_bias, Tensor q, "
     "Tensor k, Tensor v, Tensor a, Tensor b, Tensor(a!) initial_state_source, "
     "Tensor initial_state_indices, Tensor cu_seqlens, bool use_qk_l2norm_in_kernel, "

@@ -17,6 +17,7 @@ import secrets
 import orjson
 
 from prefillonly_sgl.cache_salts import TENANT
+from prefillonly_sgl.server.errors import send_json
 from prefillonly_sgl.server.tenants import TenantKeys
 
 
@@ -52,17 +53,7 @@ class TenantKeyAuth:
             status = decision.error_status_code
             # SGLang's answer, word for word, so a client sees one server.
             body = orjson.dumps({"error": "Unauthorized" if status == 401 else "Forbidden"})
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": status,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await send_json(send, status, body)
             return
         token = TENANT.set(tenant)  # the guard's and the endpoint's tasks copy it
         try:
