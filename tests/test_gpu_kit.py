@@ -108,6 +108,21 @@ def test_install_writes_the_ninja_program_only_where_path_has_none(tmp_path, mon
     assert subprocess.run([str(ninja)], capture_output=True, text=True).stdout == "1.13.2\n"
 
 
+def test_install_declares_the_sglang_plugin_where_no_distribution_does(tmp_path, monkeypatch):
+    """On a card the tree travels without its egg-info: without a declared entry point
+    SGLang loads no plugin and every process runs stock (the 2026-11-26 H200 run)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    assert install.declare_plugin(site) == []  # this install declares it already
+    monkeypatch.setattr(install.importlib.metadata, "entry_points", lambda group: [])
+    done = install.declare_plugin(site)
+    assert done == ["prefillonly_sgl-0.1.0.dist-info (declares the SGLang plugin prefillonly)"]
+    (dist,) = install.importlib.metadata.distributions(path=[str(site)])
+    (entry,) = [e for e in dist.entry_points if e.group == "sglang.srt.plugins"]
+    assert entry.value == "prefillonly_sgl.sglang_runtime.plugin:load_plugin"
+    assert entry.load().__name__ == "load_plugin"
+
+
 def test_install_without_a_kit_says_how_to_build_one(tmp_path):
     result = subprocess.run(
         [sys.executable, str(KIT_SCRIPTS / "install.py"), "--kit", str(tmp_path / "none")],

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
+from sglang.srt.layers.attention.hybrid_attn_backend import HybridAttnBackend
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
 
 from prefillonly_sgl.features.prefill_attention.scheduler_flashinfer_backend import (
@@ -110,8 +111,15 @@ def test_scheduler_decision():
     ours = _torch_backend()
     assert scheduler_process._unsupported_here(*_worker(ours)) is None
     # A hybrid (prefill / decode) backend: the prefill side is asked.
-    hybrid = SimpleNamespace(prefill_backend=ours, decode_backend=object())
+    hybrid = HybridAttnBackend.__new__(HybridAttnBackend)
+    hybrid.prefill_backend, hybrid.decode_backend = ours, object()
     assert scheduler_process._unsupported_here(*_worker(hybrid)) is None
+    hybrid.prefill_backend = SimpleNamespace()
+    assert "not prefillonly's" in scheduler_process._unsupported_here(*_worker(hybrid))
+    # FlashInfer's backend names its kernel in `prefill_backend` ("fa2"): not a wrapper.
+    flashinfer_like = SimpleNamespace(prefill_backend="fa2", prefill_only_kv_unsupported=None)
+    flashinfer_like.prefill_only_kv_unsupported = lambda: None
+    assert scheduler_process._unsupported_here(*_worker(flashinfer_like)) is None
     assert "dLLM" in scheduler_process._unsupported_here(*_worker(ours, dllm=True))
     stock = SimpleNamespace()  # stock backends have no prefill_only_kv_unsupported
     assert "not prefillonly's" in scheduler_process._unsupported_here(*_worker(stock))

@@ -10,16 +10,22 @@ with it: sglang.tar.xz, engine-wheels/) goes into the same folder, SGLang only w
 SGLang imports, and INTO/site/sitecustomize.py runs the engine kit's boot
 (prefillonly_sgl/sglang_runtime/cuda_kit_support, and cpu_support too where
 PREFILLONLY_DEVICE=cpu: the dress rehearsal) in every interpreter started with INTO/site
-on PYTHONPATH, SGLang's spawned workers included. Prints what it did.
+on PYTHONPATH, SGLang's spawned workers included. Where no installed distribution
+declares the project's SGLang plugin (the tree travels as files, without its egg-info), a
+dist-info folder in INTO/site declares it, from pyproject.toml's entry points: SGLang loads
+its plugins by entry point, so without it every SGLang process runs stock. Prints what it
+did.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import shutil
 import sys
 import tarfile
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -72,7 +78,29 @@ def install_engine(kit: Path, site: Path) -> list[str]:
     done += unpack_missing(sorted((kit / "engine-wheels").glob("*.whl")), site)
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE.format(repo=str(REPO)))
     done.append("sitecustomize.py (the engine kit's boot)")
-    return done
+    return done + declare_plugin(site)
+
+
+PLUGIN_GROUP = "sglang.srt.plugins"
+
+
+def declare_plugin(site: Path, pyproject: Path = REPO / "pyproject.toml") -> list[str]:
+    """The project's SGLang plugin declared in SITE (a dist-info folder with its entry
+    points, as pip would write), unless an installed distribution declares it already."""
+    project = tomllib.loads(pyproject.read_text())["project"]
+    plugins = project["entry-points"][PLUGIN_GROUP]
+    declared = {e.name for e in importlib.metadata.entry_points(group=PLUGIN_GROUP)}
+    if set(plugins) <= declared:
+        return []
+    name = project["name"].replace("-", "_")
+    folder = site / f"{name}-{project['version']}.dist-info"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n"
+    )
+    lines = [f"[{PLUGIN_GROUP}]"] + [f"{key} = {value}" for key, value in plugins.items()]
+    (folder / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    return [f"{folder.name} (declares the SGLang plugin {', '.join(sorted(plugins))})"]
 
 
 def importable(module: str) -> bool:

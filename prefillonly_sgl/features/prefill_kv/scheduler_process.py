@@ -114,6 +114,8 @@ def _unsupported_here(worker, runner) -> str | None:
     """Why this scheduler cannot drop suffix KV (None: it can). The pool must be the plain
     token allocator with page size 1 (DROPPED_SLOT is its never-allocated dummy slot), and
     the prefill attention backend must say it never reads new tokens back from the pool."""
+    from sglang.srt.layers.attention.hybrid_attn_backend import HybridAttnBackend
+    from sglang.srt.layers.attention.hybrid_linear_attn_backend import HybridLinearAttnBackend
     from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
 
     allocator = runner.token_to_kv_pool_allocator
@@ -121,11 +123,20 @@ def _unsupported_here(worker, runner) -> str | None:
         return f"KV allocator {type(allocator).__name__} (page size {allocator.page_size})"
     if worker.is_dllm():
         return "dLLM models are not handled"
-    backend = runner.attn_backend
-    backend = getattr(backend, "prefill_backend", backend)  # HybridAttnBackend: prefill side
+    return _prefill_backend_check(runner.attn_backend, HybridAttnBackend, HybridLinearAttnBackend)
+
+
+def _prefill_backend_check(backend, hybrid_type, hybrid_linear_type) -> str | None:
+    """Why the backend that runs score prompts' full attention cannot drop suffix KV.
+    Wrappers are unwrapped by type, not by attribute: FlashInfer's own backend has a
+    `prefill_backend` too, the name of its kernel ("fa2"), which made every CUDA engine
+    report "attention backend str" (the H200 run of 2026-11-26)."""
+    if isinstance(backend, hybrid_type):  # prefill and decode backends: the prefill side
+        backend = backend.prefill_backend
     # HybridLinearAttnBackend: its full-attention layers' backend (the linear-attention
     # layers keep no per-token KV; their state is split at R instead, _split_at_prefix)
-    backend = getattr(backend, "full_attn_backend", backend)
+    if isinstance(backend, hybrid_linear_type):
+        backend = backend.full_attn_backend
     check = getattr(backend, "prefill_only_kv_unsupported", None)
     if check is None:  # stock backends read new tokens back from the pool
         return f"attention backend {type(backend).__name__} is not prefillonly's"
