@@ -25,9 +25,10 @@ import importlib.util
 import shutil
 import sys
 import tarfile
-import tomllib
 import zipfile
 from pathlib import Path
+
+import tomllib
 
 
 def top_level_modules(wheel: zipfile.ZipFile) -> set[str]:
