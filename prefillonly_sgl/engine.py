@@ -204,9 +204,13 @@ class Engine:
         """SGLang's Engine.get_server_info() (server arguments, the scheduler's start-up
         info), plus "prefillonly": the model family, the features running and the ones the
         family switched off with why ({feature: reason}); the server's /server_info has
-        the same key."""
+        the same key. Its "decision_readout": how the model answers decisions (an LM head, or
+        a decision checkpoint's own readout: decisions/checkpoints.py)."""
         info = dict(self._require_running().get_server_info())
-        info["prefillonly"] = self.config.worker.info()
+        info["prefillonly"] = {
+            **self.config.worker.info(),
+            "decision_readout": self._front.readout.info(),
+        }
         return info
 
     @property

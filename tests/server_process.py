@@ -33,8 +33,17 @@ def serve_env() -> dict:
     return env
 
 
+def stock_sglang_command(*args: str) -> list[str]:
+    """SGLang's own server (`python -m sglang.launch_server`), torch_native attention (the
+    CPU backend stock SGLang runs here): the reference a test compares ours with."""
+    return [sys.executable, "-m", "sglang.launch_server", *args, "--attention-backend",
+            "torch_native"]  # fmt: skip
+
+
 class ServerProcess:
-    def __init__(self, model_path: Path, log_path: Path, *extra_args: str) -> None:
+    def __init__(
+        self, model_path: Path, log_path: Path, *extra_args: str, command=serve_command
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -50,7 +59,7 @@ class ServerProcess:
         ]  # fmt: skip
         self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            serve_command(*args),
+            command(*args),
             cwd=REPO,
             env=serve_env(),
             stdout=self._log,

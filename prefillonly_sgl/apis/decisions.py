@@ -7,15 +7,18 @@ shapes, told apart by the body (decisions/sglang_wire.is_sglang_body), and every
 refusal names the field. Errors go out in OpenAI's shape (`{"error": {...}}`), which the
 openai client and System One's both read. A request whose `model` names a decision
 function of the `--app` modules and that brings no questions asks that function's
-questions (dsl/decision_endpoint.py).
+questions (dsl/decision_endpoint.py). On a decision checkpoint (decisions/checkpoints.py)
+/v1/systemone is SGLang's own handler and /v1/decisions refuses, as SGLang's does.
 """
 
 from __future__ import annotations
 
 from prefillonly_sgl.decisions import openai_wire, sglang_wire, systemone_wire
 from prefillonly_sgl.decisions.bodies import parse
+from prefillonly_sgl.decisions.checkpoints import DECISIONS_REFUSAL
 from prefillonly_sgl.dsl.decision import DecisionFunction
 from prefillonly_sgl.dsl.decision_endpoint import arguments_from
+from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.server.endpoints import EndpointSpec, load_app_module
 
 
@@ -29,6 +32,8 @@ def _served(body: object, functions: dict[str, DecisionFunction]) -> DecisionFun
 def decisions_handler(functions: dict[str, DecisionFunction]):
     async def decisions(body: object, context) -> object:
         """Answer OpenAI's /v1/decisions request (or SGLang's own body, in its shape)."""
+        if context.decision_readout.is_checkpoint:
+            raise InvalidRequestError(DECISIONS_REFUSAL)
         function = _served(body, functions)
         if function is not None:
             call = function.call(**arguments_from(function, body.get("input"), "input"))
@@ -46,7 +51,10 @@ def decisions_handler(functions: dict[str, DecisionFunction]):
 
 def systemone_handler(functions: dict[str, DecisionFunction], conventions: str = "systemone"):
     async def systemone(body: object, context) -> object:
-        """Answer System One's request (vLLM's answer with ``conventions="vllm"``)."""
+        """Answer System One's request (vLLM's answer with ``conventions="vllm"``); on a
+        decision checkpoint, SGLang's own answer (its readout, prompt and temperature)."""
+        if context.decision_readout.is_checkpoint:
+            return await context.systemone_on_checkpoint(body)
         function = _served(body, functions)
         if function is not None:
             call = function.call(**arguments_from(function, body.get("state"), "state"))

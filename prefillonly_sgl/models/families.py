@@ -275,20 +275,11 @@ def _qwen3_next(out_dir, seed):
     return _save(Qwen3NextForCausalLM(config), tok, out_dir, seed)
 
 
-def _qwen3_5_vl(out_dir, seed):
-    """The shape Qwen3.5 is published in: ConditionalGeneration with a (tiny) vision tower.
+def _qwen3_5_vl_config(tok, sizes: dict):
+    """Qwen3.5's published config: text sizes beside a (tiny) vision tower, pointing at
+    the tokenizer's vision markers."""
+    from transformers import Qwen3_5Config, Qwen3_5VisionConfig
 
-    Used with text input only; the vision weights are there because the published folders
-    have them, and a loader must accept (or skip) them.
-    """
-    import torch
-    from transformers import (
-        Qwen3_5Config,
-        Qwen3_5ForConditionalGeneration,
-        Qwen3_5VisionConfig,
-    )
-
-    tok, sizes = _qwen3_5_text(moe=False)
     vision = Qwen3_5VisionConfig(
         depth=1,
         hidden_size=32,
@@ -301,7 +292,7 @@ def _qwen3_5_vl(out_dir, seed):
         num_position_embeddings=64,
     )
     ids = {t: tok.convert_tokens_to_ids(t) for t in _QWEN3_5_VISION_TOKENS}
-    config = Qwen3_5Config(
+    return Qwen3_5Config(
         text_config=sizes,
         vision_config=vision.to_dict(),
         image_token_id=ids["<|image_pad|>"],
@@ -310,15 +301,32 @@ def _qwen3_5_vl(out_dir, seed):
         vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=False,
     )
-    torch.manual_seed(seed)
-    out = _save(Qwen3_5ForConditionalGeneration(config), tok, out_dir, seed)
-    # The published folders carry the image and video processors' configs; SGLang loads
-    # the processor of a multimodal architecture at start, text-only requests included.
+
+
+def _save_vl_processors(out: Path) -> None:
+    """The published folders carry the image and video processors' configs; SGLang loads
+    the processor of a multimodal architecture at start, text-only requests included."""
     from transformers import Qwen2VLImageProcessor, Qwen3VLVideoProcessor
 
     sizes = dict(patch_size=4, merge_size=2, temporal_patch_size=2)
     Qwen2VLImageProcessor(**sizes).save_pretrained(out)
     Qwen3VLVideoProcessor(**sizes).save_pretrained(out)
+
+
+def _qwen3_5_vl(out_dir, seed):
+    """The shape Qwen3.5 is published in: ConditionalGeneration with a (tiny) vision tower.
+
+    Used with text input only; the vision weights are there because the published folders
+    have them, and a loader must accept (or skip) them.
+    """
+    import torch
+    from transformers import Qwen3_5ForConditionalGeneration
+
+    tok, sizes = _qwen3_5_text(moe=False)
+    config = _qwen3_5_vl_config(tok, sizes)
+    torch.manual_seed(seed)
+    out = _save(Qwen3_5ForConditionalGeneration(config), tok, out_dir, seed)
+    _save_vl_processors(out)
     return out
 
 

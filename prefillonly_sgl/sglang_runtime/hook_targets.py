@@ -149,6 +149,28 @@ HOOK_TARGETS: dict[str, str] = {
         "never in the HTTP process (http_server/processor_check.py): a 400, not a stopped "
         "scheduler"
     ),
+    # -- decision checkpoints (http_server/decision_checkpoints.py, decisions/checkpoints.py) --
+    "sglang.srt.entrypoints.systemone.serving.SystemOneServing": (
+        "subclassed: /v1/systemone on a decision checkpoint is SGLang's own handler, built "
+        "from app.state.openai_serving_chat as SGLang's app builds its own"
+    ),
+    "sglang.srt.entrypoints.systemone.serving.SystemOneServing._score": (
+        "overridden: a causal decision_config checkpoint's prompts scored as their shared "
+        "prefix (the state) once and each question behind it (score_request with a query)"
+    ),
+    "sglang.srt.entrypoints.systemone.serving.SystemOneServing.handle_request": (
+        "called: the handler's validation, prompts, heads and answer"
+    ),
+    "sglang.srt.entrypoints.openai.serving_decisions._encode_all": (
+        "called by the _score override: the questions' prompt and label ids, as SGLang's"
+    ),
+    "sglang.srt.entrypoints.systemone.protocol.SystemOneRequest": (
+        "parses the body, so a body SGLang refuses is refused with its validation errors"
+    ),
+    "sglang.srt.configs.model_config.ModelConfig": (
+        "its decision_config, joint_head_config and pointer_head attributes (what SGLang's "
+        "loaders found beside the weights) name the readout (ScoringFront.readout)"
+    ),
     # -- keys (http_server/access.py) --
     "sglang.srt.utils.auth.decide_request_auth": (
         "AROUND (access.HOOKS): the admin key opens normal routes too, so an admin can send "

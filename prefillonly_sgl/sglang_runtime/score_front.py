@@ -8,6 +8,8 @@ TokenizerManager, return a ScoreResult with its usage.
     Engine.decide                ─┐
     server: /v1/decisions,        ├─> ScoringFront.decide ─> ScoringFront.score per group
             /v1/systemone        ─┘   (decisions/plan.py: the state once, questions items)
+    (on a decision checkpoint, /v1/systemone runs SGLang's own handler instead:
+     http_server/decision_checkpoints.py; ScoringFront.decide refuses it)
 
     Engine.continuation_logprobs ─┐
     server: /v1/rerank, /rerank   ─┴> ScoringFront.continuation_logprobs
@@ -24,6 +26,7 @@ prefixes as cache hits of them).
 from __future__ import annotations
 
 import contextlib
+import functools
 
 from prefillonly_sgl.cache_salts import REQUEST_SALT, check_salt
 from prefillonly_sgl.continuations import (
@@ -32,6 +35,7 @@ from prefillonly_sgl.continuations import (
     tokenizer_encode,
 )
 from prefillonly_sgl.decisions.call import DecisionCall, DecisionOutcome
+from prefillonly_sgl.decisions.checkpoints import CHECKPOINT_REFUSAL, Readout, readout_of
 from prefillonly_sgl.decisions.plan import plan_decision
 from prefillonly_sgl.decisions.runner import decide
 from prefillonly_sgl.errors import InvalidRequestError
@@ -117,11 +121,22 @@ class ScoringFront:
             cached_tokens=record.usage.cached_tokens,
         )
 
+    @functools.cached_property
+    def readout(self) -> Readout:
+        """How the served model answers decisions: what SGLang's ModelConfig found beside
+        the weights (decisions/checkpoints.py)."""
+        config = self.tokenizer_manager.model_config
+        return readout_of(config.decision_config, config.joint_head_config, config.pointer_head)
+
     async def decide(
         self, call: DecisionCall, request=None, cache_salt: str | None = None
     ) -> DecisionOutcome:
         """Every question of a decision call answered behind its state, computed once
-        (decisions/: the plan, its score requests through ``score``, the answers)."""
+        (decisions/: the plan, its score requests through ``score``, the answers). A
+        decision checkpoint is refused: its questions have no place in the prompt it was
+        trained on (the server answers it on /v1/systemone)."""
+        if self.readout.is_checkpoint:
+            raise InvalidRequestError(CHECKPOINT_REFUSAL)
         plan = plan_decision(call, self.tokenizer, self.limits.scoring_prompt_tokens)
 
         async def score(query, items, labels):

@@ -9,6 +9,7 @@ import orjson
 from pydantic import BaseModel
 
 from prefillonly_sgl.cache_salts import cache_salt, check_salt
+from prefillonly_sgl.decisions.checkpoints import LM_HEAD, Readout
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.server.auth import NORMAL
 from prefillonly_sgl.server.endpoints import EndpointSpec
@@ -179,13 +180,17 @@ def _add_raw_endpoint(app, spec: EndpointSpec, runtime: SGLangRuntime) -> None:
 
 
 async def _run_raw(spec: EndpointSpec, runtime: SGLangRuntime, body, raw_request):
-    """A raw_body spec's handler on the parsed body: its answer as JSON, its refusals in
-    the spec's error shape."""
+    """A raw_body spec's handler on the parsed body: its answer as JSON (or as the
+    Response it made), its refusals in the spec's error shape."""
+    from starlette.responses import Response
+
     token = _RAW_REQUEST.set(raw_request)
     try:
         with cache_salt(_salt_of(body)):
             result = spec.handler(body, runtime.context)
             result = await result if inspect.isawaitable(result) else result
+        if isinstance(result, Response):  # SGLang's own handler's answer, as it made it
+            return result
         if isinstance(result, BaseModel):
             result = result.model_dump(mode="json")
         return _json_response(result)
@@ -213,10 +218,11 @@ def _inline_defs(schema: dict) -> dict:
     return orjson.loads(text)
 
 
-def _replace_models_route(app) -> None:
+def _replace_models_route(app, runtime: SGLangRuntime) -> None:
     """GET /v1/models: SGLang's list (OpenAI's `data`), plus System One's `models`
     ({name, description, release_date}), which typesafe-sdk's `models.list()` reads; each
-    client ignores the other's key."""
+    client ignores the other's key. Every card of both says how the model answers
+    decisions (`readout`: decisions/checkpoints.py)."""
     from fastapi.routing import APIRoute
 
     stock = [r for r in app.router.routes if isinstance(r, APIRoute) and r.path == "/v1/models"]
@@ -229,7 +235,13 @@ def _replace_models_route(app) -> None:
         content = (
             listed.model_dump() if hasattr(listed, "model_dump") else orjson.loads(listed.body)
         )
-        content["models"] = [system_one_model(card) for card in content.get("data", [])]
+        readout = runtime.front.readout
+        for card in content.get("data", []):
+            card["readout"] = readout.kind
+        content["models"] = [
+            {**system_one_model(card, readout), "readout": readout.kind}
+            for card in content.get("data", [])
+        ]
         return _json_response(content)
 
     available_models.__doc__ = stock_endpoint.__doc__
@@ -238,15 +250,20 @@ def _replace_models_route(app) -> None:
     app.add_api_route("/v1/models", declare(available_models, NORMAL), methods=["GET"])
 
 
-def system_one_model(card: dict) -> dict:
+def system_one_model(card: dict, readout: Readout = LM_HEAD) -> dict:
     """A model card as System One lists it: the release date is the day the model's card
     was created (its `created` time), as no release date is known for a local folder."""
     import datetime
 
     created = card.get("created") or 0
     day = datetime.datetime.fromtimestamp(created, datetime.timezone.utc).date().isoformat()
+    how = (
+        f"a decision checkpoint answering with its {readout.kind.replace('_', ' ')}"
+        if readout.is_checkpoint
+        else "prefill-only decisions"
+    )
     return {
         "name": card.get("id"),
-        "description": f"{card.get('id')} served by prefillonly-sgl: prefill-only decisions",
+        "description": f"{card.get('id')} served by prefillonly-sgl: {how}",
         "release_date": day,
     }

@@ -37,6 +37,7 @@ class SGLangRuntime:
         self._checks = route_checks(app_specs)
         self._front: ScoringFront | None = None
         self._processor_check = ProcessorLoadCheck()
+        self._checkpoint_handler = None  # /v1/systemone on a decision checkpoint, built once
         # One context for the server's lifetime: what handlers keep per server (the DSL's
         # backend and its calibration priors, dsl/backends/server.server_backend) hangs off it.
         self.context = ServerContext(self)
@@ -57,7 +58,7 @@ class SGLangRuntime:
             scheduler_info = get_global_state().scheduler_info
             limits = limits_from_scheduler_info(scheduler_info, tm.model_config.vocab_size)
             self._front = ScoringFront(tm, limits)
-            _add_our_info(scheduler_info)
+            _add_our_info(scheduler_info, self._front.readout.info())
         return self._front
 
     @property
@@ -67,6 +68,17 @@ class SGLangRuntime:
     @property
     def limits(self) -> ModelLimits:
         return self.front.limits
+
+    async def systemone_on_checkpoint(self, body: object, raw_request):
+        """/v1/systemone on a decision checkpoint: SGLang's own handler, the state scored
+        once where the readout allows it (decision_checkpoints.py)."""
+        from prefillonly_sgl.sglang_runtime.http_server import decision_checkpoints
+
+        if self._checkpoint_handler is None:
+            self._checkpoint_handler = decision_checkpoints.checkpoint_handler(
+                raw_request.app.state, self.front.readout
+            )
+        return await decision_checkpoints.answer(self._checkpoint_handler, body, raw_request)
 
     # -- GuardRuntime --
     def shutting_down(self) -> bool:
@@ -106,16 +118,17 @@ class SGLangRuntime:
                     tm.abort_request(rid)
 
 
-def _add_our_info(scheduler_info: dict) -> None:
+def _add_our_info(scheduler_info: dict, decision_readout: dict) -> None:
     """/server_info merges the scheduler's start-up info into its answer: ours joins it
     under "prefillonly" (the model family, the features running and those the family
-    switched off, with why), as the Engine's get_server_info() reports it. The
-    configuration is this process's own (serve set it before SGLang started)."""
+    switched off, with why; how the model answers decisions), as the Engine's
+    get_server_info() reports it. The configuration is this process's own (serve set it
+    before SGLang started)."""
     from prefillonly_sgl.runtime_config import WorkerConfig
 
     worker = WorkerConfig.from_environment()
     if worker is not None:
-        scheduler_info["prefillonly"] = worker.info()
+        scheduler_info["prefillonly"] = {**worker.info(), "decision_readout": decision_readout}
 
 
 # The HTTP request a handler is answering (its disconnect aborts the scoring it started),
@@ -178,3 +191,12 @@ class ServerContext:
         """A decisions.call.DecisionCall answered on the server's engine (Engine.decide's
         path: the state computed once, each question an item)."""
         return await self._runtime.front.decide(call, _RAW_REQUEST.get())
+
+    @property
+    def decision_readout(self):
+        """How the served model answers decisions (decisions/checkpoints.Readout)."""
+        return self._runtime.front.readout
+
+    async def systemone_on_checkpoint(self, body: object):
+        """SGLang's answer (a Response) to /v1/systemone on a decision checkpoint."""
+        return await self._runtime.systemone_on_checkpoint(body, _RAW_REQUEST.get())

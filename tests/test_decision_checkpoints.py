@@ -1,0 +1,225 @@
+"""Decision checkpoints on /v1/systemone (decisions/checkpoints.py): tiny random-weight
+checkpoints of the three kinds SGLang 0.5.23 serves (a Qwen3.5 backbone with
+decision_config.json, causal and noncausal; Clef's joint schema head; Kev's pointer head),
+each answered by our server and by SGLang's own server (`python -m sglang.launch_server`,
+its /v1/systemone handler) on the same folder, on this machine: the answers must agree
+within 1e-4 (float32), refusals included. The causal checkpoint's questions run behind
+the state computed once (the attention plans' events are the oracle), and a second
+request on the same state finds it cached. One server at a time (the machine has 2 cores).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import pytest
+import requests
+import typesafe_sdk
+from server_process import ServerProcess, serve_command, stock_sglang_command
+from typesafe_sdk import Choice, Noul, Score, TypeSafeClient
+
+from prefillonly_sgl.decisions.checkpoints import DECISIONS_REFUSAL
+from prefillonly_sgl.environment import ATTENTION_LOG
+from prefillonly_sgl.hooking.events import read_events
+from prefillonly_sgl.models.decision_checkpoints import build_decision_checkpoint
+
+TOLERANCE = 1e-4
+STATE = "The applicant has a stable job and pays every bill on time. " * 3
+QUESTIONS = {
+    "reliable": {"type": "noul", "instructions": "Is the applicant reliable?"},
+    "kind": {
+        "type": "choice",
+        "instructions": "Which kind of applicant?",
+        "criteria": {"good": "pays on time", "bad": None, "unknown": "no history"},
+    },
+    "level": {"type": "score", "instructions": "How reliable?", "criteria": ["low", "mid", "high"]},
+}
+OTHER_QUESTIONS = {
+    "stable": {"type": "noul", "instructions": "Is the job stable?"},
+    "history": {
+        "type": "choice",
+        "instructions": "Credit history?",
+        "criteria": {"long": None, "short": None},
+    },
+}
+BODY = {"model": "x", "state": STATE, "questions": QUESTIONS}
+OTHER_BODY = {"model": "x", "state": STATE, "questions": OTHER_QUESTIONS}
+# Refused by SGLang's handler on some kind or other: ours must say the same.
+MANY = [f"o{i}" for i in range(30)]  # more options than a decider has codes
+REFUSED = [
+    {**BODY, "chat_template_kwargs": {"enable_thinking": False}},  # Clef, Kev: no kwargs
+    {**BODY, "questions": {"many": {"type": "choice", "criteria": dict.fromkeys(MANY)}}},
+    {**BODY, "questions": {}},
+]  # fmt: skip
+KINDS = ["decider", "decider_noncausal", "clef", "kev"]
+
+
+@contextlib.contextmanager
+def _server(model_path, log_path, stock: bool, env: dict | None = None):
+    saved = dict(os.environ)
+    os.environ.update(env or {})  # read by the spawned scheduler
+    try:
+        command = stock_sglang_command if stock else serve_command
+        server = ServerProcess(model_path, log_path, command=command)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+def _post(server, body, path="/v1/systemone"):
+    response = requests.post(f"{server.url}{path}", json=body, timeout=300)
+    return response.status_code, response.json()
+
+
+def _exchanges(server) -> dict:
+    return {
+        "body": _post(server, BODY),
+        "other": _post(server, OTHER_BODY),
+        "refused": [_post(server, body) for body in REFUSED],
+    }
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def kind(request, tmp_path_factory):
+    """(kind, our server, stock SGLang's exchanges, our attention log) for one kind; the
+    stock server runs first and is stopped before ours starts."""
+    name = request.param
+    folder = build_decision_checkpoint(name, tmp_path_factory.mktemp(name) / "model")
+    logs = tmp_path_factory.mktemp(f"{name}-logs")
+    with _server(folder, logs / "stock.log", stock=True) as stock:
+        expected = _exchanges(stock)
+    plans = logs / "plans.jsonl"
+    with _server(folder, logs / "ours.log", stock=False, env={ATTENTION_LOG: str(plans)}) as ours:
+        yield name, ours, expected, plans
+
+
+def _close(got, want, path="answer"):
+    if isinstance(want, dict):
+        assert set(got) == set(want), f"{path}: {sorted(got)} != {sorted(want)}"
+        for key in want:
+            _close(got[key], want[key], f"{path}.{key}")
+    elif isinstance(want, list):
+        assert len(got) == len(want), path
+        for i, (a, b) in enumerate(zip(got, want, strict=True)):
+            _close(a, b, f"{path}[{i}]")
+    elif isinstance(want, float) and not isinstance(want, bool):
+        assert abs(got - want) < TOLERANCE, f"{path}: {got} != {want}"
+    else:
+        assert got == want, f"{path}: {got!r} != {want!r}"
+
+
+def test_answers_equal_sglangs_own_handler(kind):
+    name, ours, expected, _ = kind
+    for key in ("body", "other"):
+        status, answer = _post(ours, BODY if key == "body" else OTHER_BODY)
+        want_status, want = expected[key]
+        assert want_status == 200, want
+        assert status == 200, answer
+        _close(answer, want)
+        # The heads and the decision readout have no full-vocabulary distribution.
+        assert all("x_label_mass" not in a for a in answer["answers"].values())
+    # Random weights still tell the questions apart: a mixed-up order would fail.
+    probabilities = expected["body"][1]["answers"]["kind"]["probabilities"]
+    assert max(probabilities.values()) - min(probabilities.values()) > 1e-3, name
+
+
+def test_refusals_equal_sglangs_own(kind):
+    _, ours, expected, _ = kind
+    for body, (want_status, want) in zip(REFUSED, expected["refused"], strict=True):
+        status, answer = _post(ours, body)
+        assert status == want_status, (answer, want)
+        if want_status == 200:
+            _close(answer, want)
+        else:
+            assert str(want) in str(answer) or _message(answer) == _message(want), (answer, want)
+
+
+def _message(body) -> str:
+    error = body.get("error", body)
+    if isinstance(error, dict):
+        return str(error.get("message", error))
+    return str(body.get("message") or body.get("detail") or error)
+
+
+def test_decisions_route_refuses_with_sglangs_pointer(kind):
+    _, ours, _, _ = kind
+    body = {"model": "x", "input": STATE, "questions": [{"name": "ok", "type": "predicate"}]}
+    status, answer = _post(ours, body, "/v1/decisions")
+    assert status == 400
+    assert DECISIONS_REFUSAL in _message(answer)
+
+
+def test_info_and_models_name_the_readout(kind):
+    name, ours, _, _ = kind
+    readout = {
+        "decider": "decision_config",
+        "decider_noncausal": "decision_config",
+        "clef": "joint_schema_head",
+        "kev": "pointer_head",
+    }[name]
+    info = requests.get(f"{ours.url}/server_info", timeout=30).json()
+    decision = info["prefillonly"]["decision_readout"]
+    assert decision["kind"] == readout
+    noncausal = name == "decider_noncausal"
+    assert decision["attention_mode"] == ("noncausal_full_attention" if noncausal else "causal")
+    assert decision["state_cached_across_requests"] == (name == "decider")
+    listed = requests.get(f"{ours.url}/v1/models", timeout=30).json()
+    assert {card["readout"] for card in listed["data"] + listed["models"]} == {readout}
+
+
+def _spans_during(plans, call) -> list[tuple[int, int]]:
+    """(cached prefix, new tokens) of every prompt the full-attention layers ran during
+    `call` (their attention plans: structured events)."""
+    before = len(read_events(plans, "prefill_attention.plan"))
+    call()
+    events = read_events(plans, "prefill_attention.plan")[before:]
+    return [tuple(span) for plan in events for span in plan["spans"]]
+
+
+def test_the_causal_decider_computes_the_state_once_and_reuses_it(kind):
+    name, ours, _, plans = kind
+    if name != "decider":
+        pytest.skip("the state is shared only by a causal decision_config checkpoint")
+    before = len(read_events(plans, "prefill_attention.plan"))
+    _post(ours, {**BODY, "state": STATE + " Fresh."})
+    first = [
+        tuple(s) for p in read_events(plans, "prefill_attention.plan")[before:] for s in p["spans"]
+    ]
+    # One prompt computes the state from token 0; the others start behind it.
+    cold = [span for span in first if span[0] == 0]
+    assert len(cold) == 1, first
+    r = cold[0][1]
+    assert sorted(prefix for prefix, _ in first if prefix) == [r, r], first
+    before = len(read_events(plans, "prefill_attention.plan"))
+    _post(ours, {**OTHER_BODY, "state": STATE + " Fresh."})
+    second = [
+        tuple(s) for p in read_events(plans, "prefill_attention.plan")[before:] for s in p["spans"]
+    ]
+    assert [prefix for prefix, _ in second] == [r, r], second  # both behind the cached state
+
+
+def test_the_typesafe_client(kind):
+    _, ours, expected, _ = kind
+    with TypeSafeClient(api_key="none", base_url=ours.url, model="default") as ts:
+        result = ts.system_one(
+            state=STATE,
+            questions={
+                "reliable": Noul(instructions="Is the applicant reliable?"),
+                "kind": Choice(
+                    instructions="Which kind of applicant?",
+                    criteria={"good": "pays on time", "bad": None, "unknown": "no history"},
+                ),
+                "level": Score(instructions="How reliable?", criteria=["low", "mid", "high"]),
+            },
+        )
+    assert isinstance(result, typesafe_sdk.SystemOneResponse)
+    want = expected["body"][1]["answers"]
+    assert abs(result.nouls["reliable"].noul - want["reliable"]["noul"]) < TOLERANCE
+    assert result.choices["kind"].choice == want["kind"]["choice"]
+    assert abs(result.scores["level"].score - want["level"]["score"]) < TOLERANCE
