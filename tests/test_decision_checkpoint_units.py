@@ -25,6 +25,7 @@ def test_the_readout_follows_the_files_sglang_found():
     assert not clef.shares_the_state  # one prompt: nothing to share across requests
     kev = readout_of(None, None, {"temperature": 0.8, "head": {}})
     assert (kev.kind, kev.temperature) == ("pointer_head", 0.8)
+    assert kev.shares_the_state  # each question's prompt continues from the cached state
     assert kev.info()["route"] == "/v1/systemone"
 
 
@@ -33,3 +34,20 @@ def test_shared_prefix_leaves_each_prompt_a_token():
     assert shared_prefix_len([[1, 2, 3], [1, 2, 3, 4]]) == 2  # the shorter keeps its last
     assert shared_prefix_len([[1, 2, 3]]) == 0  # one prompt: nothing shared in the request
     assert shared_prefix_len([[7, 1], [8, 1]]) == 0
+
+
+def test_a_layout_behind_a_cached_prefix_moves_every_position():
+    from sglang.srt.layers.joint_schema_head import (
+        LayoutQuestion,
+        pack_decision_layout,
+        parse_decision_layout,
+    )
+
+    from prefillonly_sgl.decisions.checkpoints import layout_behind_prefix
+
+    # Kev's shape: the state (40 tokens), a question, two options, the decide token.
+    layout = pack_decision_layout(60, [LayoutQuestion(1, (59, 60), ((45, 50), (50, 58)))])
+    moved = layout_behind_prefix(layout, 40)
+    assert parse_decision_layout(moved, 20) == [LayoutQuestion(1, (19, 20), ((5, 10), (10, 18)))]
+    assert layout_behind_prefix(layout, 0) == layout
+    assert layout_behind_prefix(layout, 46) is None  # an option span inside the cache

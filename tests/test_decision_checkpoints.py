@@ -168,7 +168,7 @@ def test_info_and_models_name_the_readout(kind):
     assert decision["kind"] == readout
     noncausal = name == "decider_noncausal"
     assert decision["attention_mode"] == ("noncausal_full_attention" if noncausal else "causal")
-    assert decision["state_cached_across_requests"] == (name == "decider")
+    assert decision["state_cached_across_requests"] == (name in ("decider", "kev"))
     listed = requests.get(f"{ours.url}/v1/models", timeout=30).json()
     assert {card["readout"] for card in listed["data"] + listed["models"]} == {readout}
 
@@ -182,26 +182,22 @@ def _spans_during(plans, call) -> list[tuple[int, int]]:
     return [tuple(span) for plan in events for span in plan["spans"]]
 
 
-def test_the_causal_decider_computes_the_state_once_and_reuses_it(kind):
+def test_the_state_is_computed_once_and_reused(kind):
+    """Causal deciders and Kev: one prompt computes the state (the first extend of a
+    Qwen3.5 backbone ends there, where the recurrent state is kept), every question's
+    prompt continues from it, and the next request on the same state finds it cached."""
     name, ours, _, plans = kind
-    if name != "decider":
-        pytest.skip("the state is shared only by a causal decision_config checkpoint")
-    before = len(read_events(plans, "prefill_attention.plan"))
-    _post(ours, {**BODY, "state": STATE + " Fresh."})
-    first = [
-        tuple(s) for p in read_events(plans, "prefill_attention.plan")[before:] for s in p["spans"]
-    ]
-    # One prompt computes the state from token 0; the others start behind it.
+    if name not in ("decider", "kev"):
+        pytest.skip(f"{name}: the state is not shared (decisions/checkpoints.shares_the_state)")
+    state = STATE + " Fresh."
+    first = _spans_during(plans, lambda: _post(ours, {**BODY, "state": state}))
     cold = [span for span in first if span[0] == 0]
     assert len(cold) == 1, first
     r = cold[0][1]
-    assert sorted(prefix for prefix, _ in first if prefix) == [r, r], first
-    before = len(read_events(plans, "prefill_attention.plan"))
-    _post(ours, {**OTHER_BODY, "state": STATE + " Fresh."})
-    second = [
-        tuple(s) for p in read_events(plans, "prefill_attention.plan")[before:] for s in p["spans"]
-    ]
-    assert [prefix for prefix, _ in second] == [r, r], second  # both behind the cached state
+    behind = [prefix for prefix, _ in first if prefix]
+    assert behind == [r] * len(QUESTIONS), first
+    second = _spans_during(plans, lambda: _post(ours, {**OTHER_BODY, "state": state}))
+    assert [prefix for prefix, _ in second] == [r] * len(OTHER_QUESTIONS), second
 
 
 def test_the_typesafe_client(kind):

@@ -52,11 +52,11 @@ class Readout:
 
     @property
     def shares_the_state(self) -> bool:
-        """Whether the questions' prompts can run behind the state computed once and
-        cached: not where full attention reads the whole prompt, and not for the heads
-        SGLang runs as one uncached prefill per prompt (their poolers read hidden states
-        from position 0)."""
-        return self.kind in ("lm_head", "decision_config") and self.attention_mode != NONCAUSAL
+        """Whether the questions' prompts run behind the state computed once and cached:
+        not where full attention reads the whole prompt, and not for Clef, whose one
+        prompt holds every question (its head reads every token's hidden state, which no
+        cache keeps)."""
+        return self.kind != "joint_schema_head" and self.attention_mode != NONCAUSAL
 
     def info(self) -> dict:
         data = {"kind": self.kind, "attention_mode": self.attention_mode}
@@ -104,3 +104,25 @@ def shared_prefix_len(prompts: list[list[int]]) -> int:
     while n < bound and all(p[n] == first[n] for p in prompts):
         n += 1
     return n
+
+
+def layout_behind_prefix(layout: list[int], cached: int) -> list[int] | None:
+    """A decision layout (SGLang's pack_decision_layout: [prompt_length, questions, then
+    per question type, start, end, options, and each option's start, end]) placed on the
+    part of its prompt a forward computes after `cached` tokens came from the prefix
+    cache: every position less `cached`. None where a span starts inside the cached part
+    (its hidden states were never computed here): SGLang's head then scores nothing,
+    which its route reports as a server error."""
+    if cached <= 0:
+        return list(layout)
+    prompt_length, questions = layout[0], layout[1]
+    out = [prompt_length - cached, questions]
+    cursor = 2
+    for _ in range(questions):
+        kind, start, end, options = layout[cursor : cursor + 4]
+        spans = layout[cursor + 4 : cursor + 4 + 2 * options]
+        cursor += 4 + 2 * options
+        if min([start, *spans]) < cached:
+            return None
+        out += [kind, start - cached, end - cached, options, *(p - cached for p in spans)]
+    return out + layout[cursor:]  # trailing values: SGLang's parser refuses them itself

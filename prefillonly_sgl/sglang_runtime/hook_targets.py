@@ -164,12 +164,26 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.entrypoints.openai.serving_decisions._encode_all": (
         "called by the _score override: the questions' prompt and label ids, as SGLang's"
     ),
+    "sglang.srt.entrypoints.systemone.kev._DELIMITERS": (
+        "Kev's delimiter tokens: a question's prompt is reusable up to its question delimiter"
+    ),
+    "sglang.srt.entrypoints.systemone.serving.SystemOneServing._pointer_request": (
+        "extended: Kev's per-question prompts carry their reusable prefix (the state)"
+    ),
     "sglang.srt.entrypoints.systemone.protocol.SystemOneRequest": (
         "parses the body, so a body SGLang refuses is refused with its validation errors"
     ),
     "sglang.srt.configs.model_config.ModelConfig": (
         "its decision_config, joint_head_config and pointer_head attributes (what SGLang's "
         "loaders found beside the weights) name the readout (ScoringFront.readout)"
+    ),
+    "sglang.srt.layers.pointer_head.PointerPooler.forward": (
+        "AROUND (prefill_kv/scheduler_process.py): Kev's head reads its positions behind a "
+        "cached state (the layouts moved back by the cached length)"
+    ),
+    "sglang.srt.arg_groups.model_hook.handle_model_capability_adjustments": (
+        "wrapped (register_resolution_hook, prefill_kv/tokenizer_process.py): after it turns "
+        "the prefix cache off for a Kev checkpoint, ours turns it back on"
     ),
     # -- keys (http_server/access.py) --
     "sglang.srt.utils.auth.decide_request_auth": (

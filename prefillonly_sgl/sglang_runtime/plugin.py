@@ -56,6 +56,11 @@ def runtime_enabled(config: RuntimeConfig):
             from prefillonly_sgl.features.prefill_kv import tokenizer_process
 
             tokenizer_process.install_in_this_process()
+        if "prefill_kv" in config.features:
+            # Where SGLang resolves its arguments: a Kev checkpoint keeps its prefix cache.
+            from prefillonly_sgl.features.prefill_kv import tokenizer_process
+
+            tokenizer_process.install_resolution_hook()
         if "prefill_attention" in config.features:
             # Where SGLang resolves its arguments (this process): a model with attention
             # sinks steered to our backend (features/prefill_attention/sink_models.py).

@@ -347,7 +347,41 @@ def _around_alloc_token_slots(original, tree_cache, num_tokens, *args, **kwargs)
     return out
 
 
+# -- a Kev checkpoint's pointer head behind a cached state -----------------------------
+class _BehindPrefix:
+    """The forward batch as SGLang's pooler reads it, its decision layouts placed on the
+    computed part of each prompt (decisions/checkpoints.layout_behind_prefix)."""
+
+    def __init__(self, forward_batch, layouts) -> None:
+        self._batch = forward_batch
+        self.decision_layouts = layouts
+        self.extend_prefix_lens_cpu = [0] * len(layouts)
+
+    def __getattr__(self, name):
+        return getattr(self._batch, name)
+
+
+def _around_pointer_pooler(original, self, hidden_states, forward_batch):
+    """SGLang's pointer head scores only prompts computed from position 0 (stock serves Kev
+    with the prefix cache off). Each Kev question's prompt is the state, then the
+    question: its options' closing tokens and its decide token all follow the state, so
+    behind a cached state the head reads the same positions, moved back by the cached
+    length."""
+    from prefillonly_sgl.decisions.checkpoints import layout_behind_prefix
+
+    cached = forward_batch.extend_prefix_lens_cpu
+    layouts = forward_batch.decision_layouts
+    if layouts is None or not cached or not any(cached):
+        return original(self, hidden_states, forward_batch)
+    moved = [
+        layout if layout is None else layout_behind_prefix(layout, prefix)
+        for layout, prefix in zip(layouts, cached)
+    ]
+    return original(self, hidden_states, _BehindPrefix(forward_batch, moved))
+
+
 HOOKS = {
+    "sglang.srt.layers.pointer_head.PointerPooler.forward": ("AROUND", _around_pointer_pooler),
     "sglang.srt.managers.tp_worker.TpModelWorker.get_worker_info": (
         "AFTER",
         _after_get_worker_info,

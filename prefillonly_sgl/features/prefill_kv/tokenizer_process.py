@@ -148,3 +148,35 @@ def install_in_this_process() -> None:
 
 
 HOOK_TABLE_NAME = "reusable_prefix"
+
+
+# -- a Kev checkpoint keeps SGLang's prefix cache ----------------------------------------
+KEV_SOURCE = "prefillonly: prefill-only KV continues a Kev checkpoint's questions from its state"
+_resolution_installed = False
+
+
+def _keep_prefix_cache_for_kev(server_args, previous) -> None:
+    """SGLang serves a Kev checkpoint (head.pt's pointer head) with its prefix cache off, as
+    its pooler reads prompts computed from position 0. Ours reads them behind a cached
+    prefix too (scheduler_process._around_pointer_pooler), so the cache stays on, unless
+    the user turned it off: every question then continues from the state computed once."""
+    previous(server_args)
+    from sglang.srt.arg_groups.model_override_base import model_config_of
+    from sglang.srt.arg_groups.overrides import declare_resolution
+
+    if server_args.disable_radix_cache:  # the raw argument: the user's own choice
+        return
+    if model_config_of(server_args).pointer_head is not None:
+        declare_resolution(server_args, KEV_SOURCE, disable_radix_cache=False)
+
+
+def install_resolution_hook() -> None:
+    """Registers the wrapper once per process, where SGLang resolves its arguments (SGLang
+    keeps registrations for good; the wrapper changes nothing for other models)."""
+    global _resolution_installed
+    if _resolution_installed:
+        return
+    from sglang.srt.arg_groups.resolution_hooks import register_resolution_hook
+
+    register_resolution_hook("handle_model_capability_adjustments")(_keep_prefix_cache_for_kev)
+    _resolution_installed = True
