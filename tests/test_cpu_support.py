@@ -59,3 +59,56 @@ def test_fresh_interpreter_has_cpu_support_active():
     env_flag, shim_version, _ = out.stdout.split()
     assert env_flag == "1"
     assert "prefillonly-cpu-shim" in shim_version
+
+
+def _packed(lengths, heads=2, head_dim=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    return torch.randn(sum(lengths), heads, head_dim, generator=g), cu
+
+
+def test_flash_attention_forward_on_cpu_matches_attention_per_sequence():
+    """The torch kernel sglang_patches gives aten._flash_attention_forward on CPU (the
+    Clef joint schema head calls it) against plain attention of each packed sequence."""
+    import torch.nn.functional as F
+
+    from prefillonly_sgl.sglang_runtime.cpu_support.sglang_patches import (
+        varlen_attention_forward,
+    )
+
+    query, cu_q = _packed([3, 1, 4], seed=1)
+    key, cu_k = _packed([5, 2, 4], seed=2)
+    value, _ = _packed([5, 2, 4], seed=3)
+    out, lse, *_ = varlen_attention_forward(query, key, value, cu_q, cu_k, 4, 5, 0.0, False, False)
+    for (q0, q1), (k0, k1) in zip(zip(cu_q[:-1], cu_q[1:]), zip(cu_k[:-1], cu_k[1:])):
+        q, k, v = (t.transpose(0, 1) for t in (query[q0:q1], key[k0:k1], value[k0:k1]))
+        expected = F.scaled_dot_product_attention(q, k, v).transpose(0, 1)
+        torch.testing.assert_close(out[q0:q1], expected, rtol=1e-5, atol=1e-6)
+        scores = q @ k.transpose(1, 2) / q.shape[-1] ** 0.5
+        torch.testing.assert_close(lse[:, q0:q1], torch.logsumexp(scores, -1))
+    # What the kernel does not implement is refused, not approximated.
+    try:
+        varlen_attention_forward(query, key, value, cu_q, cu_k, 4, 5, 0.0, True, False)
+    except NotImplementedError as e:
+        assert "causal" in str(e)
+    else:
+        raise AssertionError("causal attention must be refused")
+
+
+def test_joint_schema_head_attention_runs_on_cpu_as_multihead_attention():
+    """SGLang's Clef head attends with aten._flash_attention_forward (CUDA only in
+    PyTorch); with the CPU support its _attention equals nn.MultiheadAttention on each
+    request, the module its checkpoint was trained with."""
+    from sglang.srt.layers.joint_schema_head import _attention
+
+    torch.manual_seed(0)
+    attention = torch.nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    queries, cu_q = _packed([2, 3], heads=1, head_dim=16, seed=4)
+    memory, cu_k = _packed([6, 4], heads=1, head_dim=16, seed=5)
+    queries, memory = queries.squeeze(1), memory.squeeze(1)
+    with torch.no_grad():
+        out = _attention(attention, queries, memory, (cu_q, 3), (cu_k, 6))
+        for (q0, q1), (k0, k1) in zip(zip(cu_q[:-1], cu_q[1:]), zip(cu_k[:-1], cu_k[1:])):
+            q, m = queries[q0:q1].unsqueeze(0), memory[k0:k1].unsqueeze(0)
+            expected = attention(q, m, m, need_weights=False)[0].squeeze(0)
+            torch.testing.assert_close(out[q0:q1], expected, rtol=1e-5, atol=1e-6)

@@ -61,11 +61,13 @@ class _PatchingLoader(importlib.abc.Loader):
 
 
 # SGLang modules patched right after they load, {module: function of sglang_patches.py}:
-# where SGLang's CPU path assumes an AMX CPU's sgl-kernel (sglang_patches.py says why).
+# where SGLang's CPU path assumes an AMX CPU's sgl-kernel, or a CUDA-only op
+# (sglang_patches.py says why).
 POST_IMPORT_PATCHES = {
     "sglang.kernels.ops.attention.fla.layernorm_gated": "gated_rmsnorm_on_cpu_kernel",
     "sglang.kernels.ops.attention.fla.fused_norm_gate": "gated_rmsnorm_on_cpu_kernel",
     "sglang.srt.models.qwen2_moe": "shared_expert_gate_in_torch",
+    "sglang.srt.layers.joint_schema_head": "flash_attention_on_cpu",
 }
 
 

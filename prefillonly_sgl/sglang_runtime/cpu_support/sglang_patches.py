@@ -3,7 +3,8 @@
 sgl-kernel's CPU build and otherwise falls through to a Triton kernel (CUDA only).
 
 Each takes the freshly loaded module; each is the smallest change that sends the module to
-SGLang's own CPU branch, whose ``torch.ops.sgl_kernel`` op sgl_kernel_ops.py provides.
+SGLang's own CPU branch, whose ``torch.ops.sgl_kernel`` op sgl_kernel_ops.py provides, or,
+where a module calls a CUDA-only PyTorch op, gives that op a CPU kernel in torch.
 """
 
 from __future__ import annotations
@@ -32,3 +33,84 @@ def shared_expert_gate_in_torch(module) -> None:
 
     module.fused_gate_sigmoid_mul = kernels.gate_sigmoid_mul
     module.fused_gate_sigmoid_mul_add = kernels.gate_sigmoid_mul_add
+
+
+# Kept alive for the process: the CPU kernel of aten._flash_attention_forward (below).
+_ATEN_CPU_LIBRARY = None
+
+
+def flash_attention_on_cpu(module) -> None:
+    """``layers.joint_schema_head`` (Clef decision checkpoints' head) attends over packed
+    variable-length sequences with ``torch.ops.aten._flash_attention_forward``, which
+    PyTorch implements for CUDA only; on CPU it gets a torch kernel of the same op
+    (varlen_attention_forward), registered for the CPU dispatch key only."""
+    global _ATEN_CPU_LIBRARY
+    import torch
+    from sglang.srt.utils import is_cpu
+
+    if not is_cpu() or _ATEN_CPU_LIBRARY is not None:
+        return
+    library = torch.library.Library("aten", "IMPL")
+    library.impl("_flash_attention_forward", varlen_attention_forward, "CPU")
+    _ATEN_CPU_LIBRARY = library
+
+
+def varlen_attention_forward(
+    query,
+    key,
+    value,
+    cum_seq_q,
+    cum_seq_k,
+    max_q,
+    max_k,
+    dropout_p,
+    is_causal,
+    return_debug_mask,
+    *,
+    scale=None,
+    window_size_left=None,
+    window_size_right=None,
+    seqused_k=None,
+    alibi_slopes=None,
+    block_table=None,
+    num_splits=None,
+):
+    """``aten._flash_attention_forward`` in torch, for the case SGLang's joint schema head
+    calls: packed sequences ([tokens, heads, head_dim] with cumulative offsets), full
+    (non-causal) attention, no dropout. Returns (output, logsumexp [heads, tokens], and
+    the op's three unused outputs, empty). Anything else is refused, not approximated."""
+    import torch
+
+    unsupported = {
+        "dense (un-packed) inputs": cum_seq_q is None or cum_seq_k is None,
+        "dropout": dropout_p != 0.0,
+        "causal attention": is_causal,
+        "a debug mask": return_debug_mask,
+        "sliding windows": window_size_left is not None or window_size_right is not None,
+        "seqused_k / alibi / block_table": any(
+            x is not None for x in (seqused_k, alibi_slopes, block_table)
+        ),
+    }
+    refused = [name for name, used in unsupported.items() if used]
+    if refused:
+        raise NotImplementedError(
+            "aten._flash_attention_forward on CPU (prefillonly_sgl's torch kernel) "
+            f"does not support {', '.join(refused)}"
+        )
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    output = torch.zeros_like(query)
+    logsumexp = torch.full((query.shape[1], query.shape[0]), float("-inf"), dtype=torch.float32)
+    bounds_q, bounds_k = cum_seq_q.tolist(), cum_seq_k.tolist()
+    for q0, q1, k0, k1 in zip(bounds_q, bounds_q[1:], bounds_k, bounds_k[1:]):
+        if q1 == q0 or k1 == k0:
+            continue  # no keys: flash attention's output is zero there too
+        q = query[q0:q1].transpose(0, 1).float()  # [heads, q, d]
+        k = key[k0:k1].transpose(0, 1).float()
+        v = value[k0:k1].transpose(0, 1).float()
+        scores = torch.matmul(q, k.transpose(1, 2)) * scale
+        lse = torch.logsumexp(scores, dim=-1)  # [heads, q]
+        out = torch.matmul(torch.exp(scores - lse.unsqueeze(-1)), v)
+        output[q0:q1] = out.transpose(0, 1).to(output.dtype)
+        logsumexp[:, q0:q1] = lse
+    empty = query.new_empty(0)
+    return output, logsumexp, empty, empty, empty
