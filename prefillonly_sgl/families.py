@@ -207,7 +207,14 @@ FAMILIES: dict[str, Family] = {
         Family(
             "qwen3_5",
             "Qwen3.5",
-            ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"),
+            # Qwen3_5Model: a decision_config checkpoint's bare backbone; Qwen3_5TextModel: a
+            # Kev checkpoint's (SGLang serves both as the classes before them).
+            (
+                "Qwen3_5ForCausalLM",
+                "Qwen3_5ForConditionalGeneration",
+                "Qwen3_5Model",
+                "Qwen3_5TextModel",
+            ),
             ("other_layer", "linear_attention", "full_attention"),
         ),
         # Qwen3-Next: the same Gated DeltaNet layers (3 linear : 1 full) with a gated

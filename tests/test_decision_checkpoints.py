@@ -60,8 +60,14 @@ def _server(model_path, log_path, stock: bool, env: dict | None = None):
     saved = dict(os.environ)
     os.environ.update(env or {})  # read by the spawned scheduler
     try:
-        command = stock_sglang_command if stock else serve_command
-        server = ServerProcess(model_path, log_path, command=command)
+        if stock:
+            # A Qwen3.5 backbone on CPU: SGLang's default mamba cache (extra_buffer) is
+            # GPU-only, and no_buffer runs without the overlapped scheduler (ours sets both
+            # itself: families.py's linear_attention defaults).
+            extra = ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"]
+            server = ServerProcess(model_path, log_path, *extra, command=stock_sglang_command)
+        else:
+            server = ServerProcess(model_path, log_path, command=serve_command)
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -189,7 +195,7 @@ def test_the_state_is_computed_once_and_reused(kind):
     name, ours, _, plans = kind
     if name not in ("decider", "kev"):
         pytest.skip(f"{name}: the state is not shared (decisions/checkpoints.shares_the_state)")
-    state = STATE + " Fresh."
+    state = "Fresh: " + STATE  # nothing of it cached yet
     first = _spans_during(plans, lambda: _post(ours, {**BODY, "state": state}))
     cold = [span for span in first if span[0] == 0]
     assert len(cold) == 1, first

@@ -161,13 +161,23 @@ def _keep_prefix_cache_for_kev(server_args, previous) -> None:
     prefix too (scheduler_process._around_pointer_pooler), so the cache stays on, unless
     the user turned it off: every question then continues from the state computed once."""
     previous(server_args)
-    from sglang.srt.arg_groups.model_override_base import model_config_of
+    from sglang.srt.arg_groups.model_override_base import model_config_of, resolving_view
     from sglang.srt.arg_groups.overrides import declare_resolution
 
     if server_args.disable_radix_cache:  # the raw argument: the user's own choice
         return
     if model_config_of(server_args).pointer_head is not None:
-        declare_resolution(server_args, KEV_SOURCE, disable_radix_cache=False)
+        # SGLang also turns chunked prefill off (-1), but a Qwen3.5 backbone's state is
+        # split at the state's end as SGLang's own chunk (scheduler_process._split_at_prefix),
+        # whose continuation needs a chunk budget: one prefill's worth, the longest prompt
+        # SGLang's Kev encoder accepts (max_joint_prompt_tokens), so no prompt is cut
+        # elsewhere (prefill-only KV never chunks a prompt behind its prefix).
+        declare_resolution(
+            server_args,
+            KEV_SOURCE,
+            disable_radix_cache=False,
+            chunked_prefill_size=resolving_view(server_args).max_prefill_tokens,
+        )
 
 
 def install_resolution_hook() -> None:

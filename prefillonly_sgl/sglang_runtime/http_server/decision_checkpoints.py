@@ -85,5 +85,10 @@ async def answer(handler, body: object, raw_request):
     try:
         request = SystemOneRequest.model_validate(body)
     except ValidationError as e:
-        raise RequestValidationError(e.errors(), body=body) from None
+        # As FastAPI reports a body model's errors (no links, located in the body), which
+        # SGLang's handler for this route then formats.
+        errors = [
+            {**error, "loc": ("body", *error["loc"])} for error in e.errors(include_url=False)
+        ]
+        raise RequestValidationError(errors, body=body) from None
     return await handler.handle_request(request, raw_request)
