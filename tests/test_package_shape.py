@@ -133,9 +133,13 @@ def _imports_sglang(path: Path) -> bool:
 def _may_import_sglang(relative: Path) -> bool:
     """The runtime's boot code and fronts (sglang_runtime/), the hook mechanism (hooking/),
     a feature's process modules (named for their process: *_process.py, scheduler_*.py),
-    and the command line (serve --help lists SGLang's own flags)."""
+    the command line (serve --help lists SGLang's own flags), and the tiny decision
+    checkpoints' builder (a Clef head's weights are written from SGLang's own head class:
+    its parameter names are the published format)."""
     parts = relative.parts
     if parts[0] in ("sglang_runtime", "hooking") or relative == Path("cli.py"):
+        return True
+    if relative == Path("models/decision_checkpoints.py"):
         return True
     name = relative.name
     return parts[0] == "features" and (

@@ -161,8 +161,8 @@ def _keep_prefix_cache_for_kev(server_args, previous) -> None:
     prefix too (scheduler_process._around_pointer_pooler), so the cache stays on, unless
     the user turned it off: every question then continues from the state computed once."""
     previous(server_args)
-    from sglang.srt.arg_groups.model_override_base import model_config_of, resolving_view
-    from sglang.srt.arg_groups.overrides import declare_resolution
+    from sglang.srt.arg_groups.model_override_base import model_config_of
+    from sglang.srt.arg_groups.overrides import declare_resolution, resolving_view
 
     if server_args.disable_radix_cache:  # the raw argument: the user's own choice
         return
