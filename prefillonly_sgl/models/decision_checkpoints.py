@@ -168,7 +168,16 @@ def _kev(out_dir, seed: int) -> Path:
     # norm.*), which SGLang's Kev loader (models/qwen3_5_text.py) hands to the body as
     # they are; a "model."-prefixed name would not load.
     out = _save(Qwen3_5TextModel(Qwen3_5TextConfig(**sizes)), tok, out_dir, seed)
-    head_dim, hidden = 16, sizes["hidden_size"]
+    write_pointer_head(out, sizes["hidden_size"], head_dim=16, seed=seed)
+    return out
+
+
+def write_pointer_head(out: Path, hidden: int, head_dim: int, seed: int = 0) -> Path:
+    """Kev's head.pt beside a backbone of width `hidden`: the fields SGLang's
+    load_pointer_head reads (configs/model_config.py), random seeded q / k projections;
+    the two prompt options Kev can train with are off, since SGLang refuses them."""
+    import torch
+
     g = _generator(seed, 3)
     head = {
         "q.weight": torch.randn(head_dim, hidden, generator=g) * 0.1,
@@ -176,8 +185,6 @@ def _kev(out_dir, seed: int) -> Path:
         "k.weight": torch.randn(head_dim, hidden, generator=g) * 0.1,
         "k.bias": torch.randn(head_dim, generator=g) * 0.1,
     }
-    # The fields SGLang's load_pointer_head reads (configs/model_config.py); the two
-    # prompt options Kev can train with are off, since SGLang refuses them.
     meta = {
         "head": head,
         "head_dim": head_dim,
@@ -188,7 +195,13 @@ def _kev(out_dir, seed: int) -> Path:
         "special_embeddings": False,
     }
     torch.save(meta, out / "head.pt")
-    return out
+    return out / "head.pt"
+
+
+def decision_tokenizer():
+    """The tokenizer every kind here uses (the tiny Qwen3.5 one with the decision prompts'
+    tokens), for a benchmark's larger backbone."""
+    return _tokenizer_and_sizes()[0]
 
 
 def build_decision_checkpoint(kind: str, out_dir: str | Path, seed: int = 0) -> Path:
