@@ -11,7 +11,7 @@ text stack (benchmarks/hybrid_prefix_states.py's SHAPE: hidden 1024, 24 layers, 
 full attention), saved as Kev saves it (a bare Qwen3_5TextModel and head.pt:
 models/decision_checkpoints.write_pointer_head), with the tests' tokenizer, bf16.
 
-Per system and repeat: a fresh state (random words, --state-tokens long), its request sent
+Per system and repeat: a fresh state (random words, --state-tokens tokens), its request sent
 twice (first, then repeat); the latency of each, the prompt tokens and the cached ones
 (SGLang's Prometheus counters, --enable-metrics on both servers), and the largest
 difference between the two systems' answers. SGLang serves Kev with its prefix cache off:
@@ -98,9 +98,13 @@ def questions(n: int) -> dict:
     return out
 
 
-def state_text(tokens: int, seed: int) -> str:
+def state_text(tokens: int, seed: int, tokenizer) -> str:
+    """Random words, about `tokens` tokens long in the checkpoint's tokenizer."""
     rng = random.Random(seed)
-    return " ".join(rng.choice(WORDS) for _ in range(tokens))  # ~1 token per word here
+    words = []
+    while len(tokenizer.encode(" ".join(words), add_special_tokens=False)) < tokens:
+        words += [rng.choice(WORDS) for _ in range(16)]
+    return " ".join(words)
 
 
 def command(system: str, model: Path, port: int, dtype: str, pool: int) -> list[str]:
@@ -115,7 +119,7 @@ def command(system: str, model: Path, port: int, dtype: str, pool: int) -> list[
     return [sys.executable, "-m", "prefillonly_sgl", "serve", *common, "--device", "cpu"]
 
 
-def run_system(system: str, model: Path, args, log_dir: Path) -> dict:
+def run_system(system: str, model: Path, args, log_dir: Path, tokenizer) -> dict:
     port = free_port()
     server = Server(
         command(system, model, port, args.dtype, args.pool), port, log_dir / f"{system}.log"
@@ -123,13 +127,13 @@ def run_system(system: str, model: Path, args, log_dir: Path) -> dict:
     try:
         server.wait_ready()
         asked = questions(args.questions)
-        warm = {"model": "x", "state": state_text(64, 999), "questions": asked}
+        warm = {"model": "x", "state": state_text(64, 999, tokenizer), "questions": asked}
         requests.post(server.url + "/v1/systemone", json=warm, timeout=3600).raise_for_status()
         rows, answers = [], []
         for repeat in range(args.repeats):
             body = {
                 "model": "x",
-                "state": state_text(args.state_tokens, repeat),
+                "state": state_text(args.state_tokens, repeat, tokenizer),
                 "questions": asked,
             }
             for phase in ("first", "repeat"):
@@ -195,8 +199,11 @@ def main() -> None:
         "machine": platform.processor() or platform.machine(),
         "settings": {k: str(v) for k, v in vars(args).items()},
     }
+    from prefillonly_sgl.models.decision_checkpoints import decision_tokenizer
+
+    tokenizer = decision_tokenizer()
     for system in ("stock", "ours"):
-        results[system] = run_system(system, model, args, args.work)
+        results[system] = run_system(system, model, args, args.work, tokenizer)
     results["max_answer_diff"] = max_answer_diff(
         results["stock"]["answers"], results["ours"]["answers"]
     )
