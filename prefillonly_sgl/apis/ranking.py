@@ -6,7 +6,9 @@ POST /v1/rerank, /v2/rerank, /rerank   Cohere v1, Cohere v2 and TEI (apis/rerank
                    chosen by `--rerank-method` (apis/rerankers.py: the yes/no judge for
                    generative rerankers, query likelihood for any other model).
 POST /v1/score     vLLM's shapes only (apis/vllm_score.py; SGLang's own stays SGLang's),
-                   each pair scored by the same ranker as the rerank APIs.
+                   each pair scored by the same ranker as the rerank APIs; with
+                   `label_token_ids`, vLLM's generative scoring (apis/
+                   vllm_generative_scoring.py, which serves /generative_scoring too).
 POST /v1/classify  SGLang's / vLLM's schema (apis/classify.py): input (texts or token
                    ids) or messages -> data [{index, label, probs, num_classes}], usage.
                    Backed by a DSL classifier with one input parameter (`serve --app FILE
@@ -23,6 +25,7 @@ from __future__ import annotations
 from prefillonly_sgl.apis.classify import classify_endpoint, no_classifier_endpoint
 from prefillonly_sgl.apis.rerank import rerank_endpoints
 from prefillonly_sgl.apis.rerankers import BUILTIN_RERANKERS, rerank_method
+from prefillonly_sgl.apis.vllm_generative_scoring import vllm_generative_scoring_endpoints
 from prefillonly_sgl.apis.vllm_score import vllm_score_endpoint
 from prefillonly_sgl.server.endpoints import EndpointSpec, load_app_module
 
@@ -62,5 +65,6 @@ def ranking_api_endpoints(
     return [
         *rerank_endpoints(ranker, sglang_answer=rerank_answer == "sglang"),
         vllm_score_endpoint(ranker),
+        *vllm_generative_scoring_endpoints(),
         classify_endpoint(find(classify, "classifier")) if classify else no_classifier_endpoint(),
     ]

@@ -8,6 +8,8 @@ one path", vLLM):
 - is_vllm_score_body: /v1/score in vLLM's shapes (`queries` / `documents` or `items`,
   `data_1` / `data_2`, `text_1` / `text_2`) beside SGLang's (`query` / `items` /
   `label_token_ids`), told apart by the body's own keys.
+- is_vllm_generative_score_body: vLLM's score body with `label_token_ids` (its generative
+  scoring on /v1/score, apis/vllm_generative_scoring.py), told apart the same way.
 - score_pairs: which (query, document) pairs a vLLM score request asks for.
 - truncated: vLLM's `truncate_prompt_tokens` / `truncation_side` on a list of token ids.
 - relevance_logit: a relevance in (0, 1) before vLLM's rerank activation (a sigmoid), for
@@ -47,6 +49,14 @@ def is_vllm_score_body(body: object) -> bool:
     SGLang's own (`query`, `label_token_ids`). Anything else is SGLang's (its checks say
     what is missing); `items` alone is SGLang's field."""
     if not isinstance(body, dict) or any(key in body for key in SGLANG_SCORE_KEYS):
+        return False
+    return any(key in body for key in VLLM_ONLY_SCORE_KEYS)
+
+
+def is_vllm_generative_score_body(body: object) -> bool:
+    """vLLM's score body with `label_token_ids` (generative scoring on a causal LM): a key
+    only vLLM's score requests have, `label_token_ids`, and not SGLang's `query`."""
+    if not isinstance(body, dict) or "query" in body or "label_token_ids" not in body:
         return False
     return any(key in body for key in VLLM_ONLY_SCORE_KEYS)
 

@@ -125,7 +125,13 @@ def install(
             _add_endpoint(app, spec, runtime)
     access.redact_settings_routes(app, list(secrets))
     runtime.auth_levels = access.check_auth_levels(app, sglang_endpoints)
-    error_shapes = {spec.path: spec.error_shape for spec in specs if spec.error_shape != "sglang"}
+    # A spec that claims some bodies of an SGLang path answers its refusals in its own
+    # shape (routes._run_raw); the path's other errors stay SGLang's.
+    error_shapes = {
+        spec.path: spec.error_shape
+        for spec in specs
+        if spec.error_shape != "sglang" and spec.claims is None
+    }
     policy = GuardPolicy(
         guarded_paths=WORK_PATHS | {spec.path for spec in specs},
         max_request_bytes=options.max_request_bytes,
