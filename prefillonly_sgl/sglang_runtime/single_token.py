@@ -18,7 +18,9 @@ this module adds (decisions in prefillonly_sgl/single_token/):
   `logprob_token_ids`; a loglikelihood request (echo, max_tokens 0 or 1) is marked to
   keep its whole prompt (docs/loglikelihood.md);
 - a BEFORE hook on each handler's response builder: the rows of `logprob_token_ids`
-  replace the natural top-k (single_token/logprobs.py), and an AFTER hook gives each
+  replace the natural top-k, and with vLLM's `return_tokens_as_token_ids` every logprob's
+  token is "token_id:<id>" (single_token/logprobs.py; an unstreamed answer, or a streamed
+  single-token one, which runs unstreamed), and an AFTER hook gives each
   completion token its real text offset (SGLang writes -1, "unknown").
 """
 
@@ -35,7 +37,7 @@ from fastapi.routing import APIRoute
 from pydantic import field_validator, model_validator
 from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
 
-from prefillonly_sgl.single_token.logprobs import text_offsets, top_rows
+from prefillonly_sgl.single_token.logprobs import text_offsets, tokens_as_ids, top_rows
 from prefillonly_sgl.single_token.prefix import (
     chat_prefix_messages,
     completion_prefix,
@@ -56,17 +58,21 @@ _COMPLETION_SERVING = "sglang.srt.entrypoints.openai.serving_completions.OpenAIS
 
 
 class ChatRequest(ChatCompletionRequest):
-    """SGLang's chat request with vLLM's `logprob_token_ids`."""
+    """SGLang's chat request with vLLM's `logprob_token_ids` and
+    `return_tokens_as_token_ids`."""
 
     logprob_token_ids: list[int] | None = None
+    return_tokens_as_token_ids: bool | None = None
 
 
 class CompletionsRequest(CompletionRequest):
     """SGLang's completions request with `logprob_token_ids` and `shared_prefix`, and
     `max_tokens: 0` with `echo` (the prompt's own logprobs only, as OpenAI's API allows
-    and older lm-evaluation-harness versions send; SGLang refuses 0)."""
+    and older lm-evaluation-harness versions send; SGLang refuses 0), and vLLM's
+    `return_tokens_as_token_ids`."""
 
     logprob_token_ids: list[int] | None = None
+    return_tokens_as_token_ids: bool | None = None
     shared_prefix: str | list[int] | None = None
 
     @field_validator("max_tokens")
@@ -200,16 +206,19 @@ def _after_completion_convert(result, self, request, *args, **kwargs):
 # -- rendering ----------------------------------------------------------------------------
 def _before_build_response(self, request, ret, *args, **kwargs):
     """logprob_token_ids: their rows (and the sampled token's) become the positions' top
-    logprobs."""
+    logprobs; return_tokens_as_token_ids: every logprob's token is "token_id:<id>"."""
     requested = getattr(request, "logprob_token_ids", None)
-    if requested:
-        for item in ret:
-            meta = item["meta_info"]
+    as_ids = getattr(request, "return_tokens_as_token_ids", None)
+    for item in ret if (requested or as_ids) else ():
+        meta = item["meta_info"]
+        if requested:
             meta["output_top_logprobs"] = top_rows(
                 meta.get("output_token_ids_logprobs") or [],
                 requested,
                 meta.get("output_token_logprobs"),
             )
+        if as_ids:
+            tokens_as_ids(meta)
     return None
 
 

@@ -1,5 +1,5 @@
-"""Completions' and chat's logprob fields (plain Python): `logprob_token_ids` rows and
-completions' text offsets.
+"""Completions' and chat's logprob fields (plain Python): `logprob_token_ids` rows,
+`return_tokens_as_token_ids` and completions' text offsets.
 
 `logprob_token_ids` (vLLM's extension): the logprobs of named token ids at the output
 position, whatever their rank.
@@ -39,6 +39,35 @@ def top_rows(
             top.append(tuple(chosen))
         rows.append(top)
     return rows
+
+
+# SGLang's meta_info lists of (logprob, token_id, text) triples: one per position, or a
+# list of them (or None) per position.
+TRIPLE_LISTS = ("input_token_logprobs", "output_token_logprobs")
+ROW_LISTS = ("input_top_logprobs", "output_top_logprobs", "output_token_ids_logprobs")
+
+
+def token_id_placeholder(token_id: int) -> str:
+    """vLLM's `return_tokens_as_token_ids` spelling of a token: "token_id:<id>", for
+    clients that cannot detokenize (a token's text may be part of a character)."""
+    return f"token_id:{token_id}"
+
+
+def tokens_as_ids(meta: dict) -> None:
+    """Every logprob triple of a SGLang answer's ``meta`` (in place) with its text as the
+    token's id placeholder, so SGLang's response builders render ids where texts were."""
+
+    def placeholder(triple):
+        return (triple[0], triple[1], token_id_placeholder(triple[1]), *triple[3:])
+
+    for key in TRIPLE_LISTS:
+        if meta.get(key):
+            meta[key] = [placeholder(t) if t is not None else None for t in meta[key]]
+    for key in ROW_LISTS:
+        if meta.get(key):
+            meta[key] = [
+                None if row is None else [placeholder(t) for t in row] for row in meta[key]
+            ]
 
 
 def text_offsets(tokens: Sequence[str]) -> list[int]:

@@ -10,9 +10,6 @@ Adaptations:
   have: at temperature 0 the sampled token is the greedy one, read first from the same
   request, and each case's set is built around it ("outside" and "inside" the set, as
   vLLM's cases say);
-- vLLM reads ids back with `return_tokens_as_token_ids` (tokens as "token_id:<n>"), which
-  SGLang's responses do not have: the tokens are compared as the texts the tokenizer
-  decodes for those ids;
 - vLLM's request-model tests (to_sampling_params, ValidationError) test its internals;
   their observable effect is asserted over HTTP instead (the named ids replace the top-k;
   the refusals of logprob_token_ids with nothing generated, or with use_beam_search, are
@@ -37,21 +34,34 @@ def server(default_server):
 
 
 @pytest.fixture(scope="module")
-def decode(default_engine):
-    tokenizer = default_engine.tokenizer
+def decode(default_model_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_path)
     return lambda token_id: tokenizer.decode([token_id])
 
 
+AS_IDS = {"return_tokens_as_token_ids": True}  # vLLM's tests read every token as its id
+
+
+def token_id(token: str) -> int:
+    assert token.startswith("token_id:"), (
+        f"expected return_tokens_as_token_ids=True to yield the `token_id:<int>` form, got "
+        f"{token!r}"
+    )
+    return int(token.removeprefix("token_id:"))
+
+
 @pytest.fixture(scope="module")
-def greedy(client, model, decode, default_engine):
+def greedy(client, model, decode):
     """The token a temperature-0 answer to MESSAGES samples (vLLM pins it instead)."""
     answer = client.chat.completions.create(
-        model=model, messages=MESSAGES, max_tokens=1, temperature=0, logprobs=True, top_logprobs=1
-    )
-    text = answer.choices[0].logprobs.content[0].token
-    ids = default_engine.tokenizer.encode(text, add_special_tokens=False)
-    assert len(ids) == 1 and decode(ids[0]) == text
-    return ids[0]
+        model=model, messages=MESSAGES, max_tokens=1, temperature=0, logprobs=True,
+        top_logprobs=1, extra_body=AS_IDS,
+    )  # fmt: skip
+    sampled = token_id(answer.choices[0].logprobs.content[0].token)
+    assert decode(sampled) == answer.choices[0].message.content
+    return sampled
 
 
 def _entries(response):
@@ -60,7 +70,7 @@ def _entries(response):
 
 @pytest.mark.parametrize("case", ["original-issue-shape", "sampled-outside-set",
                                   "sampled-inside-set"])  # fmt: skip
-def test_logprob_token_ids_returns_requested_ids(client, model, decode, greedy, case):
+def test_logprob_token_ids_returns_requested_ids(client, model, greedy, case):
     """test_logprob_token_ids_returns_requested_ids: the named ids and the sampled one,
     each once, whatever top_logprobs asks (the named ids replace the top-k)."""
     requested, top_logprobs = {
@@ -76,12 +86,12 @@ def test_logprob_token_ids_returns_requested_ids(client, model, decode, greedy, 
         temperature=0,
         logprobs=True,
         top_logprobs=top_logprobs,
-        extra_body={"logprob_token_ids": requested},
+        extra_body={"logprob_token_ids": requested, **AS_IDS},
     )
     entries = _entries(response)
-    returned = [entry.token for entry in entries]
-    assert response.choices[0].logprobs.content[0].token == decode(greedy)
-    assert set(returned) == {decode(t) for t in [*requested, greedy]}
+    returned = [token_id(entry.token) for entry in entries]
+    assert token_id(response.choices[0].logprobs.content[0].token) == greedy
+    assert set(returned) == {*requested, greedy}
     assert len(returned) == len(set(returned))
     for entry in entries:
         assert isinstance(entry.logprob, float)
@@ -89,7 +99,7 @@ def test_logprob_token_ids_returns_requested_ids(client, model, decode, greedy, 
         assert not math.isinf(entry.logprob)
 
 
-def test_logprob_token_ids_stream_with_no_top_k(server, model, decode, greedy):
+def test_logprob_token_ids_stream_with_no_top_k(server, model, greedy):
     """test_logprob_token_ids_stream_with_no_top_k (the async client, streamed)."""
 
     async def stream_tokens():
@@ -102,17 +112,17 @@ def test_logprob_token_ids_stream_with_no_top_k(server, model, decode, greedy):
                 logprobs=True,
                 top_logprobs=None,
                 stream=True,
-                extra_body={"logprob_token_ids": [5000]},
+                extra_body={"logprob_token_ids": [5000], **AS_IDS},
             )
             returned = []
             async for chunk in stream:
                 if not chunk.choices or chunk.choices[0].logprobs is None:
                     continue
                 for content in chunk.choices[0].logprobs.content:
-                    returned.extend(entry.token for entry in content.top_logprobs)
+                    returned.extend(token_id(entry.token) for entry in content.top_logprobs)
             return returned
 
-    assert set(asyncio.run(stream_tokens())) == {decode(greedy), decode(5000)}
+    assert set(asyncio.run(stream_tokens())) == {greedy, 5000}
 
 
 def test_logprob_token_ids_default_behavior_unchanged(client, model):
@@ -126,7 +136,7 @@ def test_logprob_token_ids_default_behavior_unchanged(client, model):
     assert all(entry.logprob <= 0.0 for entry in entries)
 
 
-def test_completion_request_decouples_top_k_from_explicit_token_ids(client, model, decode):
+def test_completion_request_decouples_top_k_from_explicit_token_ids(client, model):
     """test_completion_request_decouples_top_k_from_explicit_token_ids, over HTTP: with
     logprobs=5 and logprob_token_ids=[5000] the position lists the named id (and the
     sampled one), not a top 5."""
@@ -136,11 +146,11 @@ def test_completion_request_decouples_top_k_from_explicit_token_ids(client, mode
         max_tokens=1,
         temperature=0,
         logprobs=5,
-        extra_body={"logprob_token_ids": [5000]},
+        extra_body={"logprob_token_ids": [5000], **AS_IDS},
     )
     top = response.choices[0].logprobs.top_logprobs[0]
-    sampled = response.choices[0].logprobs.tokens[0]
-    assert set(top) == {decode(5000), sampled}
+    sampled = token_id(response.choices[0].logprobs.tokens[0])
+    assert {token_id(token) for token in top} == {5000, sampled}
 
 
 def test_completion_rejects_explicit_token_ids_without_generated_tokens(server, model):
