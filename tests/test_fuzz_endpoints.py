@@ -63,6 +63,10 @@ VALID = {
     # vLLM's shapes on shared paths (docs/server.md, "Peer conventions on one path").
     "/v1/score#vllm": {"model": "m", "queries": "history books",
                        "documents": ["a moon documentary", "socks"], "use_activation": False},
+    "/v1/score#vllm-labels": {"model": "m", "queries": "history books", "documents": ["a moon"],
+                              "label_token_ids": [287, 286], "apply_softmax": False},
+    "/generative_scoring": {"model": "m", "query": QUERY, "items": [ITEM],
+                            "label_token_ids": [287, 286], "item_first": True},
     "/rerank#vllm": {"model": "m", "query": "history books", "documents": ["a moon", "socks"],
                      "top_n": 1, "truncate_prompt_tokens": 100},
     "/v1/classify#vllm": {"model": "m", "messages": [{"role": "user", "content": "great pills"}],

@@ -34,6 +34,8 @@ from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.server.endpoints import EndpointSpec
 from prefillonly_sgl.server.errors import parse_body
 
+Texts = str | list[str]
+
 
 class GenerativeScoringRequest(BaseModel):
     """vLLM's GenerativeScoringRequest (POST /generative_scoring)."""
@@ -52,12 +54,19 @@ class GenerativeScoringRequest(BaseModel):
 
 
 class VllmLabelScoreRequest(BaseModel):
-    """vLLM's score body with `label_token_ids` (the pair fields are read by
+    """vLLM's score body with `label_token_ids` (which pair of fields it uses:
     vllm_conventions.score_fields)."""
 
-    model_config = ConfigDict(extra="allow")  # the pair fields, vLLM's other fields
+    model_config = ConfigDict(extra="ignore")  # vLLM's other fields (priority, ...)
 
     model: str | None = None
+    queries: Texts | None = None
+    documents: Texts | None = None
+    items: Texts | None = None
+    data_1: Texts | None = None
+    data_2: Texts | None = None
+    text_1: Texts | None = None
+    text_2: Texts | None = None
     label_token_ids: list[int] | None = None
     apply_softmax: bool = True
     item_first: bool = False
@@ -151,7 +160,7 @@ async def _label_score(body: object, context) -> GenerativeScoringResponse:
     first, second = score_fields(body)
     request = parse_body(VllmLabelScoreRequest, body)
     labels = check_labels(request.label_token_ids, context.limits.vocab_size)
-    pairs = score_pairs(body[first], body[second], (first, second))
+    pairs = score_pairs(getattr(request, first), getattr(request, second), (first, second))
     by_query: dict[str, list[int]] = {}
     for i, (query, _) in enumerate(pairs):
         by_query.setdefault(query, []).append(i)
