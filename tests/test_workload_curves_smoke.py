@@ -1,11 +1,11 @@
-"""The workload benchmark harness end to end in its smoke mode (issue 13): real stock
-SGLang and prefillonly servers on localhost, the tiny random model, a burst and two Poisson
-rates of the MovieLens recommendation workload; the results, plot and summary are written.
-No timing is asserted (the machine is shared); the statistics are checked on their own."""
+"""The workload benchmark harness's parts (issue 13): arrivals, statistics, the crossing
+rate, whole groups, the servers' command lines. No timing is asserted. Its end-to-end
+smoke run (real stock SGLang and prefillonly servers, ~80 s) left the suite to keep it
+near 25 minutes; run it by hand: `PYTHONPATH=. .venv/bin/python
+benchmarks/workload_curves.py --workload recommendation --smoke --out /tmp/smoke`."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -15,8 +15,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from harness import loadgen, stats  # noqa: E402
 from harness.loadgen import Outcome  # noqa: E402
-
-pytestmark = pytest.mark.slow  # the benchmark harness's servers
 
 
 def test_poisson_arrivals_have_the_asked_rate_and_a_burst_is_all_at_once():
@@ -85,39 +83,3 @@ def test_cache_hit_share_from_counters_and_its_absence():
     assert stats.counter_share(None, (3000.0, 1200.0)) is None
     assert stats.counter_share((1000.0, 0.0), (1000.0, 0.0)) is None  # nothing served
     assert stats.percent(None) == "n/r" and stats.percent(0.854) == "85%"
-
-
-def test_the_recommendation_smoke_run_writes_results_plot_and_summary(tmp_path):
-    import workload_curves
-
-    out = tmp_path / "smoke"
-    assert workload_curves.main(["--workload", "recommendation", "--smoke", "--out", str(out)]) == 0
-    document = json.loads((out / "results.json").read_text())
-    systems = {r["system"]: r for r in document["results"]}
-    assert set(systems) == {"stock-fcfs", "ours"}
-    for result in systems.values():
-        burst = result["burst"]
-        assert burst["completed"] == burst["requests"] == 4 and burst["failed"] == 0
-        # The rates are the load factors (0.5, 2) times stock-fcfs's burst throughput.
-        saturation = float(document["args"]["saturation"])
-        assert [row["rate"] for row in result["poisson"]][:1] == [round(0.5 * saturation, 3)]
-        assert result["peak_memory"] > 100 * 2**20  # the scheduler holds SGLang and torch
-    # Four requests, two users: the second request of a user hits its cached profile.
-    assert systems["ours"]["burst"]["cache_hit_share"] > 0
-    # Stock SGLang's share comes from its /metrics counters (its usage reports none); its
-    # burst batches a user's requests together, each computing the profile, but spaced
-    # Poisson arrivals find the profile cached.
-    assert systems["stock-fcfs"]["poisson"][0]["cache_hit_share"] > 0
-    assert systems["ours"]["ideal"]["completed"] == 4
-    assert (out / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    summary = (out / "summary.md").read_text()
-    assert "| ours |" in summary and "| stock-fcfs |" in summary
-    assert all(result["pool"] == 32768 for result in systems.values())  # --pool, served
-    # Re-rendered at another bound: a bound above a system's whole burst marks its cells,
-    # since no rate can miss it when a run sends at most the burst's requests.
-    rerender = ["--workload", "recommendation", "--smoke", "--out", str(out), "--report"]
-    assert workload_curves.main([*rerender, "--p99-bound", "1000"]) == 0
-    summary = (out / "summary.md").read_text()
-    assert "rate at P99 = 1000 s" in summary and summary.count("(burst met it)") == 4
-    assert workload_curves.main([*rerender, "--p99-bound", "1e-6"]) == 0
-    assert "(burst met it)" not in (out / "summary.md").read_text()
