@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from harness.servers import Server  # noqa: E402
-from hybrid_prefix_states import FULL_ATTENTION_INTERVAL, SHAPE  # noqa: E402
+from hybrid_prefix_states import SHAPE, text_config_fields  # noqa: E402
 
 from prefillonly_sgl.ports import free_port  # noqa: E402
 
@@ -52,20 +52,7 @@ def build_kev(out: Path, dtype: str) -> Path:
     if (out / "head.pt").exists():
         return out
     tok = decision_tokenizer()
-    layers = SHAPE["num_hidden_layers"]
-    config = Qwen3_5TextConfig(
-        **SHAPE,
-        vocab_size=len(tok),
-        layer_types=[
-            "full_attention" if (i + 1) % FULL_ATTENTION_INTERVAL == 0 else "linear_attention"
-            for i in range(layers)
-        ],
-        full_attention_interval=FULL_ATTENTION_INTERVAL,
-        max_position_embeddings=32768,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
+    config = Qwen3_5TextConfig(**text_config_fields(tok))
     torch.manual_seed(0)
     model = Qwen3_5TextModel(config).to(getattr(torch, dtype))
     model.config.dtype = dtype

@@ -54,17 +54,11 @@ SHAPE = dict(  # Qwen3.5's smallest published text stack (0.8B with its vocabula
 FULL_ATTENTION_INTERVAL = 4
 
 
-def build_model(out: Path, dtype: str) -> Path:
-    import torch
-    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
-
-    from prefillonly_sgl.models.tiny import build_tokenizer
-
-    if (out / "config.json").exists():
-        return out
-    tok = build_tokenizer()
+def text_config_fields(tok) -> dict:
+    """Qwen3_5TextConfig's fields for SHAPE with tokenizer `tok` (decision_checkpoints.py's
+    Kev backbone has the same)."""
     layers = SHAPE["num_hidden_layers"]
-    config = Qwen3_5TextConfig(
+    return dict(
         **SHAPE,
         vocab_size=len(tok),
         layer_types=[
@@ -76,8 +70,19 @@ def build_model(out: Path, dtype: str) -> Path:
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=True,
     )
+
+
+def build_model(out: Path, dtype: str) -> Path:
+    import torch
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    from prefillonly_sgl.models.tiny import build_tokenizer
+
+    if (out / "config.json").exists():
+        return out
+    tok = build_tokenizer()
+    config = Qwen3_5TextConfig(**text_config_fields(tok), tie_word_embeddings=True)
     torch.manual_seed(0)
     model = Qwen3_5ForCausalLM(config).to(getattr(torch, dtype))
     model.config.dtype = dtype

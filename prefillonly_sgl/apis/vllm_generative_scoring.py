@@ -30,11 +30,10 @@ from prefillonly_sgl.apis.vllm_conventions import (
     score_fields,
     score_pairs,
 )
+from prefillonly_sgl.apis.vllm_score import VllmPairFields
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.server.endpoints import EndpointSpec
 from prefillonly_sgl.server.errors import parse_body
-
-Texts = str | list[str]
 
 
 class GenerativeScoringRequest(BaseModel):
@@ -53,20 +52,9 @@ class GenerativeScoringRequest(BaseModel):
     request_id: str | None = None
 
 
-class VllmLabelScoreRequest(BaseModel):
-    """vLLM's score body with `label_token_ids` (which pair of fields it uses:
-    vllm_conventions.score_fields)."""
+class VllmLabelScoreRequest(VllmPairFields):
+    """vLLM's score body with `label_token_ids`."""
 
-    model_config = ConfigDict(extra="ignore")  # vLLM's other fields (priority, ...)
-
-    model: str | None = None
-    queries: Texts | None = None
-    documents: Texts | None = None
-    items: Texts | None = None
-    data_1: Texts | None = None
-    data_2: Texts | None = None
-    text_1: Texts | None = None
-    text_2: Texts | None = None
     label_token_ids: list[int] | None = None
     apply_softmax: bool = True
     item_first: bool = False

@@ -31,7 +31,11 @@ from prefillonly_sgl.wire import Usage, positive_max_tokens_per_doc
 Texts = str | list[str]
 
 
-class VllmScoreRequest(BaseModel):
+class VllmPairFields(BaseModel):
+    """vLLM's score body's pair fields (which pair a body uses: vllm_conventions.score_fields),
+    shared by its reranker body (below) and its generative-scoring body
+    (vllm_generative_scoring.py)."""
+
     model_config = ConfigDict(extra="ignore")  # vLLM's other fields (priority, ...)
 
     model: str | None = None
@@ -42,6 +46,9 @@ class VllmScoreRequest(BaseModel):
     data_2: Texts | None = None
     text_1: Texts | None = None
     text_2: Texts | None = None
+
+
+class VllmScoreRequest(VllmPairFields):
     max_tokens_per_doc: int | None = Field(None, description="cut each document to N tokens")
     truncate_prompt_tokens: int | None = Field(
         None, ge=-1, description="each pair's whole prompt at most N tokens (-1: what fits)"
