@@ -24,6 +24,9 @@ DEVICE = "PREFILLONLY_DEVICE"  # "cpu" / "cuda": overrides detection
 # An instrument (measuring hooks, not a feature), set by benchmarks/forward_profile.py: a
 # file the scheduler appends per-forward times to.
 FORWARD_PROFILE = "PREFILLONLY_FORWARD_PROFILE"
+# An instrument without timers: a file the scheduler appends one line per extend forward
+# to (its requests' cached and new tokens): how many forwards a workload took.
+FORWARD_LOG = "PREFILLONLY_FORWARD_LOG"
 # Debugging logs (a file to append to) of one feature each.
 ATTENTION_LOG = "PREFILLONLY_ATTENTION_LOG"
 SCHEDULER_LOG = "PREFILLONLY_SCHEDULER_LOG"
@@ -33,17 +36,23 @@ SHARED_PREFIX_ATTENTION = "PREFILLONLY_SHARED_PREFIX_ATTENTION"
 # "1": hybrid prefilling's layer mode on CUDA attends through FlashInfer per query chunk
 # (features/prefill_attention/flashinfer_chunk.py), opt-in until that path has run on a GPU.
 CUDA_QUERY_CHUNKS = "PREFILLONLY_CUDA_QUERY_CHUNKS"
+# "0": a prefix group's followers wait for their leader's prefix to be cached (a forward
+# later) instead of reading it from the leader in the same forward (A/B runs;
+# features/prefill_kv/packing.py).
+PACK_FOLLOWERS = "PREFILLONLY_PACK_FOLLOWERS"
 
 VARIABLES = (
     RUNTIME_CONFIG,
     CACHE,
     DEVICE,
     FORWARD_PROFILE,
+    FORWARD_LOG,
     ATTENTION_LOG,
     SCHEDULER_LOG,
     HYBRID_LOG,
     SHARED_PREFIX_ATTENTION,
     CUDA_QUERY_CHUNKS,
+    PACK_FOLLOWERS,
 )
 
 
@@ -70,8 +79,10 @@ class ProcessSwitches:
     scheduler_log: str | None = None
     hybrid_log: str | None = None
     forward_profile: str | None = None  # the file the forward profile appends to
+    forward_log: str | None = None  # the file one line per extend forward goes to
     shared_prefix_attention: bool = True  # False: each request attends to its prefix alone
     cuda_query_chunks: bool = False  # hybrid layer mode through FlashInfer on CUDA
+    pack_followers: bool = True  # False: followers run a forward after their leader
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> ProcessSwitches:
@@ -80,6 +91,8 @@ class ProcessSwitches:
             scheduler_log=read(SCHEDULER_LOG, environ),
             hybrid_log=read(HYBRID_LOG, environ),
             forward_profile=read(FORWARD_PROFILE, environ),
+            forward_log=read(FORWARD_LOG, environ),
             shared_prefix_attention=read(SHARED_PREFIX_ATTENTION, environ) != "0",
             cuda_query_chunks=read(CUDA_QUERY_CHUNKS, environ) == "1",
+            pack_followers=read(PACK_FOLLOWERS, environ) != "0",
         )

@@ -58,7 +58,7 @@ def test_short_requests_are_packed_and_a_long_one_runs_alone():
 def test_a_prefix_group_pays_for_its_prefix_once():
     profile = tokens(1, 1500)
     jobs = [job(f"item{i}", 1600 + i, prefix=profile) for i in range(5)]
-    plan = policy().plan(jobs)
+    plan = policy(pack_followers=False).plan(jobs)
     assert plan.batch == ["item0"]  # never two members sharing an uncached prefix
     # the leader runs cold (0.1 + 1.6 s); the followers are predicted as the cache hits
     # they become after it: the leader's time, then their own 0.1 + 0.1 s
@@ -66,6 +66,23 @@ def test_a_prefix_group_pays_for_its_prefix_once():
     assert plan.predicted["item1"] == pytest.approx(1.7 + 0.2 + 0.001)
     hits = [job(f"item{i}", 1600 + i, cached=1500, prefix=profile) for i in range(1, 5)]
     assert policy().plan(hits).batch == ["item1", "item2", "item3", "item4"]
+
+
+def test_followers_ride_in_their_leaders_batch():
+    """Packed (prefill_kv/packing.py): the leader computes the prefix and its followers
+    read it in the same forward, cheapest first, counting only their own tokens; a long
+    leader takes them along within a token budget of their own."""
+    profile = tokens(1, 1500)
+    jobs = [job(f"item{i}", 1600 + i * 50, prefix=profile) for i in range(5)]
+    plan = policy().plan(jobs)  # the leader is long (1.7 s > 8 x 0.1 s): riders only
+    assert plan.batch == ["item0", "item1", "item2", "item3", "item4"]
+    assert plan.new_tokens == 1600 + 150 + 200 + 250 + 300  # the profile counted once
+    assert policy(token_budget=400).plan(jobs).batch == ["item0", "item1", "item2"]
+    short = tokens(1, 150)
+    group = [job(f"g{i}", 200 + i, prefix=short) for i in range(3)]
+    alone = job("alone", 210)
+    plan = policy(long_factor=100).plan([*group, alone])
+    assert plan.batch == ["g0", "g1", "g2", "alone"]  # a leader's riders right behind it
 
 
 def test_requests_sharing_only_an_uncached_instruction_are_not_batched_together():
@@ -82,7 +99,7 @@ def test_requests_sharing_only_an_uncached_instruction_are_not_batched_together(
 def test_a_prefix_in_flight_is_not_computed_again_by_the_next_batch():
     """With overlapped scheduling the next batch is planned before the last one's
     prefixes reach the cache: their groups wait one step."""
-    p = policy()
+    p = policy(pack_followers=False)
     profile = tokens(1, 1500)
     jobs = [job(f"item{i}", 1600 + i, prefix=profile) for i in range(3)]
     assert p.plan(jobs).batch == ["item0"]
@@ -90,6 +107,12 @@ def test_a_prefix_in_flight_is_not_computed_again_by_the_next_batch():
     assert p.plan(rest).batch == ["other"]  # item1/2 would recompute the profile
     cached = [Job(j.key, j.tokens, 1500, 0.0, j.marks) for j in jobs[1:]]
     assert p.plan(cached).batch == ["item1", "item2"]
+    # packed: the group rides with its leader; a member arriving while it is in flight
+    # waits for the cache as well
+    p = policy()
+    assert p.plan(jobs).batch == ["item0", "item1", "item2"]
+    late = job("item3", 1603, prefix=profile)
+    assert p.plan([late, job("other", 300)]).batch == ["other"]
 
 
 def test_simulated_burst_runs_each_users_profile_once_in_the_ideal_order():
@@ -108,7 +131,7 @@ def test_simulated_burst_runs_each_users_profile_once_in_the_ideal_order():
     assert result.computed_tokens == 20 * 1500 + 200 * 100  # each profile computed once
     for batch in result.batches:  # each batch: one user's items, or one cold request
         assert len({key.split("i")[0] for key in batch}) == 1
-    fcfs = simulate(FirstComeFirstServed(), reqs)
+    fcfs = simulate(FirstComeFirstServed(), reqs, packed=False)  # stock SGLang
     assert fcfs.computed_tokens > result.computed_tokens  # some profiles computed again
     mean = sum(result.latency(reqs).values()) / len(reqs)
     mean_fcfs = sum(fcfs.latency(reqs).values()) / len(reqs)

@@ -1,7 +1,11 @@
-"""Which tokens of a scoring request keep pool KV (features/prefill_kv/policy.py)."""
+"""Which tokens of a scoring request keep pool KV (features/prefill_kv/policy.py), and
+which a follower reads from its leader in the same forward (packing.py)."""
 
 from __future__ import annotations
 
+from array import array
+
+from prefillonly_sgl.features.prefill_kv.packing import kept_end, packed_len
 from prefillonly_sgl.features.prefill_kv.policy import (
     common_prefix_len,
     dropped_new_tokens,
@@ -84,3 +88,26 @@ def test_recurrent_state_plan_drops_suffix_kv_only_where_a_state_is_cached():
     assert recurrent_state_plan(0, 100, 0, None) == KEEP_ALL
     # SGLang's chunk budget would cut the prompt before R: no state at R either
     assert recurrent_state_plan(0, 100, 40, 16) == KEEP_ALL
+
+
+def test_a_leader_keeps_what_prefill_only_kv_keeps():
+    """Where a leader's real slots end once its extend is allocated (packing.kept_end)."""
+    assert kept_end(0, 100, 100, 30) == 30  # cold, R = 30: the prefix only
+    assert kept_end(40, 100, 100, 30) == 40  # a hit beyond R keeps nothing new
+    assert kept_end(0, 60, 100, 30) == 60  # not its last chunk: every token
+    assert kept_end(0, 100, 100, None) == 100  # no R (generate): every token
+    assert kept_end(0, 100, 100, 0) == 1  # nothing reusable: the first token
+
+
+def test_a_follower_reads_the_common_prefix_within_what_the_leader_keeps():
+    leader = list(range(100, 200))  # 100 tokens, keeps the first 60
+    follower = list(range(100, 160)) + [7, 8, 9]
+    assert packed_len(follower, 0, 62, leader, 60) == 60
+    assert packed_len(follower, 10, 62, leader, 60) == 60  # from its own match on
+    assert packed_len(follower, 0, 62, leader, 40) == 40  # the leader keeps less
+    assert packed_len(follower, 0, 25, leader, 60) == 25  # its own cap (last token, logprobs)
+    assert packed_len(follower, 60, 62, leader, 60) == 0  # nothing beyond its match
+    other = list(range(100, 130)) + [1] * 33
+    assert packed_len(other, 0, 62, leader, 60) == 30  # where the prompts part
+    assert packed_len([5, 6], 0, 1, leader, 60) == 0  # nothing in common
+    assert packed_len(array("q", follower), 0, 62, array("q", leader), 60) == 60  # SGLang's

@@ -3,7 +3,8 @@
 Our engine has a KV pool of only POOL tokens. Label probabilities equal stock SGLang's
 (same pool) and a transformers forward (1e-4) with no shared prefix, a shared prefix
 (first and repeated: cache hit), items of different lengths, token ids, and a batch mixing
-requests; a prompt ~3x longer than the pool scores correctly (stock refuses it); SGLang's
+requests, a cold query and its items in one forward (followers packed behind their
+leader); a prompt ~3x longer than the pool scores correctly (stock refuses it); SGLang's
 cached-token count shows the query prefix is a cache hit and the rest of a prompt never
 enters the cache. SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY makes the scheduler check
 after every batch that the pool's slots add up (a leak or a double free kills it).
@@ -13,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 
 import pytest
 from conftest import max_abs_diff
 
 from prefillonly_sgl import STOCK_SGLANG, Engine
 from prefillonly_sgl.environment import ATTENTION_LOG as LOG_ENV
+from prefillonly_sgl.environment import FORWARD_LOG
 from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.features.prefill_kv.messages import REUSABLE_LEN_KEY
 from prefillonly_sgl.features.prefill_kv.policy import common_prefix_len, reusable_prefix_len
@@ -82,6 +85,7 @@ def setup(tiny_llama_path, tmp_path_factory):
     log_path = tmp_path_factory.mktemp("kv-log") / "plan.log"
     saved = dict(os.environ)
     os.environ[LOG_ENV] = str(log_path)
+    os.environ[FORWARD_LOG] = str(log_path)
     # The scheduler checks after every batch that the pool's slots add up (a leak or a
     # double free kills it).
     os.environ["SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY"] = "1"
@@ -243,3 +247,33 @@ def test_score_result_reports_cached_tokens(setup):
     again = ours.score(query, OTHER_ITEMS, labels)
     assert first.cached_tokens < reusable  # cold
     assert len(OTHER_ITEMS) * (reusable - 1) <= again.cached_tokens < again.prompt_tokens
+
+
+def test_a_cold_prefix_group_runs_as_one_forward(setup):
+    """SGLang #9748's shape, scaled down (a 120-token query, 10 items): the query and all
+    of its items in one extend (features/prefill_kv/packing.py), the leader computing the
+    query and every other item reading it from the leader's slots of the same forward;
+    each item exact against its own transformers forward. The same query again: one
+    forward of cache hits. (The scheduler checks the pool's slots after every batch.)"""
+    ours, _, ref, labels, log_path = setup
+    rng = random.Random(62)
+    query = [rng.randrange(10, 390) for _ in range(120)]
+    items = [[rng.randrange(10, 390) for _ in range(18 + i)] for i in range(10)]
+    before = len(read_events(log_path, "prefill_attention.plan"))
+    result = ours.score(query, items, labels)
+    want = ref.score(query, items, labels)
+    assert max_abs_diff(result.scores, want) < TOLERANCE
+    (plan,) = read_events(log_path, "prefill_attention.plan")[before:]  # one forward
+    spans = sorted(map(tuple, plan["spans"]))
+    leader, followers = spans[0], spans[1:]
+    assert leader[0] < len(query) <= sum(leader)  # it computes the query
+    assert [prefix for prefix, _ in followers] == [len(query)] * 9  # they read it
+    assert sorted(n for _, n in followers) == sorted(len(i) for i in items)[1:]
+    assert result.cached_tokens >= 9 * len(query)  # reported as the hits they are
+    again = ours.score(query, items[::-1], labels)
+    assert max_abs_diff(again.scores, want[::-1]) < TOLERANCE
+    (plan,) = read_events(log_path, "prefill_attention.plan")[before + 1 :]
+    assert [prefix for prefix, _ in plan["spans"]] == [len(query)] * 10
+    forwards = read_events(log_path, "forward")[-2:]  # the forward log (no timers)
+    assert [len(f["new"]) for f in forwards] == [10, 10]
+    assert sum(forwards[1]["new"]) == sum(map(len, items))

@@ -32,6 +32,9 @@ class PrefillKvState:
     # the model keeps a recurrent state per sequence (linear attention, mamba): a score
     # prompt's first extend ends at R, where the prefix cache keeps one state snapshot
     recurrent_state: bool = False
+    # followers read their leader's prefix in the same forward (prefill_kv/packing.py):
+    # active, no recurrent state, and not switched off (PREFILLONLY_PACK_FOLLOWERS=0)
+    packs_followers: bool = False
 
 
 @dataclass

@@ -412,7 +412,9 @@ HOOK_TARGETS: dict[str, str] = {
         "conditions)"
     ),
     "sglang.srt.layers.attention.flashinfer_backend.FlashInferAttnBackend.forward_extend": (
-        "stock: ragged over new k/v in hand + paged over the cached prefix"
+        "stock: ragged over new k/v in hand + paged over the cached prefix; overridden to "
+        "write the batch's k / v first (followers read their leader's slots of the same "
+        "forward: prefill_kv/packing.py)"
     ),
     "sglang.srt.layers.attention.flashinfer_backend.FlashInferAttnBackend._kv_write_scales": (
         "forward_query_chunk saves a chunk's k / v with the layer's scales, as forward_extend"
@@ -447,6 +449,24 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.mem_cache.allocation.alloc_token_slots": (
         "AROUND: real slots for kept tokens only, DROPPED_SLOT (never allocated) for the rest"
+    ),
+    "sglang.srt.mem_cache.allocation._prefix_kv_indices": (
+        "AROUND: a packed follower's prefix row is its match plus placeholders up to S, "
+        "filled with its leader's slots once alloc_for_extend has written the rows"
+    ),
+    "sglang.srt.managers.schedule_batch.ReqKvInfo.cache_protected_len": (
+        "set to S on a packed follower: [0, S) is its leader's or the cache's, never freed "
+        "by it; release inserts from there"
+    ),
+    "sglang.srt.managers.schedule_batch.Req._compute_max_prefix_len": (
+        "called: a follower's packed prefix is capped as SGLang caps a match (its last "
+        "token, logprob positions)"
+    ),
+    "sglang.srt.managers.schedule_policy.PrefillAdder.budget_state": (
+        "relied on: the adder hook reads can_run_list (the admitted requests a new one may "
+        "follow), sets a follower's prefix_len to S, and after a prompt too long to share a "
+        "batch resets rem_chunk_tokens / rem_input_tokens for its followers only, which "
+        "budget_state reads"
     ),
     "sglang.srt.mem_cache.allocator.token.TokenToKVPoolAllocator": "the only pool handled",
     # -- JCT scheduler (features/jct_scheduler/scheduler_process.py) --
@@ -545,7 +565,8 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.mem_cache.common.release_kv_cache": (
         "stock; caches and frees [0, kv_committed_len), hence the boundary above; BEFORE "
         "(features/prompt_logprobs/scheduler_process.py): an echo request's KV slots, read before "
-        "its row goes"
+        "its row goes; BEFORE (features/prefill_kv/scheduler_process.py): a packed follower "
+        "inserts nothing unless the cache holds its borrowed prefix by then"
     ),
     # -- prompt logprobs (features/prompt_logprobs/scheduler_process.py, scheduler) --
     "sglang.srt.managers.schedule_batch.Req.init_next_round_input": (

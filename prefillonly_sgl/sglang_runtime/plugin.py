@@ -31,7 +31,8 @@ logger = logging.getLogger(__name__)
 # Instruments: measuring hooks, installed (whatever the features) in a prefillonly engine
 # that asks for them: the memory probe when its configuration names a file
 # (WorkerConfig.memory_probe: the memory calibration's engine), the forward profile when
-# its variable is set (ProcessSwitches.forward_profile: benchmarks/forward_profile.py).
+# its variable is set (ProcessSwitches.forward_profile: benchmarks/forward_profile.py), or
+# the forward log's (ProcessSwitches.forward_log: one line per extend forward, no timers).
 INSTRUMENTS: dict[str, str] = {
     "memory_probe": "prefillonly_sgl.sglang_runtime.memory_probe:register",
     "forward_profile": "prefillonly_sgl.sglang_runtime.forward_profile:register",
@@ -96,7 +97,7 @@ def load_plugin() -> None:
         logger.info("prefillonly: applied runtime feature %s", name)
     if config.memory_probe:
         _call(INSTRUMENTS["memory_probe"])
-    if switches.forward_profile:
+    if switches.forward_profile or switches.forward_log:
         _call(INSTRUMENTS["forward_profile"])
 
 

@@ -13,16 +13,20 @@ waiting behind ever-shorter ones overtakes them once it has waited about
 
 Prefix groups (prefix_marks.py): requests sharing a reusable prefix the cache does not hold
 pay for it once. The group's cheapest member leads: it computes the prefix; the others are
-predicted as the cache hits they become and wait until the prefix is cached (never two of
-them in one batch). The leader's priority is the group's mean time per request (its own
-cold time plus the followers' hit times, over the group's size), aged by the group's
-longest wait: a group of many cheap followers is worth starting early (Smith's rule).
+predicted as the cache hits they become. With packing (the default, pack_followers) they
+ride in the leader's batch, right behind it, reading the prefix the leader computes in the
+same forward (prefill_kv/packing.py): one forward per group, not two; without it they wait
+until the prefix is cached. The leader's priority is the group's mean time per request
+(its own cold time plus the followers' hit times, over the group's size), aged by the
+group's longest wait: a group of many cheap followers is worth starting early (Smith's
+rule).
 
 Batches: the head (best priority) decides. A long request (its own work above long_factor
-per-batch costs: batching would amortise nothing and only delay the others) runs alone.
-Otherwise the following requests in priority order join while they fit the token budget,
-are not long, are within size_ratio of the head's work (no short request behind a long one)
-and share no uncached prefix with a member.
+per-batch costs: batching would amortise nothing and only delay the others) runs alone,
+but for its riding followers (up to a token budget of their own). Otherwise the following
+requests in priority order join, each leader with its riders, while they fit the token
+budget, are not long, are within size_ratio of the head's work (no short request behind a
+long one) and share no uncached prefix with a member of another group.
 
 Cost per step: a few numpy operations over the waiting requests plus Python work for the
 batch's candidates only (at most SCAN), so a step stays well under a millisecond at a
@@ -108,6 +112,7 @@ class JctPolicy:
         long_factor: float = DEFAULT_LONG_FACTOR,
         size_ratio: float = DEFAULT_SIZE_RATIO,
         max_batch: int = 256,
+        pack_followers: bool = True,
     ) -> None:
         if aging < 0:
             raise ValueError(f"aging must be >= 0 (seconds per second waited), got {aging}")
@@ -117,6 +122,7 @@ class JctPolicy:
         self.long_factor = long_factor
         self.size_ratio = size_ratio
         self.max_batch = max_batch
+        self.pack_followers = pack_followers
         self._cols = _Columns()
         self._slot: dict[Hashable, int] = {}
         self._keys: list[Hashable] = []
@@ -276,7 +282,7 @@ class JctPolicy:
         return Plan(
             keys,
             predicted,
-            new_tokens=int(s.new[batch].sum()),
+            new_tokens=int(s.batch_new[batch].sum()),
             new_prefix_tokens=s.new_prefix_tokens(batch),
             head_waited=float(now - self._cols.entered[slots[head]]),
             head_seconds=float(s.remaining[head]),
@@ -304,11 +310,12 @@ class JctPolicy:
         work = s.work[ranked].tolist()
         long = s.long_mask(ranked).tolist()
         if long[0]:
-            return [ranked[0]]
+            return [ranked[0], *s.riders(ranked[0], self.token_budget, self.max_batch - 1)]
         per_batch = self.model.per_batch
         batch, budget = [ranked[0]], self.token_budget - new[0]
         taken = set(s.conflicts(ranked[0]))
         ceiling = self.size_ratio * max(work[0], per_batch)
+        budget = self._add_riders(s, ranked[0], batch, budget)
         for j in range(1, len(ranked)):
             if len(batch) >= self.max_batch or budget <= 0:
                 break
@@ -320,7 +327,14 @@ class JctPolicy:
             batch.append(ranked[j])
             budget -= new[j]
             taken.update(conflicts)
+            budget = self._add_riders(s, ranked[j], batch, budget)
         return batch
+
+    def _add_riders(self, s: _Step, leader: int, batch: list[int], budget: int) -> int:
+        """Appends the leader's riding followers that fit; returns the budget left."""
+        riders = s.riders(leader, budget, self.max_batch - len(batch))
+        batch.extend(riders)
+        return budget - int(s.batch_new[riders].sum()) if riders else budget
 
 
 class _Step:
@@ -342,6 +356,10 @@ class _Step:
         rank_time = self.remaining.copy()
         waited = now - cols.entered[slots]
         self.group, self.cached = group, cached
+        # What each request computes if it runs in the next batch (a rider: its own
+        # tokens after the group's prefix); and, per leader, its riders.
+        self.batch_new = self.new.copy()
+        self._riders: dict[int, list[int]] = {}
         # Groups whose shared prefix the cache lacks: one leader, the others follow.
         reusable = _by_group(policy._group_reusable, group)
         open_group = grouped & (reusable - cached >= MIN_SHARED_TOKENS)
@@ -370,8 +388,33 @@ class _Step:
             waited = waited.copy()
             waited[leaders] = longest[lg]
             blocked |= self._in_flight(open_group, group)
+            if policy.pack_followers:
+                self._plan_riders(leaders, followers, hit_new, hit, blocked)
         self.key = rank_time - policy.aging * waited
         self.candidates = np.flatnonzero(~blocked)
+
+    def _plan_riders(self, leaders, followers, hit_new, hit, blocked) -> None:
+        """Each free leader's followers, cheapest first: they may ride in its batch (a
+        leader held back by the batch in flight holds its group back with it)."""
+        free = {int(self.group[i]): int(i) for i in leaders.tolist() if not blocked[i]}
+        for k in np.argsort(hit, kind="stable").tolist():
+            leader = free.get(int(self.group[followers[k]]))
+            if leader is not None:
+                self._riders.setdefault(leader, []).append(int(followers[k]))
+                self.batch_new[followers[k]] = hit_new[k]
+
+    def riders(self, leader: int, budget: int, room: int) -> list[int]:
+        """The leader's riders that fit `budget` new tokens and `room` places."""
+        chosen = []
+        for i in self._riders.get(leader, ()):
+            if len(chosen) >= room:
+                break
+            cost = int(self.batch_new[i])
+            if cost > budget:
+                continue
+            chosen.append(i)
+            budget -= cost
+        return chosen
 
     def _in_flight(self, open_group: np.ndarray, group: np.ndarray) -> np.ndarray:
         """Members of groups whose uncached prefix the batch in flight is computing (that

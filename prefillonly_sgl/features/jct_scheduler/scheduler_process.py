@@ -130,6 +130,9 @@ class JctSchedulePolicy(SchedulePolicy):
         new_groups, new_outside = self._sync(waiting_queue, now)
         self._match(new_groups + list(changed), new_outside)
         explain = bool(process_state.current().switches.scheduler_log)
+        # Followers ride in their leader's batch where prefill_kv packs them (decided at
+        # start-up, after this policy was made).
+        self.jct.pack_followers = self._state.prefill_kv.packs_followers
         plan = self.jct.plan_step(now, explain=explain)
         if self.queue_aware:
             plan = self._hits_first(plan, now, explain)

@@ -4,9 +4,10 @@ cost per step without SGLang.
 
 Requests arrive at given times; every step the policy plans a batch from what is waiting;
 the batch takes `truth.batch_time(...)` seconds (a JctModel: the same as the policy's, or a
-different one to see how wrong predictions hurt); when it ends, each member's reusable
-prefix is cached (prefill-only KV keeps exactly that), so later requests sharing it are
-cache hits.
+different one to see how wrong predictions hurt); a member behind an earlier member of the
+same prefix group computes only its own tokens (packed behind its leader, as
+prefill_kv/packing.py runs it); when the batch ends, each member's reusable prefix is
+cached (prefill-only KV keeps exactly that), so later requests sharing it are cache hits.
 
 The cache never evicts, unless given a `capacity` in tokens: then it holds whole reusable
 prefixes, and a batch's new prefixes evict others first, under `eviction` "lru" (least
@@ -71,7 +72,10 @@ def simulate(
     truth: JctModel | None = None,
     capacity: int | None = None,
     eviction: str = "lru",
+    packed: bool = True,
 ) -> SimResult:
+    """packed=False: every member of a batch computes its own uncached tokens (stock
+    SGLang, which shares nothing within a batch)."""
     truth = truth or policy.model
     if eviction not in EVICTION_POLICIES:
         raise ValueError(f"eviction must be one of {EVICTION_POLICIES}, got {eviction!r}")
@@ -112,8 +116,9 @@ def simulate(
         if capacity is not None:  # room for the batch's new prefixes, before it runs
             protected = _waiting_groups(policy, plan.batch) if eviction == "queue" else []
             cache.make_room(members, protected)
-        now += truth.batch_time((j.tokens - j.cached, j.tokens) for j in members)
-        computed += sum(j.tokens - j.cached for j in members)
+        new = _new_tokens(members) if packed else [j.tokens - j.cached for j in members]
+        now += truth.batch_time((n, j.tokens) for n, j in zip(new, members))
+        computed += sum(new)
         for job in members:
             finished[job.key] = now
             order.append(job.key)
@@ -123,6 +128,21 @@ def simulate(
         waiting = [r for r in waiting if r.key not in done]
     prompt = sum(len(r.token_ids) for r in requests)
     return SimResult(finished, order, batches, computed, plan_seconds, prompt, cache.evicted)
+
+
+def _new_tokens(members: list[Job]) -> list[int]:
+    """What each member of a batch computes: its uncached tokens, or, behind an earlier
+    member of its prefix group (a packed follower), those after the group's prefix."""
+    computing: set[tuple[int, int]] = set()
+    new = []
+    for job in members:
+        cached = job.cached
+        if job.marks is not None:
+            if job.marks.group in computing:
+                cached = max(cached, job.marks.length)
+            computing.add(job.marks.group)
+        new.append(job.tokens - cached)
+    return new
 
 
 def _waiting_groups(policy, batch) -> list[tuple[int, int]]:

@@ -15,6 +15,12 @@ the paged-only path, and prefill_kv keeps every request stock there. As a last l
 defence, an extend batch planned without ragged while prefill-only KV is active raises
 instead of returning wrong probabilities.
 
+Followers packed behind their leader (prefill_kv/packing.py) read, as their prefix, pool
+slots their leader writes in the same forward. Stock forward_extend's ragged path writes
+the batch's k / v to the pool after its attention; with prefill-only KV active this
+subclass writes them first (the same write, earlier), so the paged part of every request
+reads its leader's keys of the same layer.
+
 Hybrid prefilling's layers in query chunks (features/hybrid_prefill/layer_chunks.py) attend through
 forward_query_chunk: FlashInfer's ragged prefill over a query range (qo_indptr) merged with
 the paged prefix, flashinfer_chunk.py. Opt-in (PREFILLONLY_CUDA_QUERY_CHUNKS=1)
@@ -30,6 +36,7 @@ runs the parity checks wherever CUDA is present.
 from __future__ import annotations
 
 from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
+from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
@@ -90,6 +97,29 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
                 "--disable-prefill-only-kv (Engine(prefill_only_kv=False)) and report "
                 "this configuration"
             )
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        """Stock, with the batch's k / v written to the pool before attention (the module
+        docstring: followers read their leader's slots of this forward)."""
+        if (
+            save_kv_cache
+            and k is not None
+            and _drops_kv()
+            and getattr(self.forward_metadata, "use_ragged", False)
+            and not layer.is_cross_attention
+            and layer.attn_type != AttentionType.ENCODER_ONLY
+        ):
+            self.token_to_kv_pool.set_kv_buffer(
+                layer,
+                KVWriteLoc.for_layer(
+                    forward_batch, layer, swa_loc=self.forward_metadata.swa_out_cache_loc
+                ),
+                k,
+                v,
+                *self._kv_write_scales(layer),
+            )
+            save_kv_cache = False
+        return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
 
     def supports_query_chunks(self, forward_batch) -> bool:
         """Whether this extend batch's layers may run in query chunks: a plain ragged +

@@ -21,6 +21,12 @@ Per request (score prompts and single-token requests: those carrying R), while a
   rest (alloc_token_slots, called once inside it, allocates by the layout handed over in
   _PENDING_LAYOUT), and ends the request's kv_committed_len / kv_allocated_len at the
   kept boundary, so the stock release_kv_cache caches and frees only [0, boundary).
+- followers packed behind their leader (packing.py): a request admitted behind another
+  request of the same batch that computes and keeps their common prefix takes that
+  prefix as its own (prefix_len moves from its match to S), its row reads the leader's
+  slots there (filled in after alloc_for_extend writes the rows), [0, S) is protected
+  (never its to free) and, at release, it inserts its own tokens only if the cache then
+  holds [0, S) (else nothing). A prefix group thus runs in one forward, not two.
 - never a decode step: a single-token request finishes by length with its prefill's
   token. SGLang's overlapped loop (its default, on CPU too) merges a prefill batch into
   the running batch before processing its result, but leaves out of the next decode
@@ -44,6 +50,7 @@ from prefillonly_sgl.features.prefill_kv.messages import (
     with_off_reason,
     with_scoring_limit,
 )
+from prefillonly_sgl.features.prefill_kv.packing import kept_end, packed_len
 from prefillonly_sgl.features.prefill_kv.policy import (
     DROPPED_SLOT,
     KEEP_ALL,
@@ -64,8 +71,21 @@ logger = logging.getLogger(__name__)
 # state, as stock SGLang (policy.recurrent_state_plan: KEEP_ALL).
 KEEP_ALL_MARK = "_prefillonly_keeps_all_kv"
 
+# On a follower (packing.py) from its admission to its release: what it reads from whom.
+FOLLOWER_MARK = "_prefillonly_follows"
+# On a PrefillAdder that admitted a prompt too long to share a batch: only followers
+# (of it, or of each other) may join it now.
+RIDERS_ONLY = "_prefillonly_riders_only"
+
 # This scheduler's decision, shared with the attention backends (process_state.py).
 STATE = process_state.current().prefill_kv
+
+
+@dataclass(frozen=True)
+class _Follower:
+    leader: object  # the Req whose slots it reads
+    packed: int  # S: its prefix, [0, S)
+    matched: int  # what its own cache match was
 
 
 def reusable_len(req) -> int | None:
@@ -89,6 +109,11 @@ def _after_get_worker_info(result, self, *args, **kwargs):
     STATE.recurrent_state = getattr(runner.req_to_token_pool, "mamba_pool", None) is not None
     STATE.inactive_because = _unsupported_here(self, runner)
     STATE.active = STATE.inactive_because is None
+    STATE.packs_followers = (
+        STATE.active
+        and not STATE.recurrent_state
+        and process_state.current().switches.pack_followers
+    )
     if STATE.active:
         # The eager runner copies every forward's inputs into static buffers sized for the
         # longest forward stock SGLang can run: max(pool, chunked_prefill_size, ...). An
@@ -232,6 +257,68 @@ def _split_at_prefix(original, adder, req, extend, has_chunked_req, truncation_a
 
 
 def _around_add_one_req(original, self, req, has_chunked_req, truncation_align_size):
+    follower = _leader_for(self, req)
+    if follower is None:
+        if getattr(self, RIDERS_ONLY, False):
+            from sglang.srt.managers.schedule_policy import AddReqResult
+
+            return AddReqResult.OTHER  # behind a long prompt: its followers only
+        return _admit(original, self, req, has_chunked_req, truncation_align_size)
+    req.prefix_len = follower.packed  # admitted (and charged) from S, as a cache hit
+    setattr(req, FOLLOWER_MARK, follower)
+    admitted = False
+    try:
+        result = _admit(original, self, req, has_chunked_req, truncation_align_size)
+        admitted = bool(self.can_run_list) and self.can_run_list[-1] is req
+    finally:
+        if not admitted:
+            req.prefix_len = follower.matched
+            delattr(req, FOLLOWER_MARK)
+    return result
+
+
+def _leader_for(adder, req) -> _Follower | None:
+    """The admitted request of this batch whose kept tokens give `req` the longest prefix
+    beyond its own match (packing.py), or None. Only one-forward requests follow (never a
+    decode step: their row past S is theirs alone); both in one prefix-cache namespace; no
+    recurrent state (a follower would need the leader's state at S, which exists only
+    after the forward); no embeddings or images (their KV is not a function of the token
+    ids alone)."""
+    if (
+        not adder.can_run_list
+        or not STATE.packs_followers
+        or reusable_len(req) is None
+        or not _plain_tokens(req)
+    ):
+        return None
+    ids = req.full_untruncated_fill_ids
+    cap = req._compute_max_prefix_len(len(ids))
+    best = None
+    for leader in adder.can_run_list:
+        if (
+            leader.extra_key != req.extra_key
+            or leader.cache_salt != req.cache_salt
+            or not _plain_tokens(leader)
+        ):
+            continue
+        leader_ids = leader.full_untruncated_fill_ids
+        end = kept_end(leader.prefix_len, leader.extend_end, len(leader_ids), reusable_len(leader))
+        n = packed_len(ids, req.prefix_len, cap, leader_ids, end)
+        if n and (best is None or n > best.packed):
+            best = _Follower(leader, n, req.prefix_len)
+    return best
+
+
+def _plain_tokens(req) -> bool:
+    return (
+        req.multimodal_inputs is None
+        and req.input_embeds is None
+        and req.positional_embed_overrides is None
+        and not req.is_dllm()
+    )
+
+
+def _admit(original, self, req, has_chunked_req, truncation_align_size):
     from sglang.srt.managers.schedule_policy import AddReqResult
     from sglang.srt.mem_cache.prefill_budget import PrefillBudget
 
@@ -264,6 +351,13 @@ def _around_add_one_req(original, self, req, has_chunked_req, truncation_align_s
         if unchunked:
             self.rem_chunk_tokens = chunk_budget
     if unchunked and self.can_run_list and self.can_run_list[-1] is req:
+        if STATE.packs_followers:
+            # Only its followers may join it: they compute their own tokens alone (a
+            # chunk's budget of them), and riding along saves each a forward.
+            setattr(self, RIDERS_ONLY, True)
+            self.rem_chunk_tokens = chunk_budget
+            self.rem_input_tokens = chunk_budget
+            return AddReqResult.CONTINUE
         self.rem_chunk_tokens = chunk_budget - remaining  # <= 0: the batch is full
         return AddReqResult.OTHER
     return result
@@ -308,12 +402,15 @@ def _layout_of(batch) -> _SlotLayout | None:
 def _around_alloc_for_extend(original, batch):
     layout = _layout_of(batch)
     if layout is None:
-        return original(batch)
+        result = original(batch)
+        _read_leaders_slots(batch)
+        return result
     token = _PENDING_LAYOUT.set(layout)
     try:
         result = original(batch)
     finally:
         _PENDING_LAYOUT.reset(token)
+    _read_leaders_slots(batch)
     for req, prefix_len, n_kept, n_new in zip(
         batch.reqs, batch.prefix_lens, layout.kept, layout.extend_lens
     ):
@@ -324,6 +421,65 @@ def _around_alloc_for_extend(original, batch):
             req.kv.kv_committed_len = boundary
             req.kv.kv_allocated_len = boundary
     return result
+
+
+def _around_prefix_kv_indices(original, batch, req):
+    """A follower's prefix as alloc_for_extend writes it into its row: its own match,
+    then placeholders for [matched, S), which _read_leaders_slots fills with the leader's
+    slots once the batch's rows are written (the leader's are allocated in the same
+    call, after this)."""
+    follower = getattr(req, FOLLOWER_MARK, None)
+    if follower is None:
+        return original(batch, req)
+    req.prefix_len = follower.matched
+    try:
+        own = original(batch, req).to(batch.device)
+    finally:
+        req.prefix_len = follower.packed
+    gap = follower.packed - follower.matched
+    return torch.cat([own, torch.full((gap,), DROPPED_SLOT, dtype=own.dtype, device=own.device)])
+
+
+def _read_leaders_slots(batch) -> None:
+    """Each follower's row [matched, S) := its leader's (packing.py): real slots the
+    leader writes in this forward (its row is final here: rows are written in batch order
+    and a leader precedes its followers). [0, S) is then protected: the leader, or the
+    cache, owns it."""
+    req_to_token = batch.req_to_token_pool.req_to_token
+    for req in batch.reqs:
+        follower = getattr(req, FOLLOWER_MARK, None)
+        if follower is None:
+            continue
+        lo, hi = follower.matched, follower.packed
+        # No check that these are real slots: reading them back would synchronise with
+        # the forward in flight; packing.kept_end decided they are.
+        req_to_token[req.kv.req_pool_idx, lo:hi] = req_to_token[
+            follower.leader.kv.req_pool_idx, lo:hi
+        ]
+        req.kv.cache_protected_len = hi
+
+
+def _before_release_kv_cache(req, tree_cache, *args, checkpoint=False, **kwargs):
+    """A follower inserts its own tokens after S into the cache only where the cache holds
+    [0, S) by now (its leader, released first, inserted them); otherwise (the leader was
+    aborted and freed them) it inserts nothing, which frees its own slots after S."""
+    follower = getattr(req, FOLLOWER_MARK, None)
+    if follower is None:
+        return None
+    delattr(req, FOLLOWER_MARK)
+    if checkpoint and not req.skip_radix_cache_insert:
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        key = RadixKey(
+            token_ids=req.full_untruncated_fill_ids[: follower.packed],
+            extra_key=req.extra_key,
+            cache_salt=req.cache_salt,
+        )
+        held = tree_cache.match_prefix(MatchPrefixParams(key=key)).device_prefix_len
+        if held < follower.packed:
+            req.skip_radix_cache_insert = True
+    return None
 
 
 def _around_alloc_token_slots(original, tree_cache, num_tokens, *args, **kwargs):
@@ -398,4 +554,6 @@ HOOKS = {
     ),
     "sglang.srt.mem_cache.allocation.alloc_for_extend": ("AROUND", _around_alloc_for_extend),
     "sglang.srt.mem_cache.allocation.alloc_token_slots": ("AROUND", _around_alloc_token_slots),
+    "sglang.srt.mem_cache.allocation._prefix_kv_indices": ("AROUND", _around_prefix_kv_indices),
+    "sglang.srt.mem_cache.common.release_kv_cache": ("BEFORE", _before_release_kv_cache),
 }

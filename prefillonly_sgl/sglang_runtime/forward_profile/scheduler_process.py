@@ -8,7 +8,12 @@ attention backend's init_forward_metadata (the plan, masks, index tensors). One 
 per extend batch goes to the file PREFILLONLY_FORWARD_PROFILE names.
 
 Kinds are leaf modules, so nothing is counted twice: "other" is the forward minus them
-(residual adds, reshapes, the model's own Python)."""
+(residual adds, reshapes, the model's own Python).
+
+The forward log (PREFILLONLY_FORWARD_LOG, without the profile's timers and their
+synchronisation): one "forward" event per extend forward (hooking/events.py), each
+request's cached and new tokens and the step's seconds, so a test or a benchmark counts
+the forwards a workload took, and the requests and tokens in each."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import json
 import time
 
 from prefillonly_sgl.hooking import process_state
+from prefillonly_sgl.hooking.events import append_event
 
 # SGLang module class name -> kind. Leaves only (a linear layer inside an MLP is timed as
 # "linear", the MLP itself not at all).
@@ -102,9 +108,23 @@ def _ints(values):
 
 
 def _around_run_batch(original, self, batch, *args, **kwargs):
-    path = process_state.current().switches.forward_profile
-    if not path or not batch.forward_mode.is_extend():
+    switches = process_state.current().switches
+    path = switches.forward_profile
+    if not batch.forward_mode.is_extend():
         return original(self, batch, *args, **kwargs)
+    if not path:
+        if not switches.forward_log:
+            return original(self, batch, *args, **kwargs)
+        start = time.perf_counter()
+        result = original(self, batch, *args, **kwargs)
+        append_event(
+            switches.forward_log,
+            "forward",
+            prefix=_ints(batch.prefix_lens),
+            new=_ints(batch.extend_lens),
+            step_s=round(time.perf_counter() - start, 6),
+        )
+        return result
     _state.pop("last", None)
     start = time.perf_counter()
     result = original(self, batch, *args, **kwargs)
