@@ -458,10 +458,6 @@ HOOK_TARGETS: dict[str, str] = {
         "set to S on a packed follower: [0, S) is its leader's or the cache's, never freed "
         "by it; release inserts from there"
     ),
-    "sglang.srt.managers.schedule_batch.Req._compute_max_prefix_len": (
-        "called: a follower's packed prefix is capped as SGLang caps a match (its last "
-        "token, logprob positions)"
-    ),
     "sglang.srt.managers.schedule_policy.PrefillAdder.budget_state": (
         "relied on: the adder hook reads can_run_list (the admitted requests a new one may "
         "follow), sets a follower's prefix_len to S, and after a prompt too long to share a "
@@ -576,7 +572,8 @@ HOOK_TARGETS: dict[str, str] = {
         "(continuation_logprobs.py: the prompt's last position is recomputed, no more)"
     ),
     "sglang.srt.managers.schedule_batch.Req._compute_max_prefix_len": (
-        "stock: caps the match at logprob_start_len, which the hook above sets"
+        "stock: caps the match at logprob_start_len, which the hook above sets; called by "
+        "prefill_kv's adder hook: a packed follower's prefix is capped as a match is"
     ),
     "sglang.srt.managers.scheduler_components.logprob_result_processor."
     "SchedulerLogprobResultProcessor.add_input_logprob_return_values": (
