@@ -1,33 +1,84 @@
-"""The engine itself on a card (issue 57): prefillonly's Engine against stock SGLang, side
-by side on the same card, model and attention backend (FlashInfer).
+"""The engine itself on a card (issues 57 and 62): prefillonly's Engine against stock
+SGLang at its best per shape, side by side on the same card, model and attention backend
+(FlashInfer).
 
     # on a lent card, through the engine kit (benchmarks/README.md, "The engine on a card"):
-    bash scripts/gpu_kit/run_on_card.sh --engine
-    # here, what the test runs (tiny shapes, CPU, float32):
+    bash scripts/gpu_kit/run_on_card.sh --engine --quick      # both models, one call
+    bash scripts/gpu_kit/run_on_card.sh --engine --model llama-3.2-1b   # one model, all parts
+    # here, what the tests run (tiny shapes, CPU, float32):
     .venv/bin/python benchmarks/gpu_engine.py --tiny --device cpu --out /tmp/gpu_engine
 
 A random-weight model of a published shape (Qwen3-0.6B: SGLang #9748's model; Llama-3.2-1B)
-is written once with transformers (bf16 on a card), then each system starts as an Engine
-in this process, one at a time: "stock" (every prefillonly feature off, SGLang's lpm
-policy: its best for shared prefixes) and "ours" (the defaults; on CUDA, hybrid
-prefilling's layers through FlashInfer's query chunks). Each system's engine runs in a
-process of its own (SGLang ends the process whose engine's worker failed; the run goes on).
-Parts, in this order, each written to results.json / results.md as it ends; no engine
-starts after --deadline seconds, no part after --engine-seconds of its engine's process:
+is written once with transformers (bf16 on a card). Three systems, each an Engine in a
+process of its own (SGLang ends the process whose engine's worker failed; the run goes on):
+
+- "stock": every prefillonly feature off, SGLang's lpm policy (its best for shared prefixes);
+- "stock-mis": stock with SGLang's multi-item scoring (`enable_mis=True`, i.e.
+  `--enable-mis`, with `--attention-backend flashinfer`, which it asserts): a request's query
+  and items become one sequence, `query <d> item1 <d> item2 ... <d>` (d: SGLang's fixed
+  placeholder token, constants.MIS_DELIMITER_TOKEN_ID), one forward under FlashInfer's
+  item-aware mask, each item's positions restarting after the query; SGLang turns the radix
+  cache, chunked prefill and CUDA graphs off for it. Measured on the items shape (its
+  case) and for correctness; it needs FlashInfer, so off CUDA it is skipped, the reason
+  written into the results;
+- "ours": the defaults (on CUDA, hybrid prefilling's layers through FlashInfer's query
+  chunks).
+
+Parts, each written to results.json / results.md as it ends:
 
 - correctness: label log-probabilities (over the whole vocabulary) of cold prompts, a
   shared prefix and its cache hit, and a prompt longer than a layer chunk, against a
-  float32 transformers forward of the same weights on the same device;
-- items: SGLang #9748's shape, requests of a 120-token query and 10 items of 180 tokens
-  (300-token prompts), Poisson arrivals at rates set from stock's measured capacity;
+  float32 transformers forward of the same weights on the same device; stock-mis against
+  the sequence it scores (query, delimiter, item at its MIS positions), and, beside it, how
+  far that is from query + item's;
+- items: SGLang #9748's shape, requests of a 120-token query and 10 items of 180 tokens,
+  Poisson arrivals at rates set from the first system's burst capacity (stock's);
   items/s at P99 <= 500 ms;
 - recommendation: the paper's shape scaled to the card: users with 1-2k-token profiles,
   each request one user's profile and 8 items of 150 tokens, every user's requests spread
   over the run; requests/s at P99 <= --rec-p99 seconds;
-- long: a cold 32k-token prompt (16k with the tiny sizes' limits scaled down): time and
-  the scheduler's peak memory above what it held before the forward (prefillonly's memory
-  probe, in engines of their own so the probe's synchronisation slows no load run), stock
-  (unchunked) against ours (hybrid prefilling).
+- long: a cold 32k-token prompt (1.2k with the tiny sizes): time and the scheduler's peak
+  memory above what it held before the forward (prefillonly's memory probe, in engines of
+  their own so the probe's synchronisation slows no load run), stock (unchunked) against
+  ours (hybrid prefilling).
+
+Warm-up: after its engine starts (and after correctness, which is not timed), each system
+runs representative requests of every load part's shape (a burst, a second burst, a single
+request; the recommendation's with warm-up users of their own, a miss then a hit each) so
+that no JIT compile (FlashInfer, Triton, SGLang's kernels, torch.compile) lands in a burst
+probe or a timed rate; its seconds are recorded per part ("warmup"). A 2026-11-26 run
+measured a capacity of 0.44 requests/s on Llama-3.2-1B because its first requests compiled.
+
+Rates: few (two by default), each held for --hold-seconds of arrivals or --hold-requests
+requests, whichever comes first (15 s / 300), so that a P99 is a percentile of hundreds;
+each row reports its requests, those completed and the seconds it was held. The rates are
+the first system's burst capacity times --rate-factors, the same for every system.
+
+CUDA graphs (CUDA only; a CPU engine has none): decode graphs off for every system: a
+scoring request never decodes, and their capture needs FlashInfer's decode kernels, which
+the kit does not carry. Prefill graphs as a CUDA install of SGLang 0.5.23 runs them:
+"breakable" (segments captured between eager attention calls, buckets of 4 to
+chunked_prefill_size tokens; a batch of more tokens, or padded past 2x, runs eager), left
+to SGLang's own default and compatibility rules; it needs cuda-python, which the lent
+cards have. stock-mis: off, by SGLang (--enable-mis turns them off). ours: the same as
+stock, except where hybrid prefilling runs whole layers in query chunks (mode "layer":
+Llama, not Qwen3): there the captured buckets stop at the layer chunk
+(cuda_graph_max_bs_prefill), because a bucket longer than the chunk would capture the
+layer-chunk path, whose FlashInfer plans are made from the batch at hand, into the graph;
+longer batches run eager, as do unchunked long prompts in every system. A system whose
+engine fails to start with prefill graphs is started once more without them, alone, and
+the results say so.
+
+Time: every system of a model starts at once (--overlap, the default: engine start-up,
+graph capture, correctness and warm-up of the three in parallel, each engine's KV pool
+bounded to --pool-tokens so the three share the card), then the timed parts run one
+system at a time while the others idle (sleep_on_idle: an idle scheduler waits on its
+socket instead of spinning a core). Parts are measured part by part (items on stock,
+stock-mis, ours; then recommendation), each model gets an equal share of --deadline, no
+turn or rate starts that cannot end before its share, and a child still running at
+--deadline + 20 s is killed: the call ends in time and says what it left out. --quick:
+both models, correctness and items (~480 s on a card by the 2026-11-26 timings: see
+benchmarks/README.md).
 
 Token ids are random (seeded), below the tokenizer's size (the tiny models' tokenizer:
 SGLang's score API refuses ids past it): the weights are random too, so text would mean
@@ -37,11 +88,13 @@ nothing; what is measured is the work, the cache and the scheduling.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
 import random
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -56,7 +109,25 @@ from harness.engine_loadgen import ScoreCall  # noqa: E402
 from harness.loadgen import arrival_times  # noqa: E402
 
 PARTS = ("correctness", "items", "recommendation", "long")
-SYSTEMS = ("stock", "ours")
+LOAD_PARTS = ("items", "recommendation")
+SYSTEMS = ("stock", "stock-mis", "ours")
+# What each system is measured on: multi-item scoring is stock's alternative on the
+# items shape (a query and its items in one forward); it keeps no prefix cache, so the
+# recommendation shape and the memory probe's long prompt are lpm's and ours'.
+SYSTEM_PARTS = {
+    "stock": PARTS,
+    "stock-mis": ("correctness", "items"),
+    "ours": PARTS,
+}
+MODELS = ("qwen3-0.6b", "llama-3.2-1b")
+# --quick: both models in one device call: the items shape (where stock's best is in
+# question: lpm or multi-item scoring) and correctness.
+QUICK_PARTS = ("correctness", "items")
+# Seconds after the script's start by which it is done (run_on_card.sh installs the kit
+# for ~15-20 s before it starts; the device call's timeout is 540 s).
+DEADLINE = 500.0
+# A child still alive this long after the deadline is killed with its engine's workers.
+GRACE = 20.0
 # Published shapes (config.json of Qwen/Qwen3-0.6B and meta-llama/Llama-3.2-1B).
 SHAPES = {
     "qwen3-0.6b": dict(
@@ -115,13 +186,22 @@ FULL = dict(
     correctness_prompts=(64, 700, 5000),
     items=dict(query=120, item=180, per_request=10, p99=0.5),
     rec=dict(users=32, profile=(1024, 2048), item=150, per_request=8),
-    burst=24,
-    rate_factors=(0.6, 1.0, 1.5, 2.2),
-    run_seconds=4.0,
+    warmup_requests=8,
+    burst=48,
+    # Two rates around the burst capacity: one below it, one past it, so that the P99
+    # bound is crossed between them (the crossing is interpolated, stats.crossing_rate).
+    rate_factors=(0.8, 1.5),
+    hold_seconds=15.0,
+    hold_requests=300,
     least_requests=24,
     drain_seconds=4.0,
     long_tokens=32768,
     context=40960,
+    # Each engine's KV pool on a card: the three engines of a model share it. The load
+    # parts' working sets fit (items: a 48-request burst is 144k tokens, of which only a
+    # chunked_prefill_size batch is in flight; recommendation: 32 profiles, <= 64k
+    # tokens); Qwen3-0.6B keeps 112 KiB per token, so 14 GiB per engine.
+    pool_tokens=131072,
 )
 TINY = dict(
     model="tiny",
@@ -129,13 +209,16 @@ TINY = dict(
     correctness_prompts=(16, 90, 1100),
     items=dict(query=24, item=36, per_request=4, p99=5.0),
     rec=dict(users=4, profile=(96, 160), item=24, per_request=3),
+    warmup_requests=2,
     burst=4,
     rate_factors=(0.5, 1.0),
-    run_seconds=2.0,
+    hold_seconds=2.0,
+    hold_requests=8,
     least_requests=4,
     drain_seconds=20.0,
     long_tokens=1200,
     context=2048,
+    pool_tokens=4096,
 )
 
 
@@ -182,61 +265,185 @@ def tokenizer_size(folder: Path) -> int:
     return len(AutoTokenizer.from_pretrained(folder))
 
 
-def reference_logprobs(folder: Path, prompts: list[list[int]], labels: list[int], device: str):
-    """The labels' log-probabilities over the whole vocabulary at each prompt's last
-    position: a float32 transformers forward of the same weights on the same device (no
-    cache, one prompt at a time; prefillonly_sgl/reference.py)."""
+def reference_logprobs(folder: Path, cases, labels: list[int], device: str, mis: bool = False):
+    """The labels' log-probabilities over the whole vocabulary at each case's last position:
+    a float32 transformers forward of the same weights on the same device (no cache, one
+    prompt at a time; prefillonly_sgl/reference.py). mis: of the sequence SGLang's
+    multi-item scoring scores for a query and one item instead (see mis_prompt)."""
     import torch
 
     from prefillonly_sgl.reference import TransformersReference
 
     reference = TransformersReference(folder, "float32", device)
-    rows = [reference.next_token_logprobs(prompt)[labels].tolist() for prompt in prompts]
+    rows = {}
+    for name, query, item in cases:
+        if mis:
+            ids, positions = mis_prompt(query, item)
+            with torch.no_grad():
+                logits = reference.model(
+                    input_ids=reference._ids(ids),
+                    position_ids=reference._ids(positions),
+                    logits_to_keep=1,
+                ).logits[0, -1]
+            logprobs = torch.log_softmax(logits.double().cpu(), dim=-1)
+        else:
+            logprobs = reference.next_token_logprobs(query + item)
+        rows[name] = logprobs[labels].tolist()
     del reference
     if device == "cuda":
         torch.cuda.empty_cache()
     return rows
 
 
+def mis_prompt(query: list[int], item: list[int]) -> tuple[list[int], list[int]]:
+    """What SGLang 0.5.23's multi-item scoring computes for one item, up to the position
+    its score is read at (the item's last token; the closing delimiter comes after it):
+    the query, the delimiter, the item (TokenizerManagerScoreMixin.
+    _build_multi_item_token_sequence), at the positions FlashInferAttnBackend.
+    _process_multi_item_scoring gives them: the query 0..q-1, the delimiter q-1, the item
+    q.. (as if it followed the query). With one item the item-aware mask is causal, so a
+    plain forward with these position ids is the reference."""
+    from sglang.srt.constants import MIS_DELIMITER_TOKEN_ID
+
+    q = len(query)
+    ids = list(query) + [MIS_DELIMITER_TOKEN_ID] + list(item)
+    positions = list(range(q)) + [q - 1] + list(range(q, q + len(item)))
+    return ids, positions
+
+
 # ---------------------------------------------------------------- engines
 
 
+def skip_reason(system: str, device: str) -> str | None:
+    """Why `system` cannot run here (None: it can)."""
+    if system != "stock-mis":
+        return None
+    if device != "cuda":
+        return (
+            "SGLang's multi-item scoring (--enable-mis) needs FlashInfer's attention backend "
+            "(its item-aware mask; SGLang asserts --attention-backend flashinfer), which runs "
+            f"on CUDA only; this run's device is {device}"
+        )
+    if importlib.util.find_spec("flashinfer") is None:
+        return "SGLang's multi-item scoring needs FlashInfer, which this interpreter cannot import"
+    return None
+
+
+DECODE_GRAPHS_OFF = (
+    "disabled: a scoring request never decodes, and decode graphs' capture needs "
+    "FlashInfer's decode kernels, which the kit does not carry"
+)
+
+
 def system_settings(system: str) -> dict:
+    """The Engine arguments of each system, as its user would pass them."""
     from prefillonly_sgl import STOCK_SGLANG
 
     if system == "stock":
         return {**STOCK_SGLANG, "schedule_policy": "lpm"}
+    if system == "stock-mis":
+        # --enable-mis --attention-backend flashinfer (SGLang asserts the backend; it turns
+        # the radix cache, chunked prefill and CUDA graphs off itself). The policy stays
+        # SGLang's default: lpm has no prefix cache to match here.
+        return {**STOCK_SGLANG, "enable_mis": True, "attention_backend": "flashinfer"}
     return {}
 
 
-def start_engine(system: str, folder: Path, args, sizes: dict, memory_probe: Path | None = None):
-    """An Engine of `system` on the model; the memory probe (an instrument) where given."""
-    from prefillonly_sgl import Engine, runtime_config
+def engine_config(system: str, folder: Path, args, sizes: dict, graphs: str, memory_probe=None):
+    """(runtime configuration, SGLang arguments, what the CUDA graphs are) of `system`'s
+    engine; graphs "auto" (SGLang's default prefill graphs) or "off"."""
+    from prefillonly_sgl import runtime_config
 
     settings = dict(
         device=args.device,
         dtype=args.dtype,
         context_length=sizes["context"],
+        max_total_tokens=sizes["pool_tokens"] if args.device == "cuda" else sizes["context"] * 2,
         **system_settings(system),
     )
+    info = {"prefill": "none (CPU)", "decode": "none (CPU)"}
     if args.device == "cuda":
-        # Decode graphs: a prefill-only engine never decodes, and their capture needs
-        # decode kernels the kit does not build; sampling (a scoring request samples
-        # nothing) in torch rather than FlashInfer's sampling kernels, which it lacks too.
-        settings["disable_cuda_graph"] = True
+        settings["cuda_graph_backend_decode"] = "disabled"
+        # Sampling (a scoring request samples nothing) in torch rather than FlashInfer's
+        # sampling kernels, which the kit lacks too.
         settings["sampling_backend"] = "pytorch"
-    else:
-        settings["max_total_tokens"] = sizes["context"] * 2
-    if memory_probe is None:
-        return Engine(str(folder), **settings)
+        # Idle engines (the others of an overlapped run) wait on their sockets instead of
+        # each spinning a core; a request still wakes the scheduler at once (zmq).
+        settings["sleep_on_idle"] = True
+        info["decode"] = DECODE_GRAPHS_OFF
+        if system == "stock-mis":
+            info["prefill"] = "disabled by SGLang (--enable-mis turns CUDA graphs off)"
+        elif graphs == "off":
+            settings["cuda_graph_backend_prefill"] = "disabled"
+            info["prefill"] = "disabled (the retry after a start with graphs failed)"
+        else:
+            info["prefill"] = "breakable (SGLang 0.5.23's default on CUDA)"
     config, sglang_args = runtime_config.from_engine_args(
         str(folder),
         memory_budget=None,
         max_prompt_tokens=None,
-        max_total_tokens=settings.pop("max_total_tokens", None),
         **settings,
     )
-    return Engine.from_config(config.with_memory_probe(memory_probe), **sglang_args)
+    hybrid = config.settings("hybrid_prefill")
+    if (
+        args.device == "cuda"
+        and graphs != "off"
+        and system == "ours"
+        and hybrid is not None
+        and hybrid.mode == "layer"
+    ):
+        # A bucket longer than the layer chunk would capture the layer-chunk path (its
+        # FlashInfer plans made from the capture's batch) into the graph.
+        sglang_args["cuda_graph_max_bs_prefill"] = hybrid.chunk_size
+        info["prefill"] += (
+            f", buckets up to {hybrid.chunk_size} tokens (hybrid prefilling's layer chunk; "
+            "longer batches run eager in query chunks)"
+        )
+    if memory_probe is not None:
+        config = config.with_memory_probe(memory_probe)
+    return config, sglang_args, info
+
+
+def start_engine(system: str, folder: Path, args, sizes: dict, graphs: str, memory_probe=None):
+    from prefillonly_sgl import Engine
+
+    config, sglang_args, info = engine_config(system, folder, args, sizes, graphs, memory_probe)
+    return Engine.from_config(config, **sglang_args), info
+
+
+RESOLVED_KEYS = (
+    "attention_backend",
+    "schedule_policy",
+    "enable_mis",
+    "disable_radix_cache",
+    "chunked_prefill_size",
+    "max_total_tokens",
+)
+
+
+def resolved_settings(engine) -> dict:
+    """What SGLang resolved for the engine (its server info), for the results: the
+    settings that tell the systems apart, and each phase's CUDA graph backend (with the
+    prefill buckets' largest)."""
+    try:
+        info = engine.get_server_info()
+    except Exception as e:  # an instrument: never the run's end
+        return {"error": f"{type(e).__name__}: {e}"}
+    resolved = {key: str(info[key]) for key in RESOLVED_KEYS if key in info}
+    for phase in ("prefill", "decode"):
+        config = _field(info.get("cuda_graph_config"), phase)
+        if config is None:
+            continue
+        backend = _field(config, "backend")
+        resolved[f"{phase}_graphs"] = str(backend)
+        if phase == "prefill" and backend != "disabled":
+            resolved["prefill_graphs"] += f" (buckets up to {max(_field(config, 'bs') or [0])})"
+    return resolved
+
+
+def _field(value, key: str):
+    """A field of SGLang's graph configuration, as a dict (server info) or its dataclass."""
+    return value.get(key) if isinstance(value, dict) else getattr(value, key, None)
 
 
 # ---------------------------------------------------------------- workloads
@@ -259,16 +466,19 @@ def items_calls(sizes, vocab, labels, n, seed) -> list[ScoreCall]:
     ]
 
 
-def recommendation_calls(sizes, vocab, labels, n, seed) -> list[ScoreCall]:
-    """n requests of the same users (profiles seeded once per run of the script), each a
-    random user's profile and fresh items: a user's requests spread over the run, as users
-    come back (the first request of a user in an engine is its profile's miss)."""
+def user_profiles(sizes, vocab, seed: int = 7) -> list[list[int]]:
+    """The users' profiles: the same in every run of the script (seed 7); the warm-up's
+    users are others (another seed), so that it caches none of the measured profiles."""
+    shape, rng = sizes["rec"], random.Random(seed)
+    return [random_ids(rng, rng.randint(*shape["profile"]), vocab) for _ in range(shape["users"])]
+
+
+def recommendation_calls(sizes, vocab, labels, n, seed, profiles=None) -> list[ScoreCall]:
+    """n requests of the same users, each a random user's profile and fresh items: a
+    user's requests spread over the run, as users come back (the first request of a user
+    in an engine is its profile's miss)."""
     shape = sizes["rec"]
-    profiles_rng = random.Random(7)
-    profiles = [
-        random_ids(profiles_rng, profiles_rng.randint(*shape["profile"]), vocab)
-        for _ in range(shape["users"])
-    ]
+    profiles = profiles if profiles is not None else user_profiles(sizes, vocab)
     rng = random.Random(seed)
     return [
         ScoreCall(
@@ -280,106 +490,155 @@ def recommendation_calls(sizes, vocab, labels, n, seed) -> list[ScoreCall]:
     ]
 
 
+def warmup_passes(part: str, sizes, vocab, labels) -> list[list[ScoreCall]]:
+    """Representative requests of a load part, in passes sent as bursts: a burst (large
+    batches), a second one (what the first compiled is now loaded), a single request
+    (a batch of one). The recommendation's passes use warm-up users of their own: the
+    first pass misses their profiles, the later ones hit them (paged prefix + ragged new
+    tokens + merge: the kernels a cache hit runs)."""
+    n = sizes["warmup_requests"]
+    if part == "items":
+        calls = items_calls(sizes, vocab, labels, 2 * n + 1, seed=90)
+        return [calls[:n], calls[n : 2 * n], calls[2 * n :]]
+    profiles = user_profiles(sizes, vocab, seed=8)[:n]
+    shape = sizes["rec"]
+    rng = random.Random(91)
+
+    def pass_of(users):
+        return [
+            ScoreCall(
+                profile,
+                [random_ids(rng, shape["item"], vocab) for _ in range(shape["per_request"])],
+                labels,
+            )
+            for profile in users
+        ]
+
+    return [pass_of(profiles), pass_of(profiles), pass_of(profiles[:1])]
+
+
 def burst_capacity(engine, calls: list[ScoreCall], deadline: float) -> float:
     """Requests per second of a burst (all sent at once): the engine's capacity."""
     outcomes, wall = engine_loadgen.run(engine, calls, [0.0] * len(calls), deadline)
     return stats.summarize(outcomes, wall)["throughput"]
 
 
-def rate_runs(engine, make_calls, rates, sizes, log) -> list[dict]:
-    rows = []
+def rate_runs(engine, make_calls, rates, sizes, log, ends_at: float) -> tuple[list, list]:
+    """One Poisson run per rate, each held hold_seconds or hold_requests (stats.
+    held_requests); a rate whose run could not end before `ends_at` (epoch seconds) is not
+    started. Returns (rows, the rates not run)."""
+    rows, not_run = [], []
     for k, rate in enumerate(rates):
-        n = stats.run_requests(rate, sizes["run_seconds"], sizes["least_requests"], 10**6)
+        n = stats.held_requests(
+            rate, sizes["hold_seconds"], sizes["hold_requests"], sizes["least_requests"]
+        )
         calls = make_calls(n, 1000 + k)
         times = arrival_times(len(calls), rate, seed=k)
+        if time.time() + times[-1] + sizes["drain_seconds"] > ends_at:
+            not_run.append(rate)
+            log(f"    rate {rate:.2f}/s: not started (it could not end before the deadline)")
+            continue
         outcomes, wall = engine_loadgen.run(
             engine, calls, times, times[-1] + sizes["drain_seconds"]
         )
-        row = {"rate": rate, **stats.summarize(outcomes, wall)}
+        row = {"rate": rate, "held_s": times[-1], **stats.summarize(outcomes, wall)}
         rows.append(row)
         log(
-            f"    rate {rate:.2f}/s: {row['completed']}/{row['requests']} done, p50 "
-            f"{row['p50']:.3f} s, p99 {row['p99']:.3f} s, hits {row['cache_hit_share']:.0%}"
+            f"    rate {rate:.2f}/s held {row['held_s']:.1f} s: {row['completed']}/"
+            f"{row['requests']} done, p50 {row['p50']:.3f} s, p99 {row['p99']:.3f} s, "
+            f"hits {row['cache_hit_share']:.0%}"
         )
-    return rows
+    return rows, not_run
 
 
-# ---------------------------------------------------------------- parts
+# ---------------------------------------------------------------- parts (a child's)
 
 
-def part_correctness(engine, system, ctx, results, log) -> None:
-    rows = results.setdefault("correctness", {}).setdefault("rows", [])
+def part_correctness(engine, system, ctx, log) -> list[dict]:
+    rows = []
     for name, query, item in ctx["correctness_cases"]:
         result = engine.score(query, [item], ctx["labels"], apply_softmax=False)
         got = [math.log(max(p, 1e-300)) for p in result.scores[0]]
-        ref = ctx["reference"][name]
-        rows.append(
-            {
-                "system": system,
-                "case": name,
-                "tokens": len(query) + len(item),
-                "cached_tokens": result.cached_tokens,
-                "max_abs_logprob_diff": max(abs(a - b) for a, b in zip(got, ref, strict=True)),
-            }
-        )
-        log(f"    {name}: max |logprob diff| {rows[-1]['max_abs_logprob_diff']:.2e}")
+        row = {
+            "system": system,
+            "case": name,
+            "tokens": len(query) + len(item),
+            "cached_tokens": result.cached_tokens,
+        }
+        if system == "stock-mis":
+            # exact to its own sequence (the kernels), and how far from query + item's
+            row["max_abs_logprob_diff"] = _max_diff(got, ctx["reference_mis"][name])
+            row["vs_query_item"] = _max_diff(got, ctx["reference"][name])
+        else:
+            row["max_abs_logprob_diff"] = _max_diff(got, ctx["reference"][name])
+        rows.append(row)
+        log(f"    {name}: max |logprob diff| {row['max_abs_logprob_diff']:.2e}")
+    return rows
 
 
-def part_load(engine, system, ctx, results, log, workload: str) -> None:
-    """items / recommendation: a burst on stock sets the rates (the same for both)."""
+def _max_diff(got, ref) -> float:
+    return max(abs(a - b) for a, b in zip(got, ref, strict=True))
+
+
+def part_calls(part: str, ctx):
     sizes = ctx["sizes"]
-    entry = results.setdefault(workload, {})
-    if workload == "items":
+    if part == "items":
+        return lambda n, seed: items_calls(sizes, ctx["vocab"], ctx["labels"], n, seed)
+    return lambda n, seed: recommendation_calls(sizes, ctx["vocab"], ctx["labels"], n, seed)
 
-        def make(n, seed):
-            return items_calls(sizes, ctx["vocab"], ctx["labels"], n, seed)
 
-        bound = sizes["items"]["p99"]
-    else:
+def warm_up(engine, part: str, ctx, log) -> dict:
+    """The warm-up passes of a load part (warmup_passes), each timed; seconds recorded."""
+    passes = warmup_passes(part, ctx["sizes"], ctx["vocab"], ctx["labels"])
+    seconds, failed = [], 0
+    for calls in passes:
+        started = time.perf_counter()
+        outcomes, _ = engine_loadgen.run(engine, calls, [0.0] * len(calls), 600.0)
+        seconds.append(time.perf_counter() - started)
+        failed += sum(o.latency is None for o in outcomes)
+    entry = {
+        "seconds": sum(seconds),
+        "passes_s": seconds,
+        "requests": sum(len(c) for c in passes),
+        "failed": failed,
+    }
+    log(
+        f"    {part} warm-up: {entry['requests']} requests in "
+        + " + ".join(f"{s:.1f}" for s in seconds)
+        + " s"
+    )
+    return entry
 
-        def make(n, seed):
-            return recommendation_calls(sizes, ctx["vocab"], ctx["labels"], n, seed)
 
-        bound = ctx["rec_p99"]
-    entry["p99_bound_s"] = bound
-    if "rates" not in entry:
-        capacity = burst_capacity(engine, make(sizes["burst"], 1), deadline=120.0)
-        entry["capacity_measured_on"] = system
-        entry["burst_capacity_per_s"] = capacity
-        entry["rates"] = [round(capacity * f, 3) for f in sizes["rate_factors"]]
-        log(f"    {system} burst: {capacity:.2f} requests/s")
-    rows = rate_runs(engine, make, entry["rates"], sizes, log)
-    rate, exact = stats.crossing_rate(rows, bound)
-    entry.setdefault("systems", {})[system] = {
+def load_turn(engine, system: str, part: str, ctx, rates, ends_at: float, log) -> dict:
+    """A system's timed part: the burst probe if no rates are set yet (the first system to
+    run the part sets them for all), then the rates."""
+    sizes = ctx["sizes"]
+    make = part_calls(part, ctx)
+    bound = sizes["items"]["p99"] if part == "items" else ctx["rec_p99"]
+    out = {"part": part}
+    if rates is None:
+        deadline = max(1.0, min(120.0, ends_at - time.time()))
+        capacity = burst_capacity(engine, make(sizes["burst"], 1), deadline)
+        rates = [round(capacity * f, 3) for f in sizes["rate_factors"]]
+        out["capacity"] = {
+            "capacity_measured_on": system,
+            "burst_capacity_per_s": capacity,
+            "burst_requests": sizes["burst"],
+            "rates": rates,
+            "p99_bound_s": bound,
+        }
+        log(f"    {system} burst: {capacity:.2f} requests/s -> rates {rates}")
+    rows, not_run = rate_runs(engine, make, rates, sizes, log, ends_at)
+    rate, exact = stats.crossing_rate(rows, bound) if rows else (0.0, False)
+    out["entry"] = {
         "rows": rows,
         "rate_at_p99": rate,
         "rate_exact": exact,
         "sustained_rate": stats.sustained_rate(rows, bound),
+        "rates_not_run": not_run,
     }
-
-
-def part_long_system(folder, args, ctx, results, log, system: str) -> None:
-    """One system's cold long prompt, in an engine of its own with the memory probe."""
-    rng = random.Random(3)
-    prompt = random_ids(rng, ctx["sizes"]["long_tokens"], ctx["vocab"])
-    entry = results.setdefault("long", {"tokens": len(prompt), "systems": {}})
-    probe = args.work / f"memory-{system}.jsonl"
-    probe.unlink(missing_ok=True)
-    with start_engine(system, folder, args, ctx["sizes"], memory_probe=probe) as engine:
-        engine.score(prompt[:64], [prompt[64:128]], ctx["labels"])  # warm (kernels)
-        probe.unlink(missing_ok=True)
-        started = time.perf_counter()
-        half = len(prompt) // 2
-        engine.score(prompt[:half], [prompt[half:]], ctx["labels"])
-        seconds = time.perf_counter() - started
-    forwards = [json.loads(line) for line in probe.read_text().splitlines()]
-    peak = max(f["peak"] - f["resident_before"] for f in forwards)
-    entry["systems"][system] = {
-        "seconds": seconds,
-        "forwards": len(forwards),
-        "peak_above_resident_mib": peak / 2**20,
-    }
-    log(f"long: {seconds:.2f} s, {len(forwards)} forwards, peak +{peak / 2**20:.0f} MiB")
+    return out
 
 
 # ---------------------------------------------------------------- results
@@ -391,27 +650,53 @@ def write(results: dict, out: Path) -> None:
     (out / "results.md").write_text(markdown(results))
 
 
+def _write_json(path: Path, data: dict) -> None:
+    """Whole or not at all (the other side polls for the file)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, default=str))
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _load_table(entry: dict, unit: float, what: str) -> list[str]:
     lines = [
         f"p99 bound {entry.get('p99_bound_s')} s; rates from {entry.get('capacity_measured_on')}'s "
         f"burst capacity ({entry.get('burst_capacity_per_s', 0):.2f} requests/s)",
         "",
-        "| system | rate /s | done | p50 s | p99 s | cache hits |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| system | rate /s | held s | done | p50 s | p99 s | cache hits |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for system, data in entry.get("systems", {}).items():
         for row in data["rows"]:
             lines.append(
-                f"| {system} | {row['rate']:.2f} | {row['completed']}/{row['requests']} | "
-                f"{row['p50']:.3f} | {row['p99']:.3f} | {row['cache_hit_share']:.0%} |"
+                f"| {system} | {row['rate']:.2f} | {row.get('held_s', 0):.1f} | "
+                f"{row['completed']}/{row['requests']} | {row['p50']:.3f} | {row['p99']:.3f} | "
+                f"{row['cache_hit_share']:.0%} |"
             )
     lines.append("")
-    rates = {s: d["rate_at_p99"] for s, d in entry.get("systems", {}).items()}
+    rates = {}
     for system, data in entry.get("systems", {}).items():
+        if not data["rows"]:
+            lines.append(f"- {system}: no rate ran (the deadline)")
+            continue
+        rates[system] = data["rate_at_p99"]
         tag = "" if data["rate_exact"] else " (a bound)"
         lines.append(f"- {system}: {data['rate_at_p99'] * unit:.1f} {what} at the bound{tag}")
-    if rates.get("stock"):
-        lines.append(f"- ours / stock: {rates.get('ours', 0) / rates['stock']:.2f}x")
+        if data.get("rates_not_run"):
+            lines.append(f"  (rates not run, the deadline: {data['rates_not_run']})")
+    stocks = {s: r for s, r in rates.items() if s.startswith("stock") and r}
+    if "ours" in rates and stocks:
+        for system, rate in stocks.items():
+            lines.append(f"- ours / {system}: {rates['ours'] / rate:.2f}x")
+        if len(stocks) > 1:
+            best = max(stocks, key=stocks.get)
+            lines.append(f"- ours / stock's best ({best}): {rates['ours'] / stocks[best]:.2f}x")
     return lines + [""]
 
 
@@ -420,18 +705,47 @@ def markdown(results: dict) -> str:
     lines += ["```", json.dumps(results["environment"], indent=1), "```", ""]
     lines.append(f"model {results.get('model')}; command `{results.get('command')}`")
     lines.append("")
-    if "correctness" in results:
+    graphs, warmups = results.get("graphs", {}), results.get("warmup", {})
+    seconds = results.get("part_seconds", {})
+    if graphs or results.get("skipped"):
+        lines += ["## Systems", ""]
+        lines += [
+            "| system | engine start s | prefill CUDA graphs | SGLang resolved | warm-up s |",
+            "| --- | ---: | --- | --- | --- |",
+        ]
+        for system, info in graphs.items():
+            start = seconds.get(f"{system} start")
+            warm = ", ".join(f"{p} {w['seconds']:.1f}" for p, w in warmups.get(system, {}).items())
+            resolved = results.get("resolved", {}).get(system, {}).get("prefill_graphs", "")
+            lines.append(
+                f"| {system} | {'' if start is None else f'{start:.1f}'} | {info['prefill']} | "
+                f"{resolved} | {warm} |"
+            )
+        if graphs:
+            decode = {info["decode"] for info in graphs.values()}
+            lines += ["", f"Decode CUDA graphs: {'; '.join(sorted(decode))}."]
+        for system, reason in results.get("skipped", {}).items():
+            lines.append(f"- {system}: skipped: {reason}")
+        lines.append("")
+    if results.get("correctness", {}).get("rows"):
         lines += ["## Correctness: max |label logprob diff| against float32 transformers", ""]
         lines += [
-            "| system | case | tokens | cached | max diff |",
-            "| --- | --- | ---: | ---: | ---: |",
+            "| system | case | tokens | cached | max diff | vs query + item |",
+            "| --- | --- | ---: | ---: | ---: | ---: |",
         ]
-        for row in results["correctness"].get("rows", []):
+        for row in results["correctness"]["rows"]:
+            plain = row.get("vs_query_item")
             lines.append(
                 f"| {row['system']} | {row['case']} | {row['tokens']} | {row['cached_tokens']} | "
-                f"{row['max_abs_logprob_diff']:.2e} |"
+                f"{row['max_abs_logprob_diff']:.2e} | {'' if plain is None else f'{plain:.2e}'} |"
             )
         lines.append("")
+        if any("vs_query_item" in row for row in results["correctness"]["rows"]):
+            lines += [
+                "stock-mis against the sequence it scores (query, delimiter, item at its MIS "
+                "positions); the last column, against query + item's.",
+                "",
+            ]
     if "items" in results:
         per = results["sizes"]["items"]["per_request"]
         lines += ["## Items (SGLang #9748's shape)", ""]
@@ -439,7 +753,7 @@ def markdown(results: dict) -> str:
     if "recommendation" in results:
         lines += ["## Recommendation (users behind long profiles)", ""]
         lines += _load_table(results["recommendation"], 1, "requests/s")
-    if "long" in results:
+    if results.get("long", {}).get("systems"):
         lines += [f"## A cold {results['long']['tokens']}-token prompt", ""]
         lines += [
             "| system | s | forwards | peak MiB above resident |",
@@ -486,7 +800,7 @@ def environment(device: str) -> dict:
     return env
 
 
-# ---------------------------------------------------------------- main
+# ---------------------------------------------------------------- arguments
 
 
 def parse_args(argv):
@@ -495,26 +809,61 @@ def parse_args(argv):
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (the CPU test)")
     parser.add_argument("--model", choices=sorted(SHAPES), default=None)
-    parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument(
-        "--systems", default=",".join(SYSTEMS), help="stock,ours (stock first: it sets the rates)"
+        "--models", default=None, help=f"several, comma-separated ({','.join(MODELS)})"
     )
     parser.add_argument(
-        "--deadline", type=float, default=380.0, help="no engine starts after (s from the start)"
+        "--quick",
+        action="store_true",
+        help=f"both models ({', '.join(MODELS)}), parts {','.join(QUICK_PARTS)}: one device call",
+    )
+    parser.add_argument("--parts", default=None, help=f"default {','.join(PARTS)}")
+    parser.add_argument(
+        "--systems",
+        default=",".join(SYSTEMS),
+        help="of stock,stock-mis,ours (stock first: its burst sets the rates)",
     )
     parser.add_argument(
-        "--engine-seconds",
+        "--deadline",
         type=float,
-        default=200.0,
-        help="no part starts after this long from its engine's process start",
+        default=DEADLINE,
+        help="seconds from the start by which the run is done (no turn or rate starts that "
+        "could not end before its model's share of it)",
     )
+    parser.add_argument(
+        "--no-overlap",
+        dest="overlap",
+        action="store_false",
+        help="start each system's engine after the last one's parts (default: a model's "
+        "engines start, and warm up, together; their timed parts still run one at a time)",
+    )
+    parser.add_argument("--hold-seconds", type=float, help="a rate's arrivals, s (15)")
+    parser.add_argument("--hold-requests", type=int, help="... or this many requests (300)")
+    parser.add_argument("--rate-factors", help="of the burst capacity, comma-separated (0.8,1.5)")
+    parser.add_argument("--burst", type=int, help="requests of the burst probe (48)")
     parser.add_argument("--rec-p99", type=float, default=1.0, help="recommendation's bound, s")
     parser.add_argument("--work", type=Path, default=Path("/tmp/gpu_engine_work"))
-    # A child process's own arguments (main() runs one per system and part group).
+    # A child process's own arguments (the parent runs one per system).
     parser.add_argument("--system", choices=SYSTEMS, help=argparse.SUPPRESS)
+    parser.add_argument("--turns", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--graphs", choices=("auto", "off"), default="auto", help=argparse.SUPPRESS)
     parser.add_argument("--ends-at", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    parts = [p for p in args.parts.split(",") if p]
+    if args.models:
+        models = [m for m in args.models.split(",") if m]
+    elif args.model:
+        models = [args.model]
+    elif args.quick:
+        models = list(MODELS)
+    else:
+        models = [TINY["model"] if args.tiny else FULL["model"]]
+    unknown = sorted(set(models) - set(SHAPES))
+    if unknown:
+        parser.error(f"unknown models {unknown}: choose from {', '.join(sorted(SHAPES))}")
+    args.models = models
+    args.model = models[0]
+    default_parts = QUICK_PARTS if args.quick else PARTS
+    parts = [p for p in (args.parts or ",".join(default_parts)).split(",") if p]
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         parser.error(f"unknown parts {unknown}: choose from {', '.join(PARTS)}")
@@ -522,13 +871,22 @@ def parse_args(argv):
     args.systems = [x for x in args.systems.split(",") if x]
     if not args.systems or set(args.systems) - set(SYSTEMS):
         parser.error(f"--systems: choose from {', '.join(SYSTEMS)}")
-    args.sizes = dict(TINY if args.tiny else FULL)
-    args.model = args.model or args.sizes["model"]
+    sizes = dict(TINY if args.tiny else FULL)
+    for key, value in (
+        ("hold_seconds", args.hold_seconds),
+        ("hold_requests", args.hold_requests),
+        ("burst", args.burst),
+    ):
+        if value is not None:
+            sizes[key] = value
+    if args.rate_factors:
+        sizes["rate_factors"] = tuple(float(f) for f in args.rate_factors.split(","))
+    args.sizes = sizes
     args.dtype = "bfloat16" if args.device == "cuda" else "float32"
     return args
 
 
-def context(args, folder: Path, results: dict) -> dict:
+def context(args, folder: Path, references: dict) -> dict:
     """What the parts share, the same in every process (seeded)."""
     sizes = args.sizes
     # SGLang's score API refuses token ids at or past the tokenizer's size (not the LM
@@ -550,64 +908,202 @@ def context(args, folder: Path, results: dict) -> dict:
         "labels": labels,
         "rec_p99": 5.0 if args.tiny else args.rec_p99,
         "correctness_cases": cases,
-        "reference": results.get("correctness", {}).get("reference", {}),
+        "reference": references.get("reference", {}),
+        "reference_mis": references.get("reference_mis", {}),
     }
 
 
+# ---------------------------------------------------------------- a child: one system
+
+
 def run_system(args) -> int:
-    """A child: one system's engine for args.parts, results read from and written back
-    to args.out (the parent runs children one at a time)."""
+    """A child: one system's engine. It starts, runs correctness (not timed) and the
+    warm-ups of its load parts, says it is ready (SYSTEM.status.json in args.turns), then
+    runs the turns the parent gives it (SYSTEM.turnK.json -> SYSTEM.outK.json), one at a
+    time, until told to exit."""
     started = time.perf_counter()
-    results = json.loads((args.out / "results.json").read_text())
+    system, turns = args.system, args.turns
+    status_path = turns / f"{system}.status.json"
     folder = args.work / args.model
-    ctx = context(args, folder, results)
-    system = args.system
+    ctx = context(args, folder, _read_json(turns / "context.json") or {})
+    report = {"errors": {}, "warmup": {}, "correctness_rows": []}
 
     def log(message: str) -> None:
         print(f"[{system} {time.perf_counter() - started:6.1f} s] {message}", flush=True)
 
-    def save() -> None:
-        write(results, args.out)
-
     if args.parts == ["long"]:
-        try:
-            part_long_system(folder, args, ctx, results, log, system)
-        except Exception:
-            results["errors"][f"{system} long"] = traceback.format_exc()
-            log(results["errors"][f"{system} long"])
-        save()
-        return 0
+        return run_long(args, folder, ctx, status_path, log)
+    _write_json(status_path, {"phase": "starting"})
     t0 = time.perf_counter()
-    engine = start_engine(system, folder, args, args.sizes)
-    results["part_seconds"][f"{system} start"] = time.perf_counter() - t0
-    log(f"engine started in {time.perf_counter() - t0:.1f} s")
+    try:
+        engine, report["graphs"] = start_engine(system, folder, args, args.sizes, args.graphs)
+    except Exception:
+        report["errors"][f"{system} start"] = traceback.format_exc()
+        log(report["errors"][f"{system} start"])
+        _write_json(status_path, {"phase": "failed", "report": report})
+        return 1
+    report["start_s"] = time.perf_counter() - t0
+    log(f"engine started in {report['start_s']:.1f} s")
     with engine:
-        for part in args.parts:
-            if time.time() > args.ends_at:
-                results["errors"][f"{system} {part}"] = "not started: past the deadline"
-                break
-            log(part)
-            t0 = time.perf_counter()
+        report["resolved"] = resolved_settings(engine)
+        if "correctness" in args.parts:
+            log("correctness")
             try:
-                if part == "correctness":
-                    part_correctness(engine, system, ctx, results, log)
-                else:
-                    part_load(engine, system, ctx, results, log, part)
+                report["correctness_rows"] = part_correctness(engine, system, ctx, log)
             except Exception:
-                results["errors"][f"{system} {part}"] = traceback.format_exc()
-                log(results["errors"][f"{system} {part}"])
-            results["part_seconds"][f"{system} {part}"] = time.perf_counter() - t0
-            save()
-    save()
+                report["errors"][f"{system} correctness"] = traceback.format_exc()
+                log(report["errors"][f"{system} correctness"])
+        for part in [p for p in args.parts if p in LOAD_PARTS]:
+            try:
+                report["warmup"][part] = warm_up(engine, part, ctx, log)
+            except Exception:
+                report["errors"][f"{system} {part} warm-up"] = traceback.format_exc()
+                log(report["errors"][f"{system} {part} warm-up"])
+        _write_json(status_path, {"phase": "ready", "report": report})
+        k = 0
+        while True:
+            turn = _wait_for(turns / f"{system}.turn{k}.json", args.ends_at + GRACE)
+            if turn is None or turn.get("exit"):
+                break
+            part = turn["part"]
+            log(f"{part} (turn {k})")
+            try:
+                out = load_turn(engine, system, part, ctx, turn.get("rates"), turn["ends_at"], log)
+            except Exception:
+                out = {"part": part, "error": traceback.format_exc()}
+                log(out["error"])
+            _write_json(turns / f"{system}.out{k}.json", out)
+            k += 1
+    _write_json(status_path, {"phase": "done", "report": report})
     return 0
 
 
-def run_in_group(command: list[str], limit: float) -> tuple[int | None, str]:
-    """Runs a child in a process group of its own: one that runs past `limit` seconds (a
-    hung engine) is killed with its engine's workers, which hold the card, and so is one
-    the user interrupts. Returns its exit code (None: killed) and what to report."""
-    import subprocess
+def _wait_for(path: Path, until: float) -> dict | None:
+    while time.time() < until:
+        data = _read_json(path)
+        if data is not None:
+            return data
+        time.sleep(0.2)
+    return None
 
+
+def run_long(args, folder, ctx, status_path: Path, log) -> int:
+    """A child: one system's cold long prompt, in an engine of its own with the memory
+    probe (after a warm-up score of the same kernels)."""
+    system = args.system
+    rng = random.Random(3)
+    prompt = random_ids(rng, ctx["sizes"]["long_tokens"], ctx["vocab"])
+    probe = args.work / f"memory-{system}.jsonl"
+    probe.unlink(missing_ok=True)
+    report: dict = {"errors": {}}
+    try:
+        engine, _ = start_engine(system, folder, args, ctx["sizes"], args.graphs, probe)
+        with engine:
+            t0 = time.perf_counter()
+            engine.score(prompt[:64], [prompt[64:128]], ctx["labels"])  # warm (kernels)
+            report["warmup_s"] = time.perf_counter() - t0
+            probe.unlink(missing_ok=True)
+            started = time.perf_counter()
+            half = len(prompt) // 2
+            engine.score(prompt[:half], [prompt[half:]], ctx["labels"])
+            seconds = time.perf_counter() - started
+        forwards = [json.loads(line) for line in probe.read_text().splitlines()]
+        peak = max(f["peak"] - f["resident_before"] for f in forwards)
+        report["long"] = {
+            "tokens": len(prompt),
+            "seconds": seconds,
+            "forwards": len(forwards),
+            "peak_above_resident_mib": peak / 2**20,
+        }
+        log(f"long: {seconds:.2f} s, {len(forwards)} forwards, peak +{peak / 2**20:.0f} MiB")
+    except Exception:
+        report["errors"][f"{system} long"] = traceback.format_exc()
+        log(report["errors"][f"{system} long"])
+    _write_json(status_path, {"phase": "done", "report": report})
+    return 0
+
+
+# ---------------------------------------------------------------- the parent
+
+
+class Child:
+    """One system's process (a session of its own: killing it kills its engine's workers,
+    which hold the card)."""
+
+    def __init__(self, args, model: str, system: str, parts: list[str], turns: Path, graphs: str):
+        self.system, self.parts, self.turns, self.graphs = system, parts, turns, graphs
+        self.status_path = turns / f"{system}.status.json"
+        self.status_path.unlink(missing_ok=True)
+        for old in turns.glob(f"{system}.turn*.json"):
+            old.unlink()
+        for old in turns.glob(f"{system}.out*.json"):
+            old.unlink()
+        command = [sys.executable, __file__, "--model", model, "--device", args.device]
+        command += ["--work", str(args.work), "--system", system, "--parts", ",".join(parts)]
+        command += ["--turns", str(turns), "--graphs", graphs, "--ends-at", str(args.ends_at)]
+        command += ["--rec-p99", str(args.rec_p99), "--burst", str(args.sizes["burst"])]
+        command += ["--hold-seconds", str(args.sizes["hold_seconds"])]
+        command += ["--hold-requests", str(args.sizes["hold_requests"])]
+        command += ["--rate-factors", ",".join(str(f) for f in args.sizes["rate_factors"])]
+        command += ["--tiny"] if args.tiny else []
+        self.process = subprocess.Popen(command, start_new_session=True)
+        self.turn = 0
+
+    def status(self) -> dict:
+        return _read_json(self.status_path) or {}
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def wait_ready(self, until: float) -> str:
+        """ "ready", "failed" (its report says why), "exited" or "late"."""
+        while time.time() < until:
+            phase = self.status().get("phase")
+            if phase in ("ready", "failed"):
+                return phase
+            if not self.alive():
+                return "exited"
+            time.sleep(0.2)
+        return "late"
+
+    def run_turn(self, part: str, rates, ends_at: float, hard_end: float) -> dict | None:
+        k = self.turn
+        self.turn += 1
+        turn = {"part": part, "rates": rates, "ends_at": ends_at}
+        _write_json(self.turns / f"{self.system}.turn{k}.json", turn)
+        out_path = self.turns / f"{self.system}.out{k}.json"
+        while time.time() < hard_end and self.alive():
+            out = _read_json(out_path)
+            if out is not None:
+                return out
+            time.sleep(0.2)
+        return _read_json(out_path)
+
+    def finish(self, limit: float) -> str:
+        """Tells it to exit and waits up to `limit` s (then kills it); what happened."""
+        if self.alive():
+            k = self.turn
+            self.turn += 1
+            _write_json(self.turns / f"{self.system}.turn{k}.json", {"exit": True})
+        try:
+            code = self.process.wait(timeout=max(1.0, limit))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return f"the process ran past its time ({limit:.0f} s left) and was killed"
+        return f"the process ended with code {code}"
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
+
+def run_in_group(command: list[str], limit: float) -> tuple[int | None, str]:
+    """Runs a command in a process group of its own: one that runs past `limit` seconds
+    (a hung engine) is killed with its engine's workers, which hold the card, and so is one
+    the user interrupts. Returns its exit code (None: killed) and what to report."""
     child = subprocess.Popen(command, start_new_session=True)
     try:
         code = child.wait(timeout=limit)
@@ -621,20 +1117,181 @@ def run_in_group(command: list[str], limit: float) -> tuple[int | None, str]:
     return code, f"the process ended with code {code} (the log has its error)"
 
 
-def run_child(args, argv, system: str, parts: list[str], results: dict, log) -> dict:
-    """Runs one system's parts in a child process (SGLang ends the process that started
-    an engine whose worker failed: the run goes on without it) and reads back results."""
-    ends_at = time.time() + args.engine_seconds
-    command = [sys.executable, __file__, *argv, "--system", system, "--parts", ",".join(parts)]
-    command += ["--ends-at", str(ends_at)]
-    write(results, args.out)
-    code, ended = run_in_group(command, args.engine_seconds + 240)
-    merged = json.loads((args.out / "results.json").read_text())
-    if code != 0:
-        key = f"{system} {'+'.join(parts)}"
-        merged["errors"][key] = ended
-        log(merged["errors"][key])
-    return merged
+def merge_ready(results: dict, system: str, report: dict) -> None:
+    """A child's start-up report (engine start, graphs, correctness, warm-ups) into results."""
+    if "start_s" in report:
+        results["part_seconds"][f"{system} start"] = report["start_s"]
+    if "graphs" in report:
+        results["graphs"][system] = report["graphs"]
+    if report.get("resolved"):
+        results["resolved"][system] = report["resolved"]
+    if report.get("warmup"):
+        results["warmup"][system] = report["warmup"]
+    if report.get("correctness_rows"):
+        results["correctness"].setdefault("rows", []).extend(report["correctness_rows"])
+    results["errors"].update(report.get("errors", {}))
+
+
+def merge_turn(results: dict, system: str, part: str, out: dict | None, why: str) -> None:
+    if out is None:
+        results["errors"][f"{system} {part}"] = f"no result: {why}"
+        return
+    if "error" in out:
+        results["errors"][f"{system} {part}"] = out["error"]
+        return
+    entry = results.setdefault(part, {})
+    if "capacity" in out:
+        entry.update(out["capacity"])
+    entry.setdefault("systems", {})[system] = out["entry"]
+
+
+class ModelRun:
+    """One model's systems: started (together, or one after another without --overlap),
+    then their timed parts, part by part, then the long prompt's engines."""
+
+    def __init__(self, args, model: str, out: Path, started: float, ends: float, log) -> None:
+        self.args, self.model, self.out, self.log = args, model, out, log
+        self.started, self.ends = started, ends
+        self.turns = args.work / "turns" / model
+        self.turns.mkdir(parents=True, exist_ok=True)
+        self.results = {
+            "environment": environment(args.device),
+            "command": " ".join(["benchmarks/gpu_engine.py", *args.argv]),
+            "model": model,
+            "sizes": args.sizes,
+            "deadline_s": args.deadline,
+            "overlap": args.overlap,
+            "errors": {},
+            "part_seconds": {},
+            "skipped": {},
+            "graphs": {},
+            "resolved": {},
+            "warmup": {},
+            "correctness": {},
+        }
+
+    def save(self) -> None:
+        write(self.results, self.out)
+
+    def run(self) -> dict:
+        args, results = self.args, self.results
+        folder = build_model(self.model, args.work / self.model, args.device, args.dtype)
+        self.log(f"model {self.model} at {folder}")
+        systems = []
+        for system in [s for s in SYSTEMS if s in args.systems]:
+            parts = [p for p in args.parts if p in SYSTEM_PARTS[system]]
+            reason = skip_reason(system, args.device) if parts else None
+            if reason:
+                results["skipped"][system] = reason
+                self.log(f"{system}: skipped: {reason}")
+            elif parts:
+                systems.append((system, parts))
+        references = {}
+        ctx = context(args, folder, {})
+        if "correctness" in args.parts:
+            cases, labels = ctx["correctness_cases"], ctx["labels"]
+            references["reference"] = reference_logprobs(folder, cases, labels, args.device)
+            if any(s == "stock-mis" and "correctness" in p for s, p in systems):
+                references["reference_mis"] = reference_logprobs(
+                    folder, cases, labels, args.device, mis=True
+                )
+            results["correctness"] = dict(references)
+        _write_json(self.turns / "context.json", references)
+        engine_systems = [(s, [p for p in parts if p != "long"]) for s, parts in systems]
+        engine_systems = [(s, parts) for s, parts in engine_systems if parts]
+        if args.overlap:
+            self.engines(engine_systems)
+        else:
+            for system, parts in engine_systems:
+                self.engines([(system, parts)])
+        for system, parts in systems:
+            if "long" in parts:
+                self.long(system)
+        self.save()
+        return results
+
+    def engines(self, systems: list[tuple[str, list[str]]], graphs: str = "auto") -> None:
+        """Starts these systems' engines together, waits for them to be ready, then runs
+        their load parts part by part; a system that failed to start with prefill graphs
+        is retried alone without them."""
+        results = self.results
+        if time.time() > self.ends - self.args.sizes["hold_seconds"]:
+            for system, parts in systems:
+                results["errors"][f"{system} {'+'.join(parts)}"] = "not started: past the deadline"
+            return
+        note = " (prefill graphs off)" if graphs == "off" else ""
+        self.log(f"starting {', '.join(s for s, _ in systems)}{note}")
+        children = {
+            system: Child(self.args, self.model, system, parts, self.turns, graphs)
+            for system, parts in systems
+        }
+        ready, retry = [], []
+        for system, child in children.items():
+            phase = child.wait_ready(self.ends)
+            merge_ready(results, system, child.status().get("report", {}))
+            if phase == "ready":
+                ready.append(system)
+                continue
+            if phase == "late":
+                results["errors"][f"{system} start"] = "not ready by its model's deadline"
+            elif phase == "exited":
+                results["errors"].setdefault(f"{system} start", child.finish(5))
+            self.log(f"{system}: {phase}")
+            child.kill()
+            if graphs == "auto" and self.args.device == "cuda" and system != "stock-mis":
+                retry.append((system, child.parts))
+        self.save()
+        for part in LOAD_PARTS:
+            for system in [s for s in ready if part in children[s].parts]:
+                self.turn(children[system], part)
+        for system in ready:
+            child = children[system]
+            ended = child.finish(self.args.ends_at + GRACE - time.time())
+            if "killed" in ended:
+                results["errors"][f"{system} exit"] = ended
+            results["errors"].update(child.status().get("report", {}).get("errors", {}))
+        self.save()
+        for system, parts in retry:
+            retried = results.setdefault("retried_without_graphs", [])
+            retried.append(system)
+            self.engines([(system, parts)], graphs="off")
+
+    def turn(self, child: Child, part: str) -> None:
+        results, sizes = self.results, self.args.sizes
+        system = child.system
+        if time.time() + sizes["hold_seconds"] + sizes["drain_seconds"] > self.ends:
+            results["errors"][f"{system} {part}"] = "not started: past its model's deadline"
+            self.log(f"{system} {part}: not started (deadline)")
+            return
+        rates = results.get(part, {}).get("rates")
+        self.log(f"{system}: {part}")
+        t0 = time.perf_counter()
+        out = child.run_turn(part, rates, self.ends, self.args.ends_at + GRACE)
+        results["part_seconds"][f"{system} {part}"] = time.perf_counter() - t0
+        why = "the process ended" if not child.alive() else "past the deadline"
+        merge_turn(results, system, part, out, why)
+        self.save()
+
+    def long(self, system: str) -> None:
+        results = self.results
+        if time.time() > self.ends - (0 if self.args.tiny else 60):
+            results["errors"][f"{system} long"] = "not started: past its model's deadline"
+            return
+        self.log(f"{system}: long")
+        t0 = time.perf_counter()
+        child = Child(self.args, self.model, system, ["long"], self.turns, "auto")
+        ended = child.finish(self.args.ends_at + GRACE - time.time())
+        results["part_seconds"][f"{system} long"] = time.perf_counter() - t0
+        report = child.status().get("report")
+        if report is None:
+            results["errors"][f"{system} long"] = ended
+            return
+        results["errors"].update(report.get("errors", {}))
+        if "long" in report:
+            entry = results.setdefault("long", {"tokens": report["long"]["tokens"], "systems": {}})
+            entry["systems"][system] = {k: v for k, v in report["long"].items() if k != "tokens"}
+            entry["systems"][system]["warmup_s"] = report.get("warmup_s")
+        self.save()
 
 
 def main(argv=None) -> int:
@@ -646,42 +1303,32 @@ def main(argv=None) -> int:
         os.environ.setdefault("PREFILLONLY_CUDA_QUERY_CHUNKS", "1")
     if args.system:
         return run_system(args)
-    args.started = time.perf_counter()
+    args.argv = argv
+    started = time.perf_counter()
+    args.ends_at = time.time() + args.deadline
 
     def log(message: str) -> None:
-        print(f"[{time.perf_counter() - args.started:6.1f} s] {message}", flush=True)
+        print(f"[{time.perf_counter() - started:6.1f} s] {message}", flush=True)
 
-    results = {
-        "environment": environment(args.device),
-        "command": " ".join(["benchmarks/gpu_engine.py", *argv]),
-        "model": args.model,
-        "sizes": args.sizes,
-        "errors": {},
-        "part_seconds": {},
-    }
     args.work.mkdir(parents=True, exist_ok=True)
-    folder = build_model(args.model, args.work / args.model, args.device, args.dtype)
-    log(f"model {args.model} at {folder}")
-    ctx = context(args, folder, results)
-    if "correctness" in args.parts:
-        prompts = [q + i for _, q, i in ctx["correctness_cases"]]
-        logprobs = reference_logprobs(folder, prompts, ctx["labels"], args.device)
-        names = [c[0] for c in ctx["correctness_cases"]]
-        results["correctness"] = {"reference": dict(zip(names, logprobs, strict=True))}
-    engine_parts = [p for p in args.parts if p in ("correctness", "items", "recommendation")]
-    systems = [s for s in SYSTEMS if s in args.systems]
-    groups = [(s, engine_parts) for s in systems if engine_parts]
-    groups += [(s, ["long"]) for s in systems if "long" in args.parts]
-    for system, parts in groups:
-        if time.perf_counter() - args.started > args.deadline:
-            results["errors"][f"{system} {'+'.join(parts)}"] = "not started: past the deadline"
-            continue
-        log(f"{system}: {', '.join(parts)}")
-        results = run_child(args, argv, system, parts, results, log)
-    write(results, args.out)
+    several = len(args.models) > 1
+    runs = {}
+    for i, model in enumerate(args.models):
+        # Each model its equal share of what is left (the last one: all of it).
+        ends = time.time() + (args.ends_at - time.time()) / (len(args.models) - i)
+        args.model = model
+        out = args.out / model if several else args.out
+        runs[model] = ModelRun(args, model, out, started, ends, log).run()
+        log(f"{model}: results in {out}")
+    if several:
+        args.out.mkdir(parents=True, exist_ok=True)
+        text = "\n".join(markdown(r) for r in runs.values())
+        (args.out / "results.md").write_text(text)
+    for results in runs.values():
+        print(markdown(results))
     log(f"done; results in {args.out}")
-    print(markdown(results))
-    return 1 if any(not e.startswith("not started") for e in results["errors"].values()) else 0
+    failed = [e for r in runs.values() for e in r["errors"].values()]
+    return 1 if any(not e.startswith("not started") for e in failed) else 0
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""benchmarks/gpu_engine.py's plain pieces (no engine): its arguments, workloads and
-report. The script itself runs end to end, on the engine kit, in
+"""benchmarks/gpu_engine.py's plain pieces (no engine): its arguments, workloads, warm-ups,
+the systems' settings on a card (resolved here, nothing started), the multi-item scoring
+reference and the report. The script itself runs end to end, on the engine kit, in
 tests/test_gpu_kit.py (tiny shapes, CPU)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import gpu_engine  # noqa: E402
+from harness import stats  # noqa: E402
 
 
 def test_unknown_parts_and_systems_are_refused_by_name(capsys):
@@ -21,10 +23,102 @@ def test_unknown_parts_and_systems_are_refused_by_name(capsys):
     assert "unknown parts ['speed']" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         gpu_engine.parse_args(["--systems", "vllm"])
-    assert "--systems: choose from stock, ours" in capsys.readouterr().err
+    assert "--systems: choose from stock, stock-mis, ours" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        gpu_engine.parse_args(["--models", "qwen3-0.6b,gpt-9"])
+    assert "unknown models ['gpt-9']" in capsys.readouterr().err
     args = gpu_engine.parse_args(["--tiny", "--device", "cpu", "--systems", "ours"])
-    assert args.systems == ["ours"] and args.dtype == "float32" and args.model == "tiny"
+    assert args.systems == ["ours"] and args.dtype == "float32" and args.models == ["tiny"]
+    assert args.parts == list(gpu_engine.PARTS) and args.overlap
     assert gpu_engine.parse_args([]).dtype == "bfloat16"  # the card's
+
+
+def test_quick_is_both_models_on_the_items_shape_in_one_call():
+    args = gpu_engine.parse_args(["--quick"])
+    assert args.models == ["qwen3-0.6b", "llama-3.2-1b"]
+    assert args.parts == ["correctness", "items"] and args.deadline == gpu_engine.DEADLINE
+    # a device call is 540 s at most; the kit's install comes before the script's clock
+    assert gpu_engine.DEADLINE + gpu_engine.GRACE <= 540 - 15
+    sizes = args.sizes
+    assert sizes["hold_seconds"] >= 15 and sizes["hold_requests"] >= 300  # p99s of hundreds
+    assert len(sizes["rate_factors"]) == 2
+    args = gpu_engine.parse_args(["--quick", "--parts", "items", "--rate-factors", "0.5,1,2"])
+    assert args.parts == ["items"] and args.sizes["rate_factors"] == (0.5, 1.0, 2.0)
+    assert gpu_engine.parse_args(["--model", "llama-3.2-1b"]).models == ["llama-3.2-1b"]
+
+
+def test_a_rate_is_held_its_seconds_or_its_requests_whichever_comes_first():
+    sizes = gpu_engine.FULL
+    held = [
+        stats.held_requests(rate, sizes["hold_seconds"], sizes["hold_requests"], 24)
+        for rate in (0.5, 10.0, 20.0, 40.0)
+    ]
+    assert held == [24, 150, 300, 300]  # 15 s at 10/s; 300 requests past 20/s
+
+
+def test_multi_item_scoring_is_skipped_off_cuda_with_its_reason():
+    reason = gpu_engine.skip_reason("stock-mis", "cpu")
+    assert "FlashInfer" in reason and "--enable-mis" in reason and "device is cpu" in reason
+    assert gpu_engine.skip_reason("stock", "cpu") is None
+    assert gpu_engine.skip_reason("ours", "cuda") is None
+    assert gpu_engine.SYSTEM_PARTS["stock-mis"] == ("correctness", "items")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_the_systems_settings_on_a_card(tmp_path, monkeypatch, arch):
+    """What each system's engine is asked on CUDA (resolved here; nothing starts): stock-mis
+    as a user of --enable-mis would ask, decode graphs off everywhere, prefill graphs
+    SGLang's, ours' buckets stopped at its layer chunk where it runs whole layers."""
+    monkeypatch.setitem(gpu_engine.SHAPES, "tiny-x", {**gpu_engine.SHAPES["tiny"], "arch": arch})
+    folder = gpu_engine.build_model("tiny-x", tmp_path / arch, "cpu", "float32")
+    args = gpu_engine.parse_args(["--tiny", "--device", "cuda"])
+    asked = {}
+    for system in gpu_engine.SYSTEMS:
+        config, sglang_args, info = gpu_engine.engine_config(
+            system, folder, args, args.sizes, "auto"
+        )
+        asked[system] = (sglang_args, info, config.settings("hybrid_prefill"))
+        if system == "stock":
+            assert config.schedule_policy == "lpm" and not config.features
+    mis_args, mis_info, _ = asked["stock-mis"]
+    assert mis_args["enable_mis"] is True and mis_args["attention_backend"] == "flashinfer"
+    assert "turns CUDA graphs off" in mis_info["prefill"]
+    stock_args, stock_info, _ = asked["stock"]
+    assert "enable_mis" not in stock_args
+    assert "cuda_graph_backend_prefill" not in stock_args  # SGLang's default: breakable
+    assert stock_info["prefill"].startswith("breakable")
+    for sglang_args, info, _ in asked.values():
+        assert sglang_args["cuda_graph_backend_decode"] == "disabled"
+        assert sglang_args["sleep_on_idle"] is True
+        assert info["decode"].startswith("disabled: a scoring request never decodes")
+    ours_args, ours_info, hybrid = asked["ours"]
+    if hybrid is not None and hybrid.mode == "layer":
+        assert ours_args["cuda_graph_max_bs_prefill"] == hybrid.chunk_size
+        assert f"buckets up to {hybrid.chunk_size} tokens" in ours_info["prefill"]
+    else:
+        assert "cuda_graph_max_bs_prefill" not in ours_args
+    _, off, _ = gpu_engine.engine_config("ours", folder, args, args.sizes, "off")
+    assert "cuda_graph_max_bs_prefill" not in off
+    assert off["cuda_graph_backend_prefill"] == "disabled"
+
+
+def test_the_multi_item_reference_is_the_sequence_sglang_scores(tmp_path, monkeypatch):
+    """query, delimiter, item at SGLang's MIS positions (the delimiter at the query's last
+    position, the item after the query as if the delimiter were not there)."""
+    from sglang.srt.constants import MIS_DELIMITER_TOKEN_ID
+
+    ids, positions = gpu_engine.mis_prompt([5, 6, 7], [8, 9])
+    assert ids == [5, 6, 7, MIS_DELIMITER_TOKEN_ID, 8, 9]
+    assert positions == [0, 1, 2, 2, 3, 4]
+    # a forward of it (the delimiter must be inside the model's vocabulary)
+    shape = {**gpu_engine.SHAPES["tiny"], "vocab_size": MIS_DELIMITER_TOKEN_ID + 16}
+    monkeypatch.setitem(gpu_engine.SHAPES, "tiny-vocab", shape)
+    folder = gpu_engine.build_model("tiny-vocab", tmp_path / "m", "cpu", "float32")
+    cases = [("cold", [5, 6, 7], [8, 9])]
+    plain = gpu_engine.reference_logprobs(folder, cases, [1, 2], "cpu")
+    mis = gpu_engine.reference_logprobs(folder, cases, [1, 2], "cpu", mis=True)
+    assert len(mis["cold"]) == 2 and all(v < 0 for v in mis["cold"])
+    assert mis["cold"] != plain["cold"]  # the delimiter is attended
 
 
 def test_the_workloads_have_the_shapes_they_claim():
@@ -40,17 +134,40 @@ def test_the_workloads_have_the_shapes_they_claim():
     assert all(len(c.items) == 8 and {len(i) for i in c.items} == {150} for c in rec)
     # the same users in every run of the script (a second call, another seed)
     again = gpu_engine.recommendation_calls(sizes, 400, [1, 2], n=50, seed=2)
-    assert {tuple(c.query) for c in again} <= set(profiles) | _all_profiles(sizes)
+    assert {tuple(c.query) for c in again} <= _all_profiles(sizes)
     assert {tuple(c.query) for c in again} & profiles
     ids = gpu_engine.random_ids(random.Random(0), 1000, 7)
     assert min(ids) >= 1 and max(ids) < 7
 
 
 def _all_profiles(sizes) -> set:
-    many = gpu_engine.recommendation_calls(sizes, 400, [1, 2], n=2000, seed=3)
-    found = {tuple(c.query) for c in many}
+    found = {tuple(p) for p in gpu_engine.user_profiles(sizes, 400)}
     assert len(found) == sizes["rec"]["users"]
     return found
+
+
+def test_the_warm_ups_are_each_shape_without_the_measured_requests():
+    """A burst, a second burst and a single request of each load part's shape; the
+    recommendation's with users of their own (a miss, then hits), so that the warm-up
+    caches none of the measured profiles."""
+    sizes, n = gpu_engine.FULL, gpu_engine.FULL["warmup_requests"]
+    ctx = {"sizes": sizes, "vocab": 400, "labels": [1, 2]}
+    for part in gpu_engine.LOAD_PARTS:
+        passes = gpu_engine.warmup_passes(part, sizes, 400, [1, 2])
+        assert [len(p) for p in passes] == [n, n, 1]
+        measured = gpu_engine.part_calls(part, ctx)(4, 5)
+        item_shapes = {(len(c.items), len(c.items[0])) for c in measured}
+        for calls in passes:
+            assert {(len(c.items), len(c.items[0])) for c in calls} == item_shapes
+    items = gpu_engine.warmup_passes("items", sizes, 400, [1, 2])
+    queries = {tuple(c.query) for calls in items for c in calls}
+    assert len(queries) == 2 * n + 1 and {len(q) for q in queries} == {120}
+    measured = gpu_engine.items_calls(sizes, 400, [1], 50, 1)
+    assert not queries & {tuple(c.query) for c in measured}
+    rec = gpu_engine.warmup_passes("recommendation", sizes, 400, [1, 2])
+    assert [tuple(c.query) for c in rec[0]] == [tuple(c.query) for c in rec[1]]  # hits
+    assert len({tuple(c.query) for c in rec[0]}) == n
+    assert not {tuple(c.query) for c in rec[0]} & _all_profiles(sizes)
 
 
 def test_the_report_shows_each_part_its_ratio_and_failures():
@@ -72,6 +189,7 @@ def test_the_report_shows_each_part_its_ratio_and_failures():
             "cache_hit_share": 0.5,
         },
     ]
+    off = gpu_engine.DECODE_GRAPHS_OFF
     results = {
         "environment": {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3"},
         "model": "qwen3-0.6b",
@@ -86,16 +204,34 @@ def test_the_report_shows_each_part_its_ratio_and_failures():
                     "tokens": 72,
                     "cached_tokens": 0,
                     "max_abs_logprob_diff": 0.0148,
-                }
+                },
+                {
+                    "system": "stock-mis",
+                    "case": "cold",
+                    "tokens": 72,
+                    "cached_tokens": 0,
+                    "max_abs_logprob_diff": 0.0151,
+                    "vs_query_item": 0.75,
+                },
             ],
         },
+        "graphs": {
+            "stock": {"prefill": "breakable (SGLang 0.5.23's default on CUDA)", "decode": off},
+            "ours": {"prefill": "breakable, buckets up to 2048 tokens", "decode": off},
+        },
+        "resolved": {"stock": {"prefill_graphs": "breakable (buckets up to 8192)"}},
+        "part_seconds": {"stock start": 41.25},
+        "warmup": {"stock": {"items": {"seconds": 12.5}, "recommendation": {"seconds": 3.0}}},
+        "skipped": {"stock-mis": "needs FlashInfer"},
         "items": {
             "p99_bound_s": 0.5,
             "capacity_measured_on": "stock",
             "burst_capacity_per_s": 24.5,
             "systems": {
                 "stock": {"rows": rows, "rate_at_p99": 1.5, "rate_exact": True},
-                "ours": {"rows": rows, "rate_at_p99": 3.0, "rate_exact": False},
+                "stock-mis": {"rows": rows, "rate_at_p99": 2.0, "rate_exact": True},
+                "ours": {"rows": rows, "rate_at_p99": 3.0, "rate_exact": False,
+                         "rates_not_run": [4.0]},
             },
         },
         "long": {"tokens": 32768, "systems": {"ours": {"seconds": 1.5, "forwards": 16,
@@ -105,9 +241,19 @@ def test_the_report_shows_each_part_its_ratio_and_failures():
     text = gpu_engine.markdown(results)
     assert "# The engine on NVIDIA H100 80GB HBM3" in text
     assert "| ours | cold | 72 | 0 | 1.48e-02 |" in text
+    assert "| stock-mis | cold | 72 | 0 | 1.51e-02 | 7.50e-01 |" in text
     assert "- stock: 15.0 items/s at the bound" in text  # 10 items per request
     assert "- ours: 30.0 items/s at the bound (a bound)" in text
-    assert "- ours / stock: 2.00x" in text
+    assert "(rates not run, the deadline: [4.0])" in text
+    assert "- ours / stock: 2.00x" in text and "- ours / stock-mis: 1.50x" in text
+    assert "- ours / stock's best (stock-mis): 1.50x" in text
+    assert "| stock | 1.00 | 0.0 | 4/4 | 0.100 | 0.200 | 50% |" in text  # held s, done
+    assert (
+        "| stock | 41.2 | breakable (SGLang 0.5.23's default on CUDA) | breakable (buckets up "
+        "to 8192) | items 12.5, recommendation 3.0 |" in text
+    )
+    assert "Decode CUDA graphs: disabled: a scoring request never decodes" in text
+    assert "- stock-mis: skipped: needs FlashInfer" in text
     assert "| ours | 1.50 | 16 | 700 |" in text
     assert "## ours recommendation: failed" in text and "ValueError: boom" in text
 

@@ -95,6 +95,14 @@ def run_requests(rate: float, seconds: float, least: int, most: int) -> int:
     return max(1, min(most, max(least, math.ceil(rate * seconds))))
 
 
+def held_requests(rate: float, seconds: float, enough: int, least: int = 1) -> int:
+    """How many requests a Poisson run at `rate` sends to be held long enough for its P99
+    to mean something: `seconds` of arrivals or `enough` requests, whichever comes first
+    (a fast rate reaches `enough` sooner; a slow one is held `seconds`), and never fewer
+    than `least`."""
+    return max(least, 1, min(enough, math.ceil(rate * seconds)))
+
+
 def counter_share(before: tuple | None, after: tuple | None) -> float | None:
     """The cached share of the prompt tokens served between two readings of a server's
     (prompt, cached) token counters; None when either reading is missing."""
