@@ -47,6 +47,9 @@ class LayerKind:
 LAYER_KINDS: dict[str, LayerKind] = {
     kind.name: kind
     for kind in (
+        # Both kinds of decoder layer run hybrid prefilling's whole-layer chunks (issue 62):
+        # the layer's own forward per slice of rows, its one attention redirected to a query
+        # chunk (features/hybrid_prefill/layer_chunks.py decides per layer class at load).
         LayerKind(
             "llama_layer",
             "Llama / Qwen2-shaped decoder layer: input norm, attention (qkv, rotary, "
@@ -56,11 +59,6 @@ LAYER_KINDS: dict[str, LayerKind] = {
             "other_layer",
             "a decoder layer of another shape (q / k norms, sandwich norms, residual "
             "multipliers, partial rotary, ...)",
-            off={
-                LAYER_MODE: "whole-layer chunks run Llama / Qwen2-shaped decoder layers "
-                "only (features/hybrid_prefill/layer_chunks.py): hybrid prefilling runs in "
-                "token mode (MLPs, norms and rotary chunked, attention whole)"
-            },
         ),
         LayerKind("full_attention", "causal attention over the whole prompt"),
         LayerKind(
@@ -101,6 +99,13 @@ LAYER_KINDS: dict[str, LayerKind] = {
             "linear attention (Gated DeltaNet) with a recurrent state and a short "
             "convolution per sequence, in SGLang's state pool",
             off={
+                # A Gated DeltaNet layer carries a recurrent state and a convolution along
+                # the sequence, so rows [s, e) cannot run without the rows before them in
+                # the same call (layer_chunks.plan_layer refuses any such layer).
+                LAYER_MODE: "whole-layer chunks need every layer token-wise outside its "
+                "attention, and a linear-attention layer carries a recurrent state and a "
+                "convolution along the sequence: hybrid prefilling runs in token mode (MLPs, "
+                "norms and rotary chunked, attention and linear attention whole)",
                 # features/prompt_logprobs matches an echo request past SGLang's cap and
                 # extends it from a position inside a cached prompt, where a recurrent
                 # layer has no state (verify measured 1.4 on the tiny Qwen3.5).
@@ -129,7 +134,10 @@ LAYER_KINDS: dict[str, LayerKind] = {
         LayerKind(
             "moe",
             "mixture-of-experts MLP",
-            notes=("hybrid prefilling does not chunk the expert MLPs (norms and rotary only)",),
+            notes=(
+                "hybrid prefilling's token mode does not chunk the expert MLPs (norms and "
+                "rotary only); its layer mode runs them per chunk with the rest of the layer",
+            ),
         ),
     )
 }

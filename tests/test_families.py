@@ -50,13 +50,15 @@ def test_features_off_come_from_the_kinds_of_layer():
         assert family.features_off() == expected
         for key in family.features_off():
             assert key.split(":")[0] in FEATURES, key
-    # Llama-shaped full attention runs everything; other layer shapes lose only layer mode.
-    assert FAMILIES["llama"].features_off() == {}
-    assert FAMILIES["phi3"].features_off() == {}
-    assert set(FAMILIES["qwen3"].features_off()) == {LAYER_MODE}
-    # A sliding window: the prefill-only attention runs it (window applied), so only the
-    # layer shape costs Gemma 3 anything.
-    assert set(FAMILIES["gemma3"].features_off()) == {LAYER_MODE}
+    # Full attention runs everything, whatever the decoder layer's shape: whole-layer
+    # chunks run the layer's own forward (issue 62).
+    for name in ("llama", "phi3", "qwen3", "qwen3_moe", "granite", "olmo2", "glm4", "gpt_oss"):
+        assert FAMILIES[name].features_off() == {}, name
+    # A sliding window: the prefill-only attention runs it (window applied), in query
+    # chunks too, so it costs Gemma 3 nothing.
+    assert FAMILIES["gemma3"].features_off() == {}
+    # A linear-attention layer carries state along the sequence: no whole-layer chunks.
+    assert "recurrent state" in FAMILIES["qwen3_next"].features_off()[LAYER_MODE]
 
 
 def test_a_family_with_an_unknown_kind_is_refused():

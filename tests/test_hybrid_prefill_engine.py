@@ -96,6 +96,7 @@ def test_chunked_scores_equal_the_unchunked_ones(
         "mode": mode,
         "chunked": {"mlp": 2, "rms_norm": 5, "rotary": 1},
         "layers": layers,
+        "whole": {},
     }
     # the long prompts really ran in chunks: whole layers (their modules then see one
     # chunk at a time; the final norm still chunks), or every kind of token-wise module

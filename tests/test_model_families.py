@@ -4,7 +4,10 @@ feature the family allows, against transformers within 1e-4 in float32: cold, ca
 prefix cache must hit), a prompt past Gemma 3's sliding window and through 16-token hybrid
 chunks, labels of several tokens, echo and continuation logprobs, a decision (the probes
 of `prefillonly verify`, verify.py). One engine per family, started once; Llama and Qwen2
-are tests/test_engine_tiny_models.py's.
+are tests/test_engine_tiny_models.py's. Every family here runs hybrid prefilling's whole
+layers in 16-token query chunks (issue 62): batches whose length the chunk does and does
+not divide, several requests in one batch and a cache hit, against transformers, with
+the scheduler's log saying the layers ran in query chunks.
 
 Also: what the family switched off is reported (get_server_info, warnings at start), a
 feature asked for explicitly that the family cannot run is refused before anything starts,
@@ -13,11 +16,15 @@ and `prefillonly verify` itself on a running engine."""
 from __future__ import annotations
 
 import json
+import os
 import warnings
 
 import pytest
+from conftest import max_abs_diff
 
 from prefillonly_sgl import Engine, families, verify
+from prefillonly_sgl.environment import HYBRID_LOG
+from prefillonly_sgl.hooking.events import read_events
 from prefillonly_sgl.models.families import build_family
 from prefillonly_sgl.reference import TransformersReference
 
@@ -37,23 +44,28 @@ def family_paths(tmp_path_factory):
 
 
 @pytest.fixture(scope="module", params=STARTING_FAMILIES)
-def family(request, family_paths):
-    """(name, folder, engine, the warnings its start gave)."""
+def family(request, family_paths, tmp_path_factory):
+    """(name, folder, engine, the warnings its start gave, its hybrid prefilling log)."""
     name = request.param
     path = family_paths[name]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        engine = Engine(
-            path, device="cpu", dtype="float32", max_total_tokens=8192, **ENGINE_SETTINGS
-        )
+    log = tmp_path_factory.mktemp(f"{name}-hybrid") / "hybrid.log"
+    os.environ[HYBRID_LOG] = str(log)  # read by the spawned scheduler
     try:
-        yield name, path, engine, [str(w.message) for w in caught]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            engine = Engine(
+                path, device="cpu", dtype="float32", max_total_tokens=8192, **ENGINE_SETTINGS
+            )
+    finally:
+        del os.environ[HYBRID_LOG]
+    try:
+        yield name, path, engine, [str(w.message) for w in caught], log
     finally:
         engine.shutdown()
 
 
 def test_family_matches_transformers(family):
-    name, path, engine, _ = family
+    name, path, engine, _, _ = family
     reference = TransformersReference(path)
     config = json.loads((path / "config.json").read_text())
     probes = verify.make_probes(reference.tokenizer, config)
@@ -70,7 +82,7 @@ def test_family_matches_transformers(family):
 
 
 def test_family_reports_what_it_switched_off(family):
-    name, _, engine, start_warnings = family
+    name, _, engine, start_warnings, _ = family
     family_row = families.FAMILIES[name]
     assert engine.model_family == name
     info = engine.get_server_info()["prefillonly"]
@@ -89,11 +101,40 @@ def test_family_reports_what_it_switched_off(family):
     assert hybrid.mode == ("token" if layer_off else "layer")
 
 
+# Token ids, so that the batch lengths are known: a 40-token query and items that make
+# prompts of 64 (four 16-token chunks), 49 and 73 tokens.
+QUERY_TOKENS, ITEM_TOKENS = 40, (24, 9, 33)
+
+
+def test_family_layers_run_in_query_chunks(family):
+    name, path, engine, _, log = family
+    assert engine.hybrid_settings.mode == "layer"
+    applied = read_events(log)[0]
+    assert applied["event"] == "hybrid_prefill.applied" and applied["whole"] == {}
+    assert applied["layers"] == json.loads((path / "config.json").read_text())["num_hidden_layers"]
+    reference = TransformersReference(path)
+    tok = reference.tokenizer
+    words = tok.encode("a quiet river of tall reeds and amber stones " * 20)
+    query = words[:QUERY_TOKENS]
+    items = [words[QUERY_TOKENS + 3 * i :][:n] for i, n in enumerate(ITEM_TOKENS)]
+    labels = [tok.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No", " good")]
+    want = reference.score(query, items, labels)
+    before = len(read_events(log))
+    cold = engine.score(query, items, labels)
+    assert max_abs_diff(cold.scores, want) < TOLERANCE
+    batches = [e for e in read_events(log)[before:] if e["event"] == "hybrid_prefill.layers"]
+    # the three prompts ran as one batch of several requests, in query chunks
+    assert any(e["tokens"] > QUERY_TOKENS + max(ITEM_TOKENS) for e in batches), batches
+    hit = engine.score(query, items[::-1], labels)
+    assert hit.cached_tokens > 0
+    assert max_abs_diff(hit.scores, want[::-1]) < TOLERANCE
+
+
 @pytest.mark.parametrize("family", ["gemma3"], indirect=True)
 def test_verify_on_a_running_engine(family):
     """`prefillonly verify`'s report for the every-feature variant, on the engine the
     family tests started (same settings as that variant: one engine start saved)."""
-    name, path, engine, _ = family
+    name, path, engine, _, _ = family
     lines = []
     report = verify.verify(
         path,
@@ -113,13 +154,10 @@ def test_verify_on_a_running_engine(family):
     assert any("all features" in line for line in lines)  # progress as it goes
 
 
-def test_explicit_request_for_what_the_family_cannot_run_is_refused(family_paths, tmp_path):
+def test_explicit_request_for_what_the_family_cannot_run_is_refused(tmp_path):
     """Refused while resolving the configuration: no engine starts."""
-    gemma = family_paths["gemma3"]
     qwen3_5 = build_family("qwen3_5", tmp_path / "qwen3_5")
     with pytest.raises(ValueError, match=r"prompt_logprob_cache: Qwen3.5 models cannot run it"):
         Engine(qwen3_5, device="cpu", prompt_logprob_cache=True)
-    with pytest.raises(ValueError, match=r"hybrid_prefill_mode layer: Gemma 3 .*models.md"):
-        Engine(gemma, device="cpu", hybrid_prefill_mode="layer")
-    with pytest.raises(ValueError, match=r"hybrid_prefill_mode layer: Qwen3 models"):
-        Engine(family_paths["qwen3"], device="cpu", hybrid_prefill_mode="layer")
+    with pytest.raises(ValueError, match=r"hybrid_prefill_mode layer: Qwen3.5 .*models.md"):
+        Engine(qwen3_5, device="cpu", hybrid_prefill_mode="layer")
