@@ -76,6 +76,7 @@ FOLLOWER_MARK = "_prefillonly_follows"
 # On a PrefillAdder that admitted a prompt too long to share a batch: only followers
 # (of it, or of each other) may join it now.
 RIDERS_ONLY = "_prefillonly_riders_only"
+MAX_LEADERS_LOOKED_AT = 16  # admitted requests a new one compares itself with (_leader_for)
 
 # This scheduler's decision, shared with the attention backends (process_state.py).
 STATE = process_state.current().prefill_kv
@@ -293,19 +294,26 @@ def _leader_for(adder, req) -> _Follower | None:
         return None
     ids = req.full_untruncated_fill_ids
     cap = req._compute_max_prefix_len(len(ids))
+    matched = req.prefix_len
     best = None
-    for leader in adder.can_run_list:
+    # The latest admitted first, and only the last few: a group's members are admitted
+    # one behind the other (the JCT plan puts them so), and each member keeps the whole
+    # prefix it read, so the one just before is as good a leader as the first; the bound
+    # keeps admission linear in the batch's size.
+    for leader in adder.can_run_list[: -MAX_LEADERS_LOOKED_AT - 1 : -1]:
+        leader_ids = leader.full_untruncated_fill_ids
         if (
-            leader.extra_key != req.extra_key
+            len(leader_ids) <= matched
+            or leader_ids[matched] != ids[matched]  # the usual case: a stranger, at once
+            or leader.extra_key != req.extra_key
             or leader.cache_salt != req.cache_salt
             or not _plain_tokens(leader)
         ):
             continue
-        leader_ids = leader.full_untruncated_fill_ids
         end = kept_end(leader.prefix_len, leader.extend_end, len(leader_ids), reusable_len(leader))
-        n = packed_len(ids, req.prefix_len, cap, leader_ids, end)
+        n = packed_len(ids, matched, cap, leader_ids, end)
         if n and (best is None or n > best.packed):
-            best = _Follower(leader, n, req.prefix_len)
+            best = _Follower(leader, n, matched)
     return best
 
 
