@@ -120,6 +120,8 @@ SYSTEM_PARTS = {
     "ours": PARTS,
 }
 MODELS = ("qwen3-0.6b", "llama-3.2-1b")
+# --quick --tiny (the CPU rehearsal of the card's call): two tiny models of the same families.
+TINY_MODELS = ("tiny-qwen3", "tiny")
 # --quick: both models in one device call: the items shape (where stock's best is in
 # question: lpm or multi-item scoring) and correctness.
 QUICK_PARTS = ("correctness", "items")
@@ -180,6 +182,7 @@ SHAPES = {
         tie_word_embeddings=False,
     ),
 }
+SHAPES["tiny-qwen3"] = dict(SHAPES["tiny"], arch="qwen3")
 FULL = dict(
     model="qwen3-0.6b",
     labels=16,
@@ -854,7 +857,7 @@ def parse_args(argv):
     elif args.model:
         models = [args.model]
     elif args.quick:
-        models = list(MODELS)
+        models = list(TINY_MODELS if args.tiny else MODELS)
     else:
         models = [TINY["model"] if args.tiny else FULL["model"]]
     unknown = sorted(set(models) - set(SHAPES))

@@ -45,6 +45,9 @@ def test_quick_is_both_models_on_the_items_shape_in_one_call():
     args = gpu_engine.parse_args(["--quick", "--parts", "items", "--rate-factors", "0.5,1,2"])
     assert args.parts == ["items"] and args.sizes["rate_factors"] == (0.5, 1.0, 2.0)
     assert gpu_engine.parse_args(["--model", "llama-3.2-1b"]).models == ["llama-3.2-1b"]
+    # its CPU rehearsal: two tiny models of the same families
+    tiny = gpu_engine.parse_args(["--quick", "--tiny", "--device", "cpu"]).models
+    assert [gpu_engine.SHAPES[m]["arch"] for m in tiny] == ["qwen3", "llama"]
 
 
 def test_a_rate_is_held_its_seconds_or_its_requests_whichever_comes_first():
@@ -65,12 +68,12 @@ def test_multi_item_scoring_is_skipped_off_cuda_with_its_reason():
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
-def test_the_systems_settings_on_a_card(tmp_path, monkeypatch, arch):
+def test_the_systems_settings_on_a_card(tmp_path, arch):
     """What each system's engine is asked on CUDA (resolved here; nothing starts): stock-mis
     as a user of --enable-mis would ask, decode graphs off everywhere, prefill graphs
     SGLang's, ours' buckets stopped at its layer chunk where it runs whole layers."""
-    monkeypatch.setitem(gpu_engine.SHAPES, "tiny-x", {**gpu_engine.SHAPES["tiny"], "arch": arch})
-    folder = gpu_engine.build_model("tiny-x", tmp_path / arch, "cpu", "float32")
+    shape = "tiny" if arch == "llama" else "tiny-qwen3"
+    folder = gpu_engine.build_model(shape, tmp_path / arch, "cpu", "float32")
     args = gpu_engine.parse_args(["--tiny", "--device", "cuda"])
     asked = {}
     for system in gpu_engine.SYSTEMS:
@@ -280,3 +283,103 @@ def test_a_hung_child_is_killed_with_its_own_children(tmp_path):
     assert deadline, f"the grandchild {grandchild} outlived the kill"
     code, ended = gpu_engine.run_in_group([sys.executable, "-c", "raise SystemExit(3)"], 30)
     assert code == 3 and "ended with code 3" in ended
+
+
+def _row(system):
+    return {"system": system, "case": "cold", "tokens": 9, "cached_tokens": 0,
+            "max_abs_logprob_diff": 1e-7}  # fmt: skip
+
+
+class _FakeChild:
+    """A system's process as the parent sees it, scripted: which systems fail to start
+    (with which graphs), and a turn's result."""
+
+    failing: set = set()
+    turns: list = []
+    started: list = []
+
+    def __init__(self, args, model, system, parts, turns, graphs):
+        self.system, self.parts, self.graphs = system, parts, graphs
+        self.failed = (system, graphs) in self.failing
+        self.started.append((system, graphs))
+
+    def wait_ready(self, until):
+        return "failed" if self.failed else "ready"
+
+    def status(self):
+        if self.failed:
+            return {"phase": "failed", "report": {"errors": {f"{self.system} start": "boom"}}}
+        report = {
+            "start_s": 1.0,
+            "graphs": {"prefill": self.graphs, "decode": "disabled"},
+            "warmup": {p: {"seconds": 0.5} for p in self.parts if p in gpu_engine.LOAD_PARTS},
+            "correctness_rows": [_row(self.system)] if "correctness" in self.parts else [],
+            "errors": {},
+        }
+        return {"phase": "ready", "report": report}
+
+    def run_turn(self, part, rates, ends_at, hard_end):
+        self.turns.append((self.system, part, rates))
+        out = {"part": part, "entry": {"rows": [], "rate_at_p99": 1.0, "rate_exact": True}}
+        if rates is None:
+            out["capacity"] = {"capacity_measured_on": self.system, "rates": [len(part), 9]}
+        return out
+
+    def alive(self):
+        return True
+
+    def finish(self, limit):
+        return "the process ended with code 0"
+
+    def kill(self):
+        pass
+
+
+def test_the_parent_runs_parts_system_by_system_and_retries_a_failed_start_without_graphs(
+    tmp_path, monkeypatch
+):
+    """Items on stock (its burst sets the rates), stock-mis, then recommendation; ours'
+    engine failed to start with prefill graphs, so it is started again alone without
+    them, with the rates stock set; past the deadline nothing starts."""
+    import time
+
+    monkeypatch.setattr(gpu_engine, "Child", _FakeChild)
+    monkeypatch.setattr(gpu_engine, "environment", lambda device: {"device": device})
+    monkeypatch.setattr(_FakeChild, "failing", {("ours", "auto")})
+    monkeypatch.setattr(_FakeChild, "turns", [])
+    monkeypatch.setattr(_FakeChild, "started", [])
+    args = gpu_engine.parse_args(["--device", "cuda", "--work", str(tmp_path)])
+    args.argv, args.ends_at = [], time.time() + 600
+    run = gpu_engine.ModelRun(args, "tiny", tmp_path / "out", 0.0, args.ends_at, lambda m: None)
+    run.engines(
+        [
+            ("stock", ["correctness", "items", "recommendation"]),
+            ("stock-mis", ["correctness", "items"]),
+            ("ours", ["items", "recommendation"]),
+        ]
+    )
+    items, rec = [len("items"), 9], [len("recommendation"), 9]
+    assert _FakeChild.turns == [
+        ("stock", "items", None),
+        ("stock-mis", "items", items),
+        ("stock", "recommendation", None),
+        ("ours", "items", items),
+        ("ours", "recommendation", rec),
+    ]
+    assert _FakeChild.started == [
+        ("stock", "auto"), ("stock-mis", "auto"), ("ours", "auto"), ("ours", "off")
+    ]  # fmt: skip
+    results = run.results
+    assert results["retried_without_graphs"] == ["ours"]
+    assert results["errors"] == {"ours start": "boom"}
+    assert set(results["items"]["systems"]) == {"stock", "stock-mis", "ours"}
+    assert results["items"]["capacity_measured_on"] == "stock"
+    assert [r["system"] for r in results["correctness"]["rows"]] == ["stock", "stock-mis"]
+    assert set(results["warmup"]) == {"stock", "stock-mis", "ours"}
+    assert (tmp_path / "out" / "results.md").exists()
+    # past the model's deadline: no engine starts, and the results say so
+    monkeypatch.setattr(_FakeChild, "started", [])
+    late = gpu_engine.ModelRun(args, "tiny", tmp_path / "late", 0.0, time.time(), print)
+    late.engines([("stock", ["items"])])
+    assert _FakeChild.started == []
+    assert late.results["errors"] == {"stock items": "not started: past the deadline"}

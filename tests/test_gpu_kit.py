@@ -179,8 +179,8 @@ def test_builder_trims_flashinfer_and_keeps_the_size_limit(tmp_path):
     assert not any(n.startswith("sglang/multimodal_gen/") for n in sglang_files)
     assert not any(n.startswith("sglang/srt/rust_extensions/_server.") for n in sglang_files)
     # (ours, every part: two engines, the load parts' rates from its own burst; stock is
-    # the same script with SGLang's settings; gpu_prefill.py's tiny run is
-    # tests/test_gpu_prefill_script.py's)
+    # the same script with SGLang's settings; stock-mis needs FlashInfer, so on CPU it is
+    # skipped with the reason; gpu_prefill.py's tiny run is tests/test_gpu_prefill_script.py's)
     env = {
         **os.environ,
         "KIT": str(kit),
@@ -190,7 +190,7 @@ def test_builder_trims_flashinfer_and_keeps_the_size_limit(tmp_path):
         "PREFILLONLY_DEVICE": "cpu",
     }
     engine = [str(KIT_SCRIPTS / "run_on_card.sh"), "--engine", "--tiny", "--device", "cpu"]
-    engine += ["--systems", "ours", "--work", str(tmp_path / "work")]
+    engine += ["--systems", "ours,stock-mis", "--work", str(tmp_path / "work")]
     ran = subprocess.run(["bash", *engine], env=env, capture_output=True, text=True, timeout=900)
     assert ran.returncode == 0, ran.stdout[-5000:]
     assert "installed flashinfer (trimmed)" in ran.stdout
@@ -198,6 +198,11 @@ def test_builder_trims_flashinfer_and_keeps_the_size_limit(tmp_path):
     results_dir = tmp_path / "out" / "gpu_engine"
     results = json.loads((results_dir / "results.json").read_text())
     assert results["errors"] == {}
+    assert "FlashInfer" in results["skipped"]["stock-mis"]
+    assert "device is cpu" in results["skipped"]["stock-mis"]
+    for workload in ("items", "recommendation"):  # warmed before the burst, timed apart
+        warmup = results["warmup"]["ours"][workload]
+        assert warmup["requests"] == 5 and warmup["failed"] == 0 and warmup["seconds"] > 0
     rows = results["correctness"]["rows"]
     assert [r["system"] for r in rows] == ["ours"] * 4
     assert max(r["max_abs_logprob_diff"] for r in rows) < 1e-4  # float32 on CPU
@@ -207,12 +212,13 @@ def test_builder_trims_flashinfer_and_keeps_the_size_limit(tmp_path):
         assert entry["capacity_measured_on"] == "ours" and len(entry["rates"]) == 2
         runs = entry["systems"]["ours"]["rows"]
         assert [r["rate"] for r in runs] == entry["rates"]
-        assert all(r["completed"] == r["requests"] > 0 for r in runs)
+        assert all(r["completed"] == r["requests"] > 0 and r["held_s"] > 0 for r in runs)
     assert results["recommendation"]["systems"]["ours"]["rows"][-1]["cache_hit_share"] > 0
     long = results["long"]["systems"]["ours"]
     assert long["forwards"] >= 1 and long["peak_above_resident_mib"] > 0
     markdown = (results_dir / "results.md").read_text()
     assert "## Recommendation" in markdown and "## A cold 1200-token prompt" in markdown
+    assert "- stock-mis: skipped: SGLang's multi-item scoring" in markdown
     assert "installed sitecustomize.py" in (results_dir / "log.txt").read_text()
     # the limit is enforced: the same kit against a 1 MiB limit fails
     check = [sys.executable, str(KIT_SCRIPTS / "build.py"), "--kit", str(kit), "--check-only"]
