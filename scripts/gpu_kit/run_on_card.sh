@@ -14,7 +14,7 @@
 # (the Engine, stock SGLang and stock with --enable-mis on the card) -> $OUT/gpu_engine:
 #   device run: command "bash scripts/gpu_kit/run_on_card.sh --engine --quick", carry
 #               ["build/gpu_kit"], timeout_s 540 (both models, correctness and items; the
-#               script is done by 500 s after its start, the kit's install ~15-20 s before)
+#               script is done by 490 s after its start, the kit's install ~15-20 s before)
 # (--engine --model llama-3.2-1b: one model, every part, the same 540 s.) Rehearsed on CPU
 # as PREFILLONLY_DEVICE=cpu PYTHON=.venv/bin/python bash scripts/gpu_kit/run_on_card.sh
 # --engine --quick --tiny --device cpu (benchmarks/README.md).
