@@ -128,6 +128,10 @@ QUICK_PARTS = ("correctness", "items")
 # Seconds after the script's start by which it is done (run_on_card.sh installs the kit
 # for ~15-20 s before it starts; the device call's timeout is 540 s).
 DEADLINE = 490.0
+# --tiny runs on a CPU, where an engine starts in 15 s on an idle 2-core machine and in
+# over 100 s when other test runs share it: its own, longer default (below the kit test's
+# 900 s limit on the run).
+TINY_DEADLINE = 840.0
 # A child still alive this long after the deadline is killed with its engine's workers.
 GRACE = 20.0
 # Published shapes (config.json of Qwen/Qwen3-0.6B and meta-llama/Llama-3.2-1B).
@@ -829,9 +833,10 @@ def parse_args(argv):
     parser.add_argument(
         "--deadline",
         type=float,
-        default=DEADLINE,
-        help="seconds from the start by which the run is done (no turn or rate starts that "
-        "could not end before its model's share of it)",
+        default=None,
+        help=f"seconds from the start by which the run is done (no turn or rate starts that "
+        f"could not end before its model's share of it); {DEADLINE:.0f}, --tiny "
+        f"{TINY_DEADLINE:.0f}",
     )
     parser.add_argument(
         "--no-overlap",
@@ -885,6 +890,8 @@ def parse_args(argv):
     if args.rate_factors:
         sizes["rate_factors"] = tuple(float(f) for f in args.rate_factors.split(","))
     args.sizes = sizes
+    if args.deadline is None:
+        args.deadline = TINY_DEADLINE if args.tiny else DEADLINE
     args.dtype = "bfloat16" if args.device == "cuda" else "float32"
     return args
 
@@ -1082,12 +1089,17 @@ class Child:
             time.sleep(0.2)
         return _read_json(out_path)
 
-    def finish(self, limit: float) -> str:
-        """Tells it to exit and waits up to `limit` s (then kills it); what happened."""
-        if self.alive():
+    def request_exit(self) -> None:
+        """Tells it to exit (once): its engine shuts down while the parent goes on."""
+        if self.alive() and not getattr(self, "exiting", False):
+            self.exiting = True
             k = self.turn
             self.turn += 1
             _write_json(self.turns / f"{self.system}.turn{k}.json", {"exit": True})
+
+    def finish(self, limit: float) -> str:
+        """Tells it to exit and waits up to `limit` s (then kills it); what happened."""
+        self.request_exit()
         try:
             code = self.process.wait(timeout=max(1.0, limit))
         except subprocess.TimeoutExpired:
@@ -1247,6 +1259,8 @@ class ModelRun:
         for part in LOAD_PARTS:
             for system in [s for s in ready if part in children[s].parts]:
                 self.turn(children[system], part)
+        for system in ready:  # every engine shuts down at once
+            children[system].request_exit()
         for system in ready:
             child = children[system]
             ended = child.finish(self.args.ends_at + GRACE - time.time())

@@ -46,8 +46,9 @@ def test_quick_is_both_models_on_the_items_shape_in_one_call():
     assert args.parts == ["items"] and args.sizes["rate_factors"] == (0.5, 1.0, 2.0)
     assert gpu_engine.parse_args(["--model", "llama-3.2-1b"]).models == ["llama-3.2-1b"]
     # its CPU rehearsal: two tiny models of the same families
-    tiny = gpu_engine.parse_args(["--quick", "--tiny", "--device", "cpu"]).models
-    assert [gpu_engine.SHAPES[m]["arch"] for m in tiny] == ["qwen3", "llama"]
+    tiny = gpu_engine.parse_args(["--quick", "--tiny", "--device", "cpu"])
+    assert [gpu_engine.SHAPES[m]["arch"] for m in tiny.models] == ["qwen3", "llama"]
+    assert tiny.deadline == gpu_engine.TINY_DEADLINE < 900  # the kit test's limit on the run
 
 
 def test_a_rate_is_held_its_seconds_or_its_requests_whichever_comes_first():
@@ -327,6 +328,9 @@ class _FakeChild:
 
     def alive(self):
         return True
+
+    def request_exit(self):
+        pass
 
     def finish(self, limit):
         return "the process ended with code 0"
