@@ -77,8 +77,8 @@ socket instead of spinning a core). Parts are measured part by part (items on st
 stock-mis, ours; then recommendation), each model gets an equal share of --deadline, no
 turn or rate starts that cannot end before its share, and a child still running at
 --deadline + 20 s is killed: the call ends in time and says what it left out. --quick:
-both models, correctness and items (~430-510 s on a card by the 2026-11-26 timings: see
-benchmarks/README.md).
+both models, correctness and items (~430-560 s on a card by the 2026-11-26 timings, so
+the deadline's shares may cut a slow model's last turns: benchmarks/README.md).
 
 Token ids are random (seeded), below the tokenizer's size (the tiny models' tokenizer:
 SGLang's score API refuses ids past it): the weights are random too, so text would mean
