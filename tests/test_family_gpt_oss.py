@@ -83,10 +83,13 @@ def test_cold_then_cached_match_transformers(engine, reference, labels):
     want = reference.score(query, ITEMS, labels)
     assert len(reference.prompt_ids(query, ITEMS[1])) > SLIDING_WINDOW
     cold = engine.score(query, ITEMS, labels)
-    assert cold.cached_tokens == 0
+    # cold: the first item computes the query; the others may read it in the same forward
+    # (packed behind it, features/prefill_kv/packing.py), never from the cache
+    query_tokens = len(reference.tokenizer.encode(query))
+    assert cold.cached_tokens <= (len(ITEMS) - 1) * query_tokens
     assert max_abs_diff(cold.scores, want) < TOLERANCE
     hit = engine.score(query, ITEMS, labels)  # the query's KV is in the prefix cache now
-    assert hit.cached_tokens > 0
+    assert hit.cached_tokens > cold.cached_tokens
     assert max_abs_diff(hit.scores, want) < TOLERANCE
 
 
