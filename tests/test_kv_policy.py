@@ -110,4 +110,6 @@ def test_a_follower_reads_the_common_prefix_within_what_the_leader_keeps():
     other = list(range(100, 130)) + [1] * 33
     assert packed_len(other, 0, 62, leader, 60) == 30  # where the prompts part
     assert packed_len([5, 6], 0, 1, leader, 60) == 0  # nothing in common
+    assert packed_len(leader[:15] + [0] * 20, 0, 30, leader, 60) == 0  # too few to matter
+    assert packed_len(follower, 45, 62, leader, 60) == 0  # 15 more than its match: too few
     assert packed_len(array("q", follower), 0, 62, array("q", leader), 60) == 60  # SGLang's

@@ -277,3 +277,27 @@ def test_a_cold_prefix_group_runs_as_one_forward(setup):
     forwards = read_events(log_path, "forward")[-2:]  # the forward log (no timers)
     assert [len(f["new"]) for f in forwards] == [10, 10]
     assert sum(forwards[1]["new"]) == sum(map(len, items))
+
+
+def test_a_follower_of_a_shorter_common_prefix_caches_the_rest_of_its_own(setup):
+    """Two prompts sharing only their first 40 tokens, sent in one batch (one generate
+    call, as score sends its prompts, each with R = 60): the second reads those 40 from
+    the first in the same forward, computes and keeps the rest of its own reusable prefix,
+    and inserts it into the cache at release (behind the shared part the first inserted):
+    a later call on its query hits all 60, and scores exactly."""
+    ours, _, ref, labels, log_path = setup
+    rng = random.Random(620)
+    common = [rng.randrange(10, 390) for _ in range(40)]
+    query_a = common + [rng.randrange(10, 390) for _ in range(20)]
+    query_b = common + [rng.randrange(10, 390) for _ in range(20)]
+    items = [[rng.randrange(10, 390) for _ in range(12)] for _ in range(2)]
+    before = len(read_events(log_path, "prefill_attention.plan"))
+    params = {"max_new_tokens": 0, "custom_params": {REUSABLE_LEN_KEY: 60}}
+    ours._sgl.generate(input_ids=[query_a + items[0], query_b + items[0]], sampling_params=params)
+    plans = [
+        sorted(map(tuple, p["spans"])) for p in read_events(log_path, "prefill_attention.plan")
+    ]
+    assert [(0, 72), (40, 32)] in plans[before:], plans[before:]  # one forward, B behind A
+    again = ours.score(query_b, items[1:], labels)
+    assert again.cached_tokens == len(query_b)  # its own part was cached at release
+    assert max_abs_diff(again.scores, ref.score(query_b, items[1:], labels)) < TOLERANCE

@@ -38,6 +38,12 @@ import numpy as np
 
 from prefillonly_sgl.features.prefill_kv.policy import kept_new_tokens
 
+# The fewest tokens worth reading from a leader. Unrelated prompts often share a first
+# token or two (a BOS, a chat template's opening), and a request behind any cached or
+# borrowed prefix is attended as a hit (a masked call on CPU, where a cold one is a plain
+# causal one): a few shared tokens would cost more than they save.
+MIN_PACKED_TOKENS = 16
+
 
 def kept_end(prefix_len: int, extend_end: int, total_len: int, reusable_len: int | None) -> int:
     """Where the real pool slots of a request's row end once this extend is allocated:
@@ -60,12 +66,13 @@ def packed_len(
 ) -> int:
     """How many leading tokens of a prompt (`ids`, of which `matched` are cached) it can
     read from a leader of the same extend batch: their common prefix within the leader's
-    kept tokens and the request's own prefix cap. 0 when that adds nothing to the match."""
+    kept tokens and the request's own prefix cap. 0 when that adds fewer than
+    MIN_PACKED_TOKENS to the match."""
     limit = min(cap, leader_kept_end, len(ids), len(leader_ids))
-    if limit <= matched:
+    if limit - matched < MIN_PACKED_TOKENS:
         return 0
     own = np.asarray(ids[matched:limit], dtype=np.int64)
     theirs = np.asarray(leader_ids[matched:limit], dtype=np.int64)
     differ = np.flatnonzero(own != theirs)
     common = matched + (int(differ[0]) if len(differ) else limit - matched)
-    return common if common > matched else 0
+    return common if common - matched >= MIN_PACKED_TOKENS else 0
