@@ -250,15 +250,15 @@ def test_score_result_reports_cached_tokens(setup):
 
 
 def test_a_cold_prefix_group_runs_as_one_forward(setup):
-    """SGLang #9748's shape, scaled down (a 120-token query, 10 items): the query and all
-    of its items in one extend (features/prefill_kv/packing.py), the leader computing the
+    """SGLang #9748's shape (a 120-token query, 10 items of 180 tokens; one shorter, so
+    the leader is known): the query and all of its items in one extend (features/prefill_kv/packing.py), the leader computing the
     query and every other item reading it from the leader's slots of the same forward;
     each item exact against its own transformers forward. The same query again: one
     forward of cache hits. (The scheduler checks the pool's slots after every batch.)"""
     ours, _, ref, labels, log_path = setup
     rng = random.Random(62)
     query = [rng.randrange(10, 390) for _ in range(120)]
-    items = [[rng.randrange(10, 390) for _ in range(18 + i)] for i in range(10)]
+    items = [[rng.randrange(10, 390) for _ in range(170 if i == 3 else 180)] for i in range(10)]
     before = len(read_events(log_path, "prefill_attention.plan"))
     result = ours.score(query, items, labels)
     want = ref.score(query, items, labels)
