@@ -2,9 +2,12 @@
 
     .venv/bin/python benchmarks/hybrid_prefill.py                         # 8k 16k 32k, ~45 min
     .venv/bin/python benchmarks/hybrid_prefill.py --lengths 8192 16384 --configs "ours, layers"
+    .venv/bin/python benchmarks/hybrid_prefill.py --model qwen3 --lengths 16384 32768   # issue 62
 
 Default model (SmolLM2-135M) in bfloat16 on CPU; one cold scoring prompt of L random tokens
-(a 256-token query + the item) per run, configurations started one at a time:
+(a 256-token query + the item) per run, configurations started one at a time. `--model
+qwen3`: a random-weight Qwen3 (q / k norms) of the default model's sizes and tokenizer,
+built once into the cache (issue 62: whole layers of another shape); or a model folder.
 
   stock                  SGLang as shipped, chunked prefill off (--chunked-prefill-size -1),
                          a KV pool that fits the prompt
@@ -48,10 +51,67 @@ MARGIN = 512
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def engine_args(config: str, context: int, chunk: int | None = None) -> dict:
+def model_path(model: str) -> Path:
+    """The model the benchmark runs: "default", "qwen3" (built once) or a folder."""
+    from prefillonly_sgl.models.default_model import default_model_path
+
+    if model == "default":
+        return Path(default_model_path())
+    if model == "qwen3":
+        return qwen3_shaped(Path(default_model_path()))
+    return Path(model)
+
+
+def qwen3_shaped(default: Path) -> Path:
+    """A random-weight Qwen3ForCausalLM with the default model's sizes (30 layers of 576,
+    9 heads of 64, 3 KV heads, MLP 1536, vocabulary 49152, tied embeddings) and its
+    tokenizer, in bfloat16: the same costs as SmolLM2 plus Qwen3's q / k norms, so its
+    numbers sit beside the default model's. Random weights change no time or memory."""
+    import shutil
+
+    import torch
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    from prefillonly_sgl.models.default_model import cache_root
+
+    out = cache_root() / "bench-models" / "qwen3-smollm2-sizes"
+    if (out / "config.json").exists():
+        return out
+    src = json.loads((default / "config.json").read_text())
+    heads = src["num_attention_heads"]
+    config = Qwen3Config(
+        vocab_size=src["vocab_size"],
+        hidden_size=src["hidden_size"],
+        intermediate_size=src["intermediate_size"],
+        num_hidden_layers=src["num_hidden_layers"],
+        num_attention_heads=heads,
+        num_key_value_heads=src["num_key_value_heads"],
+        head_dim=src["hidden_size"] // heads,
+        max_position_embeddings=40960,  # Qwen3's own: 32k prompts need no override
+        rms_norm_eps=src.get("rms_norm_eps", 1e-5),
+        tie_word_embeddings=src.get("tie_word_embeddings", True),
+        bos_token_id=src.get("bos_token_id"),
+        eos_token_id=src.get("eos_token_id"),
+        pad_token_id=src.get("pad_token_id"),
+    )
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+    model.config.dtype = "bfloat16"
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    AutoTokenizer.from_pretrained(default).save_pretrained(tmp)
+    tmp.rename(out)
+    return out
+
+
+def engine_args(config: str, context: int, chunk: int | None = None, model: str = "default"):
     from prefillonly_sgl import STOCK_SGLANG
 
-    common = dict(dtype="bfloat16", context_length=context, watchdog_timeout=3600)
+    common = dict(
+        model=str(model_path(model)), dtype="bfloat16", context_length=context,
+        watchdog_timeout=3600,
+    )  # fmt: skip
     if config == "stock":
         # SGLang derives a negative mem_fraction_static when chunked prefill is off on CPU.
         return dict(
@@ -86,7 +146,12 @@ def read_peak(pid: int) -> int:
 
 
 def run_config(
-    config: str, lengths: list[int], context: int, allocator: bool, chunk: int | None = None
+    config: str,
+    lengths: list[int],
+    context: int,
+    allocator: bool,
+    chunk: int | None = None,
+    model: str = "default",
 ) -> list[dict]:
     import psutil
 
@@ -96,7 +161,7 @@ def run_config(
         os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"
     seen = {p.pid for p in psutil.Process().children(recursive=True)}
     try:
-        engine = Engine(**engine_args(config, context, chunk))
+        engine = Engine(**engine_args(config, context, chunk, model))
     finally:
         os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
     scheduler, processes = _engine_processes(seen)
@@ -159,7 +224,13 @@ def longest_under(rows: list[dict], budget_mib: float, kv_mib: float, context: i
     return (budget_mib - fixed - kept - intercept) / per_token
 
 
-def report(rows: list[dict], budget_mib: float, context: int, plot: Path | None = None) -> None:
+def report(
+    rows: list[dict],
+    budget_mib: float,
+    context: int,
+    plot: Path | None = None,
+    model: str = "default",
+) -> None:
     print(f"\n{'configuration':<18} {'L':>6} {'seconds':>8} {'peak MiB':>9} {'during call':>12}")
     for r in rows:
         tag = "" if r["allocator"] else " *"
@@ -168,9 +239,8 @@ def report(rows: list[dict], budget_mib: float, context: int, plot: Path | None 
     print("(* glibc's default allocator settings)")
     from prefillonly_sgl.memory.budget import kv_bytes_per_token
     from prefillonly_sgl.memory.calibration import model_config
-    from prefillonly_sgl.models.default_model import default_model_path
 
-    kv_mib = kv_bytes_per_token(model_config(default_model_path()), "bfloat16") / 2**20
+    kv_mib = kv_bytes_per_token(model_config(model_path(model)), "bfloat16") / 2**20
     print(f"Longest prompt under {budget_mib:.0f} MiB of scheduler RSS (smallest pool that "
           f"serves it; KV {kv_mib * 1024:.1f} KiB/token):")  # fmt: skip
     longest = {}
@@ -196,13 +266,17 @@ def main() -> None:
     parser.add_argument(
         "--chunk-size", type=int, help="ours' hybrid chunk size (default: each mode's)"
     )
+    parser.add_argument(
+        "--model", default="default", help="default, qwen3 (the default's sizes) or a folder"
+    )
     parser.add_argument("--report", type=Path, help="print the report of a saved results file")
     parser.add_argument("--plot", type=Path, help="also draw the longest prompts (PNG)")
     args = parser.parse_args()
     if args.report:
         saved = json.loads(args.report.read_text())
         context = max(saved["args"]["lengths"]) + MARGIN
-        report(saved["rows"], args.budget_mib, context, args.plot)
+        model = saved["args"].get("model", "default")
+        report(saved["rows"], args.budget_mib, context, args.plot, model)
         return
     lengths = sorted(args.lengths)
     context = max(lengths) + MARGIN
@@ -210,16 +284,16 @@ def main() -> None:
     rows = []
     for config in args.configs:
         print(f"[hybrid] {config}", flush=True)
-        rows += run_config(config, lengths, context, allocator=True, chunk=args.chunk_size)
+        rows += run_config(config, lengths, context, True, args.chunk_size, args.model)
     if args.timing:
         for config in [c for c in args.configs if c.startswith("ours")]:
             print(f"[hybrid] {config} (glibc's default allocator settings)", flush=True)
-            rows += run_config(config, lengths, context, allocator=False, chunk=args.chunk_size)
+            rows += run_config(config, lengths, context, False, args.chunk_size, args.model)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"hybrid_prefill-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1, default=str))
 
-    report(rows, args.budget_mib, context, args.plot)
+    report(rows, args.budget_mib, context, args.plot, args.model)
     print(f"[hybrid] results: {out}")
 
 

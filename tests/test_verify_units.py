@@ -19,27 +19,31 @@ def gemma(tmp_path_factory):
 
 
 def _folder(tmp_path, architectures):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "config.json").write_text(json.dumps({"architectures": architectures}))
     return str(tmp_path)
 
 
-def test_variants_leave_out_what_the_family_makes_identical(tmp_path, gemma):
-    first, more, skipped = verify.plan_variants(str(gemma), "cpu", "float32", quick=True)
+def test_variants_leave_out_what_the_family_makes_identical(tmp_path):
+    qwen3_5 = _folder(tmp_path, ["Qwen3_5ForCausalLM"])
+    first, more, skipped = verify.plan_variants(qwen3_5, "cpu", "float32", quick=True)
     assert [v.name for v in first] == ["all features", "stock SGLang"]
-    # Gemma 3 runs token mode anyway (its layers are not Llama-shaped).
-    assert set(skipped) == {"hybrid token mode"}
+    # Qwen3.5 runs token mode anyway (its linear-attention layers are not token-wise), and
+    # its prompt logprobs are off anyway.
+    assert set(skipped) == {"hybrid token mode", "prompt_logprobs off"}
     assert first[0].hybrid_mode == "token" and "prefill_kv" in first[0].features
     assert first[1].features == ()
     assert [v.name for v in more] == [
         "prefill_attention off", "prefill_kv off", "jct_scheduler off", "hybrid_prefill off",
-        "prompt_logprobs off",
     ]  # fmt: skip
-    llama = _folder(tmp_path, ["LlamaForCausalLM"])
-    first, more, skipped = verify.plan_variants(llama, "cpu", "float32", quick=False)
-    assert [v.name for v in first] == ["all features", "hybrid token mode"]
-    assert [v.hybrid_mode for v in first] == ["layer", "token"]
-    assert more[-1].name == "stock SGLang" and skipped == {}
-    assert first[0].settings == {"hybrid_prefill_chunk_size": verify.SMALL_CHUNK}
+    # Llama and Gemma 3 (sliding windows, sandwich norms) alike run whole layers.
+    for arch in ("LlamaForCausalLM", "Gemma3ForCausalLM"):
+        folder = _folder(tmp_path / arch, [arch])
+        first, more, skipped = verify.plan_variants(folder, "cpu", "float32", quick=False)
+        assert [v.name for v in first] == ["all features", "hybrid token mode"]
+        assert [v.hybrid_mode for v in first] == ["layer", "token"]
+        assert more[-1].name == "stock SGLang" and skipped == {}
+        assert first[0].settings == {"hybrid_prefill_chunk_size": verify.SMALL_CHUNK}
 
 
 def test_probes_cross_the_sliding_window_and_the_chunk(gemma):

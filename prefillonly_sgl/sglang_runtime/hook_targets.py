@@ -529,25 +529,52 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.models.llama.LlamaMLP": "chunked: a gated MLP (gate_up_proj, down_proj)",
     "sglang.srt.models.qwen2.Qwen2MLP": "chunked: a gated MLP (gate_up_proj, down_proj)",
+    # mode 'layer' (features/hybrid_prefill/layer_chunks.py): any decoder layer with one
+    # causal RadixAttention and a known residual convention; these are the family table's
     "sglang.srt.models.llama.LlamaDecoderLayer.forward": (
-        "replaced per instance in mode 'layer' (features/hybrid_prefill/layer_chunks.py): "
-        "(positions, "
-        "hidden_states, forward_batch, capture_output) -> hidden_states; input_layernorm, "
-        "self_attn.{qkv_proj, q_size, kv_size, rotary_emb, attn, o_proj}, "
-        "post_attention_layernorm, mlp(x, forward_batch=)"
+        "replaced per instance in mode 'layer': called per slice of rows, (positions, "
+        "hidden_states, forward_batch, capture_output) -> output; residual in "
+        "forward_batch.residual_stream (attn_boundary / ffn_boundary); Mistral, Phi-3 too"
     ),
     "sglang.srt.models.qwen2.Qwen2DecoderLayer.forward": "the same, for Qwen2 layers",
-    "sglang.srt.models.llama.LlamaAttention.forward_prepare_native": (
-        "what the layer forward does per chunk: qkv_proj, split, rotary_emb"
+    "sglang.srt.models.qwen3.Qwen3DecoderLayer.forward": "the same, for Qwen3 layers",
+    "sglang.srt.models.qwen3_moe.Qwen3MoeDecoderLayer.forward": "the same, Qwen3-MoE",
+    "sglang.srt.models.glm4.Glm4DecoderLayer.forward": "the same, GLM-4 (output transforms)",
+    "sglang.srt.models.gpt_oss.GptOssDecoderLayer.forward": "the same, gpt-oss (attention sinks)",
+    "sglang.srt.models.granite.GraniteDecoderLayer.forward": (
+        "replaced per instance in mode 'layer': (positions, hidden_states, forward_batch, "
+        "residual) -> (hidden_states, residual), called per slice of rows"
+    ),
+    "sglang.srt.models.gemma3_causal.Gemma3DecoderLayer.forward": (
+        "the same, with positions (1, T) and position_embeddings_global / _local (cos, sin) "
+        "of (1, T, D), cut along T"
+    ),
+    "sglang.srt.models.olmo2.Olmo2DecoderLayer.forward": (
+        "replaced per instance in mode 'layer': (positions, hidden_states, forward_batch) -> "
+        "the complete stream, called per slice of rows"
+    ),
+    "sglang.srt.layers.radix_attention.RadixAttention.forward": (
+        "replaced per instance on the layers run in query chunks: (q, k, v, forward_batch, "
+        "save_kv_cache, sinks=) goes to the backend's forward_query_chunk during a slice, "
+        "to this forward otherwise"
     ),
     "sglang.srt.layers.layer_boundary.residual.batch.fold": (
-        "the residual stream as one complete tensor, left as the stream's written residual"
+        "the residual stream as one complete tensor, left as the stream's written residual; "
+        "each slice's output folded the same way"
+    ),
+    "sglang.srt.layers.layer_boundary.residual.stream.ResidualStream": (
+        "a written stream of one slice's rows set as forward_batch.residual_stream while the "
+        "slice runs (the boundary checks it is handed that very tensor)"
+    ),
+    "sglang.srt.layers.layer_boundary.residual.batch.set_written": (
+        "the layer's whole output left as the stream's written residual"
     ),
     "sglang.srt.model_executor.forward_context.get_attn_backend": (
         "the batch's attention backend (forward_query_chunk), as RadixAttention finds it"
     ),
     "sglang.srt.layers.radix_attention.RadixAttention": (
-        "tp_q_head_num, tp_k_head_num, tp_v_head_num, qk_head_dim, v_head_dim, scaling, layer_id"
+        "tp_q_head_num, tp_k_head_num, tp_v_head_num, qk_head_dim, v_head_dim, scaling, "
+        "layer_id, attn_type, is_cross_attention, logit_cap, use_irope (which layers qualify)"
     ),
     # -- memory probe (sglang_runtime/memory_probe/scheduler_process.py, calibration only) --
     "sglang.srt.model_executor.model_runner.ModelRunner.forward": (

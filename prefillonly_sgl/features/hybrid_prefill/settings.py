@@ -19,8 +19,9 @@ DEFAULT_CHUNK_SIZE = {"cpu": 2048, "cuda": 4096}
 LAYER_CHUNK_SIZE = {"cpu": 1024, "cuda": 2048}
 
 # "layer": whole decoder layers run in query chunks, only the residual stream and one
-#   layer's K / V whole (layer_chunks.py; Llama / Qwen2 layers, where the attention
-#   backend can attend a query range), the token-wise modules chunked elsewhere;
+#   layer's K / V whole (layer_chunks.py: every layer with one causal attention and
+#   nothing else mixing tokens, where the attention backend can attend a query range),
+#   the token-wise modules chunked elsewhere;
 # "token": only the token-wise modules (MLPs, norms, rotary) chunked, attention whole
 #   (chunking.py; any model with recognised MLPs).
 MODES = ("layer", "token")
