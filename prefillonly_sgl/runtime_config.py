@@ -218,6 +218,13 @@ class RuntimeConfig:
             defaults.update(families.FAMILIES[self.model_family].sglang_defaults(self.device))
         if self.memory is not None and self.device == "cuda":
             defaults["mem_fraction_static"] = BUDGET_MEM_FRACTION_STATIC
+        hybrid = self.settings("hybrid_prefill")
+        if self.device == "cuda" and hybrid is not None and hybrid.mode == "layer":
+            # SGLang's prefill CUDA graphs (breakable: its CUDA default) capture batches
+            # up to their largest bucket; a bucket longer than the layer chunk would
+            # record hybrid prefilling's query-chunk path, whose attention plans are made
+            # from the batch at hand, into the graph. Longer batches run eagerly.
+            defaults["cuda_graph_max_bs_prefill"] = hybrid.chunk_size
         return defaults
 
     def planned(self, plan: MemoryPlan) -> RuntimeConfig:

@@ -103,6 +103,10 @@ def test_memory_budget_rules_in_one_place(model):
     assert "mem_fraction_static" not in config.sglang_defaults()  # cpu
     cuda, _ = _engine(model, device="cuda", memory_budget="1GiB")
     assert cuda.sglang_defaults()["mem_fraction_static"] == BUDGET_MEM_FRACTION_STATIC
+    # prefill CUDA graphs never capture a batch hybrid prefilling would run in chunks
+    assert cuda.sglang_defaults()["cuda_graph_max_bs_prefill"] == 2048
+    token_mode, _ = _engine(model, device="cuda", hybrid_prefill_mode="token")
+    assert "cuda_graph_max_bs_prefill" not in token_mode.sglang_defaults()
 
 
 def test_sglang_arguments_from_one_configuration(model):
