@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/hybrid_prefill.py                         # 8k 16k 32k, ~45 min
     .venv/bin/python benchmarks/hybrid_prefill.py --lengths 8192 16384 --configs "ours, layers"
     .venv/bin/python benchmarks/hybrid_prefill.py --model qwen3 --lengths 16384 32768   # issue 62
+    .venv/bin/python benchmarks/hybrid_prefill.py --model qwen3 --lengths 16384 --rounds 3
+        --configs "ours, layers" "ours, token-wise" "ours, no hybrid"   # spread: 3 prompts each
 
 Default model (SmolLM2-135M) in bfloat16 on CPU; one cold scoring prompt of L random tokens
 (a 256-token query + the item) per run, configurations started one at a time. `--model
@@ -145,6 +147,60 @@ def read_peak(pid: int) -> int:
     return int(line.split()[1]) * 1024
 
 
+class Run:
+    """One configuration's engine, started with the benchmark's settings, and its scheduler
+    process (whose memory is measured)."""
+
+    def __init__(
+        self, config: str, context: int, allocator: bool, chunk: int | None, model: str
+    ) -> None:
+        import psutil
+
+        from prefillonly_sgl import Engine
+
+        self.config, self.allocator = config, allocator
+        if allocator:
+            os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"
+        seen = {p.pid for p in psutil.Process().children(recursive=True)}
+        try:
+            self.engine = Engine(**engine_args(config, context, chunk, model))
+        finally:
+            os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
+        self.scheduler, self.processes = _engine_processes(seen)
+        self.vocab = self.engine.limits.vocab_size
+        self.engine.score(self.tokens(random.Random(0), 512), [[7]], [5, 6])
+
+    def tokens(self, rng: random.Random, n: int) -> list[int]:
+        return [rng.randrange(200, self.vocab - 200) for _ in range(n)]
+
+    def measure(self, length: int, rng: random.Random) -> dict:
+        """One cold prompt of `length` random tokens: its time and scheduler memory."""
+        query = self.tokens(rng, QUERY_TOKENS)
+        item = self.tokens(rng, length - QUERY_TOKENS)
+        reset_peak(self.scheduler.pid)
+        before = self.scheduler.memory_info().rss
+        started = time.perf_counter()
+        with PeakRss(self.scheduler, self.processes) as rss:
+            scores = self.engine.score(query, [item], [5, 6]).scores[0]
+        peak = max(read_peak(self.scheduler.pid), rss.peak_scheduler)
+        row = dict(
+            config=self.config,
+            L=length,
+            allocator=self.allocator,
+            seconds=time.perf_counter() - started,
+            rss_before_mib=before / 2**20,
+            peak_mib=peak / 2**20,
+            delta_mib=(peak - before) / 2**20,
+            scores=scores,
+        )
+        print(
+            f"  {self.config} L={length}: {row['seconds']:.1f} s, peak {row['peak_mib']:.0f} "
+            f"MiB (+{row['delta_mib']:.0f} during the call)",
+            flush=True,
+        )
+        return row
+
+
 def run_config(
     config: str,
     lengths: list[int],
@@ -153,51 +209,13 @@ def run_config(
     chunk: int | None = None,
     model: str = "default",
 ) -> list[dict]:
-    import psutil
-
-    from prefillonly_sgl import Engine
-
-    if allocator:
-        os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"
-    seen = {p.pid for p in psutil.Process().children(recursive=True)}
-    try:
-        engine = Engine(**engine_args(config, context, chunk, model))
-    finally:
-        os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
-    scheduler, processes = _engine_processes(seen)
+    """`config`'s engine alone, one fresh prompt per length (`lengths` may repeat one)."""
+    run = Run(config, context, allocator, chunk, model)
     rng = random.Random(0)
-    vocab = engine.limits.vocab_size
-    rows = []
     try:
-        engine.score([rng.randrange(200, vocab - 200) for _ in range(512)], [[7]], [5, 6])
-        for length in lengths:
-            query = [rng.randrange(200, vocab - 200) for _ in range(QUERY_TOKENS)]
-            item = [rng.randrange(200, vocab - 200) for _ in range(length - QUERY_TOKENS)]
-            reset_peak(scheduler.pid)
-            before = scheduler.memory_info().rss
-            started = time.perf_counter()
-            with PeakRss(scheduler, processes) as rss:
-                scores = engine.score(query, [item], [5, 6]).scores[0]
-            peak = max(read_peak(scheduler.pid), rss.peak_scheduler)
-            row = dict(
-                config=config,
-                L=length,
-                allocator=allocator,
-                seconds=time.perf_counter() - started,
-                rss_before_mib=before / 2**20,
-                peak_mib=peak / 2**20,
-                delta_mib=(peak - before) / 2**20,
-                scores=scores,
-            )
-            rows.append(row)
-            print(
-                f"  {config} L={length}: {row['seconds']:.1f} s, peak {row['peak_mib']:.0f} MiB "
-                f"(+{row['delta_mib']:.0f} during the call)",
-                flush=True,
-            )
+        return [run.measure(length, rng) for length in lengths]
     finally:
-        engine.shutdown()
-    return rows
+        run.engine.shutdown()
 
 
 def pool_tokens(config: str, context: int) -> int:
@@ -269,6 +287,9 @@ def main() -> None:
     parser.add_argument(
         "--model", default="default", help="default, qwen3 (the default's sizes) or a folder"
     )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="fresh prompts per length and configuration"
+    )
     parser.add_argument("--report", type=Path, help="print the report of a saved results file")
     parser.add_argument("--plot", type=Path, help="also draw the longest prompts (PNG)")
     args = parser.parse_args()
@@ -282,13 +303,16 @@ def main() -> None:
     context = max(lengths) + MARGIN
     os.environ["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] = "1"  # past SmolLM2's 8192
     rows = []
+    # Engines one at a time: with three up at once, the schedulers not scoring still took
+    # ~80% of a core each on the 2-core machine (2026-11-27), which slows the one that is.
+    repeated = [length for length in lengths for _ in range(args.rounds)]
     for config in args.configs:
         print(f"[hybrid] {config}", flush=True)
-        rows += run_config(config, lengths, context, True, args.chunk_size, args.model)
+        rows += run_config(config, repeated, context, True, args.chunk_size, args.model)
     if args.timing:
         for config in [c for c in args.configs if c.startswith("ours")]:
             print(f"[hybrid] {config} (glibc's default allocator settings)", flush=True)
-            rows += run_config(config, lengths, context, False, args.chunk_size, args.model)
+            rows += run_config(config, repeated, context, False, args.chunk_size, args.model)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"hybrid_prefill-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1, default=str))

@@ -251,10 +251,11 @@ def test_score_result_reports_cached_tokens(setup):
 
 def test_a_cold_prefix_group_runs_as_one_forward(setup):
     """SGLang #9748's shape (a 120-token query, 10 items of 180 tokens; one shorter, so
-    the leader is known): the query and all of its items in one extend (features/prefill_kv/packing.py), the leader computing the
-    query and every other item reading it from the leader's slots of the same forward;
-    each item exact against its own transformers forward. The same query again: one
-    forward of cache hits. (The scheduler checks the pool's slots after every batch.)"""
+    the leader is known): the query and all of its items in one extend
+    (features/prefill_kv/packing.py), the leader computing the query and every other item
+    reading it from the leader's slots of the same forward; each item exact against its own
+    transformers forward. The same query again: one forward of cache hits. (The scheduler
+    checks the pool's slots after every batch.)"""
     ours, _, ref, labels, log_path = setup
     rng = random.Random(62)
     query = [rng.randrange(10, 390) for _ in range(120)]
