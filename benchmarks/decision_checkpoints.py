@@ -38,7 +38,7 @@ sys.path.insert(0, str(HERE))
 from harness.servers import Server  # noqa: E402
 from hybrid_prefix_states import SHAPE, text_config_fields  # noqa: E402
 
-from prefillonly_sgl.ports import free_port  # noqa: E402
+from prefillonly_sgl.machine.ports import free_port  # noqa: E402
 
 WORDS = "applicant job bills time loan savings house history payment account income rent".split()
 
@@ -47,7 +47,10 @@ def build_kev(out: Path, dtype: str) -> Path:
     import torch
     from transformers import Qwen3_5TextConfig, Qwen3_5TextModel
 
-    from prefillonly_sgl.models.decision_checkpoints import decision_tokenizer, write_pointer_head
+    from prefillonly_sgl.models.tiny_decision_checkpoints import (
+        decision_tokenizer,
+        write_pointer_head,
+    )
 
     if (out / "head.pt").exists():
         return out
@@ -186,7 +189,7 @@ def main() -> None:
         "machine": platform.processor() or platform.machine(),
         "settings": {k: str(v) for k, v in vars(args).items()},
     }
-    from prefillonly_sgl.models.decision_checkpoints import decision_tokenizer
+    from prefillonly_sgl.models.tiny_decision_checkpoints import decision_tokenizer
 
     tokenizer = decision_tokenizer()
     for system in ("stock", "ours"):

@@ -46,12 +46,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from harness.stats import quantile  # noqa: E402
 from harness.workloads import recommendation  # noqa: E402
 
-from prefillonly_sgl.replicas.launcher import (  # noqa: E402
-    Gateway,
-    ReplicaSet,
-    free_port,
-    free_port_run,
-)
+from prefillonly_sgl.replicas.launcher import Gateway, ReplicaSet, free_port, free_port_run  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "gateway_results"
 POLICIES = ("cache_aware", "consistent_hashing", "round_robin")

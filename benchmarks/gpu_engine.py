@@ -275,11 +275,11 @@ def tokenizer_size(folder: Path) -> int:
 def reference_logprobs(folder: Path, cases, labels: list[int], device: str, mis: bool = False):
     """The labels' log-probabilities over the whole vocabulary at each case's last position:
     a float32 transformers forward of the same weights on the same device (no cache, one
-    prompt at a time; prefillonly_sgl/reference.py). mis: of the sequence SGLang's
+    prompt at a time; prefillonly_sgl/verification/reference.py). mis: of the sequence SGLang's
     multi-item scoring scores for a query and one item instead (see mis_prompt)."""
     import torch
 
-    from prefillonly_sgl.reference import TransformersReference
+    from prefillonly_sgl.verification.reference import TransformersReference
 
     reference = TransformersReference(folder, "float32", device)
     rows = {}
@@ -359,7 +359,7 @@ def system_settings(system: str) -> dict:
 def engine_config(system: str, folder: Path, args, sizes: dict, graphs: str, memory_probe=None):
     """(runtime configuration, SGLang arguments, what the CUDA graphs are) of `system`'s
     engine; graphs "auto" (SGLang's default prefill graphs) or "off"."""
-    from prefillonly_sgl import runtime_config
+    from prefillonly_sgl.config import runtime_config
 
     settings = dict(
         device=args.device,
@@ -1316,7 +1316,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.device == "cuda":
         # Hybrid prefilling's layers attend through FlashInfer's query chunks: the path
-        # this run exists to measure (environment.py: opt-in until it has run on a card).
+        # this run exists to measure (machine/environment.py: opt-in until it has run on a card).
         os.environ.setdefault("PREFILLONLY_CUDA_QUERY_CHUNKS", "1")
     if args.system:
         return run_system(args)

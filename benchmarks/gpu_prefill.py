@@ -60,9 +60,7 @@ from harness.hf_llama_chunks import hybrid_forward, plain_forward  # noqa: E402
 
 from prefillonly_sgl.features.hybrid_prefill.chunking import chunk_ranges  # noqa: E402
 from prefillonly_sgl.features.hybrid_prefill.settings import LAYER_CHUNK_SIZE  # noqa: E402
-from prefillonly_sgl.features.prefill_attention.flashinfer_chunk import (  # noqa: E402
-    FlashInferQueryChunk,
-)
+from prefillonly_sgl.features.prefill_attention.flashinfer_chunk import FlashInferQueryChunk  # noqa: E402
 from prefillonly_sgl.features.prefill_attention.plan import Span, plan_query_chunk  # noqa: E402
 from prefillonly_sgl.features.prefill_kv.policy import kept_new_tokens  # noqa: E402
 

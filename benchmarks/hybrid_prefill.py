@@ -256,7 +256,7 @@ def report(
               f"{r['delta_mib']:>12.0f}")  # fmt: skip
     print("(* glibc's default allocator settings)")
     from prefillonly_sgl.memory.budget import kv_bytes_per_token
-    from prefillonly_sgl.memory.calibration import model_config
+    from prefillonly_sgl.memory.measurement import model_config
 
     kv_mib = kv_bytes_per_token(model_config(model_path(model)), "bfloat16") / 2**20
     print(f"Longest prompt under {budget_mib:.0f} MiB of scheduler RSS (smallest pool that "

@@ -55,8 +55,8 @@ FULL_ATTENTION_INTERVAL = 4
 
 
 def text_config_fields(tok) -> dict:
-    """Qwen3_5TextConfig's fields for SHAPE with tokenizer `tok` (decision_checkpoints.py's
-    Kev backbone has the same)."""
+    """Qwen3_5TextConfig's fields for SHAPE with tokenizer `tok`
+    (models/tiny_decision_checkpoints.py's Kev backbone has the same)."""
     layers = SHAPE["num_hidden_layers"]
     return dict(
         **SHAPE,
@@ -131,7 +131,7 @@ def _run_system(name, model, args, workload, queue) -> None:
     if name == "stock":
         options.update(STOCK_SGLANG)
         # SGLang's own requirements for a hybrid model off CUDA (the family defaults ours
-        # gets from families.py): no_buffer mamba cache, no overlapped scheduler
+        # gets from models/families.py): no_buffer mamba cache, no overlapped scheduler
         options.update(mamba_radix_cache_strategy="no_buffer", disable_overlap_schedule=True)
     labels = [5, 6]
     runs = []

@@ -69,7 +69,7 @@ def calls_for(shape: str, n: int, vocab: int, seed: int) -> list[ScoreCall]:
 
 def start(system: str, model: str, dtype: str, log: Path):
     from prefillonly_sgl import STOCK_SGLANG, Engine
-    from prefillonly_sgl.environment import FORWARD_LOG, PACK_FOLLOWERS
+    from prefillonly_sgl.machine.environment import FORWARD_LOG, PACK_FOLLOWERS
 
     os.environ[FORWARD_LOG] = str(log)  # read by the engine's scheduler at its start
     if system == "unpacked":

@@ -113,7 +113,7 @@ def start(model, name: str, pool: int, context: int, ours: bool, device: str = "
 
 def score_once(engine, rng: random.Random, length: int, labels) -> dict:
     """One score call of an L-token prompt: wall seconds, peak RSS, the scores."""
-    from prefillonly_sgl.errors import InvalidRequestError
+    from prefillonly_sgl.scoring.errors import InvalidRequestError
 
     vocab = engine.limits.vocab_size
     query = [rng.randrange(200, vocab - 200) for _ in range(QUERY_TOKENS)]

@@ -305,10 +305,10 @@ def quality(engine, pools: list[Pool], systems: list[str], args) -> dict:
 
 class Counted:
     """Counts the SGLang requests and prompts of the engine calls made inside it (the
-    engine's own usage records: prefillonly_sgl/usage.py)."""
+    engine's own usage records: prefillonly_sgl/scoring/usage.py)."""
 
     def __enter__(self):
-        from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord
+        from prefillonly_sgl.scoring.usage import CURRENT_REQUEST, RequestRecord
 
         self.record = RequestRecord("rerank_quality")
         self._var = CURRENT_REQUEST

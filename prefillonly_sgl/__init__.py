@@ -11,16 +11,16 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Engine": "prefillonly_sgl.engine",
-    "ScoreResult": "prefillonly_sgl.score_result",
+    "ScoreResult": "prefillonly_sgl.scoring.score_result",
     "STOCK_SGLANG": "prefillonly_sgl.engine",
     "default_model_path": "prefillonly_sgl.models.default_model",
-    "PrefillOnlyError": "prefillonly_sgl.errors",
-    "InvalidRequestError": "prefillonly_sgl.errors",
-    "EngineClosedError": "prefillonly_sgl.errors",
-    "EngineStartError": "prefillonly_sgl.errors",
-    "EngineDiedError": "prefillonly_sgl.errors",
-    # prefix-cache namespaces: `with cache_salt("tenant-a"): ...` (cache_salts.py)
-    "cache_salt": "prefillonly_sgl.cache_salts",
+    "PrefillOnlyError": "prefillonly_sgl.scoring.errors",
+    "InvalidRequestError": "prefillonly_sgl.scoring.errors",
+    "EngineClosedError": "prefillonly_sgl.scoring.errors",
+    "EngineStartError": "prefillonly_sgl.scoring.errors",
+    "EngineDiedError": "prefillonly_sgl.scoring.errors",
+    # prefix-cache namespaces: `with cache_salt("tenant-a"): ...` (scoring/cache_salts.py)
+    "cache_salt": "prefillonly_sgl.scoring.cache_salts",
     # the scoring DSL (prefillonly_sgl/dsl)
     "classifier": "prefillonly_sgl.dsl",
     "ranker": "prefillonly_sgl.dsl",

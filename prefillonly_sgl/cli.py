@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from prefillonly_sgl import verify as verify_command
 from prefillonly_sgl.apis import builtin_endpoints
 from prefillonly_sgl.batch import cli as batch_cli
 from prefillonly_sgl.demos import drug_review_sentiment
@@ -24,6 +23,7 @@ from prefillonly_sgl.server.options import (
 from prefillonly_sgl.sglang_runtime.http_server import serve
 from prefillonly_sgl.sglang_runtime.plugin import runtime_enabled
 from prefillonly_sgl.sglang_runtime.server_flags import parse_flags, sglang_parser
+from prefillonly_sgl.verification import verify as verify_command
 
 SERVE_DESCRIPTION = """\
 Serve a model over HTTP with SGLang's server: SGLang's endpoints (/v1/score, /generate,
@@ -48,7 +48,7 @@ def _serve(argv: list[str]) -> int:
     options, sglang_argv = parse_serve_argv(argv)
     try:
         flags = parse_flags(sglang_argv)  # once, by SGLang's own parser
-        config = serve_config(options, flags)  # every rule: runtime_config.py
+        config = serve_config(options, flags)  # every rule: config/runtime_config.py
         # The app modules before the memory calibration and SGLang start: fail fast.
         specs = load_app_endpoints(options.apps)
         specs += builtin_endpoints(
@@ -60,7 +60,7 @@ def _serve(argv: list[str]) -> int:
             options.rerank_answer,
             options.systemone_conventions,
         )
-        for warning in config.start_warnings():  # the model family's (families.py)
+        for warning in config.start_warnings():  # the model family's (models/families.py)
             print(f"prefillonly serve: warning: {warning}", file=sys.stderr)
         if config.memory is not None:
             config = config.planned(plan_memory(config))

@@ -23,16 +23,16 @@ import warnings
 import weakref
 from pathlib import Path
 
-from prefillonly_sgl import runtime_config
-from prefillonly_sgl.continuations import ContinuationResult
-from prefillonly_sgl.errors import EngineClosedError, EngineDiedError
+from prefillonly_sgl.config import runtime_config
+from prefillonly_sgl.config.runtime_config import RuntimeConfig
 from prefillonly_sgl.features import STOCK_SGLANG  # noqa: F401  (re-exported)
 from prefillonly_sgl.features.hybrid_prefill.settings import HybridSettings
 from prefillonly_sgl.features.jct_scheduler.settings import JctSettings
 from prefillonly_sgl.memory.budget import MemoryPlan
-from prefillonly_sgl.runtime_config import RuntimeConfig
-from prefillonly_sgl.score_result import ScoreResult
-from prefillonly_sgl.validation import ModelLimits, TextOrIds
+from prefillonly_sgl.scoring.continuations import ContinuationResult
+from prefillonly_sgl.scoring.errors import EngineClosedError, EngineDiedError
+from prefillonly_sgl.scoring.score_result import ScoreResult
+from prefillonly_sgl.scoring.validation import ModelLimits, TextOrIds
 
 
 class Engine:
@@ -81,8 +81,8 @@ class Engine:
     max_prompt_tokens: the longest prompt the memory budget must fit (default: the longest
         the engine accepts, the context less the few tokens SGLang keeps back).
     **settings: the features' switches and options above (the feature registry,
-        features/__init__.py, says which keywords are; runtime_config.py checks them together),
-        and any other sglang ServerArgs field, passed through unchanged.
+        features/__init__.py, says which keywords are; config/runtime_config.py checks them
+        together), and any other sglang ServerArgs field, passed through unchanged.
 
     The resolved configuration is ``engine.config`` (runtime_config.RuntimeConfig).
     """
@@ -196,7 +196,7 @@ class Engine:
 
     @property
     def model_family(self) -> str | None:
-        """The model's family (prefillonly_sgl/families.py; docs/models.md), None when its
+        """The model's family (prefillonly_sgl/models/families.py; docs/models.md), None when its
         architecture is outside the table."""
         return self.config.model_family
 
@@ -331,7 +331,7 @@ class Engine:
         OpenAI's /v1/decisions request (``input``: text or a list of messages; each
         question a dict: {"type": "predicate" | "choice" | "score", "instructions", ...};
         ``options``: debias, calibrate, min_label_mass, chat_template_kwargs) answered
-        with what the server's /v1/decisions returns (decisions.openai_wire.Decision).
+        with what the server's /v1/decisions returns (wire.openai.Decision).
         The state is computed once for every question and stays in the prefix cache for
         the next call about it (docs/decisions.md), under the call's ``cache_salt`` (as
         ``score``'s)."""
@@ -349,9 +349,9 @@ class Engine:
         **options,
     ):
         """``decide`` for asyncio code (on the engine's loop, as async_score)."""
-        from prefillonly_sgl.decisions import openai_wire
         from prefillonly_sgl.decisions.bodies import parse
         from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
+        from prefillonly_sgl.wire import openai as openai_wire
 
         check_running_loop_is_served(self._require_running())
         body = {"model": model or Path(str(self.model_path)).name, "input": input}
@@ -468,13 +468,13 @@ def _shutdown_quietly(shutdown, sgl_engine, owned_processes, watch) -> None:
 
 
 def plan_memory(config: RuntimeConfig) -> MemoryPlan:
-    """The KV pool the configuration's memory budget leaves (memory/calibration.py),
+    """The KV pool the configuration's memory budget leaves (memory/measurement.py),
     measured if needed with an engine of the same configuration and a small pool: what
     Engine(memory_budget=) and `serve --memory-budget` start with."""
-    from prefillonly_sgl.memory import calibration
+    from prefillonly_sgl.memory import measurement
 
     hybrid = config.settings("hybrid_prefill")
-    return calibration.plan(
+    return measurement.plan(
         config.memory.budget,
         lambda pool, probe: Engine.from_config(config.with_pool(pool).with_memory_probe(probe)),
         model_path=config.model_path,

@@ -1,5 +1,5 @@
 """docs/models.md's family table, measured: builds each tiny family
-(prefillonly_sgl/models/families.py), runs `prefillonly verify --quick` on it (one
+(prefillonly_sgl/models/tiny_family_checkpoints.py), runs `prefillonly verify --quick` on it (one
 process per family: SGLang ends a process whose engine's worker failed) and writes the
 table between the markers in docs/models.md.
 
@@ -24,13 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from prefillonly_sgl.families import (  # noqa: E402
-    FAMILIES,
-    LAYER_KINDS,
-    family_of,
-    read_architectures,
-)
-from prefillonly_sgl.models.families import FAMILY_BUILDERS  # noqa: E402
+from prefillonly_sgl.models.families import FAMILIES, LAYER_KINDS, family_of, read_architectures  # noqa: E402
+from prefillonly_sgl.models.tiny_family_checkpoints import FAMILY_BUILDERS  # noqa: E402
 
 DOC = ROOT / "docs" / "models.md"
 BEGIN = "<!-- family-table:begin (scripts/family_table.py writes this) -->"

@@ -30,7 +30,7 @@ def tiny_qwen2_path(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_llama_reference(tiny_llama_path):
-    from prefillonly_sgl.reference import TransformersReference
+    from prefillonly_sgl.verification.reference import TransformersReference
 
     return TransformersReference(tiny_llama_path)
 
@@ -133,7 +133,7 @@ def default_engine():
 
 @pytest.fixture(scope="session")
 def default_reference(default_model_path):
-    from prefillonly_sgl.reference import TransformersReference
+    from prefillonly_sgl.verification.reference import TransformersReference
 
     return TransformersReference(default_model_path)
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from prefillonly_sgl.labels import label_word_ids
+from prefillonly_sgl.scoring.labels import label_word_ids
 from prefillonly_sgl.server.endpoints import EndpointSpec
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import requests
 
-from prefillonly_sgl.ports import free_port
+from prefillonly_sgl.machine.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 300  # SGLang's workers import for ~15-40 s on a busy 2-core machine

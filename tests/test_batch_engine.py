@@ -194,7 +194,7 @@ def test_ctrl_c_leaves_a_valid_output_and_a_rerun_scores_only_the_rest(engine, t
 
 def test_a_server_that_is_gone_aborts_the_job_with_what_to_do(tmp_path):
     from prefillonly_sgl.batch import BatchAborted
-    from prefillonly_sgl.errors import InvalidRequestError
+    from prefillonly_sgl.scoring.errors import InvalidRequestError
 
     with pytest.raises(BatchAborted, match="rerun the same job to resume"):
         run_batch(liked, RECORDS, tmp_path / "out.jsonl", engine="http://127.0.0.1:9",

@@ -27,7 +27,7 @@ from server_process import serve_env
 
 from prefillonly_sgl import Engine
 from prefillonly_sgl.batch import BatchReport, run_batch
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 ray = pytest.importorskip("ray", reason="the Ray extra: pip install 'prefillonly-sgl[ray]'")
 

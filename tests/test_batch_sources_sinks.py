@@ -13,7 +13,7 @@ import pytest
 
 from prefillonly_sgl.batch.sinks import ResultWriter, flatten
 from prefillonly_sgl.batch.sources import RecordError, count_records, read_records
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 RECORDS = [{"review": "good", "n": 1}, {"review": "bad, really\nbad", "n": 2}]
 

@@ -14,12 +14,16 @@ import prefillonly_sgl as prefillonly
 from prefillonly_sgl.apis.ranking import ranking_api_endpoints
 from prefillonly_sgl.apis.rerankers import query_likelihood, rerank_method
 from prefillonly_sgl.apis.truncation import cut, fit_documents
-from prefillonly_sgl.continuations import generate_fields, plan_continuations, token_logprobs_of
 from prefillonly_sgl.dsl import DeclarationError
 from prefillonly_sgl.dsl.request import ContinuationRequest
-from prefillonly_sgl.errors import InvalidRequestError
-from prefillonly_sgl.single_token.prefix import PREFIX_IDS_KEY
-from prefillonly_sgl.validation import ModelLimits
+from prefillonly_sgl.scoring.continuations import (
+    generate_fields,
+    plan_continuations,
+    token_logprobs_of,
+)
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.reusable_prefix import PREFIX_IDS_KEY
+from prefillonly_sgl.scoring.validation import ModelLimits
 
 LIMITS = ModelLimits(vocab_size=100, max_prompt_tokens=12)
 

@@ -72,9 +72,7 @@ def test_flash_attention_forward_on_cpu_matches_attention_per_sequence():
     Clef joint schema head calls it) against plain attention of each packed sequence."""
     import torch.nn.functional as F
 
-    from prefillonly_sgl.sglang_runtime.cpu_support.sglang_patches import (
-        varlen_attention_forward,
-    )
+    from prefillonly_sgl.sglang_runtime.cpu_support.sglang_patches import varlen_attention_forward
 
     query, cu_q = _packed([3, 1, 4], seed=1)
     key, cu_k = _packed([5, 2, 4], seed=2)

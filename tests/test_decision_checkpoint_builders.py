@@ -1,4 +1,4 @@
-"""The tiny decision checkpoints (models/decision_checkpoints.py): each folder has the files
+"""The tiny decision checkpoints (models/tiny_decision_checkpoints.py): each folder has the files
 SGLang 0.5.23's loaders read, and those loaders accept them (no server started; serving
 each kind on /v1/systemone was checked by hand, see the module's docstring)."""
 
@@ -12,13 +12,13 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
-from prefillonly_sgl.models.decision_checkpoints import (
+from prefillonly_sgl.models.tiny_decision_checkpoints import (
     DECIDER_CODES,
     KEV_DELIMITERS,
     build_decision_checkpoint,
 )
 
-HIDDEN = 64  # families.py's tiny width
+HIDDEN = 64  # models/families.py's tiny width
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,9 @@ from server_process import ServerProcess, serve_command, stock_sglang_command
 from typesafe_sdk import Choice, Noul, Score, TypeSafeClient
 
 from prefillonly_sgl.decisions.checkpoints import DECISIONS_REFUSAL
-from prefillonly_sgl.environment import ATTENTION_LOG
 from prefillonly_sgl.hooking.events import read_events
-from prefillonly_sgl.models.decision_checkpoints import build_decision_checkpoint
+from prefillonly_sgl.machine.environment import ATTENTION_LOG
+from prefillonly_sgl.models.tiny_decision_checkpoints import build_decision_checkpoint
 
 TOLERANCE = 1e-4
 STATE = "The applicant has a stable job and pays every bill on time. " * 3
@@ -64,7 +64,7 @@ def _server(model_path, log_path, stock: bool, env: dict | None = None):
         if stock:
             # A Qwen3.5 backbone on CPU: SGLang's default mamba cache (extra_buffer) is
             # GPU-only, and no_buffer runs without the overlapped scheduler (ours sets both
-            # itself: families.py's linear_attention defaults).
+            # itself: models/families.py's linear_attention defaults).
             extra = ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"]
             server = ServerProcess(model_path, log_path, *extra, command=stock_sglang_command)
         else:

@@ -15,7 +15,7 @@ import requests
 import prefillonly_sgl as prefillonly
 from prefillonly_sgl.decisions.call import Message
 from prefillonly_sgl.dsl.signature import DeclarationError
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 TOLERANCE = 1e-4
 TICKET = "I was charged twice for my plan and need a refund today."

@@ -10,10 +10,11 @@ import time
 
 import pytest
 
-from prefillonly_sgl.decisions import answers, openai_wire
+from prefillonly_sgl.decisions import answers
 from prefillonly_sgl.decisions.bodies import parse
 from prefillonly_sgl.decisions.plan import plan_decision
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.wire import openai as openai_wire
 
 TOLERANCE = 1e-4
 STATE = (

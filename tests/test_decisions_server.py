@@ -19,9 +19,10 @@ import zstandard
 from typesafe_sdk import Choice, Noul, Score, TypeSafeClient
 from typesafe_sdk._core.compression import resolve_compression
 
-from prefillonly_sgl.decisions import answers, openai_wire
+from prefillonly_sgl.decisions import answers
 from prefillonly_sgl.decisions.bodies import parse
 from prefillonly_sgl.decisions.plan import plan_decision
+from prefillonly_sgl.wire import openai as openai_wire
 
 pytestmark = pytest.mark.slow  # the 135M default model's server
 

@@ -13,13 +13,16 @@ import math
 import pytest
 import zstandard
 
-from prefillonly_sgl.decisions import answers, openai_wire, sglang_wire, systemone_wire
+from prefillonly_sgl.decisions import answers
 from prefillonly_sgl.decisions.bodies import parse
 from prefillonly_sgl.decisions.call import Message, Option, Question, QuestionResult
 from prefillonly_sgl.decisions.plan import option_orders, plan_decision
 from prefillonly_sgl.decisions.prompts import letter_code, question_block, render_state
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.server.body_encoding import DecodeRequestBody
+from prefillonly_sgl.wire import openai as openai_wire
+from prefillonly_sgl.wire import sglang as sglang_wire
+from prefillonly_sgl.wire import systemone as systemone_wire
 
 STATE = "Ticket: I was charged twice for my subscription. Please refund one payment."
 

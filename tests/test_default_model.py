@@ -14,7 +14,7 @@ from conftest import max_abs_diff
 
 from prefillonly_sgl.data.drug_reviews import load_drug_reviews
 from prefillonly_sgl.models import default_model
-from prefillonly_sgl.reference import TransformersReference
+from prefillonly_sgl.verification.reference import TransformersReference
 
 pytestmark = pytest.mark.slow  # the 135M default model, engine and server
 

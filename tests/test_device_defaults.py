@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from prefillonly_sgl.device_defaults import (
+from prefillonly_sgl.machine.device_defaults import (
     CPU_DEFAULT_MAX_TOTAL_TOKENS,
     detect_device,
     sglang_defaults,

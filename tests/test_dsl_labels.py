@@ -20,8 +20,8 @@ from prefillonly_sgl.dsl import (
     compile_labels,
     label_set,
 )
-from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.models.tiny import build_tokenizer
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 
 @pytest.fixture(scope="module")

@@ -19,9 +19,9 @@ from conftest import max_abs_diff
 import prefillonly_sgl as prefillonly
 from prefillonly_sgl import InvalidRequestError, LabelError, Prompt
 from prefillonly_sgl.dsl import RemoteBackend, RemoteBackendError, ScoreRequest
-from prefillonly_sgl.ports import free_port
-from prefillonly_sgl.reference import TransformersReference
+from prefillonly_sgl.machine.ports import free_port
 from prefillonly_sgl.replicas.launcher import healthy
+from prefillonly_sgl.verification.reference import TransformersReference
 
 TOLERANCE = 1e-4  # server (float32) vs transformers (float32); observed ~1e-7
 START_TIMEOUT_S = 180

@@ -8,7 +8,7 @@ import pytest
 from conftest import max_abs_diff
 
 from prefillonly_sgl import Engine, InvalidRequestError
-from prefillonly_sgl.reference import TransformersReference
+from prefillonly_sgl.verification.reference import TransformersReference
 
 TOLERANCE = 1e-4  # float32 engine vs float32 transformers; observed differences ~1e-7
 

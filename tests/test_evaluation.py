@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from prefillonly_sgl import evaluation as ev
+from prefillonly_sgl.verification import quality_metrics as ev
 
 
 def test_accuracy_and_confusion():

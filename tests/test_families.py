@@ -9,9 +9,10 @@ import json
 
 import pytest
 
-from prefillonly_sgl import families, runtime_config
-from prefillonly_sgl.families import FAMILIES, LAYER_KINDS, LAYER_MODE, family_of
+from prefillonly_sgl.config import runtime_config
 from prefillonly_sgl.features import FEATURES
+from prefillonly_sgl.models import families
+from prefillonly_sgl.models.families import FAMILIES, LAYER_KINDS, LAYER_MODE, family_of
 
 
 def _folder(tmp_path, architectures, **extra):
@@ -148,7 +149,7 @@ def test_registry_imports_neither_sglang_nor_torch():
     import sys
 
     code = (
-        "import sys, prefillonly_sgl.families; "
+        "import sys, prefillonly_sgl.models.families; "
         "print(any(m.split('.')[0] in ('sglang', 'torch') for m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,6 +1,6 @@
 """gpt-oss through prefillonly_sgl.Engine on CPU, float32, every runtime feature on
 (prefill-only attention and KV, the JCT scheduler, hybrid prefilling, prompt logprobs):
-the tiny checkpoint of the published shape (models/families.py: sliding / full layers
+the tiny checkpoint of the published shape (models/tiny_family_checkpoints.py: sliding / full layers
 with a 16-token window, non-zero attention sinks, 4 experts top-2) scores like a plain
 transformers forward within 1e-4, cold and as prefix-cache hits (items behind one shared
 query: a shared-prefix group), and its continuation logprobs too. SGLang refuses
@@ -20,11 +20,11 @@ import pytest
 from conftest import max_abs_diff
 
 from prefillonly_sgl import Engine
-from prefillonly_sgl.environment import ATTENTION_LOG
 from prefillonly_sgl.features import FEATURES
 from prefillonly_sgl.hooking.events import read_events
-from prefillonly_sgl.models.families import SLIDING_WINDOW, build_family
-from prefillonly_sgl.reference import TransformersReference
+from prefillonly_sgl.machine.environment import ATTENTION_LOG
+from prefillonly_sgl.models.tiny_family_checkpoints import SLIDING_WINDOW, build_family
+from prefillonly_sgl.verification.reference import TransformersReference
 
 TOLERANCE = 1e-4
 

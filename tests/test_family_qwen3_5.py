@@ -14,11 +14,11 @@ import pytest
 from conftest import max_abs_diff
 
 from prefillonly_sgl import Engine
-from prefillonly_sgl.environment import ATTENTION_LOG as LOG_ENV
 from prefillonly_sgl.features.prefill_kv.policy import reusable_prefix_len
 from prefillonly_sgl.hooking.events import read_events
-from prefillonly_sgl.models.families import build_family
-from prefillonly_sgl.reference import TransformersReference
+from prefillonly_sgl.machine.environment import ATTENTION_LOG as LOG_ENV
+from prefillonly_sgl.models.tiny_family_checkpoints import build_family
+from prefillonly_sgl.verification.reference import TransformersReference
 
 TOLERANCE = 1e-4  # float32 engine vs float32 transformers; measured <= 5.2e-6
 

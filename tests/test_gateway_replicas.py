@@ -25,13 +25,8 @@ from server_process import serve_env
 from prefillonly_sgl.apis.rerankers import qwen3_reranker
 from prefillonly_sgl.dsl import RemoteBackend
 from prefillonly_sgl.dsl.gateway_client import GatewayRouteError
-from prefillonly_sgl.errors import InvalidRequestError
-from prefillonly_sgl.replicas.launcher import (
-    Gateway,
-    ReplicaSet,
-    ReplicaStartError,
-    free_port_run,
-)
+from prefillonly_sgl.replicas.launcher import Gateway, ReplicaSet, ReplicaStartError, free_port_run
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 pytestmark = pytest.mark.slow  # a gateway and two replicas
 

@@ -22,7 +22,7 @@ from conftest import max_abs_diff
 
 from prefillonly_sgl import STOCK_SGLANG, Engine
 from prefillonly_sgl.models.default_model import default_model_path
-from prefillonly_sgl.reference import TransformersReference
+from prefillonly_sgl.verification.reference import TransformersReference
 
 DEVICE = os.environ.get("PREFILLONLY_GPU_TEST_DEVICE", "cuda")
 pytestmark = pytest.mark.skipif(

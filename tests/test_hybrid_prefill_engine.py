@@ -14,8 +14,8 @@ import pytest
 from conftest import max_abs_diff
 
 from prefillonly_sgl import Engine
-from prefillonly_sgl.environment import HYBRID_LOG as LOG_ENV
 from prefillonly_sgl.hooking.events import read_events
+from prefillonly_sgl.machine.environment import HYBRID_LOG as LOG_ENV
 
 pytestmark = pytest.mark.slow  # engines per hybrid mode
 

@@ -277,9 +277,9 @@ def test_hybrid_models_scale_the_default_models_attention_terms(tmp_path):
     only the attention layers' share (1 in 4) of the built-in attention terms remains."""
     import json
 
-    from prefillonly_sgl.families import attention_layer_share
     from prefillonly_sgl.features.jct_scheduler.jct_model import DEFAULT
     from prefillonly_sgl.features.jct_scheduler.settings import resolve_settings
+    from prefillonly_sgl.models.families import attention_layer_share
 
     hybrid = tmp_path / "hybrid"
     hybrid.mkdir()

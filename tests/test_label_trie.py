@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from prefillonly_sgl.label_trie import build_trie, label_scores, sequence_logprobs
+from prefillonly_sgl.scoring.label_trie import build_trie, label_scores, sequence_logprobs
 
 
 def test_single_token_labels_need_only_the_root():

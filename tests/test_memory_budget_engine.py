@@ -9,8 +9,9 @@ import json
 
 import pytest
 
-from prefillonly_sgl import Engine, runtime_config
-from prefillonly_sgl.memory import calibration
+from prefillonly_sgl import Engine
+from prefillonly_sgl.config import runtime_config
+from prefillonly_sgl.memory import measurement
 from prefillonly_sgl.memory.budget import Measurement, MemoryBudgetError, plan_pool
 
 pytestmark = pytest.mark.slow  # calibration engines
@@ -79,7 +80,7 @@ def test_the_plan_is_reused_without_starting_an_engine(tiny_llama_path, measured
     def no_engine(pool):
         raise AssertionError("the saved measurement should have been used")
 
-    plan = calibration.plan(
+    plan = measurement.plan(
         2**30, no_engine, model_path=tiny_llama_path, device="cpu", dtype="float32",
         features=key["features"], chunk_size=1024, hybrid_mode="layer",
         max_prompt_tokens=MAX_PROMPT, log=print,
@@ -116,8 +117,8 @@ def test_without_a_length_the_longest_prompt_the_engine_accepts_is_measured(tiny
         chunk_size=None,
         log=print,
     )
-    plan = calibration.plan(2**30, start, **kwargs)
+    plan = measurement.plan(2**30, start, **kwargs)
     assert len(started) == 1 and 4000 < plan.max_prompt_tokens < 4096  # the tiny context: 4096
-    assert calibration.plan(2**30, start, **kwargs) == plan and len(started) == 1  # saved
+    assert measurement.plan(2**30, start, **kwargs) == plan and len(started) == 1  # saved
     with pytest.raises(ValueError, match="above what this engine accepts"):
-        calibration.plan(2**30, start, **kwargs, max_prompt_tokens=4096)
+        measurement.plan(2**30, start, **kwargs, max_prompt_tokens=4096)

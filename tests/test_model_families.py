@@ -1,12 +1,13 @@
 """The model families that start today, each a tiny random-weight checkpoint in its
-published shape (prefillonly_sgl/models/families.py), through the Engine with every
-feature the family allows, against transformers within 1e-4 in float32: cold, cached (the
-prefix cache must hit), a prompt past Gemma 3's sliding window and through 16-token hybrid
-chunks, labels of several tokens, echo and continuation logprobs, a decision (the probes
-of `prefillonly verify`, verify.py). One engine per family, started once; Llama and Qwen2
-are tests/test_engine_tiny_models.py's. Every family here runs hybrid prefilling's whole
-layers in 16-token query chunks (issue 62): batches whose length the chunk does and does
-not divide, several requests in one batch and a cache hit, against transformers, with
+published shape (prefillonly_sgl/models/tiny_family_checkpoints.py), through the Engine
+with every feature the family allows, against transformers within 1e-4 in float32: cold,
+cached (the prefix cache must hit), a prompt past Gemma 3's sliding window and through
+16-token hybrid chunks, labels of several tokens, echo and continuation logprobs, a
+decision (the probes of `prefillonly verify`, verification/verify.py). One engine per
+family, started once; Llama and Qwen2 are tests/test_engine_tiny_models.py's. Every
+family here runs hybrid prefilling's whole layers in 16-token query chunks (issue 62):
+batches whose length the chunk does and does not divide, several requests in one batch
+and a cache hit, against transformers, with
 the scheduler's log saying the layers ran in query chunks.
 
 Also: what the family switched off is reported (get_server_info, warnings at start), a
@@ -22,11 +23,13 @@ import warnings
 import pytest
 from conftest import max_abs_diff
 
-from prefillonly_sgl import Engine, families, verify
-from prefillonly_sgl.environment import HYBRID_LOG
+from prefillonly_sgl import Engine
 from prefillonly_sgl.hooking.events import read_events
-from prefillonly_sgl.models.families import build_family
-from prefillonly_sgl.reference import TransformersReference
+from prefillonly_sgl.machine.environment import HYBRID_LOG
+from prefillonly_sgl.models import families
+from prefillonly_sgl.models.tiny_family_checkpoints import build_family
+from prefillonly_sgl.verification import verify
+from prefillonly_sgl.verification.reference import TransformersReference
 
 pytestmark = pytest.mark.slow
 

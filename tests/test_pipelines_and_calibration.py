@@ -10,8 +10,8 @@ import pytest
 from conftest import counting_backend, max_abs_diff
 
 from prefillonly_sgl import Prompt, classifier
-from prefillonly_sgl.dsl import DeclarationError, calibration
-from prefillonly_sgl.pipelines import credit, drug_reviews, movielens
+from prefillonly_sgl.dsl import DeclarationError, contextual_calibration
+from prefillonly_sgl.pipelines import credit, drug_review_labeling, movielens
 
 EXAMPLES = "Review: this medicine worked well\nSentiment: positive\n\n"
 REVIEWS = ["I feel much better now", "would not take it again", "ok"]
@@ -36,10 +36,10 @@ def rows(results):
 
 def test_calibration_divides_out_the_content_free_prior_measured_once(engine):
     inputs = [(r, EXAMPLES) for r in REVIEWS]
-    free = [(text, EXAMPLES) for text in calibration.CONTENT_FREE]
-    prior = calibration.average(rows(plain.batch(free, engine=engine, progress=False)))
+    free = [(text, EXAMPLES) for text in contextual_calibration.CONTENT_FREE]
+    prior = contextual_calibration.average(rows(plain.batch(free, engine=engine, progress=False)))
     uncalibrated = rows(plain.batch(inputs, engine=engine, progress=False))
-    want = [calibration.divide_prior(r, prior) for r in uncalibrated]
+    want = [contextual_calibration.divide_prior(r, prior) for r in uncalibrated]
     backend = counting_backend(engine)
     got = rows(calibrated.batch(inputs, engine=backend, progress=False))
     assert max_abs_diff(got, want) < 1e-6
@@ -47,14 +47,14 @@ def test_calibration_divides_out_the_content_free_prior_measured_once(engine):
     # Calibration is a transform of the job: the content-free inputs went out in the same
     # request as the reviews, behind the same prefix.
     assert len(backend.requests) == 1
-    assert backend.items_sent == len(REVIEWS) + len(calibration.CONTENT_FREE)
+    assert backend.items_sent == len(REVIEWS) + len(contextual_calibration.CONTENT_FREE)
     # The prior is the backend's now: only the input goes out, for a call as for a batch.
     calibrated("ok", EXAMPLES, engine=backend)
-    assert backend.items_sent == len(REVIEWS) + len(calibration.CONTENT_FREE) + 1
+    assert backend.items_sent == len(REVIEWS) + len(contextual_calibration.CONTENT_FREE) + 1
     # Another context (other few-shot examples) has its own prior.
     sent = backend.items_sent
     calibrated("ok", "Review: bad\nSentiment: negative\n\n", engine=backend)
-    assert backend.items_sent == sent + 1 + len(calibration.CONTENT_FREE)
+    assert backend.items_sent == sent + 1 + len(contextual_calibration.CONTENT_FREE)
 
 
 def test_calibration_declarations_name_the_content():
@@ -64,7 +64,7 @@ def test_calibration_declarations_name_the_content():
         classifier(labels=["positive", "negative"], calibrate="text")(prompt)
     with pytest.raises(DeclarationError, match="normalize=True"):
         classifier(labels=["positive", "negative"], calibrate="review", normalize=False)(prompt)
-    assert calibration.divide_prior([0.5, 0.5], [0.8, 0.2]) == pytest.approx([0.2, 0.8])
+    assert contextual_calibration.divide_prior([0.5, 0.5], [0.8, 0.2]) == pytest.approx([0.2, 0.8])
 
 
 def in_unit_interval(values: dict) -> bool:
@@ -81,7 +81,7 @@ def test_credit_pipeline_end_to_end(engine, tmp_path):
 
 
 def test_drug_review_labeling_end_to_end(engine, tmp_path):
-    report = drug_reviews.run(limit=9, shots=1, engine=engine, out=tmp_path, progress=False)
+    report = drug_review_labeling.run(limit=9, shots=1, engine=engine, out=tmp_path, progress=False)
     for name in ("plain", "calibrated"):
         matrix = report[name]["confusion"]
         assert len(matrix) == 3 and sum(map(sum, matrix)) == 9

@@ -3,7 +3,7 @@
 import socket
 import threading
 
-from prefillonly_sgl import ports
+from prefillonly_sgl.machine import ports
 from prefillonly_sgl.replicas.launcher import healthy
 
 

@@ -14,10 +14,10 @@ import pytest
 from conftest import max_abs_diff
 
 from prefillonly_sgl import STOCK_SGLANG, Engine
-from prefillonly_sgl.environment import ATTENTION_LOG as LOG_ENV
-from prefillonly_sgl.environment import FORWARD_PROFILE as PROFILE_ENV
 from prefillonly_sgl.hooking.events import read_events
-from prefillonly_sgl.reference import TransformersReference
+from prefillonly_sgl.machine.environment import ATTENTION_LOG as LOG_ENV
+from prefillonly_sgl.machine.environment import FORWARD_PROFILE as PROFILE_ENV
+from prefillonly_sgl.verification.reference import TransformersReference
 
 pytestmark = pytest.mark.slow  # engines with and without the attention backend
 

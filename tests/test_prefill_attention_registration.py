@@ -37,8 +37,9 @@ def test_register_replaces_factories_by_name_and_keeps_stock_ones():
 
 
 def test_runtime_enabled_sets_and_restores_the_environment(monkeypatch, tmp_path):
-    from prefillonly_sgl import environment, runtime_config
-    from prefillonly_sgl.runtime_config import WorkerConfig
+    from prefillonly_sgl.config import runtime_config
+    from prefillonly_sgl.config.runtime_config import WorkerConfig
+    from prefillonly_sgl.machine import environment
 
     (tmp_path / "config.json").write_text("{}")
     config = runtime_config.resolve(

@@ -20,13 +20,13 @@ import pytest
 from conftest import max_abs_diff
 
 from prefillonly_sgl import STOCK_SGLANG, Engine
-from prefillonly_sgl.environment import ATTENTION_LOG as LOG_ENV
-from prefillonly_sgl.environment import FORWARD_LOG
-from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.features.prefill_kv.messages import REUSABLE_LEN_KEY
 from prefillonly_sgl.features.prefill_kv.policy import common_prefix_len, reusable_prefix_len
 from prefillonly_sgl.hooking.events import read_events
-from prefillonly_sgl.reference import TransformersReference
+from prefillonly_sgl.machine.environment import ATTENTION_LOG as LOG_ENV
+from prefillonly_sgl.machine.environment import FORWARD_LOG
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.verification.reference import TransformersReference
 
 TOLERANCE = 1e-4
 # Prompts of 2k-4k tokens, several times the pool: between runs of the whole suite on the

@@ -18,7 +18,7 @@ from test_prefill_kv_engine import (
 )
 
 from prefillonly_sgl.features.prefill_kv.policy import reusable_prefix_len
-from prefillonly_sgl.reference import TransformersReference
+from prefillonly_sgl.verification.reference import TransformersReference
 
 pytestmark = pytest.mark.slow  # engines with and without prefill-only KV
 

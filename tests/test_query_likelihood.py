@@ -9,7 +9,7 @@ import pytest
 from conftest import max_abs_diff
 
 import prefillonly_sgl as prefillonly
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 TOLERANCE = 1e-4  # float32 both sides
 QUERY = "Rank these passages for a question about the moon and its landings, please.\n"

@@ -200,16 +200,16 @@ def test_declarations_that_cannot_serve_the_apis_are_refused_at_start():
 def test_the_gateway_client_writes_and_reads_the_apis_wire_models():
     """No server: the DSL's gateway client sends the bodies it always sent, built from the
     replicas' request models, and rebuilds rows and usage from answers written with their
-    response models (prefillonly_sgl/wire.py on both ends)."""
+    response models (prefillonly_sgl/wire/ on both ends)."""
     from ranking_app_example import likely_answer, relevant, review_sentiment
 
     from prefillonly_sgl.dsl import gateway_client
-    from prefillonly_sgl.wire import (
+    from prefillonly_sgl.wire.prefillonly import Usage
+    from prefillonly_sgl.wire.sglang import (
         ClassifyData,
         ClassifyResponse,
         RerankMeta,
         SGLangRerankResult,
-        Usage,
     )
 
     sent, counted = [], []

@@ -1,4 +1,4 @@
-"""The one runtime configuration (prefillonly_sgl/runtime_config.py), SGLang only for its
+"""The one runtime configuration (prefillonly_sgl/config/runtime_config.py), SGLang only for its
 flag parser: the Engine's arguments and serve's flags resolve by the same rules to the same
 configuration, errors name what the user typed, and the workers' part survives its trip as JSON."""
 
@@ -8,9 +8,10 @@ import json
 
 import pytest
 
-from prefillonly_sgl import environment, runtime_config
+from prefillonly_sgl.config import runtime_config
+from prefillonly_sgl.config.runtime_config import BUDGET_MEM_FRACTION_STATIC, WorkerConfig
 from prefillonly_sgl.features import FEATURES, OPTIONS, STOCK_SGLANG
-from prefillonly_sgl.runtime_config import BUDGET_MEM_FRACTION_STATIC, WorkerConfig
+from prefillonly_sgl.machine import environment
 from prefillonly_sgl.server.options import parse_serve_argv, serve_config, server_flags
 
 
@@ -146,7 +147,7 @@ def test_a_missing_model_folder_is_named(tmp_path):
 
 
 def test_every_prefillonly_variable_is_named_in_environment_py():
-    """environment.py is the whole list: no other module defines a PREFILLONLY_ variable's
+    """machine/environment.py is the whole list: no other module defines a PREFILLONLY_ variable's
     name, and every one the sources or docs mention is in the list."""
     import ast
     import re
@@ -159,7 +160,7 @@ def test_every_prefillonly_variable_is_named_in_environment_py():
     for path in root.rglob("*.py"):
         text = path.read_text()
         mentioned |= set(re.findall(r"PREFILLONLY_[A-Z_]+", text))
-        if path.name == "environment.py":
+        if path.name == "machine/environment.py":
             continue
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):

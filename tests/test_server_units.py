@@ -9,7 +9,9 @@ import types
 import pytest
 from pydantic import BaseModel
 
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.usage import RequestUsage
+from prefillonly_sgl.scoring.validation import ModelLimits
 from prefillonly_sgl.server.admission import AdmissionControl
 from prefillonly_sgl.server.endpoints import (
     ENDPOINT_PROTOCOL,
@@ -25,8 +27,6 @@ from prefillonly_sgl.server.request_checks import (
     check_score_body,
     parse_json_body,
 )
-from prefillonly_sgl.usage import RequestUsage
-from prefillonly_sgl.validation import ModelLimits
 
 LIMITS = ModelLimits(vocab_size=100, max_prompt_tokens=50)
 
@@ -139,7 +139,7 @@ def test_device_defaults_never_override_the_users_flags(tmp_path, model_folder):
 def test_cpu_dtype_auto_is_the_folders_own_never_float16(model_folder):
     """SGLang's "auto" runs a float32 folder in float16, which has no fast CPU kernels
     (3.5x slower than float32 here): on CPU, serve and the Engine ask for the folder's."""
-    from prefillonly_sgl.device_defaults import resolve_dtype
+    from prefillonly_sgl.machine.device_defaults import resolve_dtype
     from prefillonly_sgl.server.options import serve_config, server_flags
 
     model = model_folder
@@ -463,7 +463,7 @@ def test_app_modules_load_by_name_and_cli_rejects_bad_options_before_starting(ca
 def test_every_error_body_has_sglangs_shape_and_one_type_per_status():
     import orjson
 
-    from prefillonly_sgl.server.errors import error_body
+    from prefillonly_sgl.server.error_bodies import error_body
 
     for status, kind in ((400, "BadRequestError"), (413, "RequestTooLargeError"), (500, "Error")):
         body = orjson.loads(error_body(status, "why"))
@@ -474,11 +474,11 @@ def test_every_error_body_has_sglangs_shape_and_one_type_per_status():
 def test_one_table_of_route_checks():
     """Each work path's check, from one table: SGLang's routes, the typed endpoints that
     count their prompts, a JSON object check for any other path."""
-    from prefillonly_sgl.errors import InvalidRequestError
+    from prefillonly_sgl.scoring.errors import InvalidRequestError
+    from prefillonly_sgl.scoring.validation import ModelLimits
     from prefillonly_sgl.server.endpoints import EndpointSpec
     from prefillonly_sgl.server.route_checks import CheckContext, check_request, route_checks
-    from prefillonly_sgl.validation import ModelLimits
-    from prefillonly_sgl.wire import Usage
+    from prefillonly_sgl.wire.prefillonly import Usage
 
     spec = EndpointSpec("/apps/x", Usage, Usage, lambda body, context: body,
                         count_prompts=lambda body: len(body["items"]))  # fmt: skip

@@ -62,9 +62,9 @@ def test_plugin_entry_point_is_installed():
 
 
 def test_plugin_is_inert_without_the_runtime_configuration(monkeypatch):
-    from prefillonly_sgl import environment
+    from prefillonly_sgl.config.runtime_config import WorkerConfig
     from prefillonly_sgl.hooking import process_state
-    from prefillonly_sgl.runtime_config import WorkerConfig
+    from prefillonly_sgl.machine import environment
     from prefillonly_sgl.sglang_runtime import plugin
 
     monkeypatch.delenv(environment.RUNTIME_CONFIG, raising=False)

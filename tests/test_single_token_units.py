@@ -8,18 +8,17 @@ import json
 
 import pytest
 
-from prefillonly_sgl.errors import InvalidRequestError
 from prefillonly_sgl.features.prefill_kv.policy import runs_one_forward
-from prefillonly_sgl.single_token.logprobs import text_offsets, top_rows
-from prefillonly_sgl.single_token.prefix import (
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.reusable_prefix import (
     WHOLE_PROMPT,
-    completion_prefix,
     prefix_ids_in,
-    prefix_token_ids,
     with_prefix_ids,
     with_whole_prompt,
     without_prefix_ids,
 )
+from prefillonly_sgl.single_token.logprobs import text_offsets, top_rows
+from prefillonly_sgl.single_token.prefix import completion_prefix, prefix_token_ids
 from prefillonly_sgl.single_token.requests import (
     CHAT_PATH,
     COMPLETIONS_PATH,

@@ -1,7 +1,7 @@
 """Tenant isolation of the prefix cache (issue 54, item 3): a request reuses, and reports
-as cached, only prefixes cached under its own salt (cache_salts.py); on a server with
---tenant-keys every key's tenant is a namespace of its own (server/tenants.py,
-sglang_runtime/http_server/tenants.py).
+as cached, only prefixes cached under its own salt (scoring/cache_salts.py); on a server with
+--tenant-keys every key's tenant is a namespace of its own (server/tenant_keys.py,
+sglang_runtime/http_server/tenant_requests.py).
 
 The plain rules first (no SGLang), then the session's tiny Engine with two salts, then
 one server with two tenant keys (started once for the module)."""
@@ -14,9 +14,9 @@ import pytest
 import requests
 from conftest import TESTS, tiny_server
 
-from prefillonly_sgl.cache_salts import cache_salt, effective_salt
 from prefillonly_sgl.features.jct_scheduler.prefix_marks import prefix_marks
-from prefillonly_sgl.server.tenants import TenantKeysError, parse_tenant_keys
+from prefillonly_sgl.scoring.cache_salts import cache_salt, effective_salt
+from prefillonly_sgl.server.tenant_keys import TenantKeysError, parse_tenant_keys
 
 KEY_A = "tenant-a-key-0123456789"
 KEY_B = "tenant-b-key-9876543210"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from prefillonly_sgl.errors import InvalidRequestError
-from prefillonly_sgl.validation import ModelLimits, validate_score_request
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.validation import ModelLimits, validate_score_request
 
 LIMITS = ModelLimits(vocab_size=100, max_prompt_tokens=10)
 

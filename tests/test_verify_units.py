@@ -8,9 +8,10 @@ import math
 
 import pytest
 
-from prefillonly_sgl import cli, verify
-from prefillonly_sgl.models.families import build_family
-from prefillonly_sgl.verify import Check, Report, Variant, VariantResult
+from prefillonly_sgl import cli
+from prefillonly_sgl.models.tiny_family_checkpoints import build_family
+from prefillonly_sgl.verification import verify
+from prefillonly_sgl.verification.verify import Check, Report, Variant, VariantResult
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from prefillonly_sgl.errors import EngineClosedError, EngineDiedError
+from prefillonly_sgl.scoring.errors import EngineClosedError, EngineDiedError
 from prefillonly_sgl.sglang_runtime.offline_engine import (
     WorkerOutput,
     WorkerWatch,

@@ -1,6 +1,6 @@
 """One memory budget for every system (issue 38): each system's KV pool is what the budget
 leaves after its own measured peak (weights, runtime and the activations of the workload's
-longest prompt), by the calibration prefillonly's memory budget uses (memory/calibration.py):
+longest prompt), by the calibration prefillonly's memory budget uses (memory/measurement.py):
 stock SGLang's measured with stock settings (every prefillonly feature off, so the prompt's
 whole KV must fit the pool and its activations are unchunked), ours by `serve
 --memory-budget` itself at start-up. Measurements are saved per settings, so a rerun only
@@ -16,7 +16,7 @@ from prefillonly_sgl.memory.budget import MemoryPlan
 
 def stock_plan(model: str, device: str, dtype: str, budget: str, max_prompt: int) -> MemoryPlan:
     """The pool stock SGLang gets under `budget` for prompts up to `max_prompt` tokens."""
-    from prefillonly_sgl import runtime_config
+    from prefillonly_sgl.config import runtime_config
     from prefillonly_sgl.engine import plan_memory
     from prefillonly_sgl.features import STOCK_SGLANG
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 
-from prefillonly_sgl.ports import free_port
+from prefillonly_sgl.machine.ports import free_port
 from prefillonly_sgl.replicas.launcher import healthy
 
 STOCK = {  # SGLang as shipped: its scheduling policies

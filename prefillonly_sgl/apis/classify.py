@@ -24,19 +24,19 @@ import uuid
 
 from prefillonly_sgl.apis.rerank import call_usage, model_name
 from prefillonly_sgl.apis.truncation import JOIN_SLACK
-from prefillonly_sgl.apis.vllm_conventions import truncated, truncation_limit
 from prefillonly_sgl.dsl.backends.server import server_backend
 from prefillonly_sgl.dsl.job import ClassifyJob
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.validation import check_text_or_ids
 from prefillonly_sgl.server.endpoints import EndpointSpec
-from prefillonly_sgl.server.errors import parse_body
-from prefillonly_sgl.validation import check_text_or_ids
-from prefillonly_sgl.wire import (
+from prefillonly_sgl.server.error_bodies import parse_body
+from prefillonly_sgl.wire.sglang import (
     ClassifyData,
     ClassifyRequest,
     ClassifyResponse,
     classify_parameter,
 )
+from prefillonly_sgl.wire.vllm import truncated, truncation_limit
 
 ERROR_SHAPE = "vllm"  # vLLM's clients and tests read `error.message`
 

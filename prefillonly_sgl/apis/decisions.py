@@ -3,7 +3,7 @@
 behind the state computed once (decisions/; the server's ScoringFront.decide).
 
 The handlers parse the body themselves (EndpointSpec.raw_body): /v1/decisions takes two
-shapes, told apart by the body (decisions/sglang_wire.is_sglang_body), and every
+shapes, told apart by the body (wire/sglang.is_sglang_body), and every
 refusal names the field. Errors go out in OpenAI's shape (`{"error": {...}}`), which the
 openai client and System One's both read. A request whose `model` names a decision
 function of the `--app` modules and that brings no questions asks that function's
@@ -13,13 +13,15 @@ questions (dsl/decision_endpoint.py). On a decision checkpoint (decisions/checkp
 
 from __future__ import annotations
 
-from prefillonly_sgl.decisions import openai_wire, sglang_wire, systemone_wire
 from prefillonly_sgl.decisions.bodies import parse
 from prefillonly_sgl.decisions.checkpoints import DECISIONS_REFUSAL
 from prefillonly_sgl.dsl.decision import DecisionFunction
 from prefillonly_sgl.dsl.decision_endpoint import arguments_from
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.server.endpoints import EndpointSpec, load_app_module
+from prefillonly_sgl.wire import openai as openai_wire
+from prefillonly_sgl.wire import sglang as sglang_wire
+from prefillonly_sgl.wire import systemone as systemone_wire
 
 
 def _served(body: object, functions: dict[str, DecisionFunction]) -> DecisionFunction | None:

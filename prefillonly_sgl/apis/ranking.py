@@ -16,8 +16,8 @@ POST /v1/classify  SGLang's / vLLM's schema (apis/classify.py): input (texts or 
 
 They replace SGLang's own routes of those paths, which serve cross-encoder and
 sequence-classification models only. Bad input gets a 400 naming the problem. The
-request and response models are the wire contract (prefillonly_sgl/wire.py,
-rerank_wire.py), shared with the DSL's gateway client.
+request and response models are the wire contracts (prefillonly_sgl/wire/: cohere.py,
+tei.py, sglang.py, prefillonly.py), shared with the DSL's gateway client.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ POST /v1/rerank   Cohere v1 / Jina / vLLM (what vLLM, SGLang and `cohere.Client(
                   return_documents, max_tokens_per_doc, vLLM's use_activation and
                   truncate_prompt_tokens -> {id, model, results [{index,
                   relevance_score, document?}], usage, meta}; `document` as
-                  vllm_conventions.echoes_documents says (vLLM's clients require it).
+                  wire.vllm.echoes_documents says (vLLM's clients require it).
                   A request carrying SGLang's field `rid` (SGLang's gateway `smg` always
                   sends it) gets SGLang's native answer instead: a list
                   of {score, document, index, meta_info}, best first, meta_info naming the
@@ -36,36 +36,26 @@ import uuid
 from dataclasses import dataclass
 
 from prefillonly_sgl.apis.truncation import JOIN_SLACK, fit_documents
-from prefillonly_sgl.apis.vllm_conventions import (
-    echoes_documents,
-    relevance_logit,
-    truncation_limit,
-)
 from prefillonly_sgl.dsl.backends.server import server_backend
 from prefillonly_sgl.dsl.job import RankJob
-from prefillonly_sgl.errors import InvalidRequestError
-from prefillonly_sgl.rerank_wire import (
-    RerankV2Request,
-    RerankV2Response,
-    TeiRank,
-    TeiRerankRequest,
-    TeiRerankResponse,
-)
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.server.endpoints import EndpointSpec
-from prefillonly_sgl.server.errors import parse_body
-from prefillonly_sgl.wire import (
-    RerankAnswer,
+from prefillonly_sgl.server.error_bodies import parse_body
+from prefillonly_sgl.wire.cohere import (
     RerankApiVersion,
     RerankDocument,
-    RerankMeta,
     RerankRequest,
     RerankResponse,
     RerankResponseMeta,
     RerankResult,
     RerankTokens,
-    SGLangRerankResult,
-    Usage,
+    RerankV2Request,
+    RerankV2Response,
 )
+from prefillonly_sgl.wire.prefillonly import Usage, api_usage
+from prefillonly_sgl.wire.sglang import RerankAnswer, RerankMeta, SGLangRerankResult
+from prefillonly_sgl.wire.tei import TeiRank, TeiRerankRequest, TeiRerankResponse
+from prefillonly_sgl.wire.vllm import echoes_documents, relevance_logit, truncation_limit
 
 
 @dataclass(frozen=True)
@@ -77,7 +67,7 @@ class Reranked:
 
     def relevance(self, item, use_activation: bool | None = None) -> float:
         """The item's relevance in [0, 1]; vLLM's ``use_activation=False``: before the
-        sigmoid (vllm_conventions.relevance_logit)."""
+        sigmoid (wire/vllm.py: relevance_logit)."""
         r = math.exp(item.score) if item.token_logprobs is not None else item.score
         return relevance_logit(r) if use_activation is False else r
 
@@ -173,7 +163,7 @@ class Reranker:
 def call_usage(context) -> Usage:
     """The answered request's token usage (the API answers' `usage`)."""
     usage = context.usage
-    return Usage() if usage is None else usage.api_usage()
+    return Usage() if usage is None else api_usage(usage)
 
 
 def model_name(context, asked: str | None) -> str:

@@ -3,21 +3,25 @@ that do not hold the model's tokenizer, and labels of any number of tokens:
     {"query": "Review: great!\\nSentiment:", "items": [""], "labels": [" very good", " bad"]}
  -> {"scores": [{" very good": 0.93, " bad": 0.07}], "rows": [[0.93, 0.07]], "usage": {...}}
 Each label is taken verbatim, tokenized where it follows each prompt (the DSL's label
-compiler, labels.py: a 400 names a label that merges with the prompt's end); a label
+compiler, scoring/labels.py: a 400 names a label that merges with the prompt's end); a label
 of several tokens scores the product of their probabilities (docs/labels.md).
 Instead of words, "label_token_ids" gives the labels as token ids (per label an id or a
 list of ids): what the DSL's remote backend sends for labels of several tokens, which
 SGLang's /v1/score cannot carry. "rows" lists each item's scores in label order.
-The request and response models are the wire contract (prefillonly_sgl/wire.py).
+The request and response models are the wire contract (prefillonly_sgl/wire/prefillonly.py).
 """
 
 from __future__ import annotations
 
 import json
 
-from prefillonly_sgl.labels import label_word_ids
+from prefillonly_sgl.scoring.labels import label_word_ids
 from prefillonly_sgl.server.endpoints import EndpointSpec
-from prefillonly_sgl.wire import ScoreLabelsRequest, ScoreLabelsResponse
+from prefillonly_sgl.wire.prefillonly import (
+    ScoreLabelsRequest,
+    ScoreLabelsResponse,
+    score_labels_usage,
+)
 
 
 async def score_labels(request: ScoreLabelsRequest, context) -> ScoreLabelsResponse:
@@ -44,7 +48,7 @@ async def score_labels(request: ScoreLabelsRequest, context) -> ScoreLabelsRespo
     return ScoreLabelsResponse(
         scores=[dict(zip(names, row)) for row in result.scores],
         rows=result.scores,
-        usage=None if usage is None else usage.score_labels_usage(),
+        usage=None if usage is None else score_labels_usage(usage),
     )
 
 

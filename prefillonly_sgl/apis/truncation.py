@@ -13,7 +13,7 @@ its own (no special tokens), decoded back to text at that token boundary. Two li
 
 from __future__ import annotations
 
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 JOIN_SLACK = 8  # tokens a document's edges may add when merged into the prompt
 

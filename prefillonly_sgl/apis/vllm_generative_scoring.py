@@ -11,8 +11,8 @@ vLLM's: the prompts' tokens, and the one token per item that vLLM's max_tokens=1
 as completion. Refusals are vLLM's 400s in its error envelope, checked in vLLM's order
 (a label out of vocabulary, no labels, no items).
 
-On /v1/score the body is told from SGLang's by its own keys (vllm_conventions
-.is_vllm_generative_score_body): one of vLLM's pair fields (`queries` / `documents`, ...)
+On /v1/score the body is told from SGLang's by its own keys (wire/vllm.py:
+is_vllm_generative_score_body): one of vLLM's pair fields (`queries` / `documents`, ...)
 with `label_token_ids`. Each distinct query is one scoring call, so its prefix is
 computed once.
 """
@@ -25,15 +25,11 @@ import uuid
 from pydantic import BaseModel, ConfigDict, Field
 
 from prefillonly_sgl.apis.rerank import model_name
-from prefillonly_sgl.apis.vllm_conventions import (
-    is_vllm_generative_score_body,
-    score_fields,
-    score_pairs,
-)
 from prefillonly_sgl.apis.vllm_score import VllmPairFields
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.server.endpoints import EndpointSpec
-from prefillonly_sgl.server.errors import parse_body
+from prefillonly_sgl.server.error_bodies import parse_body
+from prefillonly_sgl.wire.vllm import is_vllm_generative_score_body, score_fields, score_pairs
 
 
 class GenerativeScoringRequest(BaseModel):

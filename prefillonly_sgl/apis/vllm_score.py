@@ -3,7 +3,7 @@
 vLLM's score request pairs texts: `queries` with `documents` (or `items`), `data_1` with
 `data_2`, `text_1` with `text_2`; one query against every document, or the i-th with the
 i-th. A body with one of those keys and neither of SGLang's `query` / `label_token_ids`
-is vLLM's (vllm_conventions.is_vllm_score_body; EndpointSpec.claims hands it here);
+is vLLM's (wire.vllm.is_vllm_score_body; EndpointSpec.claims hands it here);
 every other body stays SGLang's. Each pair is scored by the server's reranker (the one
 /v1/rerank uses: apis/rerankers.py or `--rerank NAME`), a call per distinct query, so its
 prefix is computed once. The answer is vLLM's ScoreResponse: {id, object: "list",
@@ -19,20 +19,17 @@ import uuid
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from prefillonly_sgl.apis.rerank import Reranker, call_usage, model_name
-from prefillonly_sgl.apis.vllm_conventions import (
-    is_vllm_score_body,
-    score_fields,
-    score_pairs,
-)
 from prefillonly_sgl.server.endpoints import EndpointSpec
-from prefillonly_sgl.server.errors import parse_body
-from prefillonly_sgl.wire import Usage, positive_max_tokens_per_doc
+from prefillonly_sgl.server.error_bodies import parse_body
+from prefillonly_sgl.wire.cohere import positive_max_tokens_per_doc
+from prefillonly_sgl.wire.prefillonly import Usage
+from prefillonly_sgl.wire.vllm import is_vllm_score_body, score_fields, score_pairs
 
 Texts = str | list[str]
 
 
 class VllmPairFields(BaseModel):
-    """vLLM's score body's pair fields (which pair a body uses: vllm_conventions.score_fields),
+    """vLLM's score body's pair fields (which pair a body uses: wire.vllm.score_fields),
     shared by its reranker body (below) and its generative-scoring body
     (vllm_generative_scoring.py)."""
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from prefillonly_sgl.batch.local_runner import run_batch
 from prefillonly_sgl.batch.ray_runner import DEFAULT_BUCKET
-from prefillonly_sgl.batch.runner import run_batch
 from prefillonly_sgl.batch.scoring import BatchAborted
 from prefillonly_sgl.batch.sources import check_source
 from prefillonly_sgl.engine import Engine
-from prefillonly_sgl.errors import PrefillOnlyError
+from prefillonly_sgl.scoring.errors import PrefillOnlyError
 from prefillonly_sgl.server.endpoints import load_app_module
 
 EPILOG = """\

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from prefillonly_sgl.batch.sinks import write_errors
 from prefillonly_sgl.batch.sources import RecordError
 from prefillonly_sgl.batch.tasks import Prepared, Task
-from prefillonly_sgl.errors import InvalidRequestError, PrefillOnlyError
+from prefillonly_sgl.scoring.errors import InvalidRequestError, PrefillOnlyError
 
 
 class BatchAborted(PrefillOnlyError, RuntimeError):

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from prefillonly_sgl.batch.sources import file_format
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 MAX_ERROR_FIELD_CHARS = 200  # a record's fields are echoed into the errors file, cut here
 

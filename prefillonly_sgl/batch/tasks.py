@@ -16,7 +16,7 @@ from typing import Any
 from prefillonly_sgl.dsl.job import ClassifyJob, RankJob
 from prefillonly_sgl.dsl.prompt import Prompt
 from prefillonly_sgl.dsl.signature import validate_list
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ on a scale), each answered with every option's probability, nothing generated.
     prompts.py   the wording and the state's place in the chat template
     plan.py      the call compiled to score requests: the state once, each question an item
     answers.py   probabilities -> answers: normalising, debiasing, calibration, confidence
-    runner.py    the plan run on a score function (the Engine's or the server's front)
-    openai_wire.py, systemone_wire.py, sglang_wire.py: the three wire shapes <-> the call
+    execution.py the plan run on a score function (the Engine's or the server's front)
+(the three wire shapes of a call, OpenAI's, System One's and SGLang's, and their
+conversions: wire/openai.py, wire/systemone.py, wire/sglang.py)
 
 Plain Python: the SGLang side is ScoringFront.decide (sglang_runtime/score_front.py);
 the HTTP routes are apis/decisions.py; the DSL's decision functions are dsl/decision.py.

@@ -9,7 +9,7 @@ tokens by the chain rule) comes back from the score requests. Per question:
   normalised over the options (temperature 1: p_i / sum p), then averaged over the option
   orders asked (debiasing: a position the model favours is every option's in turn);
 - with calibration, the same for each content-free state (the prior), averaged, divided
-  out and renormalised (priors.py, the DSL's rule: p_i ~ p_i / prior_i);
+  out and renormalised (scoring/priors.py, the DSL's rule: p_i ~ p_i / prior_i);
 - confidence, as the peers publish it (TypeSafe's formulas, in llama.cpp's and SGLang's
   servers): a choice or yes/no `max(0, (p_max - 1/n) / (1 - 1/n))`; a score
   `max(0, 1 - sum_i p_i |i - mode| / mean_i |i - (n-1)/2|)`;
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from prefillonly_sgl.decisions.call import Question, QuestionResult
 from prefillonly_sgl.decisions.plan import DecisionPlan
-from prefillonly_sgl.priors import average, divide_prior
+from prefillonly_sgl.scoring.priors import average, divide_prior
 
 
 def normalise(raw: Sequence[float], temperature: float = 1.0) -> list[float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ValidationError
 
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 
 def field_path(loc) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 Kind = Literal["predicate", "choice", "score"]
 Wording = Literal["names", "letters"]  # options answered by name (ours) or A-Z (SGLang v1)

@@ -1,6 +1,6 @@
 """Decision checkpoints: models trained to answer /v1/systemone, and the readout each one
 answers with (plain Python; SGLang 0.5.23's loaders find the files, the server reads
-what they found: sglang_runtime/http_server/decision_checkpoints.py).
+what they found: sglang_runtime/http_server/systemone_checkpoints.py).
 
     lm_head        any causal LM: the generic prompt, the labels' logits (decisions/)
     decision_config  a Qwen3.5 backbone with decision_config.json: the trained prompt, the

@@ -8,7 +8,7 @@ Every question becomes an item behind one computed state:
 - each question's prompt is tokenized whole, as a transformers forward of the same text
   would be, and the query is the longest token prefix all of them share (the state, and
   the questions' first words where they begin alike);
-- each option's label is its own token ids after the prompt (labels.py's compiler:
+- each option's label is its own token ids after the prompt (scoring/labels.py's compiler:
   any number of tokens, scored by the chain rule); an option whose label is the start of
   another's gets the end of the answer after it (the template's end of turn), so the
   options stay exclusive events;
@@ -24,15 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from prefillonly_sgl.decisions.call import DecisionCall, Message, Question
-from prefillonly_sgl.decisions.prompts import (
-    end_of_answer,
-    label_texts,
-    question_block,
-    render_state,
-)
-from prefillonly_sgl.errors import InvalidRequestError
-from prefillonly_sgl.labels import LabelError, compile_labels, label_set
-from prefillonly_sgl.priors import CONTENT_FREE
+from prefillonly_sgl.decisions.prompts import PromptSlot, render_prompts
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.labels import LabelError, compile_labels, label_set
+from prefillonly_sgl.scoring.priors import CONTENT_FREE
 
 Ids = tuple[int, ...]
 
@@ -137,32 +132,35 @@ class _Labels:
 
 def plan_decision(call: DecisionCall, tokenizer, max_prompt_tokens: int) -> DecisionPlan:
     """The score requests that answer ``call``. InvalidRequestError names the field of
-    anything that cannot be asked (a state past the context, labels that collide)."""
+    anything that cannot be asked (a state past the context, labels that collide).
+
+    One pass: which prompts the call asks (states, option orders), their texts rendered
+    at once (prompts.render_prompts), then tokenized, labelled and grouped here."""
     states = [call.messages]
     if call.calibrate:
         states += [content_free_state(call.messages, text) for text in CONTENT_FREE]
-    templates = [render_state(tokenizer, s, call.chat_template_kwargs) for s in states]
-    end = end_of_answer(tokenizer, templates[0], call.chat_template_kwargs)
-    end_ids = tuple(tokenizer.encode(end, add_special_tokens=False)) or (
+    slots = [
+        PromptSlot(q, order, s)
+        for q, question in enumerate(call.questions)
+        for order in option_orders(question, call.debias)
+        for s in range(len(states))
+    ]
+    rendering = render_prompts(tokenizer, call, states, slots)
+    end_ids = tuple(tokenizer.encode(rendering.end_of_answer, add_special_tokens=False)) or (
         (tokenizer.eos_token_id,) if tokenizer.eos_token_id is not None else ()
     )
     labels_of = _Labels(tokenizer, end_ids)
-
-    # (question, order, state, prompt text, labels), every prompt of the call
-    specs = []
-    for q, question in enumerate(call.questions):
-        for order in option_orders(question, call.debias):
-            block = question_block(question, order, call.wording)
-            for s, template in enumerate(templates):
-                text = template.prompt(block)
-                texts = label_texts(question, order, call.wording)
-                specs.append((q, order, s, text, labels_of(question, texts, text[-32:])))
+    labels = [
+        labels_of(call.questions[slot.question], list(rendering.label_texts[i]), text[-32:])
+        for i, (slot, text) in enumerate(zip(slots, rendering.texts))
+    ]
 
     prompts: list[PlannedPrompt] = []
     queries: dict[int, list[int]] = {}
-    for s, template in enumerate(templates):
-        mine = [spec for spec in specs if spec[2] == s]
-        encoded = _encode_all(tokenizer, [spec[3] for spec in mine], template.add_special_tokens)
+    for s, template in enumerate(rendering.templates):
+        mine = [i for i, slot in enumerate(slots) if slot.state == s]
+        texts = [rendering.texts[i] for i in mine]
+        encoded = _encode_all(tokenizer, texts, template.add_special_tokens)
         state_ids = _encode_all(tokenizer, [template.prefix], template.add_special_tokens)[0]
         if s == 0 and common_prefix_len(state_ids, encoded[0]) >= max_prompt_tokens:
             raise InvalidRequestError(
@@ -170,8 +168,9 @@ def plan_decision(call: DecisionCall, tokenizer, max_prompt_tokens: int) -> Deci
                 f"at most {max_prompt_tokens} tokens (its context), questions included"
             )
         queries[s] = list(encoded[0][: shared_prefix_len(state_ids, encoded)])
-        for (q, order, _, _, labels), ids in zip(mine, encoded):
-            prompts.append(PlannedPrompt(q, order, s, tuple(ids), labels))
+        for i, ids in zip(mine, encoded):
+            slot = slots[i]
+            prompts.append(PlannedPrompt(slot.question, slot.order, s, tuple(ids), labels[i]))
 
     refusals: dict[int, str] = {}
     for p in prompts:

@@ -39,8 +39,8 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass
 
-from prefillonly_sgl.decisions.call import Message, Question, Wording
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.decisions.call import DecisionCall, Message, Question, Wording
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 _SENTINEL = "\u2063decision-question-slot\u2063"
 _REPLY = "\u2063decision-answer-slot\u2063"
@@ -190,3 +190,44 @@ def end_of_answer(tokenizer, template: StateTemplate, template_kwargs: dict) -> 
         if eos:
             return eos
     return "\n"
+
+
+@dataclass(frozen=True)
+class PromptSlot:
+    """One prompt the plan asks for: a question, its options' order, the state it follows
+    (an index into the states passed to render_prompts)."""
+
+    question: int
+    order: tuple[int, ...]
+    state: int
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """Every text of a call's prompts, rendered in one pass."""
+
+    templates: tuple[StateTemplate, ...]  # per state
+    end_of_answer: str  # what follows an answer in the call's own state's template
+    texts: tuple[str, ...]  # per slot: the whole prompt
+    label_texts: tuple[tuple[str, ...], ...]  # per slot: each option's label, in its order
+
+
+def render_prompts(
+    tokenizer, call: DecisionCall, states: list[tuple[Message, ...]], slots: list[PromptSlot]
+) -> Rendering:
+    """The texts of every slot's prompt: each state rendered once with the chat template
+    and split at the question's place, each question's block put there."""
+    templates = tuple(render_state(tokenizer, s, call.chat_template_kwargs) for s in states)
+    texts, labels = [], []
+    for slot in slots:
+        question = call.questions[slot.question]
+        texts.append(
+            templates[slot.state].prompt(question_block(question, slot.order, call.wording))
+        )
+        labels.append(tuple(label_texts(question, slot.order, call.wording)))
+    return Rendering(
+        templates=templates,
+        end_of_answer=end_of_answer(tokenizer, templates[0], call.chat_template_kwargs),
+        texts=tuple(texts),
+        label_texts=tuple(labels),
+    )

@@ -14,17 +14,17 @@ local.py an Engine here, remote.py a server, server.py a serving runtime's own p
 registry.py keeps one per target) -> probability rows -> typed results (results.py).
 Compiling a job: function.py (what both decorators share) with prompt.py (Prompt: shared
 prefix vs item; chat templates), ../labels.py (label sets -> each label's tokens in
-context, one or several), request.py (prompts grouped into score requests) and runner.py
+context, one or several), request.py (prompts grouped into score requests) and request_sending.py
 (sending them). signature.py validates inputs with pydantic. Over HTTP: app_models.py
 (the endpoint models), endpoint.py (`prefillonly serve --app`, server side),
 app_client.py (what RemoteBackend posts there), gateway_client.py (through SGLang's
-gateway: /v1/rerank, /v1/classify). calibration.py: contextual calibration of a
+gateway: /v1/rerank, /v1/classify). contextual_calibration.py: contextual calibration of a
 classifier. decision.py: @decision, typed questions about a state (decisions/ compiles
 them; decision_server.py sends them to any decisions server; decision_endpoint.py serves
 them). Everything but the backends is plain Python.
 """
 
-from prefillonly_sgl.dsl import calibration
+from prefillonly_sgl.dsl import contextual_calibration
 from prefillonly_sgl.dsl.backends import set_default_backend, use
 from prefillonly_sgl.dsl.backends.base import Backend
 from prefillonly_sgl.dsl.backends.local import LocalEngineBackend
@@ -36,7 +36,7 @@ from prefillonly_sgl.dsl.ranker import Ranker, ranker
 from prefillonly_sgl.dsl.request import CompiledCall, ScoreRequest
 from prefillonly_sgl.dsl.results import Classification, RankedItem, Ranking
 from prefillonly_sgl.dsl.signature import DeclarationError
-from prefillonly_sgl.labels import LabelError, LabelSet, compile_labels, label_set
+from prefillonly_sgl.scoring.labels import LabelError, LabelSet, compile_labels, label_set
 
 __all__ = [
     "Backend",
@@ -56,7 +56,7 @@ __all__ = [
     "RemoteBackend",
     "RemoteBackendError",
     "ScoreRequest",
-    "calibration",
+    "contextual_calibration",
     "classifier",
     "compile_labels",
     "label_set",

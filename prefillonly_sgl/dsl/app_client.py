@@ -17,9 +17,9 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prefillonly_sgl.cache_salts import REQUEST_SALT
 from prefillonly_sgl.dsl.app_models import MARKER, app_models
 from prefillonly_sgl.dsl.job import Job, RankJob
+from prefillonly_sgl.scoring.cache_salts import REQUEST_SALT
 
 Post = Callable[[str, dict], dict]  # (path, JSON body) -> JSON answer
 

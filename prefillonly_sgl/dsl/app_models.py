@@ -3,8 +3,8 @@ server side (endpoint.py) and the client side (app_client.py, used by RemoteBack
 
 Request models come from the function's signature (extra fields are refused), response
 models are the DSL's result models, so the label type is an enum in /openapi.json. A
-request (a batch: at its top, not per input) also takes `cache_salt` (wire.py), unless the
-function has a parameter of that name. Each
+request (a batch: at its top, not per input) also takes `cache_salt` (wire/fields.py),
+unless the function has a parameter of that name. Each
 request model carries ``x-prefillonly-dsl`` (kind, function, labels) in its JSON schema:
 how a client recognises the endpoint of *its* function.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from prefillonly_sgl.dsl.signature import DeclarationError
-from prefillonly_sgl.wire import cache_salt_field
+from prefillonly_sgl.wire.fields import cache_salt_field
 
 MARKER = "x-prefillonly-dsl"  # JSON-schema key of a DSL endpoint's request model
 

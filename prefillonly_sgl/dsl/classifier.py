@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import inspect
 
-from prefillonly_sgl.dsl import calibration
+from prefillonly_sgl.dsl import contextual_calibration
 from prefillonly_sgl.dsl.backends import resolve_backend
 from prefillonly_sgl.dsl.endpoint import classifier_endpoints
 from prefillonly_sgl.dsl.function import RESERVED, ScoringFunction
 from prefillonly_sgl.dsl.job import ClassifyJob
 from prefillonly_sgl.dsl.request import CompiledCall
+from prefillonly_sgl.dsl.request_sending import DEFAULT_IN_FLIGHT, Progress
 from prefillonly_sgl.dsl.results import Classification, classification_model, classifications
-from prefillonly_sgl.dsl.runner import DEFAULT_IN_FLIGHT, Progress
 from prefillonly_sgl.dsl.signature import DeclarationError
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 DEFAULT_BATCH_SIZE = 64  # inputs per score request in .batch(): a smooth progress bar
 
@@ -46,7 +46,9 @@ class Classifier(ScoringFunction):
         super().__init__(fn, labels, reserved=RESERVED, **options)
         self.batch_size = batch_size
         self.result_model = classification_model(fn.__name__, self.labels)
-        self.content = calibration.content_params(calibrate, self.inputs.params, fn.__qualname__)
+        self.content = contextual_calibration.content_params(
+            calibrate, self.inputs.params, fn.__qualname__
+        )
         if self.content and not self.normalize:
             raise DeclarationError(
                 f"{fn.__qualname__}: calibrate needs normalize=True (probabilities over the labels)"
@@ -161,7 +163,7 @@ def classifier(
     length_normalize: score a label of several tokens by its per-token (geometric mean)
         probability instead of the product, before normalize.
     batch_size: inputs per score request in ``batch`` / ``abatch``.
-    calibrate: contextual calibration (calibration.py): the parameter(s) holding the
+    calibrate: contextual calibration (contextual_calibration.py): the parameter(s) holding the
         content (a name, a list, or True for a one-parameter function). Their values are
         replaced by content-free texts behind the same other arguments, and the average
         label probabilities of those (the model's prior lean) divided out of each answer.

@@ -55,7 +55,7 @@ from prefillonly_sgl.decisions.call import (
     QuestionResult,
 )
 from prefillonly_sgl.dsl.signature import DeclarationError, Signature, type_hints
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 RESERVED = ("engine",)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, create_model
 
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.server.endpoints import EndpointSpec
 
 

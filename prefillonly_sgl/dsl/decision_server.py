@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 
 from prefillonly_sgl.decisions.call import DecisionCall, Question, QuestionResult
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 PROTOCOLS = ("openai", "systemone")
 

@@ -34,7 +34,7 @@ from pydantic import BaseModel
 from prefillonly_sgl.dsl.app_models import app_models
 from prefillonly_sgl.dsl.backends.server import server_backend
 from prefillonly_sgl.dsl.job import ClassifyJob, RankJob
-from prefillonly_sgl.labels import LabelError
+from prefillonly_sgl.scoring.labels import LabelError
 from prefillonly_sgl.server.endpoints import EndpointSpec
 
 logger = logging.getLogger(__name__)

@@ -11,9 +11,15 @@ import typing
 from prefillonly_sgl.dsl.prompt import ChatFormat, Prompt
 from prefillonly_sgl.dsl.request import CompiledCall, group_continuations, group_requests
 from prefillonly_sgl.dsl.signature import DeclarationError, Signature, type_hints
-from prefillonly_sgl.errors import InvalidRequestError
-from prefillonly_sgl.labels import NO_LABELS, TAIL_CHARS, LabelSet, compile_labels, label_set
-from prefillonly_sgl.wire import LabelIds
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.labels import (
+    NO_LABELS,
+    TAIL_CHARS,
+    LabelIds,
+    LabelSet,
+    compile_labels,
+    label_set,
+)
 
 RESERVED = ("engine",)  # call keywords every decorated function takes
 _LABEL_CACHE_SIZE = 1024

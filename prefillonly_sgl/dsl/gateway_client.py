@@ -17,7 +17,8 @@ meta_info, which the gateway passes through, with the document's label probabili
 classify: `function`, `labels`), so a call never silently runs another function; the
 rows are rebuilt from the label probabilities (a likelihood ranker's: from the query's
 token logprobs), exactly as after a /v1/score call. The
-bodies and answers are the replicas' wire models (prefillonly_sgl/wire.py).
+bodies and answers are the replicas' wire models (prefillonly_sgl/wire/:
+cohere.py, sglang.py).
 """
 
 from __future__ import annotations
@@ -29,16 +30,16 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
-from prefillonly_sgl.cache_salts import salt_fields
 from prefillonly_sgl.dsl.job import ClassifyJob, Job, RankJob
-from prefillonly_sgl.errors import InvalidRequestError, PrefillOnlyError
-from prefillonly_sgl.wire import (
+from prefillonly_sgl.scoring.cache_salts import salt_fields
+from prefillonly_sgl.scoring.errors import InvalidRequestError, PrefillOnlyError
+from prefillonly_sgl.wire.cohere import RerankRequest
+from prefillonly_sgl.wire.fields import request_body
+from prefillonly_sgl.wire.sglang import (
     ClassifyRequest,
     ClassifyResponse,
     RerankMeta,
-    RerankRequest,
     classify_parameter,
-    request_body,
 )
 
 Post = Callable[..., object]  # (path, JSON body, headers=None) -> decoded JSON answer

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 _ITEM_MARK = "\ue000PREFILLONLY_ITEM\ue000"  # private-use characters: never in real text
 

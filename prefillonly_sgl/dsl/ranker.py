@@ -44,8 +44,8 @@ from prefillonly_sgl.dsl.job import RankJob
 from prefillonly_sgl.dsl.request import CompiledCall
 from prefillonly_sgl.dsl.results import Ranking, label_probs, ranking_model
 from prefillonly_sgl.dsl.signature import DeclarationError, validate_list
-from prefillonly_sgl.errors import InvalidRequestError
-from prefillonly_sgl.labels import NO_LABELS, LabelSet
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.labels import NO_LABELS, LabelSet
 
 RANKER_RESERVED = RESERVED + ("items", "top_k", "score")
 METHODS = ("labels", "likelihood")

@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from prefillonly_sgl.dsl.prompt import Prompt
-from prefillonly_sgl.errors import InvalidRequestError
-from prefillonly_sgl.wire import LabelIds
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.labels import LabelIds
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, create_model
 
-from prefillonly_sgl.labels import LabelSet
+from prefillonly_sgl.scoring.labels import LabelSet
 
 
 class Classification(BaseModel):

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
-from prefillonly_sgl.errors import InvalidRequestError, PrefillOnlyError
+from prefillonly_sgl.scoring.errors import InvalidRequestError, PrefillOnlyError
 
 
 class DeclarationError(PrefillOnlyError, TypeError):

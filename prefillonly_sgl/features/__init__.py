@@ -5,7 +5,7 @@ A feature has one row in FEATURES: its name (``Engine.features``, ``serve --feat
 its Engine switch, its ``serve`` flag, its options (Engine argument and flag each), the
 class of its resolved settings, the function that installs its hooks in an SGLang process
 and the features it needs. The Engine's arguments, serve's flags, the worker configuration
-(runtime_config.py) and the plugin's install loop (sglang_runtime/plugin.py) are all read
+(config/runtime_config.py) and the plugin's install loop (sglang_runtime/plugin.py) are all read
 from this table, so adding a feature is a row here plus its folder (ARCHITECTURE.md,
 "Adding a feature").
 
@@ -248,7 +248,7 @@ def select_features(
     insisted: features the caller asked for explicitly (a name in `requested` counts too):
         one whose dependency is off is an error (ValueError naming why), never dropped.
     name_of: how the caller's user calls a feature (the Engine: its argument names).
-    unavailable: {feature: why} this model cannot run (its family, families.py): off like
+    unavailable: {feature: why} this model cannot run (its family, models/families.py): off like
         a disabled one, and an error (ValueError naming why) where insisted on.
     """
     explicit = requested is not None

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prefillonly_sgl.environment import ProcessSwitches
-from prefillonly_sgl.runtime_config import WorkerConfig
+from prefillonly_sgl.config.runtime_config import WorkerConfig
+from prefillonly_sgl.machine.environment import ProcessSwitches
 
 
 @dataclass

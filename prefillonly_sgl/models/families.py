@@ -1,373 +1,303 @@
-"""Tiny random-weight checkpoints of each model family, built on the fly for parity tests.
+"""The model-family registry (plain Python: no SGLang, no torch): which architectures each
+family covers, the kinds of layer it is made of, and so which runtime features it cannot
+run, and why.
 
-Each builder writes a folder (config.json, safetensors, tokenizer) in the shape the
-published checkpoints of that family use, only smaller: transformers' own config and
-model classes, the project's tiny tokenizer (prefillonly_sgl.models.tiny), seeded weights
-widened to std 0.2 so a wrong mask, position or layer kind shows up as a large error, and
-float32. A folder built twice is identical. Each build takes about a second.
+A feature's limits belong to a kind of layer, never to an architecture: a family is a
+list of kinds (LAYER_KINDS), and what it cannot run is the union of what its kinds cannot
+(`Family.features_off`). Keys are feature names (features/__init__.py) or
+"feature:variant" for one variant of a feature ("hybrid_prefill:layer", its whole-layer
+mode: the family gets the other mode instead).
 
-Published shapes matter: a Gemma 3 with alternating layers and untied embeddings (no
-published checkpoint has that shape) scored 0.39 away from transformers in SGLang, the
-published 5 sliding : 1 full with tied embeddings 1.5e-7 (shared notes, models-and-data).
-
-    python -m prefillonly_sgl.models.families /tmp/tiny-gemma3 --family gemma3
+runtime_config.resolve reads the family of the model folder (`family_of_model`) and
+switches those features off, with the reason, before anything starts (a feature the
+user asked for explicitly is an error naming the family and docs/models.md); an
+architecture outside the table starts with a warning naming `prefillonly verify`, which
+checks a model against transformers feature by feature (verification/verify.py).
+docs/models.md is the table as verify measured it on tiny checkpoints of each family
+(models/tiny_family_checkpoints.py).
 """
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Callable
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
-from prefillonly_sgl.models.tiny import build_tiny_model, build_tokenizer, common_sizes
-
-# Small enough that prompts of ~40 tokens cross the window (tests must exercise it).
-SLIDING_WINDOW = 16
-
-# Qwen3.5's vision markers; the published tokenizer has them as special tokens, and the
-# ConditionalGeneration config points at them, so the tiny tokenizer gets them too
-# (outside the text, they are never in a text-only prompt).
-_QWEN3_5_VISION_TOKENS = [
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-]
+DOCS = "docs/models.md"
+VERIFY_COMMAND = "prefillonly verify"
+LAYER_MODE = "hybrid_prefill:layer"  # hybrid prefilling's whole-layer mode (the default)
 
 
-def _common(tokenizer) -> dict:
-    """Sizes every family shares: tiny.py's (64 wide, 4 query heads of 16, 2 KV heads)."""
-    return common_sizes(tokenizer)
+@dataclass(frozen=True)
+class LayerKind:
+    """A kind of layer and what the runtime features do with it."""
+
+    name: str
+    summary: str
+    # feature (or "feature:variant") -> why a model with this kind of layer cannot run it
+    off: Mapping[str, str] = field(default_factory=dict)
+    # what works but less well than on plain layers (docs/models.md lists it)
+    notes: tuple[str, ...] = ()
+    # SGLang ServerArgs fields a model with this kind of layer needs, per device, unless
+    # the user gave them (RuntimeConfig.sglang_defaults)
+    sglang_defaults: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
 
-def _widen(model, seed: int) -> None:
-    """Random init is tiny (std 0.02): widen matrices (and gpt-oss's sinks) to std 0.2."""
-    import torch
-
-    torch.manual_seed(seed + 1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, 0.2)
-            elif name.endswith(".sinks"):
-                # Sinks start at zero; non-zero ones make a backend that ignores them fail.
-                p.normal_(0.0, 1.0)
-
-
-def _save(model, tokenizer, out_dir: str | Path, seed: int) -> Path:
-    import torch
-
-    out = Path(out_dir)
-    model = model.to(torch.float32)
-    _widen(model, seed)
-    model.config.dtype = "float32"
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
-
-
-def _qwen3(out_dir, seed):
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    tok = build_tokenizer()
-    # Published Qwen3 sets head_dim explicitly (128 for hidden 1024..5120); here 16.
-    config = Qwen3Config(**_common(tok), head_dim=16)
-    torch.manual_seed(seed)
-    return _save(Qwen3ForCausalLM(config), tok, out_dir, seed)
-
-
-def _qwen3_moe(out_dir, seed):
-    import torch
-    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
-
-    tok = build_tokenizer()
-    # Qwen3-30B-A3B: every layer sparse, 128 experts top-8, normalised top-k; here 4 top-2.
-    config = Qwen3MoeConfig(
-        **_common(tok),
-        head_dim=16,
-        num_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size=32,
-        decoder_sparse_step=1,
-        mlp_only_layers=[],
-        norm_topk_prob=True,
+LAYER_KINDS: dict[str, LayerKind] = {
+    kind.name: kind
+    for kind in (
+        # Both kinds of decoder layer run hybrid prefilling's whole-layer chunks (issue 62):
+        # the layer's own forward per slice of rows, its one attention redirected to a query
+        # chunk (features/hybrid_prefill/layer_chunks.py decides per layer class at load).
+        LayerKind(
+            "llama_layer",
+            "Llama / Qwen2-shaped decoder layer: input norm, attention (qkv, rotary, "
+            "o_proj), post-attention norm with the residual add, gated MLP, nothing else",
+        ),
+        LayerKind(
+            "other_layer",
+            "a decoder layer of another shape (q / k norms, sandwich norms, residual "
+            "multipliers, partial rotary, ...)",
+        ),
+        LayerKind("full_attention", "causal attention over the whole prompt"),
+        LayerKind(
+            "sliding_window",
+            "attention over the last sliding_window tokens only",
+            # The prefill-only attention runs sliding-window layers itself, the window
+            # applied to the cached prefix and the new tokens in hand alike
+            # (features/prefill_attention/windowed.py), so prefill-only KV holds: measured
+            # on the tiny Gemma 3 (5 sliding : 1 full, window 16) within 2.7e-7.
+            notes=(
+                "sliding-window layers keep every cached token (one KV pool for all "
+                "layers; prefill-only KV refuses SGLang's sliding-window pool)",
+            ),
+        ),
+        # gpt-oss (issue 53): sinks on sliding-window and full layers alike. SGLang's stock
+        # torch_native has neither, so the prefill-only CPU backend runs every such layer
+        # itself, windows included (features/prefill_attention/windowed.py), and never
+        # leaves one to the stock path (it raises there): prefill-only KV holds, unlike
+        # the sliding_window kind's stock-path limits. Measured on the tiny checkpoint,
+        # every feature on (tests/test_family_gpt_oss.py; `prefillonly verify --quick`:
+        # cold 5e-10, cached 1.5e-9, echo logprobs 8.2e-6, greedy decode equal).
+        LayerKind(
+            "attention_sinks",
+            "per-head sink logits in the attention's softmax (gpt-oss: on sliding-window "
+            "and full layers), applied with the window by the prefill-only attention itself",
+            notes=(
+                "CPU only: on CUDA, SGLang's FlashInfer backend (ours is its subclass) has "
+                "no sinks and SGLang refuses it for gpt-oss; FlashInfer query chunks take "
+                "sinks and the window but the whole-layer forward is FlashInfer's",
+                "sliding-window layers keep every cached token (SGLang's hybrid "
+                "sliding-window pool is switched off: one pool for all layers)",
+                "prefill-only attention is required: without it (stock SGLang too) SGLang "
+                "refuses torch_native, which has no sinks, at start",
+            ),
+        ),
+        LayerKind(
+            "linear_attention",
+            "linear attention (Gated DeltaNet) with a recurrent state and a short "
+            "convolution per sequence, in SGLang's state pool",
+            off={
+                # A Gated DeltaNet layer carries a recurrent state and a convolution along
+                # the sequence, so rows [s, e) cannot run without the rows before them in
+                # the same call (layer_chunks.plan_layer refuses any such layer).
+                LAYER_MODE: "whole-layer chunks need every layer token-wise outside its "
+                "attention, and a linear-attention layer carries a recurrent state and a "
+                "convolution along the sequence: hybrid prefilling runs in token mode (MLPs, "
+                "norms and rotary chunked, attention and linear attention whole)",
+                # features/prompt_logprobs matches an echo request past SGLang's cap and
+                # extends it from a position inside a cached prompt, where a recurrent
+                # layer has no state (verify measured 1.4 on the tiny Qwen3.5).
+                "prompt_logprobs": "its cache continues an echo request from a position "
+                "inside a cached prompt, where a recurrent layer keeps no state: echo "
+                "logprobs are computed in one pass, as stock SGLang computes them",
+            },
+            notes=(
+                "a reusable prefix is one state snapshot at its end (with the "
+                "full-attention layers' KV): a cold prompt's first extend ends at the "
+                "prefix, and items behind a cached prefix compute only their own tokens",
+                "no state is kept for the suffix: the prompt's final state is dropped",
+            ),
+            # SGLang snapshots states at fixed intervals (its extra_buffer strategy) on
+            # GPUs only; no_buffer keeps the state at the end of what a request cached,
+            # which is where prefill-only KV ends a reusable prefix. no_buffer runs
+            # without the overlapped scheduler (SGLang's own rule, mamba_hook.py).
+            sglang_defaults={
+                device: {
+                    "mamba_radix_cache_strategy": "no_buffer",
+                    "disable_overlap_schedule": True,
+                }
+                for device in ("cpu", "cuda")
+            },
+        ),
+        LayerKind(
+            "moe",
+            "mixture-of-experts MLP",
+            notes=(
+                "hybrid prefilling's token mode does not chunk the expert MLPs (norms and "
+                "rotary only); its layer mode runs them per chunk with the rest of the layer",
+            ),
+        ),
     )
-    torch.manual_seed(seed)
-    return _save(Qwen3MoeForCausalLM(config), tok, out_dir, seed)
-
-
-def _mistral(out_dir, seed):
-    import torch
-    from transformers import MistralConfig, MistralForCausalLM
-
-    tok = build_tokenizer()
-    # Mistral 7B v0.3 / Nemo publish sliding_window null (full attention).
-    config = MistralConfig(**_common(tok), head_dim=16, sliding_window=None)
-    torch.manual_seed(seed)
-    return _save(MistralForCausalLM(config), tok, out_dir, seed)
-
-
-def _phi3(out_dir, seed):
-    import torch
-    from transformers import Phi3Config, Phi3ForCausalLM
-
-    tok = build_tokenizer()
-    # Phi-3.5 / Phi-4-mini: fused qkv and gate_up, GQA, full attention.
-    config = Phi3Config(**_common(tok), sliding_window=None)
-    torch.manual_seed(seed)
-    return _save(Phi3ForCausalLM(config), tok, out_dir, seed)
-
-
-def _granite(out_dir, seed):
-    import torch
-    from transformers import GraniteConfig, GraniteForCausalLM
-
-    tok = build_tokenizer()
-    common = _common(tok)
-    # Granite 3.x: tied embeddings and its four multipliers (values of granite-3.1-2b,
-    # attention_multiplier = 1/head_dim here as there).
-    common["tie_word_embeddings"] = True
-    config = GraniteConfig(
-        **common,
-        embedding_multiplier=12.0,
-        residual_multiplier=0.22,
-        attention_multiplier=1.0 / 16,
-        logits_scaling=8.0,
-    )
-    torch.manual_seed(seed)
-    return _save(GraniteForCausalLM(config), tok, out_dir, seed)
-
-
-def _olmo2(out_dir, seed):
-    import torch
-    from transformers import Olmo2Config, Olmo2ForCausalLM
-
-    tok = build_tokenizer()
-    # OLMo 2: norms after attention / MLP and q/k norms over all heads.
-    config = Olmo2Config(**_common(tok))
-    torch.manual_seed(seed)
-    return _save(Olmo2ForCausalLM(config), tok, out_dir, seed)
-
-
-def _glm4(out_dir, seed):
-    import torch
-    from transformers import Glm4Config, Glm4ForCausalLM
-
-    tok = build_tokenizer()
-    # GLM-4-0414: qkv bias, half rotary, sandwich norms.
-    config = Glm4Config(**_common(tok), head_dim=16, attention_bias=True)
-    torch.manual_seed(seed)
-    return _save(Glm4ForCausalLM(config), tok, out_dir, seed)
-
-
-def _gemma3(out_dir, seed):
-    import torch
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    tok = build_tokenizer()
-    common = _common(tok)
-    # The published shape: 5 sliding : 1 full, tied embeddings (see the module docstring).
-    common.update(num_hidden_layers=6, tie_word_embeddings=True)
-    config = Gemma3TextConfig(
-        **common,
-        head_dim=16,
-        query_pre_attn_scalar=16,
-        sliding_window=SLIDING_WINDOW,
-        layer_types=["sliding_attention"] * 5 + ["full_attention"],
-    )
-    torch.manual_seed(seed)
-    return _save(Gemma3ForCausalLM(config), tok, out_dir, seed)
-
-
-def _gpt_oss(out_dir, seed):
-    import torch
-    from transformers import GptOssConfig, GptOssForCausalLM
-
-    tok = build_tokenizer()
-    common = _common(tok)
-    # gpt-oss: alternating sliding / full layers, attention sinks, biased attention,
-    # MoE in every layer (32 experts top-4 in gpt-oss-20b; here 4 top-2), YaRN rope.
-    common.update(intermediate_size=32)
-    config = GptOssConfig(
-        **common,
-        head_dim=16,
-        sliding_window=SLIDING_WINDOW,
-        layer_types=["sliding_attention", "full_attention"],
-        num_local_experts=4,
-        num_experts_per_tok=2,
-    )
-    torch.manual_seed(seed)
-    model = GptOssForCausalLM(config).to(torch.float32)
-    _widen(model, seed)
-    # SGLang keeps gpt-oss's sinks in bfloat16 whatever the model's dtype (models/
-    # gpt_oss.py, except on trtllm_mha): sinks that bfloat16 holds exactly make a float32
-    # engine and transformers attend with the same sinks (rounded ones: ~2e-5 apart).
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(".sinks"):
-                p.copy_(p.to(torch.bfloat16).float())
-    model.config.dtype = "float32"
-    model.save_pretrained(out_dir)  # not _save: it would widen (and unround) them again
-    tok.save_pretrained(out_dir)
-    return Path(out_dir)
-
-
-def _qwen3_5_text(moe: bool) -> tuple[object, dict]:
-    """Qwen3.5 text sizes: 3 linear-attention (gated delta net) : 1 full attention."""
-    tok = build_tokenizer()
-    tok.add_special_tokens({"additional_special_tokens": _QWEN3_5_VISION_TOKENS})
-    common = _common(tok)
-    common.update(num_hidden_layers=4)
-    sizes = dict(
-        **common,
-        head_dim=16,
-        layer_types=["linear_attention"] * 3 + ["full_attention"],
-        # The published config.json files carry it beside layer_types (Qwen3-Next's
-        # name for the 3:1 pattern), and SGLang's Qwen3.5 reads it.
-        full_attention_interval=4,
-        linear_conv_kernel_dim=4,
-        linear_key_head_dim=16,
-        linear_value_head_dim=16,
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
-    )
-    if moe:
-        sizes.pop("intermediate_size")
-        sizes.update(
-            moe_intermediate_size=32,
-            shared_expert_intermediate_size=32,
-            num_experts=4,
-            num_experts_per_tok=2,
-        )
-    return tok, sizes
-
-
-def _qwen3_5(out_dir, seed):
-    import torch
-    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
-
-    tok, sizes = _qwen3_5_text(moe=False)
-    config = Qwen3_5TextConfig(**sizes)
-    torch.manual_seed(seed)
-    return _save(Qwen3_5ForCausalLM(config), tok, out_dir, seed)
-
-
-def _qwen3_5_moe(out_dir, seed):
-    import torch
-    from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
-
-    tok, sizes = _qwen3_5_text(moe=True)
-    config = Qwen3_5MoeTextConfig(**sizes)
-    torch.manual_seed(seed)
-    return _save(Qwen3_5MoeForCausalLM(config), tok, out_dir, seed)
-
-
-def _qwen3_next(out_dir, seed):
-    """Qwen3-Next: Qwen3.5's layer pattern and linear-attention sizes, every MLP a MoE
-    with a gated shared expert (Qwen3-Next-80B-A3B's shape, scaled down)."""
-    import torch
-    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
-
-    tok, sizes = _qwen3_5_text(moe=True)
-    config = Qwen3NextConfig(**sizes)
-    torch.manual_seed(seed)
-    return _save(Qwen3NextForCausalLM(config), tok, out_dir, seed)
-
-
-def _qwen3_5_vl_config(tok, sizes: dict):
-    """Qwen3.5's published config: text sizes beside a (tiny) vision tower, pointing at
-    the tokenizer's vision markers."""
-    from transformers import Qwen3_5Config, Qwen3_5VisionConfig
-
-    vision = Qwen3_5VisionConfig(
-        depth=1,
-        hidden_size=32,
-        intermediate_size=64,
-        num_heads=2,
-        patch_size=4,
-        spatial_merge_size=2,
-        temporal_patch_size=2,
-        out_hidden_size=sizes["hidden_size"],
-        num_position_embeddings=64,
-    )
-    ids = {t: tok.convert_tokens_to_ids(t) for t in _QWEN3_5_VISION_TOKENS}
-    return Qwen3_5Config(
-        text_config=sizes,
-        vision_config=vision.to_dict(),
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=False,
-    )
-
-
-def _save_vl_processors(out: Path) -> None:
-    """The published folders carry the image and video processors' configs; SGLang loads
-    the processor of a multimodal architecture at start, text-only requests included."""
-    from transformers import Qwen2VLImageProcessor, Qwen3VLVideoProcessor
-
-    sizes = dict(patch_size=4, merge_size=2, temporal_patch_size=2)
-    Qwen2VLImageProcessor(**sizes).save_pretrained(out)
-    Qwen3VLVideoProcessor(**sizes).save_pretrained(out)
-
-
-def _qwen3_5_vl(out_dir, seed):
-    """The shape Qwen3.5 is published in: ConditionalGeneration with a (tiny) vision tower.
-
-    Used with text input only; the vision weights are there because the published folders
-    have them, and a loader must accept (or skip) them.
-    """
-    import torch
-    from transformers import Qwen3_5ForConditionalGeneration
-
-    tok, sizes = _qwen3_5_text(moe=False)
-    config = _qwen3_5_vl_config(tok, sizes)
-    torch.manual_seed(seed)
-    out = _save(Qwen3_5ForConditionalGeneration(config), tok, out_dir, seed)
-    _save_vl_processors(out)
-    return out
-
-
-FAMILY_BUILDERS: dict[str, Callable[[str | Path, int], Path]] = {
-    "llama": lambda out, seed: build_tiny_model(out, "llama", seed),
-    "qwen2": lambda out, seed: build_tiny_model(out, "qwen2", seed),
-    "qwen3": _qwen3,
-    "qwen3_moe": _qwen3_moe,
-    "mistral": _mistral,
-    "phi3": _phi3,
-    "granite": _granite,
-    "olmo2": _olmo2,
-    "glm4": _glm4,
-    "gemma3": _gemma3,
-    "gpt_oss": _gpt_oss,
-    "qwen3_5": _qwen3_5,
-    "qwen3_5_moe": _qwen3_5_moe,
-    "qwen3_next": _qwen3_next,
-    "qwen3_5_vl": _qwen3_5_vl,
 }
 
 
-def build_family(name: str, out_dir: str | Path, seed: int = 0) -> Path:
-    """Write a tiny random-weight folder of family `name` to out_dir; returns it."""
+@dataclass(frozen=True)
+class Family:
+    """One row of the table."""
+
+    name: str  # the tiny checkpoint's name too (models/tiny_family_checkpoints.py)
+    title: str  # as docs and errors write it
+    architectures: tuple[str, ...]  # config.json `architectures` it covers
+    layers: tuple[str, ...]  # LAYER_KINDS names
+    # Family-specific limits that belong to no kind (rare: prefer a kind).
+    own_off: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.layers if k not in LAYER_KINDS]
+        if unknown:
+            raise ValueError(f"family {self.name}: unknown layer kinds {unknown}")
+
+    def features_off(self) -> dict[str, str]:
+        """feature (or "feature:variant") -> the reason this family cannot run it."""
+        off: dict[str, str] = {}
+        for kind in self.layers:
+            for key, reason in LAYER_KINDS[kind].off.items():
+                off.setdefault(key, reason)
+        for key, reason in self.own_off.items():
+            off.setdefault(key, reason)
+        return off
+
+    def notes(self) -> tuple[str, ...]:
+        return tuple(note for kind in self.layers for note in LAYER_KINDS[kind].notes)
+
+    def sglang_defaults(self, device: str) -> dict[str, object]:
+        """The SGLang fields its kinds of layer need on `device` (the user's values win)."""
+        fields: dict[str, object] = {}
+        for kind in self.layers:
+            fields.update(LAYER_KINDS[kind].sglang_defaults.get(device, {}))
+        return fields
+
+
+_LLAMA = ("llama_layer", "full_attention")
+_OTHER = ("other_layer", "full_attention")
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family("llama", "Llama", ("LlamaForCausalLM",), _LLAMA),
+        Family("qwen2", "Qwen2", ("Qwen2ForCausalLM",), _LLAMA),
+        # SGLang runs Mistral and Phi-3 with Llama's decoder layers (fused qkv / gate_up).
+        Family("mistral", "Mistral", ("MistralForCausalLM",), _LLAMA),
+        Family("phi3", "Phi-3", ("Phi3ForCausalLM",), _LLAMA),
+        Family("qwen3", "Qwen3", ("Qwen3ForCausalLM",), _OTHER),  # q / k norms
+        Family("qwen3_moe", "Qwen3-MoE", ("Qwen3MoeForCausalLM",), (*_OTHER, "moe")),
+        Family("granite", "Granite", ("GraniteForCausalLM",), _OTHER),  # multipliers
+        Family("olmo2", "OLMo 2", ("Olmo2ForCausalLM",), _OTHER),  # post norms
+        Family("glm4", "GLM-4", ("Glm4ForCausalLM",), _OTHER),  # sandwich norms
+        Family(
+            "gemma3",
+            "Gemma 3",
+            ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"),
+            ("other_layer", "sliding_window", "full_attention"),
+        ),
+        # The attention-sinks helper owns this row (issue 53). Its sliding-window layers
+        # are attention_sinks layers: the prefill-only backend runs them, window and sinks,
+        # never the stock path the sliding_window kind describes (its limits do not apply).
+        Family(
+            "gpt_oss",
+            "gpt-oss",
+            ("GptOssForCausalLM",),
+            ("other_layer", "full_attention", "attention_sinks", "moe"),
+        ),
+        # The linear-attention helper owns these two rows (issue 53).
+        Family(
+            "qwen3_5",
+            "Qwen3.5",
+            # Qwen3_5Model: a decision_config checkpoint's bare backbone; Qwen3_5TextModel: a
+            # Kev checkpoint's (SGLang serves both as the classes before them).
+            (
+                "Qwen3_5ForCausalLM",
+                "Qwen3_5ForConditionalGeneration",
+                "Qwen3_5Model",
+                "Qwen3_5TextModel",
+            ),
+            ("other_layer", "linear_attention", "full_attention"),
+        ),
+        # Qwen3-Next: the same Gated DeltaNet layers (3 linear : 1 full) with a gated
+        # full attention and a shared-expert MoE; Qwen3.5's predecessor.
+        Family(
+            "qwen3_next",
+            "Qwen3-Next",
+            ("Qwen3NextForCausalLM",),
+            ("other_layer", "linear_attention", "full_attention", "moe"),
+        ),
+        Family(
+            "qwen3_5_moe",
+            "Qwen3.5-MoE",
+            ("Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration"),
+            ("other_layer", "linear_attention", "full_attention", "moe"),
+        ),
+    )
+}
+
+_BY_ARCHITECTURE = MappingProxyType(
+    {arch: family for family in FAMILIES.values() for arch in family.architectures}
+)
+
+
+def family_of(architectures: Iterable[str] | str | None) -> Family | None:
+    """The family of a config's `architectures` (the first one the table knows), or None."""
+    if isinstance(architectures, str):
+        architectures = [architectures]
+    for arch in architectures or ():
+        if arch in _BY_ARCHITECTURE:
+            return _BY_ARCHITECTURE[arch]
+    return None
+
+
+def read_architectures(model_path: str | Path) -> list[str]:
+    """The `architectures` of a model folder's config.json ([] without one)."""
+    path = Path(model_path) / "config.json"
     try:
-        builder = FAMILY_BUILDERS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown family {name!r}: expected one of {', '.join(FAMILY_BUILDERS)}"
-        ) from None
-    return Path(builder(out_dir, seed))
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    archs = config.get("architectures") or []
+    return [str(a) for a in archs] if isinstance(archs, list) else [str(archs)]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out_dir")
-    parser.add_argument("--family", choices=list(FAMILY_BUILDERS), required=True)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    print(build_family(args.family, args.out_dir, args.seed))
+def family_of_model(model_path: str | Path) -> Family | None:
+    """The family of a model folder (None: no config.json, or outside the table)."""
+    return family_of(read_architectures(model_path))
 
 
-if __name__ == "__main__":
-    main()
+def unknown_architecture_warning(architectures: list[str]) -> str:
+    """What an architecture outside the table starts with."""
+    named = ", ".join(architectures) if architectures else "no architectures in config.json"
+    return (
+        f"model architecture {named} is not in prefillonly's family table ({DOCS}): the "
+        f"runtime features are on untested; `{VERIFY_COMMAND} MODEL` checks its scores "
+        "against transformers feature by feature"
+    )
+
+
+# layer_types values of layers whose cost grows with what is cached (attention over it)
+_ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "attention")
+
+
+def attention_layer_share(model_path: str | Path) -> float:
+    """The share of a model's layers that attend over the prompt (config.json's
+    `layer_types`, or its text_config's): 1.0 for a model without layer types; 0.25 for
+    Qwen3.5 (3 linear : 1 full). The JCT model's attention terms scale with it."""
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return 1.0
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    types = config.get("layer_types") or text.get("layer_types")
+    if not isinstance(types, list) or not types:
+        return 1.0
+    return sum(t in _ATTENTION_LAYER_TYPES for t in types) / len(types)

@@ -80,8 +80,8 @@ def build_tokenizer(vocab_size: int = 400):
 
 
 def common_sizes(tokenizer) -> dict:
-    """The sizes every tiny model shares (models/families.py's too): 64 wide, 2 layers,
-    4 query heads of 16, 2 KV heads (GQA), untied embeddings."""
+    """The sizes every tiny model shares (models/tiny_family_checkpoints.py's too): 64
+    wide, 2 layers, 4 query heads of 16, 2 KV heads (GQA), untied embeddings."""
     return dict(
         vocab_size=len(tokenizer),
         hidden_size=64,

@@ -14,8 +14,8 @@ import time
 from prefillonly_sgl.batch import run_batch
 from prefillonly_sgl.data.german_credit import load_german_credit
 from prefillonly_sgl.dsl import Prompt, classifier
-from prefillonly_sgl.evaluation import accuracy, balanced_accuracy, roc_auc
 from prefillonly_sgl.pipelines.common import engine_for, output_dir, read_results
+from prefillonly_sgl.verification.quality_metrics import accuracy, balanced_accuracy, roc_auc
 
 LABELS = ["good", "bad"]
 FIELDS = {  # column -> how the prompt names it (the most telling half of the 20)

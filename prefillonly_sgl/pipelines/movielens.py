@@ -16,8 +16,8 @@ from collections import Counter
 
 from prefillonly_sgl.batch import run_batch
 from prefillonly_sgl.dsl import Prompt, ranker
-from prefillonly_sgl.evaluation import hit_rate_at_k, ndcg_at_k
 from prefillonly_sgl.pipelines.common import engine_for, output_dir, read_results
+from prefillonly_sgl.verification.quality_metrics import hit_rate_at_k, ndcg_at_k
 
 KS = (1, 3, 5)
 

@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from prefillonly_sgl.ports import free_port, free_port_run  # noqa: F401 (re-exported)
+from prefillonly_sgl.machine.ports import free_port, free_port_run  # noqa: F401 (re-exported)
 from prefillonly_sgl.replicas.gateway_args import gateway_argv, replica_ports, replica_threads
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def _on_cpu(serve_args: list[str]) -> bool:
             return serve_args[i + 1] == "cpu"
         if arg.startswith("--device="):
             return arg.split("=", 1)[1] == "cpu"
-    from prefillonly_sgl.device_defaults import detect_device
+    from prefillonly_sgl.machine.device_defaults import detect_device
 
     return detect_device() == "cpu"
 

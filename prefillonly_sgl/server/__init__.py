@@ -9,9 +9,9 @@ Plain Python (no SGLang import at module level), testable without starting a ser
 - endpoints.py: the extension point for typed endpoints (EndpointSpec, --app loading);
   the built-in APIs (/v1/score_labels, /v1/rerank, /v1/classify: prefillonly_sgl/apis/)
   and the DSL's endpoints (dsl/endpoint.py) use it. This package imports neither.
-- errors.py: the JSON error body every refusal of this server has.
+- scoring/errors.py: the JSON error body every refusal of this server has.
 - guard.py: the ASGI middleware that applies all of the above to every work request
-  (per-request usage records live in prefillonly_sgl/usage.py, shared with the Engine).
+  (per-request usage records live in prefillonly_sgl/scoring/usage.py, shared with the Engine).
 - metrics.py: Prometheus metrics of the guard.
 
 The SGLang side (installing the guard and routes on SGLang's FastAPI app, recording usage

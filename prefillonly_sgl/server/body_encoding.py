@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import zlib
 
-from prefillonly_sgl.server.errors import send_json_error
+from prefillonly_sgl.server.error_bodies import send_json_error
 
 
 class BodyTooLarge(Exception):

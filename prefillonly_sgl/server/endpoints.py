@@ -20,7 +20,7 @@ The handler's context (ServerContext) is the running server: `await context.scor
 scores with the same validation as /v1/score; `context.tokenizer`, `context.limits` and
 `context.usage` (this request's RequestUsage so far) are there too, and
 `context.tokenizer_manager` is SGLang's TokenizerManager for anything else. Handlers raise
-prefillonly_sgl.errors.InvalidRequestError (-> 400) for bad input.
+prefillonly_sgl.scoring.errors.InvalidRequestError (-> 400) for bad input.
 
     from pydantic import BaseModel
     from prefillonly_sgl.server.endpoints import EndpointSpec
@@ -64,10 +64,10 @@ class ServerContext(Protocol):
     def tokenizer(self) -> Any: ...  # the Hugging Face tokenizer SGLang uses
 
     @property
-    def limits(self) -> Any: ...  # prefillonly_sgl.validation.ModelLimits
+    def limits(self) -> Any: ...  # prefillonly_sgl.scoring.validation.ModelLimits
 
     @property
-    def usage(self) -> Any: ...  # prefillonly_sgl.usage.RequestUsage or None
+    def usage(self) -> Any: ...  # prefillonly_sgl.scoring.usage.RequestUsage or None
 
     @property
     def tokenizer_manager(self) -> Any: ...  # SGLang's TokenizerManager (escape hatch)
@@ -80,11 +80,11 @@ class ServerContext(Protocol):
         apply_softmax: bool = True,
         item_first: bool = False,
         length_normalize: bool = False,
-    ) -> Any: ...  # prefillonly_sgl.score_result.ScoreResult
+    ) -> Any: ...  # prefillonly_sgl.scoring.score_result.ScoreResult
 
     async def continuation_logprobs(
         self, query: Any, items: Any, continuation: Any
-    ) -> Any: ...  # prefillonly_sgl.continuations.ContinuationResult
+    ) -> Any: ...  # prefillonly_sgl.scoring.continuations.ContinuationResult
 
     async def decide(self, call: Any) -> Any: ...  # decisions.call: DecisionCall -> DecisionOutcome
 

@@ -6,7 +6,7 @@ For each POST to a guarded path (the endpoints that run the model) it, in order:
    and runs the path's check (400 / 413 with a message naming the problem), then the
    runtime's authorize (403: a custom logit processor without the admin key);
 3. admits it under AdmissionControl or answers 503 with Retry-After;
-4. runs the endpoint with a RequestRecord in CURRENT_REQUEST (prefillonly_sgl/usage.py),
+4. runs the endpoint with a RequestRecord in CURRENT_REQUEST (prefillonly_sgl/scoring/usage.py),
    through which the SGLang side records the request's rids and usage; the usage goes out as
    x-prefillonly-* response headers;
 5. watches the connection: if the client goes away before the response is complete, the
@@ -27,12 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.usage import CURRENT_REQUEST, RequestRecord, RequestUsage
 from prefillonly_sgl.server.admission import AdmissionControl
 from prefillonly_sgl.server.auth import RequestRefusedError
-from prefillonly_sgl.server.errors import send_json_error
+from prefillonly_sgl.server.error_bodies import send_json_error
 from prefillonly_sgl.server.request_checks import RequestTooLargeError, parse_json_body
-from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord, RequestUsage
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,9 @@ class GuardPolicy:
     max_request_bytes: int
     admission: AdmissionControl
     in_flight: InFlightRequests = field(default_factory=InFlightRequests)
-    error_shapes: dict[str, str] = field(default_factory=dict)  # path -> "openai" (errors.py)
+    error_shapes: dict[str, str] = field(
+        default_factory=dict
+    )  # path -> "openai" (scoring/errors.py)
 
 
 class _ClientGone(Exception):

@@ -13,8 +13,8 @@ collectors are created only after SGLang has set it up, on the guard's first req
 
 from __future__ import annotations
 
+from prefillonly_sgl.scoring.usage import RequestUsage
 from prefillonly_sgl.server.guard import GuardMetrics
-from prefillonly_sgl.usage import RequestUsage
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 

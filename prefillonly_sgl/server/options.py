@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefillonly_sgl import runtime_config
-from prefillonly_sgl.device_defaults import CPU_DEFAULT_MAX_TOTAL_TOKENS
+from prefillonly_sgl.config import runtime_config
+from prefillonly_sgl.config.runtime_config import RuntimeConfig
 from prefillonly_sgl.features import FEATURES, JCT_POLICY, OPTIONS, parse_names
-from prefillonly_sgl.runtime_config import RuntimeConfig
+from prefillonly_sgl.machine.device_defaults import CPU_DEFAULT_MAX_TOTAL_TOKENS
 
 DEFAULT_MAX_PENDING_REQUESTS = 256
 DEFAULT_MAX_PENDING_PROMPTS = 4096
@@ -26,7 +26,7 @@ DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
 RERANK_METHODS = ("auto", "judge", "query-likelihood")  # apis/rerankers.py
 RERANK_ANSWERS = ("cohere", "sglang")  # apis/rerank.py
-SYSTEMONE_CONVENTIONS = ("systemone", "vllm")  # decisions/systemone_wire.py
+SYSTEMONE_CONVENTIONS = ("systemone", "vllm")  # wire/systemone.py
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class ServeOptions:
     schedule_policy: str = JCT_POLICY  # "jct", or one of SGLang's (passed on to SGLang)
     memory_budget: str | None = None  # e.g. "6GiB": sizes the KV pool (memory/budget.py)
     max_prompt_tokens: int | None = None  # the longest prompt the budget must fit
-    tenant_keys: str | None = None  # a file of API keys, one tenant each (server/tenants.py)
+    tenant_keys: str | None = None  # a file of API keys, one tenant each (server/tenant_keys.py)
 
     @property
     def jct(self) -> bool:

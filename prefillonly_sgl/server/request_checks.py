@@ -11,19 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.validation import (
+    ModelLimits,
+    TextOrIds,
+    validate_label_token_ids,
+    validate_score_request,
+)
 from prefillonly_sgl.single_token.requests import (
     CHAT_PATH,
     COMPLETIONS_PATH,
     check_single_token_body,
     is_loglikelihood,
     is_single_token,
-)
-from prefillonly_sgl.validation import (
-    ModelLimits,
-    TextOrIds,
-    validate_label_token_ids,
-    validate_score_request,
 )
 
 try:  # the parser SGLang itself uses: accept exactly what it accepts

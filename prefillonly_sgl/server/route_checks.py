@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from prefillonly_sgl.scoring.validation import ModelLimits
 from prefillonly_sgl.server.request_checks import (
     check_chat_body,
     check_completions_body,
@@ -23,7 +24,6 @@ from prefillonly_sgl.server.request_checks import (
     check_prompt_count,
     check_score_body,
 )
-from prefillonly_sgl.validation import ModelLimits
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Continuation log-probabilities on SGLang's TokenizerManager (what to send and why:
-prefillonly_sgl/continuations.py, generate_fields).
+prefillonly_sgl/scoring/continuations.py, generate_fields).
 
 One generate request per prompt, all in one batch, each a prefill-only request (no output
 token). SGLang computes the logits and log-softmax of the positions from
@@ -9,7 +9,11 @@ recomputed position per prompt (the prompt's last).
 
 from __future__ import annotations
 
-from prefillonly_sgl.continuations import ContinuationPlan, generate_fields, token_logprobs_of
+from prefillonly_sgl.scoring.continuations import (
+    ContinuationPlan,
+    generate_fields,
+    token_logprobs_of,
+)
 
 
 async def continuation_logprobs(

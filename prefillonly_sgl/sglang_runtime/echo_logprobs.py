@@ -1,7 +1,7 @@
 """Every prompt position's log-probability, asked the way lm-eval's echo requests ask it
 (logprob_start_len 0, one forward, no output token): the requests the prompt-logprob
 cache serves (features/prompt_logprobs/plan.py, caches_prompt_logprobs). `prefillonly
-verify` checks that path against transformers (verify.py)."""
+verify` checks that path against transformers (verification/verify.py)."""
 
 from __future__ import annotations
 

@@ -149,7 +149,7 @@ HOOK_TARGETS: dict[str, str] = {
         "never in the HTTP process (http_server/processor_check.py): a 400, not a stopped "
         "scheduler"
     ),
-    # -- decision checkpoints (http_server/decision_checkpoints.py, decisions/checkpoints.py) --
+    # -- decision checkpoints (http_server/systemone_checkpoints.py, decisions/checkpoints.py) --
     "sglang.srt.entrypoints.systemone.serving.SystemOneServing": (
         "subclassed: /v1/systemone on a decision checkpoint is SGLang's own handler, built "
         "from app.state.openai_serving_chat as SGLang's app builds its own"
@@ -618,7 +618,7 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.layers.logprob_processor.InputLogprobProcessor.__init__": (
         "AFTER: enable_logprobs_chunk / logprobs_chunk_size from our settings"
     ),
-    # -- prefix-cache namespaces (cache_salts.py, http_server/tenants.py) --
+    # -- prefix-cache namespaces (scoring/cache_salts.py, http_server/tenant_requests.py) --
     "sglang.srt.managers.io_struct.GenerateReqInput.normalize_batch_and_arguments": (
         "relied on: spreads the cache_salt request_recording.py writes (the tenant's and the "
         "caller's) to one per prompt; TokenizedGenerateReqInput and Req carry it to RadixKey's "
@@ -628,7 +628,7 @@ HOOK_TARGETS: dict[str, str] = {
         "AROUND (http_server/access.HOOKS): SGLang's lookup of a route's level misses the "
         "routers its app includes, so the API key opened their admin routes "
         "(/scale_elastic_ep); ours searches them. Also called by --tenant-keys' key check "
-        "(http_server/tenants.py) with decide_request_auth: SGLang's decision, one tenant's "
-        "key standing for --api-key"
+        "(http_server/tenant_requests.py) with decide_request_auth: SGLang's decision, one "
+        "tenant's key standing for --api-key"
     ),
 }

@@ -1,4 +1,4 @@
-"""Labels of several tokens, on SGLang's TokenizerManager (what to compute: label_trie.py).
+"""Labels of several tokens, on SGLang's TokenizerManager (what to compute: scoring/label_trie.py).
 
 A score call whose labels are not all single tokens runs as two rounds of ordinary score
 requests (max_new_tokens=0, prefill-only):
@@ -24,8 +24,8 @@ from __future__ import annotations
 import asyncio
 
 from prefillonly_sgl.features.prefill_kv.tokenizer_process import keep_whole_prompts
-from prefillonly_sgl.label_trie import LabelTrie, label_scores, sequence_logprobs
-from prefillonly_sgl.validation import TextOrIds
+from prefillonly_sgl.scoring.label_trie import LabelTrie, label_scores, sequence_logprobs
+from prefillonly_sgl.scoring.validation import TextOrIds
 
 
 def prompt_token_ids(

@@ -5,7 +5,7 @@ HTTP server refuse exactly what the scheduler would refuse."""
 from __future__ import annotations
 
 from prefillonly_sgl.features.prefill_kv.messages import scoring_limit_in
-from prefillonly_sgl.validation import ModelLimits
+from prefillonly_sgl.scoring.validation import ModelLimits
 
 
 def limits_from_scheduler_info(scheduler_info: dict, vocab_size: int) -> ModelLimits:

@@ -56,9 +56,9 @@ import threading
 
 import psutil
 
-from prefillonly_sgl.errors import EngineDiedError, EngineStartError
 from prefillonly_sgl.hooking.hooks import apply_hooks_now
-from prefillonly_sgl.validation import ModelLimits
+from prefillonly_sgl.scoring.errors import EngineDiedError, EngineStartError
+from prefillonly_sgl.scoring.validation import ModelLimits
 
 # The processes of the engine this thread is shutting down; None outside a shutdown.
 _SHUTTING_DOWN: contextvars.ContextVar[list[psutil.Process] | None] = contextvars.ContextVar(
@@ -382,10 +382,10 @@ def _exit_status(pid: int) -> str:
 
 
 def start_failure_message(model_path, error: BaseException, worker_line: str | None) -> str:
-    """What failed at start: the model, its architecture and family (families.py; the
+    """What failed at start: the model, its architecture and family (models/families.py; the
     table is docs/models.md), the worker's last error line (SGLang's own error only says a
     rank died, or "see the error messages above")."""
-    from prefillonly_sgl import families
+    from prefillonly_sgl.models import families
 
     architectures = families.read_architectures(model_path) if model_path else []
     family = families.family_of(architectures)

@@ -21,10 +21,10 @@ import logging
 import multiprocessing
 import os
 
-from prefillonly_sgl import environment
+from prefillonly_sgl.config.runtime_config import RuntimeConfig, WorkerConfig
 from prefillonly_sgl.features import FEATURES
 from prefillonly_sgl.hooking import process_state
-from prefillonly_sgl.runtime_config import RuntimeConfig, WorkerConfig
+from prefillonly_sgl.machine import environment
 
 logger = logging.getLogger(__name__)
 

@@ -8,15 +8,15 @@ ScoringFront per score call; asyncio tasks copy the context, so SGLang's own tas
 it), the rids and meta_info land in that record and its parents. Without a record the
 wrapper only salts.
 
-The same wrapper gives every request its prefix-cache salt (cache_salts.py: the tenant's
+The same wrapper gives every request its prefix-cache salt (scoring/cache_salts.py: the tenant's
 and the caller's), which is why it is the one way in: a salt set anywhere else would miss
 some route.
 """
 
 from __future__ import annotations
 
-from prefillonly_sgl.cache_salts import salt_request
-from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord
+from prefillonly_sgl.scoring.cache_salts import salt_request
+from prefillonly_sgl.scoring.usage import CURRENT_REQUEST, RequestRecord
 
 _WRAPPED = "_prefillonly_records_requests"
 

@@ -9,7 +9,7 @@ TokenizerManager, return a ScoreResult with its usage.
     server: /v1/decisions,        ├─> ScoringFront.decide ─> ScoringFront.score per group
             /v1/systemone        ─┘   (decisions/plan.py: the state once, questions items)
     (on a decision checkpoint, /v1/systemone runs SGLang's own handler instead:
-     http_server/decision_checkpoints.py; ScoringFront.decide refuses it)
+     http_server/systemone_checkpoints.py; ScoringFront.decide refuses it)
 
     Engine.continuation_logprobs ─┐
     server: /v1/rerank, /rerank   ─┴> ScoringFront.continuation_logprobs
@@ -28,29 +28,29 @@ from __future__ import annotations
 import contextlib
 import functools
 
-from prefillonly_sgl.cache_salts import REQUEST_SALT, check_salt
-from prefillonly_sgl.continuations import (
+from prefillonly_sgl.decisions.call import DecisionCall, DecisionOutcome
+from prefillonly_sgl.decisions.checkpoints import CHECKPOINT_REFUSAL, Readout, readout_of
+from prefillonly_sgl.decisions.execution import decide
+from prefillonly_sgl.decisions.plan import plan_decision
+from prefillonly_sgl.scoring.cache_salts import REQUEST_SALT, check_salt
+from prefillonly_sgl.scoring.continuations import (
     ContinuationResult,
     plan_continuations,
     tokenizer_encode,
 )
-from prefillonly_sgl.decisions.call import DecisionCall, DecisionOutcome
-from prefillonly_sgl.decisions.checkpoints import CHECKPOINT_REFUSAL, Readout, readout_of
-from prefillonly_sgl.decisions.plan import plan_decision
-from prefillonly_sgl.decisions.runner import decide
-from prefillonly_sgl.errors import InvalidRequestError
-from prefillonly_sgl.label_trie import build_trie
-from prefillonly_sgl.score_result import ScoreResult
-from prefillonly_sgl.sglang_runtime.continuation_logprobs import continuation_logprobs
-from prefillonly_sgl.sglang_runtime.label_sequences import score_label_sequences
-from prefillonly_sgl.sglang_runtime.request_recording import record_generate_requests
-from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord
-from prefillonly_sgl.validation import (
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.label_trie import build_trie
+from prefillonly_sgl.scoring.score_result import ScoreResult
+from prefillonly_sgl.scoring.usage import CURRENT_REQUEST, RequestRecord
+from prefillonly_sgl.scoring.validation import (
     ModelLimits,
     TextOrIds,
     prompt_token_counter,
     validate_score_request,
 )
+from prefillonly_sgl.sglang_runtime.continuation_logprobs import continuation_logprobs
+from prefillonly_sgl.sglang_runtime.label_sequences import score_label_sequences
+from prefillonly_sgl.sglang_runtime.request_recording import record_generate_requests
 
 
 class ScoringFront:
@@ -88,7 +88,7 @@ class ScoringFront:
     ) -> ScoreResult:
         """prefillonly_sgl.Engine.score semantics. request: the HTTP request, if any (SGLang
         watches it for disconnects). cache_salt: the call's prefix-cache namespace (None:
-        the enclosing one, cache_salts.py)."""
+        the enclosing one, scoring/cache_salts.py)."""
         query, items, labels = self.check(query, items, label_token_ids, item_first)
         if not items:  # SGLang's answer to no items: no rows
             return ScoreResult(scores=[], prompt_tokens=0)

@@ -37,13 +37,12 @@ from fastapi.routing import APIRoute
 from pydantic import field_validator, model_validator
 from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
 
+from prefillonly_sgl.scoring.reusable_prefix import with_prefix_ids, with_whole_prompt
 from prefillonly_sgl.single_token.logprobs import text_offsets, tokens_as_ids, top_rows
 from prefillonly_sgl.single_token.prefix import (
     chat_prefix_messages,
     completion_prefix,
     prefix_token_ids,
-    with_prefix_ids,
-    with_whole_prompt,
 )
 from prefillonly_sgl.single_token.requests import (
     CHAT_PATH,

@@ -14,17 +14,13 @@ KV beyond its own forward (features/prefill_kv/policy.py). Per door:
   reuses only what the prefix cache already holds).
 
 The prefix travels from the HTTP handler to the tokenizer hook inside the request's
-`custom_params` (PREFIX_IDS_KEY, main process only); the hook replaces it by R
-(features/prefill_kv/messages.py), the value the scheduler reads.
+`custom_params` (scoring/reusable_prefix.py).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-
-PREFIX_IDS_KEY = "prefillonly_prefix_ids"
-WHOLE_PROMPT = "whole"  # PREFIX_IDS_KEY's value for "all of the prompt" (loglikelihoods)
 
 
 def chat_prefix_messages(messages: Sequence[dict]) -> list[dict]:
@@ -60,26 +56,3 @@ def prefix_token_ids(
     if isinstance(prefix, str):
         return list(encode(prefix))
     return list(prefix)
-
-
-def with_prefix_ids(custom_params: dict | None, prefix_ids: Sequence[int]) -> dict:
-    return {**(custom_params or {}), PREFIX_IDS_KEY: list(prefix_ids)}
-
-
-def prefix_ids_in(custom_params: object) -> list[int] | str | None:
-    """The prefix a single-token or loglikelihood request carries ([]: none; WHOLE_PROMPT:
-    all of it), or None (neither)."""
-    if not isinstance(custom_params, dict) or PREFIX_IDS_KEY not in custom_params:
-        return None
-    value = custom_params[PREFIX_IDS_KEY]
-    return WHOLE_PROMPT if value == WHOLE_PROMPT else list(value)
-
-
-def without_prefix_ids(custom_params: dict) -> dict:
-    return {k: v for k, v in custom_params.items() if k != PREFIX_IDS_KEY}
-
-
-def with_whole_prompt(custom_params: dict | None) -> dict:
-    """The whole prompt is the reusable prefix (a loglikelihood request: the next one of
-    its task extends it, or shares all but its last tokens)."""
-    return {**(custom_params or {}), PREFIX_IDS_KEY: WHOLE_PROMPT}

@@ -49,7 +49,7 @@ ENGINE_MODULES = (
     "prefillonly_sgl.features.jct_scheduler.scheduler_process",
     "prefillonly_sgl.features.hybrid_prefill.scheduler_process",
     "prefillonly_sgl.features.prompt_logprobs.scheduler_process",
-    "prefillonly_sgl.reference",
+    "prefillonly_sgl.verification.reference",
 )
 HOPPER = types.SimpleNamespace(
     name="NVIDIA H100 80GB HBM3",

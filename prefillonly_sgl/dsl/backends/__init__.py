@@ -21,7 +21,7 @@ from prefillonly_sgl.dsl.backends.local import LocalEngineBackend
 from prefillonly_sgl.dsl.backends.registry import REGISTRY
 from prefillonly_sgl.dsl.backends.remote import RemoteBackend
 from prefillonly_sgl.dsl.request import ScoreRequest
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 _default: list[Backend | None] = [None]  # the backend set by use() / set_default_backend()
 

@@ -7,7 +7,7 @@ and the built-in APIs all run a job (job.py) this way. ``run``:
    compiled score requests (runner.CompiledRoute, the default), or for a server that has
    them its typed endpoint or its gateway's standard route (remote_backend.py);
 2. where the route does not calibrate on the far side, applies calibration as a transform
-   of the job (calibration.py): the content-free inputs of each context this backend has
+   of the job (contextual_calibration.py): the content-free inputs of each context this backend has
    no prior for join the same call, so they share the prefix cache with the real inputs;
 3. sends it, and returns the caller's rows (calibrated where declared).
 
@@ -27,11 +27,11 @@ import contextvars
 import functools
 from typing import Any
 
-from prefillonly_sgl.dsl import calibration
+from prefillonly_sgl.dsl import contextual_calibration
 from prefillonly_sgl.dsl.job import Job
 from prefillonly_sgl.dsl.request import ContinuationRequest, ScoreRequest
-from prefillonly_sgl.dsl.runner import DEFAULT_IN_FLIGHT, CompiledRoute, Progress, Route
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.dsl.request_sending import DEFAULT_IN_FLIGHT, CompiledRoute, Progress, Route
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 
 class Backend:
@@ -70,9 +70,9 @@ class Backend:
         return await self.score(request)
 
     @functools.cached_property
-    def priors(self) -> calibration.Priors:
+    def priors(self) -> contextual_calibration.Priors:
         """The content-free priors this backend has measured (calibrated classifiers)."""
-        return calibration.Priors()
+        return contextual_calibration.Priors()
 
     @functools.cached_property
     def _routes(self) -> dict:
@@ -90,7 +90,9 @@ class Backend:
         route = self._routes.get(job.function)
         if route is None:
             route = self._routes[job.function] = await self.choose_route(job.function)
-        transform = calibration.transform(job, self.priors) if route.calibrates_here else None
+        transform = (
+            contextual_calibration.transform(job, self.priors) if route.calibrates_here else None
+        )
         if transform is None:
             return await route.rows(job, progress, max_in_flight)
         if progress is not None:
@@ -106,7 +108,7 @@ class Backend:
             return asyncio.run(coroutine)
         # Synchronous code on a running loop (a notebook cell) cannot re-enter it: the
         # coroutine gets a loop of its own in a worker thread, in this context (the
-        # caller's cache_salt, cache_salts.py: a thread does not inherit it).
+        # caller's cache_salt, scoring/cache_salts.py: a thread does not inherit it).
         context = contextvars.copy_context()
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             return pool.submit(context.run, asyncio.run, coroutine).result()

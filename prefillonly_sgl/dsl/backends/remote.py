@@ -31,25 +31,21 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from prefillonly_sgl.cache_salts import salt_fields
-from prefillonly_sgl.continuations import (
+from prefillonly_sgl.dsl import app_client, gateway_client
+from prefillonly_sgl.dsl.backends.base import Backend
+from prefillonly_sgl.dsl.request import ContinuationRequest, ScoreRequest
+from prefillonly_sgl.dsl.request_sending import CompiledRoute, Route
+from prefillonly_sgl.scoring.cache_salts import salt_fields
+from prefillonly_sgl.scoring.continuations import (
     generate_fields,
     plan_continuations,
     token_logprobs_of,
     tokenizer_encode,
 )
-from prefillonly_sgl.dsl import app_client, gateway_client
-from prefillonly_sgl.dsl.backends.base import Backend
-from prefillonly_sgl.dsl.request import ContinuationRequest, ScoreRequest
-from prefillonly_sgl.dsl.runner import CompiledRoute, Route
-from prefillonly_sgl.errors import InvalidRequestError, PrefillOnlyError
-from prefillonly_sgl.validation import ModelLimits
-from prefillonly_sgl.wire import (
-    ScoreLabelsRequest,
-    ScoreLabelsResponse,
-    ScoreUsage,
-    request_body,
-)
+from prefillonly_sgl.scoring.errors import InvalidRequestError, PrefillOnlyError
+from prefillonly_sgl.scoring.validation import ModelLimits
+from prefillonly_sgl.wire.fields import request_body
+from prefillonly_sgl.wire.prefillonly import ScoreLabelsRequest, ScoreLabelsResponse, ScoreUsage
 
 
 class RemoteBackendError(PrefillOnlyError, RuntimeError):

@@ -32,10 +32,10 @@ from sglang.srt.layers.layer_boundary.residual.stream import ResidualStream
 from sglang.srt.model_executor.forward_context import get_attn_backend
 from torch import nn
 
-from prefillonly_sgl import environment
 from prefillonly_sgl.features.hybrid_prefill import chunking, layer_chunks
 from prefillonly_sgl.hooking import process_state
 from prefillonly_sgl.hooking.events import append_event
+from prefillonly_sgl.machine import environment
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Hybrid prefilling's settings (the chunk size, whole layers or token-wise modules only):
 resolved once from the Engine's arguments or serve's flags (feature options, features/__init__.py)
 and shipped to SGLang's scheduler process inside the runtime configuration
-(runtime_config.py)."""
+(config/runtime_config.py)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ LAYER_CHUNK_SIZE = {"cpu": 1024, "cuda": 2048}
 MODES = ("layer", "token")
 # Mode "layer" on CUDA attends through FlashInfer's ragged prefill per query chunk
 # (features/prefill_attention/flashinfer_chunk.py), opt-in with PREFILLONLY_CUDA_QUERY_CHUNKS=1
-# (environment.py) until that path has run on a GPU; without it CUDA layers keep SGLang's
+# (machine/environment.py) until that path has run on a GPU; without it CUDA layers keep SGLang's
 # forward (token-wise chunks only).
 DEFAULT_MODE = "layer"
 

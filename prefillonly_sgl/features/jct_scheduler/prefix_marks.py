@@ -12,7 +12,7 @@ scheduler avoids, so each request carries hashes of its first L tokens for L = 6
     marks.levels = ((64, h64), (128, h128), ..., (R, hR))   # hR identifies the group
 
 The hashes cover the request's cache namespace too (SGLang's extra_key and cache_salt,
-cache_salts.py): requests of different namespaces never share a cached prefix, so they
+scoring/cache_salts.py): requests of different namespaces never share a cached prefix, so they
 never form one group or share a level; grouping them would have the "followers" wait for
 a prefix they cannot reuse.
 """

@@ -13,8 +13,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from prefillonly_sgl.device_defaults import resolved_dtype
 from prefillonly_sgl.features.jct_scheduler.jct_model import FitReport, JctModel, Sample
+from prefillonly_sgl.machine.device_defaults import resolved_dtype
 
 FORMAT = 1
 

@@ -1,6 +1,6 @@
 """The JCT scheduler's settings (plain Python): resolved once from the Engine's arguments
 or serve's flags (feature option jct_aging / jct_profile, features/__init__.py) and shipped to
-SGLang's scheduler process inside the runtime configuration (runtime_config.py).
+SGLang's scheduler process inside the runtime configuration (config/runtime_config.py).
 """
 
 from __future__ import annotations
@@ -8,8 +8,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from prefillonly_sgl.device_defaults import resolved_dtype
-from prefillonly_sgl.families import attention_layer_share
 from prefillonly_sgl.features import JCT_POLICY  # noqa: F401  (re-exported)
 from prefillonly_sgl.features.jct_scheduler.eviction import DEFAULT_EVICTION, EVICTION_POLICIES
 from prefillonly_sgl.features.jct_scheduler.jct_model import DEFAULT, JctModel, default_model
@@ -19,6 +17,8 @@ from prefillonly_sgl.features.jct_scheduler.policy import (
     DEFAULT_SIZE_RATIO,
 )
 from prefillonly_sgl.features.jct_scheduler.profiles import find_profile, load_profile, profile_key
+from prefillonly_sgl.machine.device_defaults import resolved_dtype
+from prefillonly_sgl.models.families import attention_layer_share
 
 
 @dataclass(frozen=True)

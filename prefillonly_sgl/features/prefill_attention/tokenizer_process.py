@@ -19,7 +19,7 @@ SOURCE = "prefillonly: prefill-only attention applies attention sinks and slidin
 
 def _handle_cpu_backends(server_args, previous) -> None:
     previous(server_args)
-    from prefillonly_sgl.runtime_config import WorkerConfig
+    from prefillonly_sgl.config.runtime_config import WorkerConfig
 
     config = WorkerConfig.from_environment()
     if config is None or "prefill_attention" not in config.features:

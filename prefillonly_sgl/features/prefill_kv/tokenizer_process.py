@@ -34,7 +34,7 @@ import inspect
 
 from prefillonly_sgl.features.prefill_kv.messages import with_reusable_len
 from prefillonly_sgl.features.prefill_kv.policy import reusable_prefix_len, runs_one_forward
-from prefillonly_sgl.single_token.prefix import WHOLE_PROMPT, prefix_ids_in, without_prefix_ids
+from prefillonly_sgl.scoring.reusable_prefix import WHOLE_PROMPT, prefix_ids_in, without_prefix_ids
 
 # The query tokens of the score call being tokenized in this task ([]: nothing reusable);
 # None outside score calls (generate requests stay stock).

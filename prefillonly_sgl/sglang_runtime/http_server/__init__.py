@@ -19,7 +19,7 @@ working:
 - the typed endpoints of the EndpointSpecs it is given (`--app`, and the built-in APIs of
   prefillonly_sgl/apis/: /v1/score_labels, /v1/rerank, /v1/classify), which score through
   ScoringFront;
-- with `--tenant-keys`, the key check of several keys, one tenant each (tenants.py), which
+- with `--tenant-keys`, the key check of several keys, one tenant each (tenant_requests.py), which
   runs each request in its tenant's prefix-cache namespace;
 - a lifespan wrapper that, once SGLang is up, starts the ScoringFront (which records usage
   and rids from the tokenizer manager's generate_request), arms SGLang's SIGTERM drain at
@@ -32,7 +32,7 @@ Then sglang.launch_server.run_server runs the server exactly as `sglang serve` w
     access.py      auth levels, the admin key, secrets kept out of answers and logs
     processor_check.py  a request's custom logit processor loaded in a throwaway process
     lifecycle.py   start-up, SIGTERM drain and its watchdog, the guard's metrics
-    tenants.py     --tenant-keys: several API keys, one tenant (cache namespace) each
+    tenant_requests.py --tenant-keys: several API keys, one tenant (cache namespace) each
     here           install() puts them on the app; serve() builds ServerArgs and runs
 """
 
@@ -44,7 +44,7 @@ from prefillonly_sgl.server.endpoints import EndpointSpec, check_unique_paths
 from prefillonly_sgl.server.guard import GuardPolicy, RequestGuard
 from prefillonly_sgl.server.options import ServeOptions, SGLangFlags
 from prefillonly_sgl.server.redaction import RedactSecrets, secret_values
-from prefillonly_sgl.server.tenants import TenantKeys, TenantKeysError, load_tenant_keys
+from prefillonly_sgl.server.tenant_keys import TenantKeys, TenantKeysError, load_tenant_keys
 from prefillonly_sgl.sglang_runtime import server_flags
 from prefillonly_sgl.sglang_runtime.http_server import access
 from prefillonly_sgl.sglang_runtime.http_server.lifecycle import _guard_metrics, _wrap_lifespan
@@ -55,7 +55,7 @@ from prefillonly_sgl.sglang_runtime.http_server.routes import (
     _replace_score_route,
 )
 from prefillonly_sgl.sglang_runtime.http_server.runtime import SGLangRuntime
-from prefillonly_sgl.sglang_runtime.http_server.tenants import TenantKeyAuth
+from prefillonly_sgl.sglang_runtime.http_server.tenant_requests import TenantKeyAuth
 
 # SGLang endpoints that run the model: guarded (checked, admitted, drained on shutdown).
 WORK_PATHS = {

@@ -20,7 +20,7 @@ import os
 import sys
 from collections import OrderedDict
 
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 PROCESSOR_LOAD_TIMEOUT_S = 120.0  # importing torch in the child on a busy machine
 _LOADED_MAX = 256

@@ -8,15 +8,16 @@ import inspect
 import orjson
 from pydantic import BaseModel
 
-from prefillonly_sgl.cache_salts import cache_salt, check_salt
 from prefillonly_sgl.decisions.checkpoints import LM_HEAD, Readout
-from prefillonly_sgl.errors import InvalidRequestError
+from prefillonly_sgl.scoring.cache_salts import cache_salt, check_salt
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.usage import CURRENT_REQUEST
 from prefillonly_sgl.server.auth import NORMAL
 from prefillonly_sgl.server.endpoints import EndpointSpec
-from prefillonly_sgl.server.errors import error_body, validation_message
+from prefillonly_sgl.server.error_bodies import error_body, validation_message
 from prefillonly_sgl.sglang_runtime.http_server.access import declare
 from prefillonly_sgl.sglang_runtime.http_server.runtime import _RAW_REQUEST, SGLangRuntime
-from prefillonly_sgl.usage import CURRENT_REQUEST
+from prefillonly_sgl.wire.prefillonly import score_usage
 
 # Paths whose validation-error format SGLang documents per API: left to SGLang's handler.
 _OWN_ERROR_FORMAT_PREFIXES = ("/v1/messages", "/v1/responses", "/v1/systemone")
@@ -88,7 +89,7 @@ def _replace_score_route(app, runtime: SGLangRuntime, peers: list[EndpointSpec] 
         if record is None or not record.usage.prompts or response.status_code != 200:
             return response
         content = orjson.loads(response.body)
-        content["usage"] = {**(content.get("usage") or {}), **record.usage.score_usage()}
+        content["usage"] = {**(content.get("usage") or {}), **score_usage(record.usage)}
         return _json_response(content)
 
     v1_score_request.__doc__ = stock[0].endpoint.__doc__
@@ -202,7 +203,7 @@ async def _run_raw(spec: EndpointSpec, runtime: SGLangRuntime, body, raw_request
 
 def _salt_of(body) -> str | None:
     """The body's `cache_salt` (every scoring route's wire model declares it), which the
-    whole request then runs under (cache_salts.py): the handlers need not pass it on, and
+    whole request then runs under (scoring/cache_salts.py): the handlers need not pass it on, and
     none can forget to."""
     salt = body.get("cache_salt") if isinstance(body, dict) else getattr(body, "cache_salt", None)
     try:

@@ -4,20 +4,16 @@ ServerContext (what an EndpointSpec handler gets: the same front as the Engine's
 
 import contextvars
 
-from prefillonly_sgl.score_result import ScoreResult
-from prefillonly_sgl.server.auth import (
-    RequestRefusedError,
-    authorization_header,
-    processor_refusal,
-)
+from prefillonly_sgl.scoring.score_result import ScoreResult
+from prefillonly_sgl.scoring.usage import CURRENT_REQUEST, RequestRecord
+from prefillonly_sgl.scoring.validation import ModelLimits
+from prefillonly_sgl.server.auth import RequestRefusedError, authorization_header, processor_refusal
 from prefillonly_sgl.server.endpoints import EndpointSpec
 from prefillonly_sgl.server.options import ServeOptions
 from prefillonly_sgl.server.request_checks import custom_logit_processors
 from prefillonly_sgl.server.route_checks import CheckContext, check_request, route_checks
 from prefillonly_sgl.sglang_runtime.http_server.processor_check import ProcessorLoadCheck
 from prefillonly_sgl.sglang_runtime.score_front import ScoringFront
-from prefillonly_sgl.usage import CURRENT_REQUEST, RequestRecord
-from prefillonly_sgl.validation import ModelLimits
 
 
 def _tokenizer_manager():
@@ -71,14 +67,14 @@ class SGLangRuntime:
 
     async def systemone_on_checkpoint(self, body: object, raw_request):
         """/v1/systemone on a decision checkpoint: SGLang's own handler, the state scored
-        once where the readout allows it (decision_checkpoints.py)."""
-        from prefillonly_sgl.sglang_runtime.http_server import decision_checkpoints
+        once where the readout allows it (systemone_checkpoints.py)."""
+        from prefillonly_sgl.sglang_runtime.http_server import systemone_checkpoints
 
         if self._checkpoint_handler is None:
-            self._checkpoint_handler = decision_checkpoints.checkpoint_handler(
+            self._checkpoint_handler = systemone_checkpoints.checkpoint_handler(
                 raw_request.app.state, self.front.readout
             )
-        return await decision_checkpoints.answer(self._checkpoint_handler, body, raw_request)
+        return await systemone_checkpoints.answer(self._checkpoint_handler, body, raw_request)
 
     # -- GuardRuntime --
     def shutting_down(self) -> bool:
@@ -124,7 +120,7 @@ def _add_our_info(scheduler_info: dict, decision_readout: dict) -> None:
     switched off, with why; how the model answers decisions), as the Engine's
     get_server_info() reports it. The configuration is this process's own (serve set it
     before SGLang started)."""
-    from prefillonly_sgl.runtime_config import WorkerConfig
+    from prefillonly_sgl.config.runtime_config import WorkerConfig
 
     worker = WorkerConfig.from_environment()
     if worker is not None:

@@ -1,7 +1,7 @@
 """Memory probe (an instrument, not a feature): when the runtime configuration names a
 file (WorkerConfig.memory_probe), the scheduler appends one JSON line per extend forward:
 its tokens, the memory resident just before it and the peak during it. Set only by the
-memory-budget calibration (memory/calibration.py), in an engine of its own.
+memory-budget calibration (memory/measurement.py), in an engine of its own.
 
     scheduler_process.py     the hook around ModelRunner.forward
 """

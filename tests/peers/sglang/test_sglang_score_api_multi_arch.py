@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from prefillonly_sgl.reference import TransformersReference
+from prefillonly_sgl.verification.reference import TransformersReference
 
 
 @pytest.fixture(scope="module")

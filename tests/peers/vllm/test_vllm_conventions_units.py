@@ -1,5 +1,5 @@
 """The plain decisions behind vLLM's conventions on shared paths
-(prefillonly_sgl/apis/vllm_conventions.py; docs/server.md, "Peer conventions on one
+(prefillonly_sgl/wire/vllm.py; docs/server.md, "Peer conventions on one
 path"), without a server. Not ported from vLLM: ours."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from prefillonly_sgl.apis.vllm_conventions import (
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.wire.vllm import (
     echoes_documents,
     is_vllm_score_body,
     relevance_logit,
@@ -17,7 +18,6 @@ from prefillonly_sgl.apis.vllm_conventions import (
     truncated,
     truncation_limit,
 )
-from prefillonly_sgl.errors import InvalidRequestError
 
 
 def test_a_rerank_result_echoes_its_document_unless_cohere_says_not_to():

@@ -10,7 +10,7 @@ Adaptations (each also said where it applies):
 - test_generative_scoring.py drives vLLM's serving class with a mocked AsyncLLM: its
   protocol, probability, validation, prompt-order and generation tests are asserted here
   on the running server's answers instead, the probabilities against a transformers
-  forward of the same prompts (prefillonly_sgl.reference) where vLLM checks its formula
+  forward of the same prompts (prefillonly_sgl.verification.reference) where vLLM checks its formula
   on mocked logprobs; the one test of the mock itself (an engine that yields nothing
   answers 500) has no counterpart and is not ported.
 """

@@ -1,5 +1,5 @@
 """The independent reference the ported vLLM tests check values against: a plain
-transformers forward (prefillonly_sgl.reference) of the default reranker's prompts, in
+transformers forward (prefillonly_sgl.verification.reference) of the default reranker's prompts, in
 place of vLLM's trained cross-encoder (sentence-transformers' CrossEncoder.predict)."""
 
 from __future__ import annotations

@@ -1,0 +1,15 @@
+"""The scoring contract: what `Engine.score` (and every front built on it) takes and gives
+back, in plain Python (no SGLang, no torch at import).
+
+    labels.py, label_trie.py   label sets compiled to token ids; labels of several tokens
+    continuations.py           a continuation's token logprobs: the request and its checks
+    validation.py              checks on a score request before anything reaches SGLang
+    score_result.py            ScoreResult, what one score call returns
+    priors.py                  contextual calibration's arithmetic
+    usage.py                   per-request usage (its wire views: wire/prefillonly.py)
+    cache_salts.py             prefix-cache namespaces (tenants)
+    reusable_prefix.py         how a request carries its reusable prefix to the tokenizer hook
+    errors.py                  the exceptions every caller sees (PrefillOnlyError and kin)
+
+Imports nothing of the package outside this folder: every other folder may import it.
+"""

@@ -1,0 +1,96 @@
+"""Prefix-cache namespaces (plain Python): which cached prefixes a request may reuse.
+
+SGLang 0.5.23 keys its radix cache by (extra_key, cache_salt, tokens): requests with
+different salts never share a cached prefix, so none of them can learn from its cached
+tokens (or a hit's latency) whether another's prompt is cached. A request's salt is
+decided here from two parts:
+
+- the tenant (`prefillonly serve --tenant-keys`): the name its API key belongs to, set
+  per HTTP request by the key check (sglang_runtime/http_server/tenant_requests.py);
+- the caller's own `cache_salt` (a route's body field, Engine.score(cache_salt=...), the
+  DSL's `with cache_salt(...)`), set per request or call.
+
+With a tenant, the salt is a hash of both: a tenant's own salt only splits its own cache
+further, and no salt a tenant sends can name another tenant's namespace. Without one, the
+caller's salt goes to SGLang as is (SGLang's meaning; a server without tenants trusts its
+callers). sglang_runtime/request_recording.py writes the result into every request that
+reaches SGLang's generate_request (score, continuations, chat, completions, generate).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import json
+
+MAX_SALT_CHARS = 1024  # a salt is a name, not a payload
+
+# The tenant of the HTTP request being answered (None: no tenant keys, or not a request).
+TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "prefillonly_tenant", default=None
+)
+# The caller's own salt for the request or call being run (None: none given).
+REQUEST_SALT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "prefillonly_cache_salt", default=None
+)
+
+
+def check_salt(salt: object) -> str | None:
+    """`salt` as a cache salt (None or "" for none); ValueError naming the problem."""
+    if salt is None or salt == "":
+        return None
+    if not isinstance(salt, str):
+        raise ValueError(f"cache_salt must be a string, got {type(salt).__name__}")
+    if len(salt) > MAX_SALT_CHARS:
+        raise ValueError(f"cache_salt is longer than {MAX_SALT_CHARS} characters")
+    return salt
+
+
+def effective_salt(tenant: str | None, salt: str | None) -> str | None:
+    """The salt SGLang gets for a request of `tenant` carrying `salt`."""
+    if tenant is None:
+        return salt or None
+    # JSON of the pair: (tenant, salt) is recoverable from it, so distinct pairs never
+    # collide before hashing; the hash keeps tenant names out of SGLang's cache keys.
+    pair = json.dumps([tenant, salt or ""], ensure_ascii=False).encode()
+    return "tenant-" + hashlib.sha256(pair).hexdigest()
+
+
+@contextlib.contextmanager
+def cache_salt(salt: str | None):
+    """Calls made inside use `salt` as their cache salt (None: keep the enclosing one):
+    the DSL's and the batch runner's way to salt a call, as `cache_salt=` is the
+    Engine's."""
+    salt = check_salt(salt)
+    if salt is None:
+        yield
+        return
+    token = REQUEST_SALT.set(salt)
+    try:
+        yield
+    finally:
+        REQUEST_SALT.reset(token)
+
+
+def salt_fields() -> dict:
+    """{"cache_salt": the salt of the enclosing call} ({} for none): what a client adds to
+    a body it posts, so the call's salt reaches the server (the DSL's remote backends)."""
+    salt = REQUEST_SALT.get()
+    return {} if salt is None else {"cache_salt": salt}
+
+
+def salt_request(obj) -> None:
+    """Writes the effective salt into SGLang's request `obj` (a GenerateReqInput; one
+    without the field, SGLang's EmbeddingReqInput, is left alone). The request's own
+    `cache_salt` (a chat or generate body's, one per prompt for a batch) is the caller's
+    salt where given; else the call's (REQUEST_SALT)."""
+    if not hasattr(obj, "cache_salt"):
+        return
+    tenant = TENANT.get()
+    own = obj.cache_salt
+    if isinstance(own, list):
+        # SGLang wants a string per prompt in a list ("" for none).
+        obj.cache_salt = [effective_salt(tenant, s or REQUEST_SALT.get()) or "" for s in own]
+    else:
+        obj.cache_salt = effective_salt(tenant, own or REQUEST_SALT.get())
