@@ -11,11 +11,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import start_counts
 from server_process import running_server
 
 from prefillonly_sgl.models.tiny import build_tiny_model
 
 TESTS = Path(__file__).parent
+
+
+def pytest_configure(config):
+    start_counts.install()
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in start_counts.summary():
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

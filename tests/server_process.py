@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import requests
+import start_counts
 
 from prefillonly_sgl.machine.ports import free_port
 
@@ -44,6 +45,7 @@ class ServerProcess:
     def __init__(
         self, model_path: Path, log_path: Path, *extra_args: str, command=serve_command
     ) -> None:
+        start_counts.count("server")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
