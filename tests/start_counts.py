@@ -46,7 +46,7 @@ def summary() -> list[str]:
         "(tests/start_counts.py; the modules starting most:)"
     ]
     by_module = collections.Counter()
-    for (kind, module), n in STARTS.items():
+    for (_, module), n in STARTS.items():
         by_module[module] += n
     for module, n in by_module.most_common(15):
         kinds = ", ".join(
