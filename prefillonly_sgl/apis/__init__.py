@@ -14,7 +14,8 @@ sglang_runtime/http_server/, which gets these specs from its caller, cli.py).
   documents are cut; rerankers.py: the built-in rankers (the yes/no judge, query
   likelihood) and which one a model gets.
 
-Their request and response models are the wire contracts in prefillonly_sgl/wire/, which the DSL's clients (dsl/backends/remote.py, dsl/gateway_client.py) import too.
+Their request and response models are the wire contracts in prefillonly_sgl/wire/, which
+the DSL's clients (dsl/backends/remote.py, dsl/gateway_client.py) import too.
 """
 
 from __future__ import annotations
