@@ -51,12 +51,12 @@ def chat_ids(reference, messages) -> list[int]:
     )
 
 
-def assert_top_logprobs(entries, expected, k: int) -> None:
+def assert_top_logprobs(entries, expected, k: int, tol: float = TOL) -> None:
     """The k returned top logprobs are the k largest of the reference distribution."""
     got = [e.logprob for e in entries]
     want = sorted(expected.tolist(), reverse=True)[:k]
     assert len(got) == k
-    assert max(abs(a - b) for a, b in zip(got, want)) < TOL, (got, want)
+    assert max(abs(a - b) for a, b in zip(got, want)) < tol, (got, want)
 
 
 def test_chat_top_logprobs_match_transformers(client, reference):
@@ -198,7 +198,10 @@ def test_chat_prompt_three_times_the_pool(client, reference):
     )  # fmt: skip
     expected = reference.next_token_logprobs(ids)
     assert answer.usage.prompt_tokens == len(ids)
-    assert_top_logprobs(answer.choices[0].logprobs.content[0].top_logprobs, expected, 2)
+    # 1e-3, not 1e-4: a logprob after ~1,600 tokens, summed over the whole prompt in another
+    # order than transformers' (the pool's chunks): float32 rounding grows with the length
+    # (2.3e-4 measured once on a 2-core EPYC, 2026-11-26; issue 63).
+    assert_top_logprobs(answer.choices[0].logprobs.content[0].top_logprobs, expected, 2, 1e-3)
     # Two tokens need every prompt token's KV for the decode step: SGLang's limit.
     with pytest.raises(BadRequestError, match="exceeds the maximum allowed length"):
         client.chat.completions.create(model="m", messages=messages, max_tokens=2)
