@@ -53,6 +53,9 @@ MARGIN = 512
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+DTYPE = "bfloat16"  # the engines' dtype (--dtype)
+
+
 def model_path(model: str) -> Path:
     """The model the benchmark runs: "default", "qwen3" (built once) or a folder."""
     from prefillonly_sgl.models.default_model import default_model_path
@@ -111,7 +114,7 @@ def engine_args(config: str, context: int, chunk: int | None = None, model: str 
     from prefillonly_sgl import STOCK_SGLANG
 
     common = dict(
-        model=str(model_path(model)), dtype="bfloat16", context_length=context,
+        model=str(model_path(model)), dtype=DTYPE, context_length=context,
         watchdog_timeout=3600,
     )  # fmt: skip
     if config == "stock":
@@ -258,7 +261,7 @@ def report(
     from prefillonly_sgl.memory.budget import kv_bytes_per_token
     from prefillonly_sgl.memory.measurement import model_config
 
-    kv_mib = kv_bytes_per_token(model_config(model_path(model)), "bfloat16") / 2**20
+    kv_mib = kv_bytes_per_token(model_config(model_path(model)), DTYPE) / 2**20
     print(f"Longest prompt under {budget_mib:.0f} MiB of scheduler RSS (smallest pool that "
           f"serves it; KV {kv_mib * 1024:.1f} KiB/token):")  # fmt: skip
     longest = {}
@@ -290,9 +293,17 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=1, help="fresh prompts per length and configuration"
     )
+    parser.add_argument(
+        "--dtype",
+        default="bfloat16",
+        help="the engines' dtype (float32 on a CPU without bf16 GEMMs: AVX2-only hosts run "
+        "torch's bf16 matmul ~100x slower than float32)",
+    )
     parser.add_argument("--report", type=Path, help="print the report of a saved results file")
     parser.add_argument("--plot", type=Path, help="also draw the longest prompts (PNG)")
     args = parser.parse_args()
+    global DTYPE
+    DTYPE = args.dtype
     if args.report:
         saved = json.loads(args.report.read_text())
         context = max(saved["args"]["lengths"]) + MARGIN
