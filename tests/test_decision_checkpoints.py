@@ -5,7 +5,8 @@ each answered by our server and by SGLang's own server (`python -m sglang.launch
 its /v1/systemone handler) on the same folder, on this machine: the answers must agree
 within 1e-4 (float32), refusals included. The causal checkpoint's questions run behind
 the state computed once (the attention plans' events are the oracle), and a second
-request on the same state finds it cached. One server at a time (the machine has 2 cores).
+request on the same state finds it cached. Each kind's two servers start together; the
+stock one answers and stops before ours is asked.
 """
 
 from __future__ import annotations
@@ -56,30 +57,30 @@ REFUSED = [
 KINDS = ["decider", "decider_noncausal", "clef", "kev"]
 
 
-@contextlib.contextmanager
-def _server(model_path, log_path, stock: bool, env: dict | None = None):
+def _start(model_path, log_path, stock: bool, env: dict | None = None) -> ServerProcess:
+    """A server process started (not yet ready); `env` only for its spawned processes."""
     saved = dict(os.environ)
     os.environ.update(env or {})  # read by the spawned scheduler
     try:
         if stock:
             # A Qwen3.5 backbone on CPU: SGLang's default mamba cache (extra_buffer) is
             # GPU-only, and no_buffer runs without the overlapped scheduler (ours sets both
-            # itself: models/families.py's linear_attention defaults).
-            extra = ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"]
-            server = ServerProcess(model_path, log_path, *extra, command=stock_sglang_command)
-        else:
-            server = ServerProcess(model_path, log_path, command=serve_command)
+            # itself: models/families.py's linear_attention defaults). Sleeping while idle
+            # keeps it off the cores while ours starts beside it.
+            extra = ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule",
+                     "--sleep-on-idle"]  # fmt: skip
+            return ServerProcess(model_path, log_path, *extra, command=stock_sglang_command)
+        return ServerProcess(model_path, log_path, command=serve_command)
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        if stock:  # its graceful shutdown is not under test: seconds saved per kind
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(server.proc.pid, signal.SIGKILL)
-        server.stop()
+
+
+def _stop(server: ServerProcess, stock: bool) -> None:
+    if stock:  # its graceful shutdown is not under test: seconds saved per kind
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.proc.pid, signal.SIGKILL)
+    server.stop()
 
 
 def _post(server, body, path="/v1/systemone"):
@@ -98,15 +99,30 @@ def _exchanges(server) -> dict:
 @pytest.fixture(scope="module", params=KINDS)
 def kind(request, tmp_path_factory):
     """(kind, our server, stock SGLang's exchanges, our attention log) for one kind; the
-    stock server runs first and is stopped before ours starts."""
+    two servers start together, stock's answers are taken and it stops before ours is
+    asked."""
     name = request.param
     folder = build_decision_checkpoint(name, tmp_path_factory.mktemp(name) / "model")
     logs = tmp_path_factory.mktemp(f"{name}-logs")
-    with _server(folder, logs / "stock.log", stock=True) as stock:
-        expected = _exchanges(stock)
     plans = logs / "plans.jsonl"
-    with _server(folder, logs / "ours.log", stock=False, env={ATTENTION_LOG: str(plans)}) as ours:
+    # Both servers start at once (their start-ups are mostly one core's work each), then
+    # stock answers and stops before ours is asked anything.
+    stock = _start(folder, logs / "stock.log", stock=True)
+    try:
+        ours = _start(folder, logs / "ours.log", stock=False, env={ATTENTION_LOG: str(plans)})
+    except BaseException:
+        _stop(stock, True)
+        raise
+    try:
+        try:
+            stock.wait_ready()
+            expected = _exchanges(stock)
+        finally:
+            _stop(stock, True)
+        ours.wait_ready()
         yield name, ours, expected, plans
+    finally:
+        _stop(ours, False)
 
 
 def _close(got, want, path="answer"):
