@@ -1,7 +1,9 @@
 """The package's shape, read from its source (no imports run): no import cycle inside
 prefillonly_sgl (module-level and function-level imports alike), between modules or
-between subpackages, the Engine independent of the server, and no unittest.mock in
-production code."""
+between subpackages, the Engine independent of the server, no unittest.mock in
+production code, the package root holding its public face and folders only, one module
+per file name (beyond the role names that parallel folders share) and a docstring in
+every folder's __init__ (ARCHITECTURE.md's folder map)."""
 
 from __future__ import annotations
 
