@@ -13,7 +13,6 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Literal
 
 import dsl_app_example as app
@@ -275,6 +274,9 @@ def test_a_label_that_cannot_be_scored_stops_the_start_up(tiny_llama_path, tmp_p
     log = out.stdout + out.stderr
     assert out.returncode != 0, log[-3000:]
     assert "/apps/unsure (unsure) cannot be served by this model: label 'Yes'" in log, log[-3000:]
+    # refused before SGLang starts: no scheduler loaded the weights (a start logs "Load
+    # weight begin"), and the message is the last word, not a traceback's
+    assert "Load weight" not in log and "Traceback" not in log, log[-3000:]
 
 
 # -- no server: models, sample arguments, declaration errors --------------------------------
@@ -283,7 +285,7 @@ def test_a_label_that_cannot_be_scored_stops_the_start_up(tiny_llama_path, tmp_p
 def test_endpoint_specs_and_prompt_counts():
     classify, batch = app.sentiment.__prefillonly_endpoint__()
     assert (classify.path, batch.path) == ("/apps/sentiment", "/apps/sentiment/batch")
-    assert classify.on_startup is not None and classify.count_prompts is None
+    assert classify.check_tokenizer is not None and classify.count_prompts is None
     assert batch.count_prompts({"inputs": [{}, {}, {}]}) == 3
     rank = app.recommend.__prefillonly_endpoint__()
     assert rank.path == "/apps/recommend" and rank.count_prompts({"items": ["a", "b"]}) == 2
@@ -317,24 +319,24 @@ def test_sample_values_and_unservable_types():
 
 
 def test_start_up_label_check_on_a_sample_prompt():
-    context = SimpleNamespace(tokenizer=build_tokenizer())
-    prompt = sample_prompt(app.sentiment, context.tokenizer)
+    tokenizer = build_tokenizer()
+    prompt = sample_prompt(app.sentiment, tokenizer)
     assert prompt.item == "Review of the medicine: example\nSentiment:"
-    app.sentiment.__prefillonly_endpoint__()[0].on_startup(context)  # one-token labels: fine
+    app.sentiment.__prefillonly_endpoint__()[0].check_tokenizer(tokenizer)  # one token each
 
     @prefillonly.ranker(labels=["Yes", "Maybe"])
     def unsure(profile, item):  # unannotated: sample strings
         return f"{profile} {item}? "  # a trailing space: "Yes" would merge with it
 
     with pytest.raises(LabelError, match=r"/apps/unsure \(.*unsure\) cannot be served.*'Yes'"):
-        unsure.__prefillonly_endpoint__().on_startup(context)
+        unsure.__prefillonly_endpoint__().check_tokenizer(tokenizer)
 
     @prefillonly.classifier(labels=["Yes", "Maybe"])
     def picky(x: str) -> str:
         raise ValueError("refuses sample arguments")
 
-    assert sample_prompt(picky, context.tokenizer) is None  # no check: a 400 per request
-    picky.__prefillonly_endpoint__()[0].on_startup(context)
+    assert sample_prompt(picky, tokenizer) is None  # no check: a 400 per request
+    picky.__prefillonly_endpoint__()[0].check_tokenizer(tokenizer)
 
 
 def test_the_dsl_endpoints_import_without_sglang():

@@ -13,11 +13,11 @@ through the runtime's one backend (``server_backend``): it compiles the prompts 
 with the server's tokenizer, as a local call does, and keeps the calibration priors it
 measures for the server's lifetime.
 
-Labels are checked once at server start-up (``on_startup``): the function is called with
-sample arguments (defaults, else "example" / 0 / the first Literal value ...) and its
-labels compiled after that prompt, so a label that cannot be scored there stops the server with
-a message naming it. When no sample call can be made the check is left to the requests,
-which then get a 400 naming the label.
+Labels are checked once, before SGLang starts (``check_tokenizer``, with the tokenizer the
+server will use): the function is called with sample arguments (defaults, else "example" /
+0 / the first Literal value ...) and its labels compiled after that prompt, so a label that
+cannot be scored there stops the start in seconds with a message naming it. When no sample
+call can be made the check is left to the requests, which then get a 400 naming the label.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def classifier_endpoints(function) -> list[EndpointSpec]:
             classify,
             summary=f"{name}: classify one input ({labels})",
             description=inspect.getdoc(function.fn),
-            on_startup=check,
+            check_tokenizer=check,
         ),
         EndpointSpec(
             f"{function.path}/batch",
@@ -98,7 +98,7 @@ def ranker_endpoint(function) -> EndpointSpec:
         summary=f"{function.fn.__qualname__}: rank items, best first",
         description=inspect.getdoc(function.fn),
         count_prompts=lambda body: _count(body, "items"),
-        on_startup=_label_check(function),
+        check_tokenizer=_label_check(function),
     )
 
 
@@ -111,21 +111,21 @@ def _count(body: dict, field: str) -> int:
 
 
 def _label_check(function):
-    def on_startup(context) -> None:
+    def check_tokenizer(tokenizer) -> None:
         if function.scores_continuation:
             return  # no labels to compile
-        prompt = sample_prompt(function, context.tokenizer)
+        prompt = sample_prompt(function, tokenizer)
         if prompt is None:
             return
         try:
-            function.label_ids(context.tokenizer, prompt)
+            function.label_ids(tokenizer, prompt)
         except LabelError as e:
             raise LabelError(
                 f"prefillonly serve --app: {function.path} ({function.fn.__qualname__}) "
                 f"cannot be served by this model: {e}"
             ) from None
 
-    return on_startup
+    return check_tokenizer
 
 
 class _NoSample(Exception):

@@ -96,6 +96,9 @@ class EndpointSpec:
 
     count_prompts(body_json) -> int: how many prompts a request costs for admission control
         (default 1); it gets the raw JSON object, before validation.
+    check_tokenizer(tokenizer): called before SGLang starts, with the tokenizer the server
+        will use; raising refuses the start in seconds, not after the engine's (the DSL's
+        endpoints check that their labels can be scored).
     on_startup(context): called once when the server is ready (e.g. to turn label words
         into token ids and fail at start-up if one cannot be scored).
     raw_body: the handler gets the JSON object itself (a path that takes more than one
@@ -124,6 +127,7 @@ class EndpointSpec:
     tags: Sequence[str] = ("apps",)
     count_prompts: Callable[[dict], int] | None = None
     on_startup: Callable[[ServerContext], Any] | None = None
+    check_tokenizer: Callable[[Any], None] | None = None
     raw_body: bool = False
     error_shape: str = "sglang"
     claims: Callable[[object], bool] | None = None

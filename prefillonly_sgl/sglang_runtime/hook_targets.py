@@ -11,6 +11,11 @@ from __future__ import annotations
 HOOK_TARGETS: dict[str, str] = {
     # -- called (offline engine) --
     "sglang.srt.entrypoints.engine.Engine": "the offline engine prefillonly_sgl.Engine wraps",
+    "sglang.srt.utils.hf_transformers_utils.get_tokenizer": (
+        "called by serve before SGLang starts (http_server.check_endpoints_before_start), "
+        "with the arguments TokenizerManager passes it: the endpoints' label checks run on "
+        "the tokenizer the server will use"
+    ),
     "sglang.srt.entrypoints.engine.Engine.score": (
         "not called: ScoringFront runs TokenizerManager.score_request on the engine's loop "
         "(Engine.loop.run_until_complete), exactly as this method does"

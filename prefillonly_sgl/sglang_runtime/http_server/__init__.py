@@ -24,7 +24,7 @@ working:
 - a lifespan wrapper that, once SGLang is up, starts the ScoringFront (which records usage
   and rids from the tokenizer manager's generate_request), arms SGLang's SIGTERM drain at
   once, aborts what is still running --shutdown-timeout seconds after SIGTERM, and runs
-  the endpoints' on_startup.
+  the endpoints' on_startup (their check_tokenizer runs before SGLang starts).
 Then sglang.launch_server.run_server runs the server exactly as `sglang serve` would.
 
     runtime.py     the running server as the guard and the endpoints see it
@@ -199,6 +199,7 @@ def serve(
         admin_api_key=server_args.admin_api_key,
         secrets=secrets,
     )
+    check_endpoints_before_start(server_args, specs)
     if server_args.device == "cpu":
         from prefillonly_sgl.sglang_runtime.offline_engine import _check_cpu_support
 
@@ -208,6 +209,29 @@ def serve(
     finally:
         kill_process_tree(os.getpid(), include_parent=False)
     return 0
+
+
+def check_endpoints_before_start(server_args, specs: list[EndpointSpec]) -> None:
+    """The endpoints' `check_tokenizer`, with the tokenizer SGLang's TokenizerManager will
+    load (its own get_tokenizer, the same arguments), before the engine starts: a label
+    that cannot be scored refuses the start in seconds, not after the engine's minute."""
+    checks = [spec.check_tokenizer for spec in specs if spec.check_tokenizer is not None]
+    if not checks or server_args.skip_tokenizer_init:
+        return
+    from sglang.srt.utils.hf_transformers_utils import get_tokenizer
+
+    tokenizer = get_tokenizer(
+        server_args.tokenizer_path or server_args.model_path,  # resolved later by SGLang
+        tokenizer_mode=server_args.tokenizer_mode,
+        trust_remote_code=server_args.trust_remote_code,
+        revision=server_args.revision,
+        tokenizer_backend=server_args.tokenizer_backend,
+    )
+    for check in checks:
+        try:
+            check(tokenizer)
+        except Exception as e:  # the check's own message names the endpoint and the label
+            raise SystemExit(str(e)) from None
 
 
 def _tenant_keys(options: ServeOptions, server_args) -> TenantKeys | None:
