@@ -53,7 +53,7 @@ MARGIN = 512
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-DTYPE = "bfloat16"  # the engines' dtype (--dtype)
+DEFAULT_DTYPE = "bfloat16"
 
 
 def model_path(model: str) -> Path:
@@ -110,11 +110,17 @@ def qwen3_shaped(default: Path) -> Path:
     return out
 
 
-def engine_args(config: str, context: int, chunk: int | None = None, model: str = "default"):
+def engine_args(
+    config: str,
+    context: int,
+    chunk: int | None = None,
+    model: str = "default",
+    dtype: str = DEFAULT_DTYPE,
+):
     from prefillonly_sgl import STOCK_SGLANG
 
     common = dict(
-        model=str(model_path(model)), dtype=DTYPE, context_length=context,
+        model=str(model_path(model)), dtype=dtype, context_length=context,
         watchdog_timeout=3600,
     )  # fmt: skip
     if config == "stock":
@@ -155,7 +161,13 @@ class Run:
     process (whose memory is measured)."""
 
     def __init__(
-        self, config: str, context: int, allocator: bool, chunk: int | None, model: str
+        self,
+        config: str,
+        context: int,
+        allocator: bool,
+        chunk: int | None,
+        model: str,
+        dtype: str,
     ) -> None:
         import psutil
 
@@ -166,7 +178,7 @@ class Run:
             os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"
         seen = {p.pid for p in psutil.Process().children(recursive=True)}
         try:
-            self.engine = Engine(**engine_args(config, context, chunk, model))
+            self.engine = Engine(**engine_args(config, context, chunk, model, dtype))
         finally:
             os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
         self.scheduler, self.processes = _engine_processes(seen)
@@ -211,9 +223,10 @@ def run_config(
     allocator: bool,
     chunk: int | None = None,
     model: str = "default",
+    dtype: str = DEFAULT_DTYPE,
 ) -> list[dict]:
     """`config`'s engine alone, one fresh prompt per length (`lengths` may repeat one)."""
-    run = Run(config, context, allocator, chunk, model)
+    run = Run(config, context, allocator, chunk, model, dtype)
     rng = random.Random(0)
     try:
         return [run.measure(length, rng) for length in lengths]
@@ -251,6 +264,7 @@ def report(
     context: int,
     plot: Path | None = None,
     model: str = "default",
+    dtype: str = DEFAULT_DTYPE,
 ) -> None:
     print(f"\n{'configuration':<18} {'L':>6} {'seconds':>8} {'peak MiB':>9} {'during call':>12}")
     for r in rows:
@@ -261,7 +275,7 @@ def report(
     from prefillonly_sgl.memory.budget import kv_bytes_per_token
     from prefillonly_sgl.memory.measurement import model_config
 
-    kv_mib = kv_bytes_per_token(model_config(model_path(model)), DTYPE) / 2**20
+    kv_mib = kv_bytes_per_token(model_config(model_path(model)), dtype) / 2**20
     print(f"Longest prompt under {budget_mib:.0f} MiB of scheduler RSS (smallest pool that "
           f"serves it; KV {kv_mib * 1024:.1f} KiB/token):")  # fmt: skip
     longest = {}
@@ -295,20 +309,19 @@ def main() -> None:
     )
     parser.add_argument(
         "--dtype",
-        default="bfloat16",
+        default=DEFAULT_DTYPE,
         help="the engines' dtype (float32 on a CPU without bf16 GEMMs: AVX2-only hosts run "
         "torch's bf16 matmul ~100x slower than float32)",
     )
     parser.add_argument("--report", type=Path, help="print the report of a saved results file")
     parser.add_argument("--plot", type=Path, help="also draw the longest prompts (PNG)")
     args = parser.parse_args()
-    global DTYPE
-    DTYPE = args.dtype
     if args.report:
         saved = json.loads(args.report.read_text())
         context = max(saved["args"]["lengths"]) + MARGIN
         model = saved["args"].get("model", "default")
-        report(saved["rows"], args.budget_mib, context, args.plot, model)
+        dtype = saved["args"].get("dtype", DEFAULT_DTYPE)  # the run's, not this call's
+        report(saved["rows"], args.budget_mib, context, args.plot, model, dtype)
         return
     lengths = sorted(args.lengths)
     context = max(lengths) + MARGIN
@@ -319,16 +332,18 @@ def main() -> None:
     repeated = [length for length in lengths for _ in range(args.rounds)]
     for config in args.configs:
         print(f"[hybrid] {config}", flush=True)
-        rows += run_config(config, repeated, context, True, args.chunk_size, args.model)
+        rows += run_config(config, repeated, context, True, args.chunk_size, args.model, args.dtype)
     if args.timing:
         for config in [c for c in args.configs if c.startswith("ours")]:
             print(f"[hybrid] {config} (glibc's default allocator settings)", flush=True)
-            rows += run_config(config, repeated, context, False, args.chunk_size, args.model)
+            rows += run_config(
+                config, repeated, context, False, args.chunk_size, args.model, args.dtype
+            )
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"hybrid_prefill-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1, default=str))
 
-    report(rows, args.budget_mib, context, args.plot, args.model)
+    report(rows, args.budget_mib, context, args.plot, args.model, args.dtype)
     print(f"[hybrid] results: {out}")
 
 

@@ -218,13 +218,19 @@ def render_prompts(
     """The texts of every slot's prompt: each state rendered once with the chat template
     and split at the question's place, each question's block put there."""
     templates = tuple(render_state(tokenizer, s, call.chat_template_kwargs) for s in states)
+    blocks: dict[tuple, tuple[str, tuple[str, ...]]] = {}  # one per question and order
     texts, labels = [], []
     for slot in slots:
-        question = call.questions[slot.question]
-        texts.append(
-            templates[slot.state].prompt(question_block(question, slot.order, call.wording))
-        )
-        labels.append(tuple(label_texts(question, slot.order, call.wording)))
+        key = (slot.question, slot.order)
+        if key not in blocks:
+            question = call.questions[slot.question]
+            blocks[key] = (
+                question_block(question, slot.order, call.wording),
+                tuple(label_texts(question, slot.order, call.wording)),
+            )
+        block, label_words = blocks[key]
+        texts.append(templates[slot.state].prompt(block))
+        labels.append(label_words)
     return Rendering(
         templates=templates,
         end_of_answer=end_of_answer(tokenizer, templates[0], call.chat_template_kwargs),
