@@ -61,6 +61,44 @@ def is_arch_support_pdl() -> bool:
     return False
 
 
+# A same-sized integer type per element size: __cuda_array_interface__ speaks numpy's
+# type strings, which have no bfloat16; the view back to the tensor's dtype is free.
+_RAW_TYPES = {1: ("|u1", torch.uint8), 2: ("<i2", torch.int16), 4: ("<i4", torch.int32), 8: ("<i8", torch.int64)}
+
+
+class _BorrowedCudaMemory:
+    """The memory of a CUDA tensor described without owning it (__cuda_array_interface__
+    version 2: no stream, so torch neither waits nor syncs, which a graph capture forbids)."""
+
+    def __init__(self, tensor: torch.Tensor, typestr: str) -> None:
+        size = tensor.element_size()
+        self.__cuda_array_interface__ = {
+            "shape": tuple(tensor.shape),
+            "strides": tuple(stride * size for stride in tensor.stride()),
+            "typestr": typestr,
+            "data": (tensor.data_ptr(), False),
+            "version": 2,
+        }
+
+
+def weak_ref_tensor(tensor):
+    """sgl-kernel's weak_ref_tensor: a tensor over `tensor`'s memory that does not keep it
+    alive (SGLang's breakable prefill CUDA graphs hold their eager calls' arguments this
+    way, so the graph's memory pool can reuse them). On a CUDA tensor, a tensor built from
+    the memory's __cuda_array_interface__ (it keeps only the description alive); anything
+    else (a CPU tensor, an empty one, an element size numpy has no integer for) is returned
+    as is: a strong reference, which is correct and only holds the memory longer."""
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_cuda or tensor.numel() == 0:
+        return tensor
+    raw = _RAW_TYPES.get(tensor.element_size())
+    if raw is None:
+        return tensor
+    typestr, raw_dtype = raw
+    borrowed = torch.as_tensor(_BorrowedCudaMemory(tensor, typestr), device=tensor.device)
+    assert borrowed.dtype == raw_dtype and borrowed.data_ptr() == tensor.data_ptr()
+    return borrowed if tensor.dtype == raw_dtype else borrowed.view(tensor.dtype)
+
+
 class _Unavailable:
     """A kernel (or a constant's namespace, such as scalar_type.scalar_types) that only
     exists as a name: its attributes are further such names, calling it raises. SGLang's
