@@ -27,7 +27,8 @@ process of its own (SGLang ends the process whose engine's worker failed; the ru
 Parts, each written to results.json / results.md as it ends:
 
 - correctness: label log-probabilities (over the whole vocabulary) of cold prompts, a
-  shared prefix and its cache hit, and a prompt longer than a layer chunk, against a
+  shared prefix and its cache hit, and a prompt longer than stock's largest batch (ours:
+  one forward, its layers in query chunks; stock: chunked prefill), against a
   float32 transformers forward of the same weights on the same device; stock-mis against
   the sequence it scores (query, delimiter, item at its MIS positions), and, beside it, how
   far that is from query + item's;
@@ -61,11 +62,11 @@ the kit does not carry. Prefill graphs as a CUDA install of SGLang 0.5.23 runs t
 chunked_prefill_size tokens; a batch of more tokens, or padded past 2x, runs eager), left
 to SGLang's own default and compatibility rules; it needs cuda-python, which the lent
 cards have. stock-mis: off, by SGLang (--enable-mis turns them off). ours: the same as
-stock, except where hybrid prefilling runs whole layers in query chunks (mode "layer", as
-resolved for the model): there the captured buckets stop at the layer chunk
-(cuda_graph_max_bs_prefill), because a bucket longer than the chunk would capture the
-layer-chunk path, whose FlashInfer plans are made from the batch at hand, into the graph;
-longer batches run eager, as do unchunked long prompts in every system. A system whose
+stock: hybrid prefilling chunks only forwards longer than stock's largest batch
+(hybrid_prefill/settings.whole_limit), which no bucket captures; those (the unchunked
+long prompts) run eager in every system. (Until 2026-11-27 ours capped its buckets at the
+2048-token layer chunk and ran every longer batch eager in query chunks: on the H200 that
+served 14 items requests/s to stock's 57.) A system whose
 engine fails to start with prefill graphs is started once more without them, alone, and
 the results say so.
 
@@ -190,7 +191,7 @@ SHAPES["tiny-qwen3"] = dict(SHAPES["tiny"], arch="qwen3")
 FULL = dict(
     model="qwen3-0.6b",
     labels=16,
-    correctness_prompts=(64, 700, 5000),
+    correctness_prompts=(64, 700, 10000),
     items=dict(query=120, item=180, per_request=10, p99=0.5),
     rec=dict(users=32, profile=(1024, 2048), item=150, per_request=8),
     warmup_requests=8,
@@ -392,19 +393,12 @@ def engine_config(system: str, folder: Path, args, sizes: dict, graphs: str, mem
         **settings,
     )
     hybrid = config.settings("hybrid_prefill")
-    if (
-        args.device == "cuda"
-        and graphs != "off"
-        and system == "ours"
-        and hybrid is not None
-        and hybrid.mode == "layer"
-    ):
-        # A bucket longer than the layer chunk would capture the layer-chunk path (its
-        # FlashInfer plans made from the capture's batch) into the graph.
-        sglang_args["cuda_graph_max_bs_prefill"] = hybrid.chunk_size
+    if args.device == "cuda" and graphs != "off" and system == "ours" and hybrid is not None:
+        # The engine's own rule (runtime_config.sglang_defaults, hybrid_prefill/settings.py):
+        # a forward runs in chunks only past stock's largest batch, so its graphs are stock's.
         info["prefill"] += (
-            f", buckets up to {hybrid.chunk_size} tokens (hybrid prefilling's layer chunk; "
-            "longer batches run eager in query chunks)"
+            ", as stock's (hybrid prefilling chunks only forwards longer than stock's "
+            "largest batch: the unchunked long prompts, eager)"
         )
     if memory_probe is not None:
         config = config.with_memory_probe(memory_probe)
@@ -530,6 +524,35 @@ def burst_capacity(engine, calls: list[ScoreCall], deadline: float) -> float:
     return stats.summarize(outcomes, wall)["throughput"]
 
 
+# The scheduler's forward log of this process's engine (PREFILLONLY_FORWARD_LOG: one
+# line per extend forward, its requests' new tokens and its run_batch's host seconds),
+# set by run_system before the engine starts: what a rate's time went to.
+_FORWARD_LOG: Path | None = None
+
+
+def _forwards() -> list[dict]:
+    if _FORWARD_LOG is None or not _FORWARD_LOG.exists():
+        return []
+    from prefillonly_sgl.hooking.events import read_events
+
+    return read_events(_FORWARD_LOG, "forward")
+
+
+def forward_summary(forwards: list[dict]) -> dict:
+    """How many extend forwards, their computed tokens and requests (means), and the
+    scheduler's run_batch seconds (p50, ms; on CUDA the launch and any wait on the
+    device, not the device time alone)."""
+    if not forwards:
+        return {"count": 0, "tokens_mean": 0.0, "requests_mean": 0.0, "step_ms_p50": 0.0}
+    steps = sorted(f.get("step_s", 0.0) for f in forwards)
+    return {
+        "count": len(forwards),
+        "tokens_mean": sum(sum(f["new"]) for f in forwards) / len(forwards),
+        "requests_mean": sum(len(f["new"]) for f in forwards) / len(forwards),
+        "step_ms_p50": steps[len(steps) // 2] * 1e3,
+    }
+
+
 def rate_runs(engine, make_calls, rates, sizes, log, ends_at: float) -> tuple[list, list]:
     """One Poisson run per rate, each held hold_seconds or hold_requests (stats.
     held_requests); a rate whose run could not end before `ends_at` (epoch seconds) is not
@@ -545,15 +568,19 @@ def rate_runs(engine, make_calls, rates, sizes, log, ends_at: float) -> tuple[li
             not_run.append(rate)
             log(f"    rate {rate:.2f}/s: not started (it could not end before the deadline)")
             continue
+        before = len(_forwards())
         outcomes, wall = engine_loadgen.run(
             engine, calls, times, times[-1] + sizes["drain_seconds"]
         )
         row = {"rate": rate, "held_s": times[-1], **stats.summarize(outcomes, wall)}
+        row["forwards"] = forward_summary(_forwards()[before:])
         rows.append(row)
+        fwd = row["forwards"]
         log(
             f"    rate {rate:.2f}/s held {row['held_s']:.1f} s: {row['completed']}/"
             f"{row['requests']} done, p50 {row['p50']:.3f} s, p99 {row['p99']:.3f} s, "
-            f"hits {row['cache_hit_share']:.0%}"
+            f"hits {row['cache_hit_share']:.0%}; {fwd['count']} forwards of "
+            f"{fwd['tokens_mean']:.0f} tokens, step p50 {fwd['step_ms_p50']:.1f} ms"
         )
     return rows, not_run
 
@@ -676,15 +703,18 @@ def _load_table(entry: dict, unit: float, what: str) -> list[str]:
         f"p99 bound {entry.get('p99_bound_s')} s; rates from {entry.get('capacity_measured_on')}'s "
         f"burst capacity ({entry.get('burst_capacity_per_s', 0):.2f} requests/s)",
         "",
-        "| system | rate /s | held s | done | p50 s | p99 s | cache hits |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| system | rate /s | held s | done | p50 s | p99 s | cache hits | forwards | "
+        "tokens / forward | step ms p50 |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for system, data in entry.get("systems", {}).items():
         for row in data["rows"]:
+            fwd = row.get("forwards") or {}
             lines.append(
                 f"| {system} | {row['rate']:.2f} | {row.get('held_s', 0):.1f} | "
                 f"{row['completed']}/{row['requests']} | {row['p50']:.3f} | {row['p99']:.3f} | "
-                f"{row['cache_hit_share']:.0%} |"
+                f"{row['cache_hit_share']:.0%} | {fwd.get('count', '')} | "
+                f"{fwd.get('tokens_mean', 0):.0f} | {fwd.get('step_ms_p50', 0):.1f} |"
             )
     lines.append("")
     rates = {}
@@ -910,7 +940,7 @@ def context(args, folder: Path, references: dict) -> dict:
         ("cold", random_ids(rng, short, vocab), random_ids(rng, 8, vocab)),
         ("prefix", shared, random_ids(rng, 16, vocab)),
         ("prefix hit", shared, random_ids(rng, 16, vocab)),
-        ("longer than a chunk", random_ids(rng, long, vocab), random_ids(rng, 8, vocab)),
+        ("longer than a batch", random_ids(rng, long, vocab), random_ids(rng, 8, vocab)),
     ]
     return {
         "sizes": sizes,
@@ -944,6 +974,11 @@ def run_system(args) -> int:
     if args.parts == ["long"]:
         return run_long(args, folder, ctx, status_path, log)
     _write_json(status_path, {"phase": "starting"})
+    global _FORWARD_LOG
+    from prefillonly_sgl.machine.environment import FORWARD_LOG
+
+    _FORWARD_LOG = turns / f"{system}.forwards.jsonl"
+    os.environ[FORWARD_LOG] = str(_FORWARD_LOG)  # read by the engine's scheduler at start
     t0 = time.perf_counter()
     try:
         engine, report["graphs"] = start_engine(system, folder, args, args.sizes, args.graphs)

@@ -180,7 +180,7 @@ class ProjectAttention:
                     self.spans,
                     self.slots,
                     self.workspace,
-                    self.wrappers,
+                    self.wrappers.setdefault(len(self.chunks), {}),  # one set per chunk
                     ragged_backend="fa2",
                 )
             elif self.kind == "sdpa":

@@ -124,7 +124,7 @@ def test_the_gathered_path_is_the_windowed_softmax_with_sinks(window, sinks):
     for start, end in chunk_ranges(q.shape[0], 24):
         chunk = FlashInferQueryChunk(
             plan_query_chunk(spans, start, end), spans, slots, torch.empty(0),
-            wrappers={"ragged": _RaggedLikeFlashInfer()},
+            wrappers={("ragged", window): _RaggedLikeFlashInfer()},
         )  # fmt: skip
         got[start:end] = chunk(
             q[start:end], k, v, k_pool, v_pool, 16**-0.5, window=window, sinks=sink_logits
@@ -157,3 +157,46 @@ def test_windows_and_sinks_equal_naive_attention_on_cuda(window, sinks, monkeypa
         s = None if sink_logits is None else sink_logits.cuda()
         got[start:end] = chunk(q[start:end], k, v, k_pool, v_pool, 0.125, window=window, sinks=s)
     assert (got.double().cpu() - want).abs().max() < 1e-2
+
+
+class _RecordingWrapper:
+    """Stands in for a FlashInfer wrapper on CPU (flashinfer needs CUDA): records its plans
+    and answers run() with zeros of the query's shape."""
+
+    def __init__(self) -> None:
+        self.plans: list[tuple] = []
+
+    def plan(self, qo_indptr, kv_indptr, *args, **kwargs):
+        assert qo_indptr.device.type == "cpu" and kv_indptr.device.type == "cpu"
+        self.plans.append((qo_indptr.tolist(), kv_indptr.tolist(), args))
+
+    def run(self, q, k, v, return_lse=False):
+        return torch.zeros_like(q), torch.zeros(q.shape[:2])
+
+
+def test_a_chunk_plans_once_per_forward_and_replans_when_shared_or_reshaped():
+    """A forward's layers share each chunk's plan (a plan per layer made every layer of a
+    chunked forward wait on the host: issue 62's card run); a wrapper another chunk
+    planned since, or a layer of another shape, is planned again. The index arrays go to
+    the plan on the host."""
+    spans = [Span(0, 0, 40)]
+    first, second = plan_query_chunk(spans, 0, 20), plan_query_chunk(spans, 20, 40)
+    own = {"ragged": _RecordingWrapper()}
+    chunk = FlashInferQueryChunk(first, spans, [None], torch.empty(0), own)
+    k = v = torch.zeros(40, 2, 16)
+    q = torch.zeros(20, 4, 16)
+    for _ in range(3):  # three layers
+        chunk(q, k, v, k, v, 0.25)
+    assert len(own["ragged"].plans) == 1
+    chunk(torch.zeros(20, 8, 16), k, v, k, v, 0.25)  # a layer with other head counts
+    assert len(own["ragged"].plans) == 2
+
+    shared = {"ragged": _RecordingWrapper()}
+    a = FlashInferQueryChunk(first, spans, [None], torch.empty(0), shared)
+    b = FlashInferQueryChunk(second, spans, [None], torch.empty(0), shared)
+    for _ in range(2):  # two layers, each running both chunks
+        a(q, k, v, k, v, 0.25)
+        b(q, k, v, k, v, 0.25)
+    plans = shared["ragged"].plans
+    assert [p[0] for p in plans] == [[0, 20], [0, 20]] * 2  # alternating: replanned
+    assert [p[1] for p in plans] == [[0, 20], [0, 40]] * 2

@@ -96,11 +96,11 @@ def test_the_systems_settings_on_a_card(tmp_path, arch):
         assert sglang_args["sleep_on_idle"] is True
         assert info["decode"].startswith("disabled: a scoring request never decodes")
     ours_args, ours_info, hybrid = asked["ours"]
-    if hybrid is not None and hybrid.mode == "layer":
-        assert ours_args["cuda_graph_max_bs_prefill"] == hybrid.chunk_size
-        assert f"buckets up to {hybrid.chunk_size} tokens" in ours_info["prefill"]
-    else:
-        assert "cuda_graph_max_bs_prefill" not in ours_args
+    # ours' prefill graphs are stock's: hybrid prefilling chunks only forwards longer
+    # than stock's largest batch (its bucket cap only with an explicit whole_up_to)
+    assert hybrid is not None and hybrid.whole_up_to is None
+    assert "cuda_graph_max_bs_prefill" not in ours_args
+    assert "as stock's" in ours_info["prefill"]
     _, off, _ = gpu_engine.engine_config("ours", folder, args, args.sizes, "off")
     assert "cuda_graph_max_bs_prefill" not in off
     assert off["cuda_graph_backend_prefill"] == "disabled"

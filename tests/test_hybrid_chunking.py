@@ -13,6 +13,7 @@ from prefillonly_sgl.features.hybrid_prefill.settings import (
     DEFAULT_CHUNK_SIZE,
     LAYER_CHUNK_SIZE,
     HybridSettings,
+    whole_limit,
 )
 
 HIDDEN, INTERMEDIATE, HEADS, HEAD_DIM = 32, 80, 4, 8
@@ -174,3 +175,25 @@ def test_settings_and_defaults():
         HybridSettings(200, "attention")
     with pytest.raises(ValueError, match="chunk size must be an integer >= 16"):
         HybridSettings(8)
+    with pytest.raises(ValueError, match="whole-up-to must be a positive number of tokens"):
+        HybridSettings(64, whole_up_to=0)
+
+
+def test_which_forwards_run_whole():
+    """By default a forward chunks only past the largest batch stock SGLang would build
+    (its prefill token budget, its largest prefill graph bucket): on a card the chunked
+    path's extra rounds cost more than its memory saves there. An explicit chunk size
+    (or whole_up_to) says where chunks start. Plain Python."""
+    default = HybridSettings.for_device("cuda")
+    assert default.whole_up_to is None
+    # SGLang 0.5.23 on an H200: max_prefill_tokens 16384, chunked_prefill_size 8192,
+    # breakable graph buckets up to 8192
+    assert whole_limit(default, 16384, 8192, [4, 8, 8192]) == 8192
+    assert whole_limit(default, 16384, 8192, None) == 8192  # graphs off
+    assert whole_limit(default, 4096, -1, None) == 4096  # chunked prefill off
+    assert whole_limit(default, None, None, None) == default.chunk_size  # at least a chunk
+    assert whole_limit(default, 16384, 8192, [12288]) == 12288  # no bucket captures chunks
+    explicit = HybridSettings.for_device("cuda", 512)
+    assert explicit.whole_up_to == 512
+    assert whole_limit(explicit, 16384, 8192, [8192]) == 512
+    assert HybridSettings.for_device("cpu", 64, whole_up_to=1000).whole_up_to == 1000

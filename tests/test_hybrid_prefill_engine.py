@@ -66,12 +66,12 @@ def _scores(engine, labels) -> dict:
 
 
 @pytest.mark.parametrize(
-    "chunk, mode, kv",
-    [(64, "layer", True), (100, "layer", False), (100, "token", True)],
-    ids=["chunk64-layer-kv", "chunk100-layer-stock-kv", "chunk100-token-kv"],
+    "chunk, mode, kv, whole",
+    [(64, "layer", True, None), (100, "layer", False, None), (100, "token", True, 150)],
+    ids=["chunk64-layer-kv", "chunk100-layer-stock-kv", "chunk100-token-kv-whole150"],
 )
 def test_chunked_scores_equal_the_unchunked_ones(
-    tiny_llama_path, labels, reference, unchunked, chunk, mode, kv, tmp_path
+    tiny_llama_path, labels, reference, unchunked, chunk, mode, kv, whole, tmp_path
 ):
     log = tmp_path / "hybrid.log"
     os.environ[LOG_ENV] = str(log)  # read by the spawned scheduler
@@ -81,6 +81,7 @@ def test_chunked_scores_equal_the_unchunked_ones(
             hybrid_prefill_chunk_size=chunk,
             hybrid_prefill_mode=mode,
             prefill_only_kv=kv,
+            **({} if whole is None else {"hybrid_prefill_whole_up_to": whole}),
         )
     finally:
         del os.environ[LOG_ENV]
@@ -93,6 +94,7 @@ def test_chunked_scores_equal_the_unchunked_ones(
     assert events[0] == {
         "event": "hybrid_prefill.applied",
         "chunk": chunk,
+        "whole_up_to": whole or chunk,  # an explicit chunk size: chunks from it on
         "mode": mode,
         "chunked": {"mlp": 2, "rms_norm": 5, "rotary": 1},
         "layers": layers,
@@ -105,6 +107,9 @@ def test_chunked_scores_equal_the_unchunked_ones(
     ran |= {"layers"} if any(e["event"] == "hybrid_prefill.layers" for e in events) else set()
     for kind in kinds:
         assert kind in ran, (kind, ran)
+    # only forwards past the limit ran in chunks (shorter ones, here too, whole)
+    sizes = [e["tokens"] for e in events if "tokens" in e]
+    assert sizes and min(sizes) > (whole or chunk)
     if mode == "layer":
         assert "LlamaMLP" not in ran
     for case, rows in got.items():

@@ -104,10 +104,18 @@ def test_memory_budget_rules_in_one_place(model):
     assert "mem_fraction_static" not in config.sglang_defaults()  # cpu
     cuda, _ = _engine(model, device="cuda", memory_budget="1GiB")
     assert cuda.sglang_defaults()["mem_fraction_static"] == BUDGET_MEM_FRACTION_STATIC
-    # prefill CUDA graphs never capture a batch hybrid prefilling would run in chunks
-    assert cuda.sglang_defaults()["cuda_graph_max_bs_prefill"] == 2048
-    token_mode, _ = _engine(model, device="cuda", hybrid_prefill_mode="token")
-    assert "cuda_graph_max_bs_prefill" not in token_mode.sglang_defaults()
+    # prefill CUDA graphs never capture a batch hybrid prefilling would run in chunks:
+    # by default only forwards past stock's largest batch chunk (SGLang's buckets stay);
+    # an explicit limit (or chunk size) caps the buckets at it
+    assert "cuda_graph_max_bs_prefill" not in cuda.sglang_defaults()
+    explicit, _ = _engine(model, device="cuda", hybrid_prefill_chunk_size=1024)
+    assert explicit.sglang_defaults()["cuda_graph_max_bs_prefill"] == 1024
+    limit, _ = _engine(model, device="cuda", hybrid_prefill_whole_up_to=3000)
+    assert limit.sglang_defaults()["cuda_graph_max_bs_prefill"] == 3000
+    token_mode, _ = _engine(
+        model, device="cuda", hybrid_prefill_mode="token", hybrid_prefill_whole_up_to=512
+    )
+    assert token_mode.sglang_defaults()["cuda_graph_max_bs_prefill"] == 512
 
 
 def test_sglang_arguments_from_one_configuration(model):

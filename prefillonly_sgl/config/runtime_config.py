@@ -220,12 +220,14 @@ class RuntimeConfig:
         if self.memory is not None and self.device == "cuda":
             defaults["mem_fraction_static"] = BUDGET_MEM_FRACTION_STATIC
         hybrid = self.settings("hybrid_prefill")
-        if self.device == "cuda" and hybrid is not None and hybrid.mode == "layer":
+        if self.device == "cuda" and hybrid is not None and hybrid.whole_up_to is not None:
             # SGLang's prefill CUDA graphs (breakable: its CUDA default) capture batches
-            # up to their largest bucket; a bucket longer than the layer chunk would
-            # record hybrid prefilling's query-chunk path, whose attention plans are made
-            # from the batch at hand, into the graph. Longer batches run eagerly.
-            defaults["cuda_graph_max_bs_prefill"] = hybrid.chunk_size
+            # up to their largest bucket; a bucket longer than the forwards that run whole
+            # would record hybrid prefilling's chunked path (its attention plans made
+            # from the batch at hand) into the graph. Longer batches run eagerly. Without
+            # an explicit limit the scheduler's limit is the largest bucket or more
+            # (hybrid_prefill/settings.whole_limit): stock's graphs stay as they are.
+            defaults["cuda_graph_max_bs_prefill"] = hybrid.whole_up_to
         return defaults
 
     def planned(self, plan: MemoryPlan) -> RuntimeConfig:

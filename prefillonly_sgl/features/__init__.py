@@ -171,6 +171,15 @@ FEATURES: dict[str, Feature] = {
                     "TOKENS",
                 ),
                 Option(
+                    "hybrid_prefill_whole_up_to",
+                    "--hybrid-prefill-whole-up-to",
+                    "hybrid prefilling: forwards of at most this many tokens run whole "
+                    "(default: the largest batch stock SGLang builds, min(max_prefill_tokens, "
+                    "chunked_prefill_size), or the chunk size when one is given)",
+                    positive_int,
+                    "TOKENS",
+                ),
+                Option(
                     "hybrid_prefill_mode",
                     "--hybrid-prefill-mode",
                     "hybrid prefilling: 'layer' (default) runs whole decoder layers in query "

@@ -9,8 +9,8 @@ result into one preallocated output: its intermediates never exceed a chunk's. A
 which mixes tokens, still runs once over all of them (its kernels stay efficient and the
 prefill-only KV layout is unchanged). After the PrefillOnly paper's hybrid prefilling.
 
-What is chunked (`apply(model, chunk)`), for inputs longer than `chunk` tokens only (decode
-and short extends run as before):
+What is chunked (`apply(model, chunk, whole_up_to)`), for inputs longer than `whole_up_to`
+tokens only (default: the chunk; decode and shorter extends run as before):
 
     gated MLPs         gate/up (2 x intermediate per token) and the activation's product
     RMSNorms           their float32 copies of the residual stream (in bf16 models 2x its
@@ -78,16 +78,22 @@ def _log_call(log: str | None, kind: str, n: int, chunk: int) -> None:
 
 
 def chunk_forward(
-    module: nn.Module, chunk: int, token_args: Sequence[int] = (0,), log: str | None = None
+    module: nn.Module,
+    chunk: int,
+    token_args: Sequence[int] = (0,),
+    log: str | None = None,
+    whole_up_to: int | None = None,
 ) -> None:
-    """Make `module`'s forward run chunk by chunk on inputs longer than `chunk` tokens
-    (positional arguments `token_args` are per token). Idempotent; `restore` undoes it."""
+    """Make `module`'s forward run chunk by chunk on inputs longer than `whole_up_to`
+    tokens (default `chunk`; positional arguments `token_args` are per token). Idempotent;
+    `restore` undoes it."""
     original = module.__dict__.get(ORIGINAL) or module.forward
     kind = type(module).__name__
+    limit = chunk if whole_up_to is None else whole_up_to
 
     def forward(self, *args, **kwargs):
         n = args[token_args[0]].shape[0]
-        if n <= chunk:
+        if n <= limit:
             return original(*args, **kwargs)
         _log_call(log, kind, n, chunk)
         return run_in_chunks(original, chunk, token_args, *args, **kwargs)
@@ -102,14 +108,18 @@ def restore(module: nn.Module) -> None:
         del module.forward
 
 
-def chunk_rotary(module: nn.Module, chunk: int, log: str | None = None) -> None:
+def chunk_rotary(
+    module: nn.Module, chunk: int, log: str | None = None, whole_up_to: int | None = None
+) -> None:
     """Make a rotary embedding (positions, query, key) -> (query, key) write its result
-    into `query` / `key` chunk by chunk and return them, for inputs longer than `chunk`
-    tokens. Position-wise, so the values are those of one whole call."""
+    into `query` / `key` chunk by chunk and return them, for inputs longer than
+    `whole_up_to` tokens (default `chunk`). Position-wise, so the values are those of one
+    whole call."""
     original = module.__dict__.get(ORIGINAL) or module.forward
+    limit = chunk if whole_up_to is None else whole_up_to
 
     def forward(self, positions, query, key, *args, **kwargs):
-        if positions.shape[0] <= chunk or args or kwargs:
+        if positions.shape[0] <= limit or args or kwargs:
             return original(positions, query, key, *args, **kwargs)
         _log_call(log, type(self).__name__, positions.shape[0], chunk)
         for start, end in chunk_ranges(positions.shape[0], chunk):
@@ -147,10 +157,12 @@ def is_rotary(module: nn.Module) -> bool:
     return "RotaryEmbedding" in type(module).__name__ and hasattr(module, "cos_sin_cache")
 
 
-def apply(model: nn.Module, chunk: int, log: str | None = None) -> dict[str, list[str]]:
-    """Chunks the token-wise modules of `model` (see the module docstring); returns the
-    names chunked, by kind (all empty: the model family is not handled, and stays as it
-    was)."""
+def apply(
+    model: nn.Module, chunk: int, log: str | None = None, whole_up_to: int | None = None
+) -> dict[str, list[str]]:
+    """Chunks the token-wise modules of `model` (see the module docstring) on inputs longer
+    than `whole_up_to` tokens (default `chunk`); returns the names chunked, by kind (all
+    empty: the model family is not handled, and stays as it was)."""
     chunked: dict[str, list[str]] = {"mlp": [], "rms_norm": [], "rotary": []}
     seen = set()
     for name, module in model.named_modules():
@@ -158,12 +170,12 @@ def apply(model: nn.Module, chunk: int, log: str | None = None) -> dict[str, lis
             continue
         seen.add(id(module))
         if is_mlp(module):
-            chunk_forward(module, chunk, log=log)
+            chunk_forward(module, chunk, log=log, whole_up_to=whole_up_to)
             chunked["mlp"].append(name)
         elif is_rms_norm(module):
-            chunk_forward(module, chunk, token_args=(0, 1, 2), log=log)
+            chunk_forward(module, chunk, (0, 1, 2), log, whole_up_to)
             chunked["rms_norm"].append(name)
         elif is_rotary(module):
-            chunk_rotary(module, chunk, log=log)
+            chunk_rotary(module, chunk, log=log, whole_up_to=whole_up_to)
             chunked["rotary"].append(name)
     return chunked

@@ -3,9 +3,13 @@ AFTER), with the feature's settings from the process's configuration (process_st
 
 - its token-wise modules (MLPs, RMSNorms, rotary embeddings) are made to run chunk by
   chunk (chunking.py), both modes;
+- only forwards longer than settings.whole_limit's answer run in chunks: by default the
+  largest batch stock SGLang builds with this scheduler's arguments (its prefill token
+  budget, its largest prefill CUDA graph bucket), so every batch stock would run runs
+  whole (and in its graphs) and only the unchunked long prompts stock never runs chunk;
 - mode "layer": every decoder layer that qualifies (layer_chunks.plan_layer: one causal
   RadixAttention, nothing else mixing tokens, a known residual convention) gets a forward
-  that runs an extend batch longer than the chunk in query chunks: the layer's own
+  that runs an extend batch past that limit in query chunks: the layer's own
   forward per slice of rows, its RadixAttention redirected (per instance) to the
   attention backend's forward_query_chunk during the slice (layer_chunks.py). Other
   batches (short ones, decode) take SGLang's own forward, and so does a call with an
@@ -33,6 +37,7 @@ from sglang.srt.model_executor.forward_context import get_attn_backend
 from torch import nn
 
 from prefillonly_sgl.features.hybrid_prefill import chunking, layer_chunks
+from prefillonly_sgl.features.hybrid_prefill.settings import whole_limit
 from prefillonly_sgl.hooking import process_state
 from prefillonly_sgl.hooking.events import append_event
 from prefillonly_sgl.machine import environment
@@ -45,15 +50,17 @@ def _after_load_model(result, self, *args, **kwargs):
     if settings is None:
         return result
     log = process_state.current().switches.hybrid_log
-    chunked = chunking.apply(self.model, settings.chunk_size, log)
+    limit = _whole_limit(settings, self.server_args)
+    chunked = chunking.apply(self.model, settings.chunk_size, log, whole_up_to=limit)
     layers, whole = [], {}
     if settings.mode == "layer":
-        layers, whole = _chunk_layers(self.model, settings.chunk_size, log)
+        layers, whole = _chunk_layers(self.model, settings.chunk_size, limit, log)
     if log:
         append_event(
             log,
             "hybrid_prefill.applied",
             chunk=settings.chunk_size,
+            whole_up_to=limit,
             mode=settings.mode,
             chunked={kind: len(names) for kind, names in chunked.items()},
             layers=len(layers),
@@ -61,9 +68,10 @@ def _after_load_model(result, self, *args, **kwargs):
         )
     if chunked["mlp"] or layers:
         logger.info(
-            "prefillonly: hybrid prefilling in chunks of %d tokens: %s, %d decoder layers "
-            "in query chunks",
+            "prefillonly: hybrid prefilling in chunks of %d tokens for forwards over %d: %s, "
+            "%d decoder layers in query chunks",
             settings.chunk_size,
+            limit,
             ", ".join(f"{len(names)} {kind}" for kind, names in chunked.items()),
             len(layers),
         )
@@ -90,7 +98,32 @@ def _after_load_model(result, self, *args, **kwargs):
     return result
 
 
-def _chunk_layers(model, chunk: int, log: str | None) -> tuple[list[str], dict[str, str]]:
+def _whole_limit(settings, server_args) -> int:
+    """settings.whole_limit with this scheduler's resolved SGLang arguments."""
+    prefill = _field(getattr(server_args, "cuda_graph_config", None), "prefill")
+    backend = _field(prefill, "backend")
+    backend = getattr(backend, "value", backend)
+    buckets = None
+    if prefill is not None and backend not in (None, "disabled"):
+        buckets = list(_field(prefill, "bs") or [])
+    return whole_limit(
+        settings,
+        getattr(server_args, "max_prefill_tokens", None),
+        getattr(server_args, "chunked_prefill_size", None),
+        buckets,
+    )
+
+
+def _field(value, key: str):
+    """A field of SGLang's graph configuration (a dataclass, or a dict once serialised)."""
+    if value is None:
+        return None
+    return value.get(key) if isinstance(value, dict) else getattr(value, key, None)
+
+
+def _chunk_layers(
+    model, chunk: int, limit: int, log: str | None
+) -> tuple[list[str], dict[str, str]]:
     """Installs the query-chunk forward on every decoder layer that qualifies
     (layer_chunks.plan_layer); returns their names and, per layer class that does not,
     why."""
@@ -101,7 +134,7 @@ def _chunk_layers(model, chunk: int, log: str | None) -> tuple[list[str], dict[s
         if isinstance(plan, str):
             whole.setdefault(type(layer).__name__, plan)
             continue
-        _install(layer, plan, chunk, stack)
+        _install(layer, plan, chunk, limit, stack)
         names.append(name)
     return names, whole
 
@@ -151,7 +184,7 @@ class _Stack:
 _OWN = ("hidden_states", "residual", "forward_batch")
 
 
-def _install(layer, plan: layer_chunks.LayerPlan, chunk: int, stack: _Stack) -> None:
+def _install(layer, plan: layer_chunks.LayerPlan, chunk: int, limit: int, stack: _Stack) -> None:
     original = layer.forward
     slot = layer_chunks.QueryChunkSlot()
     layer_chunks.redirect_attention(plan.attention, slot)
@@ -165,7 +198,7 @@ def _install(layer, plan: layer_chunks.LayerPlan, chunk: int, stack: _Stack) -> 
         forward_batch = bound.arguments["forward_batch"]
         if (
             not isinstance(hidden, torch.Tensor)
-            or hidden.shape[0] <= chunk
+            or hidden.shape[0] <= limit
             or not forward_batch.forward_mode.is_extend()
         ):
             return original(*args, **kwargs)

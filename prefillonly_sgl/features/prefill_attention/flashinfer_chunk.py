@@ -13,8 +13,16 @@ tokens, then causal within the chunk". The cached prefixes are a paged KV over t
 by their log-sum-exps (flashinfer.merge_state): SGLang's own ragged + paged extend,
 restricted to a query range.
 
-    chunk = FlashInferQueryChunk(plan, spans, prefix_slots, workspace)   # per forward
-    out = chunk(q, k_all, v_all, k_pool, v_pool, scale)                  # per layer
+    chunk = FlashInferQueryChunk(plan, spans, prefix_slots, workspace, wrappers)  # per forward
+    out = chunk(q, k_all, v_all, k_pool, v_pool, scale)                           # per layer
+
+A chunk plans its FlashInfer wrappers once per forward, at its first layer, and its other
+layers only run: a plan reads its index arrays on the host and copies them to the device,
+so planning per layer (as this did until 2026-11-27) cost every layer of every chunk a
+plan. The index arrays stay on the host (FlashInfer reads them there; a device copy would
+make it wait for the device to copy them back). `wrappers` belong to the chunk's position
+in the forward (the backend keeps them across forwards: a wrapper allocates its own
+workspace), so no two chunks of a forward share a plan.
 
 Sliding windows and attention sinks (gpt-oss; the CPU kernels' windowed.py): FlashInfer's
 `window_left` counts positions from its bottom-right alignment, which is right for the
@@ -47,6 +55,7 @@ import torch
 from prefillonly_sgl.features.prefill_attention.plan import QueryChunkPlan, Span
 
 PAGED_BACKEND = "fa2"  # SGLang's FlashInferAttnBackend.prefill_backend
+_PLAN_OWNER = "_prefillonly_plan_owner"  # the chunk whose plan a wrapper holds
 
 
 def chunk_pieces(plan: QueryChunkPlan, spans: list[Span]) -> list[tuple[int, int, int, int, int]]:
@@ -86,8 +95,8 @@ class FlashInferQueryChunk:
         wrappers: dict | None = None,
         ragged_backend: str = "auto",
     ) -> None:
-        """wrappers: FlashInfer wrappers to (re)plan, shared by the chunks of a forward
-        (each wrapper holds one plan; a chunk plans them before its run)."""
+        """wrappers: this chunk position's FlashInfer wrappers, by kind (created here when
+        missing; each holds one plan, which this chunk makes at its first layer)."""
         self.backends = {"ragged": ragged_backend, "paged": PAGED_BACKEND}
         pieces = chunk_pieces(plan, spans)
         self.kv_rows = slice(pieces[0][3], pieces[-1][3] + pieces[-1][4])
@@ -113,18 +122,42 @@ class FlashInferQueryChunk:
         self.wrappers = wrappers if wrappers is not None else {}
         self._plan, self._spans, self._slots = plan, spans, slots
         self._windowed: dict = {}  # window -> (kv_indptr, gather index pieces)
+        self._planned: dict = {}  # wrapper key -> the plan's arguments, this forward
+        self._on_device: dict = {}  # (name, device) -> a tensor copied there once
 
-    def _wrapper(self, kind: str):
-        if kind not in self.wrappers:
+    def _wrapper(self, key):
+        """The wrapper for `key` ("ragged" / "paged", or ("ragged", window)), made once."""
+        if key not in self.wrappers:
             import flashinfer
 
+            kind = key if isinstance(key, str) else key[0]
             cls = (
                 flashinfer.BatchPrefillWithRaggedKVCacheWrapper
                 if kind == "ragged"
                 else flashinfer.BatchPrefillWithPagedKVCacheWrapper
             )
-            self.wrappers[kind] = cls(self.workspace, "NHD", backend=self.backends[kind])
-        return self.wrappers[kind]
+            self.wrappers[key] = cls(self.workspace, "NHD", backend=self.backends[kind])
+        return self.wrappers[key]
+
+    def planned(self, key, args: tuple, plan) -> object:
+        """The wrapper for `key`, planned by plan(wrapper) unless this chunk planned it
+        with the same `args` (head counts, dims, scale, dtypes) already: the layers of a
+        forward share the chunk's plan; a layer of another shape replans."""
+        wrapper = self._wrapper(key)
+        # A wrapper holds the last plan made on it: shared with another chunk (a caller's
+        # one dict for all), it is replanned whenever the other chunk planned it since.
+        if self._planned.get(key) != args or wrapper.__dict__.get(_PLAN_OWNER) is not self:
+            plan(wrapper)
+            self._planned[key] = args
+            wrapper.__dict__[_PLAN_OWNER] = self
+        return wrapper
+
+    def _device(self, name: str, tensor: torch.Tensor, device) -> torch.Tensor:
+        """`tensor` on `device`, copied once per chunk."""
+        key = (name, str(device))
+        if key not in self._on_device:
+            self._on_device[key] = tensor.to(device)
+        return self._on_device[key]
 
     def __call__(
         self, q, k_all, v_all, k_pool, v_pool, scale, window=None, sinks=None
@@ -135,41 +168,47 @@ class FlashInferQueryChunk:
         Returns (n, H, Dv)."""
         if window is not None or sinks is not None:
             return self._gathered(q, k_all, v_all, k_pool, v_pool, scale, window, sinks)
-        from flashinfer import merge_state
-
         heads, kv_heads, d = q.shape[1], k_all.shape[1], q.shape[2]
-        device = q.device
-        ragged = self._wrapper("ragged")
-        ragged.plan(
-            self.qo_indptr.to(device),
-            self.kv_indptr.to(device),
-            heads,
-            kv_heads,
-            d,
-            causal=True,
-            sm_scale=scale,
-            q_data_type=q.dtype,
+        shape = (heads, kv_heads, d, scale, q.dtype, k_pool.dtype)
+        ragged = self.planned(
+            "ragged",
+            shape,
+            lambda w: w.plan(
+                self.qo_indptr,
+                self.kv_indptr,
+                heads,
+                kv_heads,
+                d,
+                causal=True,
+                sm_scale=scale,
+                q_data_type=q.dtype,
+            ),
         )
         o, lse = ragged.run(
             q.contiguous(), k_all[self.kv_rows], v_all[self.kv_rows], return_lse=True
         )
         if self.paged is None:
             return o
+        from flashinfer import merge_state
+
         indptr, indices, last_page = self.paged
-        paged = self._wrapper("paged")
-        paged.plan(
-            self.qo_indptr.to(device),
-            indptr.to(device),
-            indices.to(device),
-            last_page.to(device),
-            heads,
-            kv_heads,
-            d,
-            1,
-            causal=False,
-            sm_scale=scale,
-            q_data_type=q.dtype,
-            kv_data_type=k_pool.dtype,
+        paged = self.planned(
+            "paged",
+            shape,
+            lambda w: w.plan(
+                self.qo_indptr,
+                indptr,
+                self._device("indices", indices, q.device),
+                last_page,
+                heads,
+                kv_heads,
+                d,
+                1,
+                causal=False,
+                sm_scale=scale,
+                q_data_type=q.dtype,
+                kv_data_type=k_pool.dtype,
+            ),
         )
         # page size 1: (slots, 1, Hkv, D) pages
         o_pre, lse_pre = paged.run(
@@ -201,17 +240,20 @@ class FlashInferQueryChunk:
             return torch.cat(pieces)
 
         heads, kv_heads, d = q.shape[1], k_all.shape[1], q.shape[2]
-        ragged = self._wrapper("ragged")
-        ragged.plan(
-            self.qo_indptr.to(device),
-            kv_indptr.to(device),
-            heads,
-            kv_heads,
-            d,
-            causal=True,
-            sm_scale=scale,
-            window_left=-1 if window is None else window,
-            q_data_type=q.dtype,
+        ragged = self.planned(
+            ("ragged", window),
+            (heads, kv_heads, d, scale, q.dtype),
+            lambda w: w.plan(
+                self.qo_indptr,
+                kv_indptr,
+                heads,
+                kv_heads,
+                d,
+                causal=True,
+                sm_scale=scale,
+                window_left=-1 if window is None else window,
+                q_data_type=q.dtype,
+            ),
         )
         o, lse = ragged.run(
             q.contiguous(), gather(k_all, k_pool), gather(v_all, v_pool), return_lse=True

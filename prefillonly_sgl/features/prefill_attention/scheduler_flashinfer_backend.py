@@ -86,7 +86,10 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
         super().init_forward_metadata(forward_batch)
         self._query_chunks = {}
         self._chunk_spans = None
-        self._chunk_wrappers = {}
+        # FlashInfer wrappers per chunk position in a forward, kept across forwards (a
+        # wrapper allocates its own workspace; each chunk plans its own once per forward).
+        if not hasattr(self, "_chunk_wrappers"):
+            self._chunk_wrappers: dict[int, dict] = {}
         paged_only = forward_batch.forward_mode in _PLAIN_EXTEND and not getattr(
             self.forward_metadata, "use_ragged", True
         )
@@ -151,7 +154,7 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
                 spans,
                 slots,
                 self.workspace_buffer,
-                self._chunk_wrappers,
+                self._chunk_wrappers.setdefault(len(self._query_chunks), {}),
             )
             self._query_chunks[start, end] = chunk
         k_pool, v_pool = self.token_to_kv_pool.get_kv_buffer(layer.layer_id)

@@ -63,7 +63,12 @@ def is_arch_support_pdl() -> bool:
 
 # A same-sized integer type per element size: __cuda_array_interface__ speaks numpy's
 # type strings, which have no bfloat16; the view back to the tensor's dtype is free.
-_RAW_TYPES = {1: ("|u1", torch.uint8), 2: ("<i2", torch.int16), 4: ("<i4", torch.int32), 8: ("<i8", torch.int64)}
+_RAW_TYPES = {
+    1: ("|u1", torch.uint8),
+    2: ("<i2", torch.int16),
+    4: ("<i4", torch.int32),
+    8: ("<i8", torch.int64),
+}
 
 
 class _BorrowedCudaMemory:
