@@ -15,6 +15,7 @@ from conftest import max_abs_diff
 
 from prefillonly_sgl import Engine
 from prefillonly_sgl.hooking.events import read_events
+from prefillonly_sgl.machine.environment import FORWARD_LOG
 from prefillonly_sgl.machine.environment import HYBRID_LOG as LOG_ENV
 
 pytestmark = pytest.mark.slow  # engines per hybrid mode
@@ -127,3 +128,26 @@ def test_the_chunk_size_needs_hybrid_prefilling(tiny_llama_path):
         _engine(tiny_llama_path, hybrid_prefill_mode="rows")
     with pytest.raises(ValueError, match="chunk size must be an integer >= 16"):
         _engine(tiny_llama_path, hybrid_prefill_chunk_size=4)
+
+
+def test_by_default_only_forwards_past_stocks_batch_are_chunked(tiny_llama_path, labels, tmp_path):
+    """With no chunk size or limit given, the scheduler reads the limit from what SGLang
+    resolved for it (its prefill token budget: chunked_prefill_size 4096 on this CPU
+    engine, under max_prefill_tokens 16384), so a 3,000-token forward, past the
+    1024-token chunk, runs whole (issue 62's card run: chunking every batch past one
+    chunk cost ours three quarters of stock's throughput there)."""
+    log, forwards = tmp_path / "hybrid.log", tmp_path / "forwards.log"
+    os.environ[LOG_ENV], os.environ[FORWARD_LOG] = str(log), str(forwards)
+    try:
+        engine = _engine(tiny_llama_path)
+    finally:
+        del os.environ[LOG_ENV], os.environ[FORWARD_LOG]
+    with engine:
+        info = engine.get_server_info()
+        budget = min(info["chunked_prefill_size"], info["max_prefill_tokens"])
+        engine.score([5] * 3000, [[7] * 8], labels)
+    events = read_events(log)
+    assert events[0]["event"] == "hybrid_prefill.applied"
+    assert events[0]["chunk"] == 1024 and events[0]["whole_up_to"] == budget == 4096
+    assert max(sum(f["new"]) for f in read_events(forwards, "forward")) > 1024
+    assert [e for e in events if "tokens" in e] == []  # nothing ran in chunks

@@ -316,6 +316,10 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.arg_groups.overrides.declare_resolution": "declares the sink model's fields",
     "sglang.srt.arg_groups.overrides.resolving_view": "the device and backends so far",
+    "sglang.srt.arg_groups.model_override_base.resolved_view": (
+        "hybrid prefilling's limit: the scheduler's resolved chunked_prefill_size, "
+        "max_prefill_tokens and prefill graph buckets"
+    ),
     "sglang.srt.configs.model_config.ModelConfig.from_server_args": (
         "a throwaway ModelConfig (has_attention_sinks) while the arguments resolve, unless "
         "SGLang memoized one on them already (its _model_config, model_config_of's memo)"

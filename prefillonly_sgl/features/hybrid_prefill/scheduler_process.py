@@ -31,6 +31,7 @@ import logging
 import types
 
 import torch
+from sglang.srt.arg_groups.model_override_base import resolved_view
 from sglang.srt.layers.layer_boundary.residual import batch as residual_batch
 from sglang.srt.layers.layer_boundary.residual.stream import ResidualStream
 from sglang.srt.model_executor.forward_context import get_attn_backend
@@ -99,7 +100,10 @@ def _after_load_model(result, self, *args, **kwargs):
 
 
 def _whole_limit(settings, server_args) -> int:
-    """settings.whole_limit with this scheduler's resolved SGLang arguments."""
+    """settings.whole_limit with this scheduler's resolved SGLang arguments (SGLang keeps
+    what it resolved, chunked_prefill_size among them, as declarations over the record:
+    its resolved_view reads both)."""
+    server_args = resolved_view(server_args)
     prefill = _field(getattr(server_args, "cuda_graph_config", None), "prefill")
     backend = _field(prefill, "backend")
     backend = getattr(backend, "value", backend)
