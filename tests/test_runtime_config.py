@@ -107,7 +107,10 @@ def test_memory_budget_rules_in_one_place(model):
     # prefill CUDA graphs never capture a batch hybrid prefilling would run in chunks:
     # by default only forwards past stock's largest batch chunk (SGLang's buckets stay);
     # an explicit limit (or chunk size) caps the buckets at it
-    assert "cuda_graph_max_bs_prefill" not in cuda.sglang_defaults()
+    assert "cuda_graph_max_bs_prefill" not in _engine(model, device="cuda")[0].sglang_defaults()
+    # under a budget every forward past a chunk chunks, as its measurement assumes
+    assert cuda.settings("hybrid_prefill").whole_up_to == 2048
+    assert cuda.sglang_defaults()["cuda_graph_max_bs_prefill"] == 2048
     explicit, _ = _engine(model, device="cuda", hybrid_prefill_chunk_size=1024)
     assert explicit.sglang_defaults()["cuda_graph_max_bs_prefill"] == 1024
     limit, _ = _engine(model, device="cuda", hybrid_prefill_whole_up_to=3000)

@@ -341,6 +341,8 @@ def resolve(
             if name == "hybrid_prefill" and families.LAYER_MODE in features_off:
                 mine["hybrid_prefill_mode"] = "token"  # the family's, above
             settings[name] = _settings_class(name).resolve(context, **mine)
+            if name == "hybrid_prefill" and memory is not None:
+                settings[name] = _budgeted_hybrid(settings[name])
     policy = switches.get("schedule_policy", JCT_POLICY)
     return RuntimeConfig(
         model_path=model_path,
@@ -358,6 +360,17 @@ def resolve(
         memory=memory,
         architectures=tuple(architectures),
     )
+
+
+def _budgeted_hybrid(hybrid):
+    """Under a memory budget every forward past one chunk runs in chunks, as the budget's
+    measurement assumes: its calibration engine (a small pool, hence other SGLang budgets)
+    and the engine itself must chunk alike, and a whole batch up to stock's batch budget
+    could peak above the chunked longest prompt that was measured. Without a budget only
+    forwards past stock's batch chunk (hybrid_prefill/settings.py)."""
+    if hybrid.whole_up_to is not None:
+        return hybrid
+    return dataclasses.replace(hybrid, whole_up_to=hybrid.chunk_size)
 
 
 def from_engine_args(
