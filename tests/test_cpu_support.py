@@ -110,3 +110,18 @@ def test_joint_schema_head_attention_runs_on_cpu_as_multihead_attention():
             q, m = queries[q0:q1].unsqueeze(0), memory[k0:k1].unsqueeze(0)
             expected = attention(q, m, m, need_weights=False)[0].squeeze(0)
             torch.testing.assert_close(out[q0:q1], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_weak_ref_tensor_describes_the_memory_and_passes_cpu_tensors_through():
+    """The engine kit's weak_ref_tensor (SGLang's breakable prefill graphs call it): a CPU
+    tensor comes back as itself (a strong reference: correct); a CUDA one is rebuilt from
+    its __cuda_array_interface__, whose description (byte strides of a transposed view,
+    bfloat16 as a same-sized integer) is checked here on CPU. The rebuild itself needs
+    CUDA: the card run of 2026-11-27 captured the graphs with it."""
+    tensor = torch.zeros(3, 4, dtype=torch.bfloat16).t()
+    assert sgl_kernel_shim.weak_ref_tensor(tensor) is tensor
+    typestr, raw = sgl_kernel_shim._RAW_TYPES[tensor.element_size()]
+    assert raw.itemsize == 2 and typestr == "<i2"
+    described = sgl_kernel_shim._BorrowedCudaMemory(tensor, typestr).__cuda_array_interface__
+    assert described["shape"] == (4, 3) and described["strides"] == (2, 8)
+    assert described["data"] == (tensor.data_ptr(), False) and described["version"] == 2

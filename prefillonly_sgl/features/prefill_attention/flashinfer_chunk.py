@@ -55,7 +55,8 @@ import torch
 from prefillonly_sgl.features.prefill_attention.plan import QueryChunkPlan, Span
 
 PAGED_BACKEND = "fa2"  # SGLang's FlashInferAttnBackend.prefill_backend
-_PLAN_OWNER = "_prefillonly_plan_owner"  # the chunk whose plan a wrapper holds
+# On a wrapper: (the chunk, the plan's arguments) of the plan it holds.
+_PLAN_OWNER = "_prefillonly_plan_owner"
 
 
 def chunk_pieces(plan: QueryChunkPlan, spans: list[Span]) -> list[tuple[int, int, int, int, int]]:
@@ -122,8 +123,6 @@ class FlashInferQueryChunk:
         self.wrappers = wrappers if wrappers is not None else {}
         self._plan, self._spans, self._slots = plan, spans, slots
         self._windowed: dict = {}  # window -> (kv_indptr, gather index pieces)
-        self._planned: dict = {}  # wrapper key -> the plan's arguments, this forward
-        self._on_device: dict = {}  # (name, device) -> a tensor copied there once
 
     def _wrapper(self, key):
         """The wrapper for `key` ("ragged" / "paged", or ("ragged", window)), made once."""
@@ -146,18 +145,10 @@ class FlashInferQueryChunk:
         wrapper = self._wrapper(key)
         # A wrapper holds the last plan made on it: shared with another chunk (a caller's
         # one dict for all), it is replanned whenever the other chunk planned it since.
-        if self._planned.get(key) != args or wrapper.__dict__.get(_PLAN_OWNER) is not self:
+        if wrapper.__dict__.get(_PLAN_OWNER) != (self, args):
             plan(wrapper)
-            self._planned[key] = args
-            wrapper.__dict__[_PLAN_OWNER] = self
+            wrapper.__dict__[_PLAN_OWNER] = (self, args)
         return wrapper
-
-    def _device(self, name: str, tensor: torch.Tensor, device) -> torch.Tensor:
-        """`tensor` on `device`, copied once per chunk."""
-        key = (name, str(device))
-        if key not in self._on_device:
-            self._on_device[key] = tensor.to(device)
-        return self._on_device[key]
 
     def __call__(
         self, q, k_all, v_all, k_pool, v_pool, scale, window=None, sinks=None
@@ -198,7 +189,7 @@ class FlashInferQueryChunk:
             lambda w: w.plan(
                 self.qo_indptr,
                 indptr,
-                self._device("indices", indices, q.device),
+                indices.to(q.device),  # the pool's slots: already there in the engine
                 last_page,
                 heads,
                 kv_heads,

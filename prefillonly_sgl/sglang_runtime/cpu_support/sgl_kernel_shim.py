@@ -10,6 +10,10 @@ There is no CPU build of sgl-kernel on PyPI. ``sglang/srt/mem_cache/allocation.p
 SGLang also imports other kernels by name at module level on the CPU path (e.g. the
 speculative-decoding helpers) without calling them for plain prefill; those names resolve
 to a function that raises NotImplementedError only if actually called.
+
+On the engine kit's card one more is called: ``weak_ref_tensor``, which SGLang's default
+("breakable") prefill CUDA graphs use to hold their eager calls' arguments (without it
+every graph capture failed, H200 2026-11-27).
 """
 
 from __future__ import annotations
