@@ -10,6 +10,7 @@ from prefillonly_sgl.batch import cli as batch_cli
 from prefillonly_sgl.demos import drug_review_sentiment
 from prefillonly_sgl.engine import Engine, plan_memory
 from prefillonly_sgl.features.jct_scheduler import profiler
+from prefillonly_sgl.machine import environment
 from prefillonly_sgl.models.default_model import default_model_path
 from prefillonly_sgl.replicas import cli as replicas_cli
 from prefillonly_sgl.server.endpoints import load_app_endpoints
@@ -20,6 +21,7 @@ from prefillonly_sgl.server.options import (
     serve_options_group,
     server_flags,
 )
+from prefillonly_sgl.sglang_runtime import worker_forkserver
 from prefillonly_sgl.sglang_runtime.http_server import serve
 from prefillonly_sgl.sglang_runtime.plugin import runtime_enabled
 from prefillonly_sgl.sglang_runtime.server_flags import parse_flags, sglang_parser
@@ -47,6 +49,11 @@ def _serve(argv: list[str]) -> int:
         return 0
     options, sglang_argv = parse_serve_argv(argv)
     try:
+        worker_start = worker_forkserver.check_mode(environment.read(environment.WORKER_START))
+        if worker_start == worker_forkserver.FORKSERVER:
+            # First: it imports SGLang's worker modules while this process imports the
+            # server's, and it keeps the environment it starts with (no configuration).
+            worker_forkserver.ensure_running()
         flags = parse_flags(sglang_argv)  # once, by SGLang's own parser
         config = serve_config(options, flags)  # every rule: config/runtime_config.py
         # The app modules before the memory calibration and SGLang start: fail fast.
@@ -72,7 +79,7 @@ def _serve(argv: list[str]) -> int:
         print(f"prefillonly serve: {e}", file=sys.stderr)
         return 2
     with runtime_enabled(config):  # SGLang's workers inherit the configuration
-        return serve(flags, options, specs, config.needs_tokenizer_hooks)
+        return serve(flags, options, specs, config.needs_tokenizer_hooks, worker_start)
 
 
 def _serve_help() -> None:

@@ -8,6 +8,7 @@ load; ``./run test -m "not slow"`` is the quick subset (docs: README).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,11 @@ TESTS = Path(__file__).parent
 
 def pytest_configure(config):
     start_counts.install()
+    # Every Engine and server of the suite forks its SGLang workers from a forkserver
+    # that imported SGLang once (sglang_runtime/worker_forkserver.py): ~4 s a start
+    # instead of ~20 on 2 cores. Servers inherit it (each starts its own forkserver).
+    # SGLang's own spawn is tested where it is named (test_worker_forkserver.py).
+    os.environ.setdefault("PREFILLONLY_WORKER_START", "forkserver")
 
 
 def pytest_terminal_summary(terminalreporter):

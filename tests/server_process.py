@@ -100,9 +100,13 @@ class ServerProcess:
             time.sleep(0.2)
         return False
 
-    def stop(self) -> None:
+    def stop(self, graceful: bool = True) -> None:
+        """SIGTERM to the server's group (SGLang drains, then stops its workers: up to
+        ~7 s, its drain watchdog polls every 5 s), SIGKILL after 60 s; or, not graceful,
+        SIGKILL to the whole group at once (a fixture's teardown: every process of the
+        server, its workers and forkserver included, is in the group)."""
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            os.killpg(self.proc.pid, signal.SIGTERM if graceful else signal.SIGKILL)
         if not self.wait_group_gone(60):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -119,4 +123,5 @@ def running_server(model_path: Path, log_path: Path, *extra_args: str):
         server.wait_ready()
         yield server
     finally:
-        server.stop()
+        # SIGTERM's drain is tested where it is named (test_server_load.py)
+        server.stop(graceful=False)

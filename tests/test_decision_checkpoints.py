@@ -11,9 +11,7 @@ stock one answers and stops before ours is asked.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 
 import pytest
 import requests
@@ -76,11 +74,10 @@ def _start(model_path, log_path, stock: bool, env: dict | None = None) -> Server
         os.environ.update(saved)
 
 
-def _stop(server: ServerProcess, stock: bool) -> None:
-    if stock:  # its graceful shutdown is not under test: seconds saved per kind
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.proc.pid, signal.SIGKILL)
-    server.stop()
+def _stop(server: ServerProcess) -> None:
+    # Neither server's graceful shutdown is under test here (test_server_load.py's is):
+    # seconds saved per kind.
+    server.stop(graceful=False)
 
 
 def _post(server, body, path="/v1/systemone"):
@@ -111,18 +108,18 @@ def kind(request, tmp_path_factory):
     try:
         ours = _start(folder, logs / "ours.log", stock=False, env={ATTENTION_LOG: str(plans)})
     except BaseException:
-        _stop(stock, True)
+        _stop(stock)
         raise
     try:
         try:
             stock.wait_ready()
             expected = _exchanges(stock)
         finally:
-            _stop(stock, True)
+            _stop(stock)
         ours.wait_ready()
         yield name, ours, expected, plans
     finally:
-        _stop(ours, False)
+        _stop(ours)
 
 
 def _close(got, want, path="answer"):

@@ -3,6 +3,7 @@ context managers, and no process left behind (nor other processes killed)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -10,6 +11,10 @@ import textwrap
 import pytest
 
 pytestmark = pytest.mark.slow  # several engines started and shut down
+
+# The scripts without a forkserver: SGLang's spawn, what a user gets by default (the suite
+# forks its engines' workers, tests/conftest.py); the dying worker's runs forked.
+SPAWN = {**os.environ, "PREFILLONLY_WORKER_START": "spawn"}
 
 # Written the way users write it first: no `if __name__ == "__main__":` guard, although
 # SGLang starts its workers with multiprocessing "spawn".
@@ -68,6 +73,7 @@ def test_guardless_script_scores_and_cleans_up(tmp_path, tiny_llama_path):
         capture_output=True,
         text=True,
         timeout=300,
+        env=SPAWN,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout
@@ -118,7 +124,11 @@ def test_worker_failing_at_start_raises_in_the_caller(tmp_path, tiny_llama_path)
     script = tmp_path / "failing_start.py"
     script.write_text(FAILING_START_SCRIPT)
     out = subprocess.run(
-        [sys.executable, str(script), str(model)], capture_output=True, text=True, timeout=300
+        [sys.executable, str(script), str(model)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=SPAWN,
     )
     # Before the fix the caller was killed (SIGKILL, exit code -9) and printed nothing.
     assert out.returncode == 0, (out.returncode, out.stderr[-3000:])
@@ -146,7 +156,8 @@ DYING_WORKER_SCRIPT = textwrap.dedent(
     os.kill(os.getpid(), signal.SIGQUIT)
     print("after SIGQUIT", engine.score("Q:", [" a"], [yes]).scores, flush=True)
 
-    scheduler = next(p for p in psutil.Process().children()
+    # (a forked worker is the forkserver's child: PREFILLONLY_WORKER_START=forkserver)
+    scheduler = next(p for p in psutil.Process().children(recursive=True)
                      if "scheduler" in " ".join(p.cmdline()))
     scheduler.suspend()  # the next call waits on it ...
     threading.Timer(1.0, scheduler.kill).start()  # ... until it dies
@@ -158,9 +169,11 @@ DYING_WORKER_SCRIPT = textwrap.dedent(
         engine.score("Q:", [" a"], [yes])
     except prefillonly_sgl.EngineDiedError:
         print("next call: EngineDiedError", flush=True)
-    tracker = resource_tracker._resource_tracker._pid
+    from multiprocessing import forkserver
+    # multiprocessing's helpers serve every engine of the process and stay up
+    shared = {resource_tracker._resource_tracker._pid, forkserver._forkserver._forkserver_pid}
     left = [p.pid for p in psutil.Process().children(recursive=True)
-            if p.pid != tracker and p.status() != psutil.STATUS_ZOMBIE]
+            if p.pid not in shared and p.status() != psutil.STATUS_ZOMBIE]
     print("processes left:", left)
     engine.shutdown()
     print("shut down")

@@ -187,9 +187,10 @@ def _environ_uses(path: Path) -> tuple[bool, bool]:
 def test_the_environment_is_read_in_one_module_and_written_only_at_the_edges():
     """machine/environment.py reads it; only what hands values to other programs writes it: the
     runtime configuration for SGLang's spawned workers (plugin.runtime_enabled), SGLang's
-    CPU switch (cpu_support/boot.py) and the engine kit's SGLang switches
-    (cuda_kit_support/boot.py). No setting goes from one of our modules to another through
-    it."""
+    CPU switch (cpu_support/boot.py), the engine kit's SGLang switches
+    (cuda_kit_support/boot.py), and a forked worker's copy of its caller's environment, as
+    a spawned one would inherit it (worker_forkserver.py). No setting goes from one of our
+    modules to another through it."""
     readers, writers = [], []
     for path in sorted(PACKAGE.rglob("*.py")):
         reads, writes = _environ_uses(path)
@@ -201,6 +202,7 @@ def test_the_environment_is_read_in_one_module_and_written_only_at_the_edges():
         "sglang_runtime/cpu_support/boot.py",
         "sglang_runtime/cuda_kit_support/boot.py",
         "sglang_runtime/plugin.py",
+        "sglang_runtime/worker_forkserver.py",
     ]
 
 

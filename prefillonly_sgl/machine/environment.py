@@ -40,6 +40,11 @@ CUDA_QUERY_CHUNKS = "PREFILLONLY_CUDA_QUERY_CHUNKS"
 # later) instead of reading it from the leader in the same forward (A/B runs;
 # features/prefill_kv/packing.py).
 PACK_FOLLOWERS = "PREFILLONLY_PACK_FOLLOWERS"
+# "forkserver": an Engine's SGLang workers are forked from a process that has SGLang
+# imported instead of spawned (a later Engine in the same process starts in seconds, not
+# the ~15 s a spawned worker spends importing on a CPU); read by the Engine, in the caller
+# (sglang_runtime/worker_forkserver.py). The test suite sets it (tests/conftest.py).
+WORKER_START = "PREFILLONLY_WORKER_START"
 
 VARIABLES = (
     RUNTIME_CONFIG,
@@ -53,6 +58,7 @@ VARIABLES = (
     SHARED_PREFIX_ATTENTION,
     CUDA_QUERY_CHUNKS,
     PACK_FOLLOWERS,
+    WORKER_START,
 )
 
 

@@ -33,6 +33,18 @@ HOOK_TARGETS: dict[str, str] = {
         "relied on: installs the launch-phase SIGQUIT handler, kill_process_tree(os.getpid()), "
         "which the hook above defuses and start_sglang_engine replaces after start"
     ),
+    "sglang.srt.entrypoints.engine.mp": (
+        "the multiprocessing module SGLang's engine takes Process and Pipe from: swapped "
+        "while an Engine or `serve` starts with PREFILLONLY_WORKER_START=forkserver "
+        "(worker_forkserver.py)"
+    ),
+    "sglang.srt.managers.scheduler.run_scheduler_process": (
+        "relied on: loads SGLang's plugins first thing in the worker (a forked worker's "
+        "environment is restored before), imported by the forkserver's preload"
+    ),
+    "sglang.srt.managers.detokenizer_manager.run_detokenizer_process": (
+        "relied on, as run_scheduler_process; imported by the forkserver's preload"
+    ),
     "sglang.srt.entrypoints.engine._wait_for_scheduler_ready": (
         "relied on: raises when the scheduler's pipe handshake fails or it dies at start "
         "(the Engine's EngineStartError)"

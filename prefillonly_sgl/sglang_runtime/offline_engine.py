@@ -48,6 +48,7 @@ import atexit
 import collections
 import contextlib
 import contextvars
+import multiprocessing
 import os
 import re
 import signal
@@ -59,6 +60,7 @@ import psutil
 from prefillonly_sgl.hooking.hooks import apply_hooks_now
 from prefillonly_sgl.scoring.errors import EngineDiedError, EngineStartError
 from prefillonly_sgl.scoring.validation import ModelLimits
+from prefillonly_sgl.sglang_runtime import worker_forkserver
 
 # The processes of the engine this thread is shutting down; None outside a shutdown.
 _SHUTTING_DOWN: contextvars.ContextVar[list[psutil.Process] | None] = contextvars.ContextVar(
@@ -89,8 +91,9 @@ def _children_skip_main_module():
             setattr(main, name, value)
 
 
-def start_sglang_engine(engine_args: dict):
-    """sglang.srt.entrypoints.engine.Engine(**engine_args), with clear start-up errors.
+def start_sglang_engine(engine_args: dict, worker_start: str = worker_forkserver.SPAWN):
+    """sglang.srt.entrypoints.engine.Engine(**engine_args), with clear start-up errors;
+    its workers started the ``worker_start`` way (worker_forkserver.py).
 
     Returns (engine, owned, watch): owned are the processes this engine started, watch
     its WorkerWatch. A worker that fails while the engine starts raises EngineStartError
@@ -112,7 +115,7 @@ def start_sglang_engine(engine_args: dict):
     resource_tracker.ensure_running()
     main_thread = threading.current_thread() is threading.main_thread()
     sigquit_before = signal.getsignal(signal.SIGQUIT) if main_thread else None
-    children_before = _child_pids()
+    children_before = _Children.now()
     output = WorkerOutput()
     # __new__ then __init__: a failed __init__ leaves its atexit registration of
     # engine.shutdown (the stock one, which kills every child of this process) behind,
@@ -120,11 +123,15 @@ def start_sglang_engine(engine_args: dict):
     engine = SGLangEngine.__new__(SGLangEngine)
     starting = _STARTING.set(True)
     try:
-        with _children_skip_main_module(), output.capturing():
+        with (
+            _children_skip_main_module(),
+            output.capturing(),
+            worker_forkserver.workers_started(worker_start),
+        ):
             engine.__init__(**engine_args)
     except BaseException as e:
         atexit.unregister(engine.shutdown)
-        _kill_trees(_started_processes(children_before))
+        _kill_trees(children_before.started_since())
         if main_thread and sigquit_before is not None:  # None: a handler not set from Python
             signal.signal(signal.SIGQUIT, sigquit_before)
         if not isinstance(e, Exception):
@@ -134,7 +141,7 @@ def start_sglang_engine(engine_args: dict):
         ) from e
     finally:
         _STARTING.reset(starting)
-    owned = _started_processes(children_before)
+    owned = children_before.started_since()
     output.mark_started()
     tokenizer_manager = engine.tokenizer_manager
     # Our WorkerWatch replaces SGLang's watchdog, whose answer to a dead worker is a
@@ -147,7 +154,7 @@ def start_sglang_engine(engine_args: dict):
         # SGLang's launch-phase handler stays installed after start.
         signal.signal(signal.SIGQUIT, _worker_sigquit)
     _drop_loop_sigquit(tokenizer_manager)
-    return engine, owned, WorkerWatch(owned, output)
+    return engine, owned, WorkerWatch(owned, output, children_before.handles_since())
 
 
 def shutdown_sglang_engine(engine, owned: list[psutil.Process], watch=None) -> None:
@@ -281,8 +288,16 @@ class WorkerWatch:
     engine's other processes (no orphans) and fails the calls waiting on it with
     EngineDiedError; later calls raise it too (Engine._require_running)."""
 
-    def __init__(self, processes: list[psutil.Process], output: WorkerOutput) -> None:
+    def __init__(
+        self,
+        processes: list[psutil.Process],
+        output: WorkerOutput,
+        handles: dict[int, multiprocessing.process.BaseProcess] | None = None,
+    ) -> None:
         self._processes = processes
+        # multiprocessing's handles of the workers, which know how a forked worker (a
+        # child of the forkserver, not of this process) ended.
+        self._handles = handles or {}
         self._titles = {p.pid: _process_title(p) for p in processes}
         self._output = output
         self._stop = threading.Event()
@@ -312,7 +327,7 @@ class WorkerWatch:
             return
 
     def _describe(self, dead: psutil.Process) -> str:
-        how = _exit_status(dead.pid)
+        how = _exit_status(dead.pid, self._handles.get(dead.pid))
         self._stop.wait(0.5)  # the pump may still be passing on its last lines
         line = self._output.last_error_line()
         return (
@@ -368,12 +383,20 @@ def _process_title(process: psutil.Process) -> str:
     return "worker"
 
 
-def _exit_status(pid: int) -> str:
-    """How a dead child ended, read without reaping it (multiprocessing reaps it)."""
+def _exit_status(pid: int, handle: multiprocessing.process.BaseProcess | None = None) -> str:
+    """How a dead worker ended: a child of this process read without reaping it
+    (multiprocessing reaps it), a forked one from its multiprocessing handle."""
     try:
         info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
         info = None
+        if handle is not None:
+            handle.join(timeout=5)  # the forkserver reports the exit as it reaps it
+            code = handle.exitcode
+            if code is not None and code < 0:
+                return f"killed by {signal.Signals(-code).name}"
+            if code is not None:
+                return f"exit code {code}"
     if info is None:
         return "exit status unknown"
     if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
@@ -405,12 +428,31 @@ def start_failure_message(model_path, error: BaseException, worker_line: str | N
     return f"{message}: {error}"
 
 
-def _started_processes(children_before: set[int]) -> list[psutil.Process]:
-    processes = []
-    for pid in _child_pids() - children_before - _tracker_pids():
-        with contextlib.suppress(psutil.NoSuchProcess):
-            processes.append(psutil.Process(pid))
-    return processes
+class _Children:
+    """This process's children and multiprocessing's record of the processes it started
+    (a forked worker is a child of the forkserver, not of this process), at one moment."""
+
+    def __init__(self, pids: set[int], handles: set[int]) -> None:
+        self.pids, self.handles = pids, handles
+
+    @classmethod
+    def now(cls) -> _Children:
+        return cls(_child_pids(), {p.pid for p in multiprocessing.active_children()})
+
+    def handles_since(self) -> dict[int, multiprocessing.process.BaseProcess]:
+        """multiprocessing's handles of the processes started since, by pid."""
+        return {p.pid: p for p in multiprocessing.active_children() if p.pid not in self.handles}
+
+    def started_since(self) -> list[psutil.Process]:
+        """The processes started since: the engine's workers (not the resource tracker
+        or the forkserver, which serve every engine)."""
+        later = self.now()
+        shared = _tracker_pids() | {worker_forkserver.forkserver_pid()}
+        processes = []
+        for pid in (later.pids - self.pids - shared) | (later.handles - self.handles):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                processes.append(psutil.Process(pid))
+        return processes
 
 
 def _kill_trees(roots: list[psutil.Process], timeout: float = 60) -> None:

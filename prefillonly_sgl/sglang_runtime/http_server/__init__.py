@@ -45,7 +45,7 @@ from prefillonly_sgl.server.guard import GuardPolicy, RequestGuard
 from prefillonly_sgl.server.options import ServeOptions, SGLangFlags
 from prefillonly_sgl.server.redaction import RedactSecrets, secret_values
 from prefillonly_sgl.server.tenant_keys import TenantKeys, TenantKeysError, load_tenant_keys
-from prefillonly_sgl.sglang_runtime import server_flags
+from prefillonly_sgl.sglang_runtime import server_flags, worker_forkserver
 from prefillonly_sgl.sglang_runtime.http_server import access
 from prefillonly_sgl.sglang_runtime.http_server.lifecycle import _guard_metrics, _wrap_lifespan
 from prefillonly_sgl.sglang_runtime.http_server.routes import (
@@ -164,11 +164,13 @@ def serve(
     options: ServeOptions,
     specs: list[EndpointSpec],
     mark_reusable_prefixes: bool = True,
+    worker_start: str = worker_forkserver.SPAWN,
 ) -> int:
     """Builds SGLang's ServerArgs from `flags` (read by SGLang's parser, server_flags.py)
     and runs SGLang's server with our
     additions and the typed endpoints ``specs`` (all of them: cli.py adds the built-in
-    APIs to the `--app` ones). Blocks until the server exits."""
+    APIs to the `--app` ones), its workers started the ``worker_start`` way
+    (worker_forkserver.py). Blocks until the server exits."""
     from sglang.srt.plugins import load_plugins
     from sglang.srt.utils import kill_process_tree
 
@@ -205,7 +207,8 @@ def serve(
 
         _check_cpu_support()
     try:
-        run_server(server_args)
+        with worker_forkserver.workers_started(worker_start):
+            run_server(server_args)
     finally:
         kill_process_tree(os.getpid(), include_parent=False)
     return 0
