@@ -34,11 +34,14 @@ def serve_env() -> dict:
     return env
 
 
+STOCK_SGLANG_SERVER = [sys.executable, str(REPO / "tests" / "stock_sglang_forked.py")]
+
+
 def stock_sglang_command(*args: str) -> list[str]:
-    """SGLang's own server (`python -m sglang.launch_server`), torch_native attention (the
-    CPU backend stock SGLang runs here): the reference a test compares ours with."""
-    return [sys.executable, "-m", "sglang.launch_server", *args, "--attention-backend",
-            "torch_native"]  # fmt: skip
+    """SGLang's own server (`python -m sglang.launch_server`, its workers forked:
+    stock_sglang_forked.py), torch_native attention (the CPU backend stock SGLang runs
+    here): the reference a test compares ours with."""
+    return [*STOCK_SGLANG_SERVER, *args, "--attention-backend", "torch_native"]
 
 
 class ServerProcess:

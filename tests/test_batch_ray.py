@@ -179,6 +179,7 @@ def _engine_actors() -> list[psutil.Process]:
             if "MapWorker" in " ".join(p.info["cmdline"] or [])]  # fmt: skip
 
 
+@pytest.mark.faults  # an actor SIGKILLed mid-job
 def test_an_actor_killed_mid_job_costs_no_row_and_doubles_none(cluster, engine_options, tmp_path):
     out = tmp_path / "actor_killed.parquet"
     with ThreadPoolExecutor(1) as pool:
@@ -198,6 +199,7 @@ def test_an_actor_killed_mid_job_costs_no_row_and_doubles_none(cluster, engine_o
     assert not actors[0].is_running()
 
 
+@pytest.mark.faults  # a driver SIGKILLed mid-job
 def test_the_batch_command_on_ray_resumes_a_driver_killed_mid_job(
     cluster, engine_options, tmp_path
 ):

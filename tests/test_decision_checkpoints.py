@@ -1,12 +1,13 @@
 """Decision checkpoints on /v1/systemone (decisions/checkpoints.py): tiny random-weight
 checkpoints of the three kinds SGLang 0.5.23 serves (a Qwen3.5 backbone with
 decision_config.json, causal and noncausal; Clef's joint schema head; Kev's pointer head),
-each answered by our server and by SGLang's own server (`python -m sglang.launch_server`,
-its /v1/systemone handler) on the same folder, on this machine: the answers must agree
-within 1e-4 (float32), refusals included. The causal checkpoint's questions run behind
-the state computed once (the attention plans' events are the oracle), and a second
-request on the same state finds it cached. Each kind's two servers start together; the
-stock one answers and stops before ours is asked.
+each answered by our server and by SGLang's own server (`python -m sglang.launch_server`
+with its workers forked, stock_sglang_forked.py; its /v1/systemone handler) on the same
+folder, on this machine: the answers must agree within 1e-4 (float32), refusals included.
+The causal checkpoint's questions run behind the state computed once (the attention
+plans' events are the oracle), and a second request on the same state finds it cached.
+Each kind's two servers start together; the stock one answers and stops before ours is
+asked. Eight servers: `slow`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from prefillonly_sgl.decisions.checkpoints import DECISIONS_REFUSAL
 from prefillonly_sgl.hooking.events import read_events
 from prefillonly_sgl.machine.environment import ATTENTION_LOG
 from prefillonly_sgl.models.tiny_decision_checkpoints import build_decision_checkpoint
+
+pytestmark = pytest.mark.slow  # a stock and an ours server per kind
 
 TOLERANCE = 1e-4
 STATE = "The applicant has a stable job and pays every bill on time. " * 3

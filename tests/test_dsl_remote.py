@@ -1,7 +1,8 @@
-"""The scoring DSL against a stock SGLang server (``python -m sglang.launch_server`` on the
-tiny Llama, CPU, float32) over /v1/score: results equal a plain transformers forward of the
-compiled prompts, the tokenizer comes from the server's /model_info, async works from any
-event loop, and server-side rejections surface as InvalidRequestError."""
+"""The scoring DSL against a stock SGLang server (``python -m sglang.launch_server``, its
+workers forked: stock_sglang_forked.py; the tiny Llama, CPU, float32) over /v1/score:
+results equal a plain transformers forward of the compiled prompts, the tokenizer comes
+from the server's /model_info, async works from any event loop, and server-side rejections
+surface as InvalidRequestError."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 
 import pytest
 from conftest import max_abs_diff
+from server_process import STOCK_SGLANG_SERVER
 
 import prefillonly_sgl as prefillonly
 from prefillonly_sgl import InvalidRequestError, LabelError, Prompt
@@ -57,7 +58,7 @@ def server(tiny_llama_path, tmp_path_factory):
     url = f"http://127.0.0.1:{port}"
     log_path = tmp_path_factory.mktemp("server") / "server.log"
     command = [
-        sys.executable, "-m", "sglang.launch_server",
+        *STOCK_SGLANG_SERVER,  # python -m sglang.launch_server, its workers forked
         "--model-path", str(tiny_llama_path),
         "--device", "cpu",
         "--attention-backend", "torch_native",

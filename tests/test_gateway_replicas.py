@@ -181,6 +181,7 @@ def test_the_dsl_through_the_gateway_equals_a_direct_replica(replicas, tiny_llam
         qwen3_reranker("q", items=["x"], instruction="other", engine=gateway)
 
 
+@pytest.mark.faults  # a replica SIGKILLed
 def test_a_killed_replica_costs_clients_nothing(replicas):
     """SIGKILL one replica under 4 closed-loop clients that never retry: with smg's own
     retries and health checks on /ready (gateway_args.py) every request succeeds, while

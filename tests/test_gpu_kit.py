@@ -141,6 +141,8 @@ def test_size_check_without_a_kit_says_how_to_build_one(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.kit  # wheels from the registry, the card command on CPU
+@pytest.mark.slow
 def test_builder_trims_flashinfer_and_keeps_the_size_limit(tmp_path):
     kit = tmp_path / "gpu_kit"
     build = [sys.executable, str(KIT_SCRIPTS / "build.py"), "--kit", str(kit)]
