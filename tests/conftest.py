@@ -2,8 +2,10 @@
 engine and the DSL-apps server once per session, other servers once per module
 (``tiny_server``).
 
-Markers: ``slow`` on the modules that start gateways, Ray, several servers or run long
-load; ``./run test -m "not slow"`` is the quick subset (docs: README).
+Markers (pyproject.toml): ``slow`` on the modules that start gateways, Ray, several servers
+or run long load (``./run test -m "not slow"`` is the quick subset); ``faults`` (fault
+injection) and ``kit`` (the GPU kit's build) are left out of ``./run test`` and run by CI
+after it: ``./run test -m "faults or kit"`` (docs: README).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from typesafe_sdk import Choice, Noul, Score, TypeSafeClient
 from prefillonly_sgl.decisions.checkpoints import DECISIONS_REFUSAL
 from prefillonly_sgl.hooking.events import read_events
 from prefillonly_sgl.machine.environment import ATTENTION_LOG
+from prefillonly_sgl.models.families import CPU_STATE_POOL
 from prefillonly_sgl.models.tiny_decision_checkpoints import build_decision_checkpoint
 
 pytestmark = pytest.mark.slow  # a stock and an ours server per kind
@@ -68,8 +69,10 @@ def _start(model_path, log_path, stock: bool, env: dict | None = None) -> Server
             # GPU-only, and no_buffer runs without the overlapped scheduler (ours sets both
             # itself: models/families.py's linear_attention defaults). Sleeping while idle
             # keeps it off the cores while ours starts beside it.
+            # Its state pool bounded as ours is on CPU (families.CPU_STATE_POOL): SGLang's
+            # own sizing from the machine's memory zero-fills GBs (~15 s a start).
             extra = ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule",
-                     "--sleep-on-idle"]  # fmt: skip
+                     "--sleep-on-idle", "--max-mamba-cache-size", str(CPU_STATE_POOL)]  # fmt: skip
             return ServerProcess(model_path, log_path, *extra, command=stock_sglang_command)
         return ServerProcess(model_path, log_path, command=serve_command)
     finally:

@@ -11,7 +11,7 @@ import pytest
 
 from prefillonly_sgl.config import runtime_config
 from prefillonly_sgl.features import FEATURES
-from prefillonly_sgl.models import families
+from prefillonly_sgl.models import config_fields, families
 from prefillonly_sgl.models.families import FAMILIES, LAYER_KINDS, LAYER_MODE, family_of
 
 
@@ -154,3 +154,37 @@ def test_registry_imports_neither_sglang_nor_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_full_attention_interval_is_read_from_layer_types_and_the_other_way_round():
+    linear, full = "linear_attention", "full_attention"
+    assert config_fields.full_attention_interval_of([linear] * 3 + [full]) == 4
+    assert config_fields.full_attention_interval_of([linear, full] * 3) == 2
+    assert config_fields.full_attention_interval_of([full] * 2) == 1
+    for layout in ([linear, full, linear, linear], [linear] * 4, [full, linear, full, full]):
+        with pytest.raises(ValueError, match="every k-th layer.*docs/models.md"):
+            config_fields.full_attention_interval_of(layout)
+    legacy = {"full_attention_interval": 2, "num_hidden_layers": 4}
+    assert config_fields.layer_types_of(legacy) == [linear, full, linear, full]
+    assert config_fields.layer_types_of({"text_config": {"layer_types": [linear, full]}}) == [
+        linear,
+        full,
+    ]
+    assert config_fields.layer_types_of({"num_hidden_layers": 4}) is None
+
+
+def test_rotary_parameters_per_layer_type_are_one_theta_and_the_full_layers_scaling():
+    default = {"rope_type": "default", "rope_theta": 500000.0}
+    yarn = {"rope_type": "yarn", "rope_theta": 500000.0, "factor": 8.0}
+    per_type = {"full_attention": default, "sliding_attention": default}
+    assert config_fields.rope_by_layer_type(per_type) == (500000.0, None)
+    scaled = {"full_attention": yarn, "sliding_attention": default}
+    assert config_fields.rope_by_layer_type(scaled) == (500000.0, yarn)
+    assert config_fields.rope_by_layer_type({"rope_type": "default", "rope_theta": 1.0}) is None
+    # as transformers' base class leaves them, its flat reading added beside the per-type ones
+    added = {**per_type, "rope_type": "default", "rope_theta": 10000.0}
+    assert config_fields.rope_by_layer_type(added) == (500000.0, None)
+    assert config_fields.rope_by_layer_type(None) is None
+    other = {"full_attention": default, "sliding_attention": {**default, "rope_theta": 1e4}}
+    with pytest.raises(ValueError, match="sliding-window layers.*docs/models.md"):
+        config_fields.rope_by_layer_type(other)

@@ -4,10 +4,12 @@ cached profile; the profile's recurrent state kept as one snapshot at its end, s
 behind it compute only their own tokens (the full-attention layers' plan log); labels of
 several tokens and continuation logprobs through the same cache. The MoE text model, the
 published ConditionalGeneration folder (text input) and Qwen3-Next (the same linear
-attention, SGLang's other model module) score the same way."""
+attention, SGLang's other model module) score the same way; the MoE one's config as
+transformers' config class writes it, layer_types without full_attention_interval."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -139,6 +141,9 @@ def test_moe_published_folder_and_qwen3_next_score_cold_and_cached(
     family, registry_row, tmp_path_factory
 ):
     path = build_family(family, tmp_path_factory.mktemp(family) / "model")
+    if family == "qwen3_5_moe":  # written by transformers' config class alone
+        config = json.loads((path / "config.json").read_text())
+        assert "full_attention_interval" not in config and "layer_types" in config
     reference = TransformersReference(path)
     labels = _labels(reference)
     want = reference.score(PROFILE, ITEMS, labels)

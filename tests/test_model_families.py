@@ -34,7 +34,9 @@ from prefillonly_sgl.verification.reference import TransformersReference
 pytestmark = pytest.mark.slow
 
 # gpt-oss and Qwen3.5 are their helpers' (issue 53); they join when they start.
-STARTING_FAMILIES = ["qwen3", "qwen3_moe", "mistral", "phi3", "granite", "olmo2", "glm4", "gemma3"]
+STARTING_FAMILIES = [
+    "qwen3", "qwen3_moe", "mistral", "phi3", "granite", "olmo2", "olmo3", "glm4", "gemma3"
+]  # fmt: skip
 TOLERANCE = 1e-4
 # verify's "all features" variant: a small hybrid chunk, so the long probe is chunked.
 ENGINE_SETTINGS = {"hybrid_prefill_chunk_size": verify.SMALL_CHUNK}

@@ -25,9 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from prefillonly_sgl.models import config_fields
+
 DOCS = "docs/models.md"
 VERIFY_COMMAND = "prefillonly verify"
 LAYER_MODE = "hybrid_prefill:layer"  # hybrid prefilling's whole-layer mode (the default)
+CPU_STATE_POOL = 256  # recurrent states a linear-attention model keeps on CPU (see below)
 
 
 @dataclass(frozen=True)
@@ -123,13 +126,21 @@ LAYER_KINDS: dict[str, LayerKind] = {
             # SGLang snapshots states at fixed intervals (its extra_buffer strategy) on
             # GPUs only; no_buffer keeps the state at the end of what a request cached,
             # which is where prefill-only KV ends a reusable prefix. no_buffer runs
-            # without the overlapped scheduler (SGLang's own rule, mamba_hook.py).
+            # without the overlapped scheduler (SGLang's own rule, mamba_hook.py). On CPU
+            # SGLang sizes its state pool from the machine's memory: 90,838 slots (3.4 GB,
+            # 15 s of start-up zero-filling it) for the tiny Qwen3.5 beside a 4,096-token
+            # KV pool; 256 states (running requests and cached prefixes together) is the
+            # CPU's bound, as the KV pool's 16,384 tokens is.
             sglang_defaults={
-                device: {
+                "cpu": {
                     "mamba_radix_cache_strategy": "no_buffer",
                     "disable_overlap_schedule": True,
-                }
-                for device in ("cpu", "cuda")
+                    "max_mamba_cache_size": CPU_STATE_POOL,
+                },
+                "cuda": {
+                    "mamba_radix_cache_strategy": "no_buffer",
+                    "disable_overlap_schedule": True,
+                },
             },
         ),
         LayerKind(
@@ -196,6 +207,14 @@ FAMILIES: dict[str, Family] = {
         Family("qwen3_moe", "Qwen3-MoE", ("Qwen3MoeForCausalLM",), (*_OTHER, "moe")),
         Family("granite", "Granite", ("GraniteForCausalLM",), _OTHER),  # multipliers
         Family("olmo2", "OLMo 2", ("Olmo2ForCausalLM",), _OTHER),  # post norms
+        # OLMo 3: OLMo 2's layer, 3 sliding : 1 full; its rotary parameters per layer type
+        # read by sglang_runtime/model_configs.py (SGLang's own reading is wrong).
+        Family(
+            "olmo3",
+            "OLMo 3",
+            ("Olmo3ForCausalLM",),
+            ("other_layer", "sliding_window", "full_attention"),
+        ),
         Family("glm4", "GLM-4", ("Glm4ForCausalLM",), _OTHER),  # sandwich norms
         Family(
             "gemma3",
@@ -296,8 +315,7 @@ def attention_layer_share(model_path: str | Path) -> float:
         config = json.loads((Path(model_path) / "config.json").read_text())
     except (OSError, ValueError):
         return 1.0
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
-    types = config.get("layer_types") or text.get("layer_types")
-    if not isinstance(types, list) or not types:
+    types = config_fields.layer_types_of(config)
+    if types is None:
         return 1.0
     return sum(t in _ATTENTION_LAYER_TYPES for t in types) / len(types)

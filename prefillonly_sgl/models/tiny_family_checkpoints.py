@@ -150,6 +150,23 @@ def _olmo2(out_dir, seed):
     return _save(Olmo2ForCausalLM(config), tok, out_dir, seed)
 
 
+def _olmo3(out_dir, seed):
+    import torch
+    from transformers import Olmo3Config, Olmo3ForCausalLM
+
+    tok = build_tokenizer()
+    common = _common(tok)
+    # OLMo 3 (Olmo-3-7B's shape, scaled down): OLMo 2's layer, 3 sliding : 1 full.
+    common.update(num_hidden_layers=4)
+    config = Olmo3Config(
+        **common,
+        sliding_window=SLIDING_WINDOW,
+        layer_types=["sliding_attention"] * 3 + ["full_attention"],
+    )
+    torch.manual_seed(seed)
+    return _save(Olmo3ForCausalLM(config), tok, out_dir, seed)
+
+
 def _glm4(out_dir, seed):
     import torch
     from transformers import Glm4Config, Glm4ForCausalLM
@@ -258,6 +275,9 @@ def _qwen3_5_moe(out_dir, seed):
     from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
 
     tok, sizes = _qwen3_5_text(moe=True)
+    # As transformers' config class alone writes it: layer_types, no full_attention_interval
+    # (SGLang reads the interval; sglang_runtime/model_configs.py derives it).
+    del sizes["full_attention_interval"]
     config = Qwen3_5MoeTextConfig(**sizes)
     torch.manual_seed(seed)
     return _save(Qwen3_5MoeForCausalLM(config), tok, out_dir, seed)
@@ -339,6 +359,7 @@ FAMILY_BUILDERS: dict[str, Callable[[str | Path, int], Path]] = {
     "phi3": _phi3,
     "granite": _granite,
     "olmo2": _olmo2,
+    "olmo3": _olmo3,
     "glm4": _glm4,
     "gemma3": _gemma3,
     "gpt_oss": _gpt_oss,

@@ -33,6 +33,14 @@ HOOK_TARGETS: dict[str, str] = {
         "relied on: installs the launch-phase SIGQUIT handler, kill_process_tree(os.getpid()), "
         "which the hook above defuses and start_sglang_engine replaces after start"
     ),
+    "sglang.srt.configs.qwen3_next.Qwen3NextConfig.__init__": (
+        "AFTER (model_configs.HOOKS, every prefillonly process): full_attention_interval "
+        "read from layer_types where a config written by transformers lacks it"
+    ),
+    "sglang.srt.configs.olmo3.Olmo3Config.__init__": (
+        "AFTER (model_configs.HOOKS, every prefillonly process): rope_theta and the full "
+        "layers' scaling read from rotary parameters kept per layer type (transformers 5)"
+    ),
     "sglang.srt.entrypoints.engine.mp": (
         "the multiprocessing module SGLang's engine takes Process and Pipe from: swapped "
         "while an Engine or `serve` starts with PREFILLONLY_WORKER_START=forkserver "

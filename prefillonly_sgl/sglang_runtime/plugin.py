@@ -24,7 +24,9 @@ import os
 from prefillonly_sgl.config.runtime_config import RuntimeConfig, WorkerConfig
 from prefillonly_sgl.features import FEATURES
 from prefillonly_sgl.hooking import process_state
+from prefillonly_sgl.hooking.hooks import apply_hooks_now, register_hooks
 from prefillonly_sgl.machine import environment
+from prefillonly_sgl.sglang_runtime import model_configs
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +53,8 @@ def runtime_enabled(config: RuntimeConfig):
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
     try:
+        # SGLang builds the model's configuration in this process too.
+        apply_hooks_now("model_configs", model_configs.HOOKS)
         if config.needs_tokenizer_hooks:
             # Tokenizer-side hooks run in this (the main) process, where SGLang's plugin
             # loader may already have run (see tokenizer_process.install_in_this_process).
@@ -92,6 +96,9 @@ def load_plugin() -> None:
         _thread_lock_for_progress_bars()  # a worker of an engine prefillonly started
     switches = environment.ProcessSwitches.from_environment()
     process_state.configure(config, switches)  # where the hooks read their settings
+    # Every prefillonly process, whatever its features: configurations as transformers
+    # writes them (model_configs.py).
+    register_hooks("model_configs", model_configs.HOOKS)
     for name in config.features:
         _call(FEATURES[name].register)
         logger.info("prefillonly: applied runtime feature %s", name)
