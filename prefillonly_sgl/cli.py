@@ -10,7 +10,6 @@ from prefillonly_sgl.batch import cli as batch_cli
 from prefillonly_sgl.demos import drug_review_sentiment
 from prefillonly_sgl.engine import Engine, plan_memory
 from prefillonly_sgl.features.jct_scheduler import profiler
-from prefillonly_sgl.machine import environment
 from prefillonly_sgl.models.default_model import default_model_path
 from prefillonly_sgl.replicas import cli as replicas_cli
 from prefillonly_sgl.server.endpoints import load_app_endpoints
@@ -49,11 +48,9 @@ def _serve(argv: list[str]) -> int:
         return 0
     options, sglang_argv = parse_serve_argv(argv)
     try:
-        worker_start = worker_forkserver.check_mode(environment.read(environment.WORKER_START))
-        if worker_start == worker_forkserver.FORKSERVER:
-            # First: it imports SGLang's worker modules while this process imports the
-            # server's, and it keeps the environment it starts with (no configuration).
-            worker_forkserver.ensure_running()
+        # First: a forkserver imports SGLang's worker modules while this process imports
+        # the server's.
+        worker_start = worker_forkserver.start_mode()
         flags = parse_flags(sglang_argv)  # once, by SGLang's own parser
         config = serve_config(options, flags)  # every rule: config/runtime_config.py
         # The app modules before the memory calibration and SGLang start: fail fast.

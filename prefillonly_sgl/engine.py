@@ -28,7 +28,6 @@ from prefillonly_sgl.config.runtime_config import RuntimeConfig
 from prefillonly_sgl.features import STOCK_SGLANG  # noqa: F401  (re-exported)
 from prefillonly_sgl.features.hybrid_prefill.settings import HybridSettings
 from prefillonly_sgl.features.jct_scheduler.settings import JctSettings
-from prefillonly_sgl.machine import environment
 from prefillonly_sgl.memory.budget import MemoryPlan
 from prefillonly_sgl.scoring.continuations import ContinuationResult
 from prefillonly_sgl.scoring.errors import EngineClosedError, EngineDiedError
@@ -149,11 +148,7 @@ class Engine:
             **sglang_args,
             **config.sglang_fields(),
         }
-        worker_start = worker_forkserver.check_mode(environment.read(environment.WORKER_START))
-        if worker_start == worker_forkserver.FORKSERVER:
-            # Before the configuration enters the environment: the forkserver serves
-            # every engine of this process and keeps the environment it starts with.
-            worker_forkserver.ensure_running()
+        worker_start = worker_forkserver.start_mode()  # before runtime_enabled
         with runtime_enabled(config):
             self._sgl, owned_processes, self._watch = start_sglang_engine(args, worker_start)
         # An Engine the user forgets to shut down must not leave SGLang processes behind.

@@ -27,7 +27,7 @@ def pytest_configure(config):
     # Every Engine and server of the suite forks its SGLang workers from a forkserver
     # that imported SGLang once (sglang_runtime/worker_forkserver.py): ~4 s a start
     # instead of ~20 on 2 cores. Servers inherit it (each starts its own forkserver).
-    # SGLang's own spawn is tested where it is named (test_worker_forkserver.py).
+    # SGLang's own spawn runs in test_engine_lifecycle.py's failing-start script.
     os.environ.setdefault("PREFILLONLY_WORKER_START", "forkserver")
 
 

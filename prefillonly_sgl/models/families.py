@@ -31,6 +31,8 @@ DOCS = "docs/models.md"
 VERIFY_COMMAND = "prefillonly verify"
 LAYER_MODE = "hybrid_prefill:layer"  # hybrid prefilling's whole-layer mode (the default)
 CPU_STATE_POOL = 256  # recurrent states a linear-attention model keeps on CPU (see below)
+# A recurrent state kept where a request's cached prefix ends (the linear_attention kind)
+_STATE_AT_PREFIX = {"mamba_radix_cache_strategy": "no_buffer", "disable_overlap_schedule": True}
 
 
 @dataclass(frozen=True)
@@ -132,15 +134,8 @@ LAYER_KINDS: dict[str, LayerKind] = {
             # KV pool; 256 states (running requests and cached prefixes together) is the
             # CPU's bound, as the KV pool's 16,384 tokens is.
             sglang_defaults={
-                "cpu": {
-                    "mamba_radix_cache_strategy": "no_buffer",
-                    "disable_overlap_schedule": True,
-                    "max_mamba_cache_size": CPU_STATE_POOL,
-                },
-                "cuda": {
-                    "mamba_radix_cache_strategy": "no_buffer",
-                    "disable_overlap_schedule": True,
-                },
+                "cpu": {**_STATE_AT_PREFIX, "max_mamba_cache_size": CPU_STATE_POOL},
+                "cuda": _STATE_AT_PREFIX,
             },
         ),
         LayerKind(

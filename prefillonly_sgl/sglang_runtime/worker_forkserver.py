@@ -37,6 +37,8 @@ import threading
 from multiprocessing import context as mp_context
 from multiprocessing import forkserver, reduction
 
+from prefillonly_sgl.machine import environment
+
 SPAWN = "spawn"
 FORKSERVER = "forkserver"
 MODES = (SPAWN, FORKSERVER)
@@ -51,6 +53,17 @@ def check_mode(mode: str | None) -> str:
         return SPAWN
     if mode not in MODES:
         raise ValueError(f"PREFILLONLY_WORKER_START={mode!r}: expected one of {', '.join(MODES)}")
+    return mode
+
+
+def start_mode() -> str:
+    """The worker start mode this process asked for (PREFILLONLY_WORKER_START), with the
+    forkserver started if it is that one. Called by the Engine and `serve` before the
+    runtime configuration enters the environment: the forkserver keeps the environment it
+    starts with and serves every engine of the process."""
+    mode = check_mode(environment.read(environment.WORKER_START))
+    if mode == FORKSERVER:
+        ensure_running()
     return mode
 
 
@@ -108,12 +121,6 @@ class _ForkServerMultiprocessing:
     forked from the forkserver; anything else is the module's own."""
 
     Process = ForkedWorker
-
-    def __init__(self) -> None:
-        self._context = multiprocessing.get_context(FORKSERVER)
-
-    def Pipe(self, duplex: bool = True):  # noqa: N802 (multiprocessing's name)
-        return self._context.Pipe(duplex)
 
     def set_start_method(self, method, force=False) -> None:
         """SGLang's "spawn" for every later process of the caller: not changed here."""
