@@ -10,9 +10,11 @@ after it: ``./run test -m "faults or kit"`` (docs: README).
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from pathlib import Path
 
+import forked_server
 import pytest
 import start_counts
 from server_process import running_server
@@ -29,6 +31,13 @@ def pytest_configure(config):
     # instead of ~20 on 2 cores. Servers inherit it (each starts its own forkserver).
     # SGLang's own spawn runs in test_engine_lifecycle.py's failing-start script.
     os.environ.setdefault("PREFILLONLY_WORKER_START", "forkserver")
+    # That forkserver also imports the servers' modules: the suite's servers are forked
+    # from it, already imported (tests/forked_server.py).
+    multiprocessing.set_forkserver_preload(forked_server.SERVER_MODULES)
+
+
+def pytest_unconfigure(config):
+    forked_server.stop_all()
 
 
 def pytest_terminal_summary(terminalreporter):

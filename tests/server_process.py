@@ -11,9 +11,11 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import forked_server
 import requests
 import start_counts
 
@@ -44,6 +46,37 @@ def stock_sglang_command(*args: str) -> list[str]:
     return [*STOCK_SGLANG_SERVER, *args, "--attention-backend", "torch_native"]
 
 
+def forked_program(argv: list[str]) -> tuple[str | None, list[str]]:
+    """The program a server's command line runs, as tests/forked_server.py forks it
+    (`serve`'s or stock SGLang's, and its arguments); (None, argv) for another."""
+    for prefix, program in (
+        (serve_command(), forked_server.SERVE),
+        (STOCK_SGLANG_SERVER, forked_server.STOCK),
+    ):
+        if argv[: len(prefix)] == prefix:
+            return program, argv[len(prefix) :]
+    return None, argv
+
+
+def run_command(argv: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
+    """subprocess.run(argv, capture_output=True, text=True) in this checkout's
+    environment, for a command that may not start a server (`serve --help`, a start
+    refused): forked as the servers are where it is `serve`'s or stock SGLang's."""
+    program, program_args = forked_program(argv)
+    if program is None or not forked_server.enabled():
+        return subprocess.run(argv, cwd=REPO, env=serve_env(), capture_output=True, text=True,
+                              timeout=timeout, start_new_session=True)  # fmt: skip
+    with tempfile.TemporaryDirectory() as folder:
+        out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+        handle = forked_server.start(program, program_args, out, serve_env(), REPO, err)
+        try:
+            code = handle.wait(timeout)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(handle.pid, signal.SIGKILL)
+        return subprocess.CompletedProcess(argv, code, out.read_text(), err.read_text())
+
+
 class ServerProcess:
     def __init__(
         self, model_path: Path, log_path: Path, *extra_args: str, command=serve_command
@@ -63,6 +96,11 @@ class ServerProcess:
             *extra_args,
         ]  # fmt: skip
         self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        program, program_args = forked_program(command(*args))
+        if program is not None and forked_server.enabled():
+            # The same program, forked already imported (tests/forked_server.py).
+            self.proc = forked_server.start(program, program_args, log_path, serve_env(), REPO)
+            return
         self.proc = subprocess.Popen(
             command(*args),
             cwd=REPO,
@@ -120,8 +158,8 @@ class ServerProcess:
 
 
 @contextlib.contextmanager
-def running_server(model_path: Path, log_path: Path, *extra_args: str):
-    server = ServerProcess(model_path, log_path, *extra_args)
+def running_server(model_path: Path, log_path: Path, *extra_args: str, command=serve_command):
+    server = ServerProcess(model_path, log_path, *extra_args, command=command)
     try:
         server.wait_ready()
         yield server

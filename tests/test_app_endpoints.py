@@ -19,13 +19,7 @@ import dsl_app_example as app
 import pytest
 import requests
 from conftest import max_abs_diff
-from server_process import (
-    REPO,
-    START_TIMEOUT_S,
-    free_port,
-    serve_command,
-    serve_env,
-)
+from server_process import START_TIMEOUT_S, free_port, run_command, serve_command, serve_env
 
 import prefillonly_sgl as prefillonly
 from prefillonly_sgl.dsl import LabelError, RemoteBackend
@@ -262,15 +256,7 @@ def test_a_label_that_cannot_be_scored_stops_the_start_up(tiny_llama_path, tmp_p
         "--max-total-tokens", "4096", "--skip-server-warmup", "--host", "127.0.0.1",
         "--port", str(free_port()), "--app", str(bad_app),
     ]  # fmt: skip
-    out = subprocess.run(
-        serve_command(*args),
-        cwd=REPO,
-        env=serve_env(),
-        capture_output=True,
-        text=True,
-        timeout=START_TIMEOUT_S,
-        start_new_session=True,
-    )
+    out = run_command(serve_command(*args), timeout=START_TIMEOUT_S)
     log = out.stdout + out.stderr
     assert out.returncode != 0, log[-3000:]
     assert "/apps/unsure (unsure) cannot be served by this model: label 'Yes'" in log, log[-3000:]

@@ -7,25 +7,19 @@ surface as InvalidRequestError."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import time
 import urllib.request
 
 import pytest
 from conftest import max_abs_diff
-from server_process import STOCK_SGLANG_SERVER
+from server_process import running_server, stock_sglang_command
 
 import prefillonly_sgl as prefillonly
 from prefillonly_sgl import InvalidRequestError, LabelError, Prompt
 from prefillonly_sgl.dsl import RemoteBackend, RemoteBackendError, ScoreRequest
 from prefillonly_sgl.machine.ports import free_port
-from prefillonly_sgl.replicas.launcher import healthy
 from prefillonly_sgl.verification.reference import TransformersReference
 
 TOLERANCE = 1e-4  # server (float32) vs transformers (float32); observed ~1e-7
-START_TIMEOUT_S = 180
 
 PROFILE = "User profile: likes science fiction, history books and long walks.\n"
 FILMS = ["a documentary about the moon landing", "socks", "history of walks", "a space opera"]
@@ -41,48 +35,14 @@ def recommend(profile: str, item: str) -> Prompt:
     return Prompt(prefix=profile, item=f"Item: {item}\nRelevant? Answer Yes or No:")
 
 
-def wait_healthy(url: str, process: subprocess.Popen, log_path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited ({process.returncode}):\n{log_path.read_text()}")
-        if healthy(url):
-            return
-        time.sleep(1)
-    raise RuntimeError(f"the server did not become healthy:\n{log_path.read_text()[-3000:]}")
-
-
 @pytest.fixture(scope="module")
 def server(tiny_llama_path, tmp_path_factory):
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     log_path = tmp_path_factory.mktemp("server") / "server.log"
-    command = [
-        *STOCK_SGLANG_SERVER,  # python -m sglang.launch_server, its workers forked
-        "--model-path", str(tiny_llama_path),
-        "--device", "cpu",
-        "--attention-backend", "torch_native",
-        "--max-total-tokens", "4096",
-        "--skip-server-warmup",
-        "--dtype", "float32",
-        "--enable-metrics",
-        "--host", "127.0.0.1",
-        "--port", str(port),
-    ]  # fmt: skip
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        wait_healthy(url, process, log_path)
-        yield url
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    # python -m sglang.launch_server (its workers forked), torch_native attention
+    with running_server(
+        tiny_llama_path, log_path, "--enable-metrics", command=stock_sglang_command
+    ) as server:
+        yield server.url
 
 
 @pytest.fixture(scope="module")

@@ -5,13 +5,12 @@ One server for the whole module (start-up ~15-40 s on CPU)."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 import requests
 from conftest import max_abs_diff, tiny_server
-from server_process import REPO, serve_command, serve_env
+from server_process import run_command, serve_command
 
 pytestmark = pytest.mark.slow  # its own server
 
@@ -307,9 +306,7 @@ def test_server_still_answers_after_bad_requests(server, reference, labels):
 
 
 def test_serve_help_lists_our_options_and_sglangs():
-    out = subprocess.run(
-        serve_command("--help"), cwd=REPO, env=serve_env(), capture_output=True, text=True
-    )
+    out = run_command(serve_command("--help"))
     assert out.returncode == 0, out.stderr
     for flag in (
         "--app",
@@ -324,11 +321,5 @@ def test_serve_help_lists_our_options_and_sglangs():
 def test_serve_rejects_a_bad_app_before_starting(tmp_path):
     empty = tmp_path / "no_endpoints.py"
     empty.write_text("X = 1\n")
-    out = subprocess.run(
-        serve_command("--app", str(empty)),
-        cwd=REPO,
-        env=serve_env(),
-        capture_output=True,
-        text=True,
-    )
+    out = run_command(serve_command("--app", str(empty)))
     assert out.returncode == 2 and "declares no endpoints" in out.stderr

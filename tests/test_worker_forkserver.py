@@ -70,3 +70,32 @@ def test_the_suites_engines_fork_their_workers(tiny_engine):
     assert psutil.Process(worker_forkserver.forkserver_pid()).cmdline()[0] == (
         "prefillonly::worker_forkserver"
     )
+
+
+def test_the_callers_own_preloads_are_kept():
+    """ensure_running imports ours first and keeps what the caller asked multiprocessing
+    for (the suite: its servers' modules, tests/forked_server.py)."""
+    import multiprocessing.forkserver
+
+    import forked_server
+
+    worker_forkserver.ensure_running()
+    preload = multiprocessing.forkserver._forkserver._preload_modules
+    assert preload[0] == worker_forkserver.PRELOAD_MODULE
+    assert set(forked_server.SERVER_MODULES) <= set(preload)
+
+
+def test_a_forked_servers_processes_are_its_own(apps_server):
+    """A server of the suite (forked already imported, tests/forked_server.py): its own
+    process group, its own workers' forkserver (titled as ours) and SGLang's workers
+    under it, none of them the suite's."""
+    import psutil
+
+    root = psutil.Process(apps_server.proc.pid)
+    assert os.getpgid(root.pid) == root.pid != os.getpgrp()
+    tree = root.children(recursive=True)
+    assert all(os.getpgid(p.pid) == root.pid for p in tree)
+    forkservers = [p for p in root.children() if p.cmdline()[0] == "prefillonly::worker_forkserver"]
+    assert len(forkservers) == 1 and forkservers[0].pid != worker_forkserver.forkserver_pid()
+    workers = sorted(p.cmdline()[0].split()[0] for p in forkservers[0].children())
+    assert workers == ["sglang::detokenizer", "sglang::scheduler"]

@@ -74,8 +74,28 @@ def ensure_running() -> None:
     workers' stderr is redirected: the forkserver keeps the environment and descriptors
     it starts with, and neither belongs to one engine."""
     if forkserver._forkserver._forkserver_pid is None:
-        multiprocessing.set_forkserver_preload([PRELOAD_MODULE])
+        # Ours first, then any the caller asked multiprocessing for (the test suite's
+        # servers: tests/forked_server.py).
+        others = [m for m in forkserver._forkserver._preload_modules if m != PRELOAD_MODULE]
+        multiprocessing.set_forkserver_preload([PRELOAD_MODULE, *others])
     forkserver.ensure_running()
+
+
+def prepare_forkserver() -> None:
+    """The forkserver's own set-up, before it forks any worker (its preload module runs it).
+
+    It ignores SIGQUIT: SGLang's workers send it to their parent when they fail, and the
+    forkserver's end would take every engine's workers with it (they die with their
+    parent: SGLang sets PR_SET_PDEATHSIG in them); ForkedWorker restores the default
+    action in each worker. And it is named in `ps`, with setproctitle set up here, on
+    this process's own argv and environ memory: a worker that first sets its title after
+    ForkedWorker rewrote its environment finds that memory moved and keeps the
+    forkserver's command line as its title, while SGLang's workers are known by their
+    titles (sglang::scheduler, WorkerWatch's messages)."""
+    import setproctitle
+
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+    setproctitle.setproctitle("prefillonly::worker_forkserver")
 
 
 class _ParentStdio:
