@@ -21,6 +21,10 @@ from prefillonly_sgl.features.prefill_attention.sink_models import (
     CPU_SINK_BACKEND,
     sink_model_fields,
 )
+from prefillonly_sgl.features.prefill_attention.window_models import (
+    CPU_WINDOW_BACKEND,
+    window_model_fields,
+)
 
 SCALE = D**-0.5
 
@@ -167,3 +171,20 @@ def test_a_sink_model_on_cpu_asks_for_sglangs_own_cpu_backend():
         "disable_hybrid_swa_memory": True  # intel_amx by name: ours too, one pool
     }
     assert sink_model_fields("cpu", "torch_native", "triton", None, has_sinks=True) == {}
+
+
+def test_a_window_model_held_to_a_gpu_backend_asks_for_ours_by_sglangs_cpu_choice():
+    """window_models.py: EXAONE 4 with windows on a CPU gets triton (SGLang's own choice
+    there, our backend under that name), with one KV pool; without windows, on another
+    device, for another architecture or backends the user chose: left to SGLang."""
+    exaone = "Exaone4ForCausalLM"
+    fields = window_model_fields("cpu", "torch_native", None, None, exaone, True)
+    assert fields["attention_backend"] == CPU_WINDOW_BACKEND == "triton"
+    assert fields["disable_hybrid_swa_memory"] is True
+    assert window_model_fields("cpu", "triton", None, None, exaone, True) == {
+        "disable_hybrid_swa_memory": True
+    }
+    assert window_model_fields("cpu", "torch_native", None, None, exaone, False) == {}
+    assert window_model_fields("cuda", "flashinfer", None, None, exaone, True) == {}
+    assert window_model_fields("cpu", "torch_native", None, None, "Gemma3ForCausalLM", True) == {}
+    assert window_model_fields("cpu", "torch_native", "fa3", None, exaone, True) == {}

@@ -188,3 +188,18 @@ def test_rotary_parameters_per_layer_type_are_one_theta_and_the_full_layers_scal
     other = {"full_attention": default, "sliding_attention": {**default, "rope_theta": 1e4}}
     with pytest.raises(ValueError, match="sliding-window layers.*docs/models.md"):
         config_fields.rope_by_layer_type(other)
+
+
+def test_exaone4_fields_read_as_sglangs_code_reads_them():
+    """config_fields for SGLang's EXAONE 4 (sglang_runtime/model_configs.py): the pattern
+    string from layer_types, the theta from one set of rotary parameters."""
+    sliding, full = "sliding_attention", "full_attention"
+    assert config_fields.sliding_pattern_of([sliding] * 3 + [full]) == "LLLG"
+    assert config_fields.sliding_pattern_of([sliding, full] * 2) == "LG"
+    assert config_fields.sliding_pattern_of([full] * 4) is None  # no windows
+    assert config_fields.sliding_pattern_of(None) is None
+    with pytest.raises(ValueError, match="EXAONE 4.*every k-th layer.*docs/models.md"):
+        config_fields.sliding_pattern_of([sliding, full, sliding, sliding])
+    assert config_fields.flat_rope_theta({"rope_type": "default", "rope_theta": 1e6}) == 1e6
+    assert config_fields.flat_rope_theta({"full_attention": {"rope_theta": 1.0}}) is None
+    assert config_fields.flat_rope_theta(None) is None

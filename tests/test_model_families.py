@@ -35,7 +35,8 @@ pytestmark = pytest.mark.slow
 
 # gpt-oss and Qwen3.5 are their helpers' (issue 53); they join when they start.
 STARTING_FAMILIES = [
-    "qwen3", "qwen3_moe", "mistral", "phi3", "granite", "olmo2", "olmo3", "glm4", "gemma3"
+    "qwen3", "qwen3_moe", "mistral", "phi3", "granite", "olmo2", "olmo3", "exaone4", "glm4",
+    "gemma3",
 ]  # fmt: skip
 TOLERANCE = 1e-4
 # verify's "all features" variant: a small hybrid chunk, so the long probe is chunked.
@@ -166,3 +167,27 @@ def test_explicit_request_for_what_the_family_cannot_run_is_refused(tmp_path):
         Engine(qwen3_5, device="cpu", prompt_logprob_cache=True)
     with pytest.raises(ValueError, match=r"hybrid_prefill_mode layer: Qwen3.5 .*models.md"):
         Engine(qwen3_5, device="cpu", hybrid_prefill_mode="layer")
+
+
+@pytest.mark.parametrize("name", ["olmo3", "exaone4"])
+def test_windowed_families_through_the_server(name, family_paths, tmp_path):
+    """The families whose SGLang code we correct (sglang_runtime/model_configs.py) and
+    EXAONE 4's backend route (window_models.py) through `prefillonly serve` too: /v1/score
+    on a prompt past the window, cold and cached, against transformers."""
+    import requests
+    from server_process import running_server
+
+    path = family_paths[name]
+    reference = TransformersReference(path)
+    config = json.loads((path / "config.json").read_text())
+    probes = verify.make_probes(reference.tokenizer, config)
+    labels = list(probes.labels)
+    body = {"query": probes.query, "items": list(probes.items), "label_token_ids": labels,
+            "apply_softmax": True}  # fmt: skip
+    expected = reference.score(probes.query, list(probes.items), labels)
+    with running_server(path, tmp_path / "serve.log") as server:
+        for _ in range(2):  # cold, then from the prefix cache
+            response = requests.post(f"{server.url}/v1/score", json=body, timeout=120)
+            assert response.status_code == 200, response.text
+            assert max_abs_diff(response.json()["scores"], expected) < TOLERANCE
+        assert response.json()["usage"]["prompt_tokens_details"]["cached_tokens"] > 0

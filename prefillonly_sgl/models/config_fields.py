@@ -80,3 +80,28 @@ def rope_by_layer_type(rope_parameters) -> tuple[float, dict | None] | None:
         )
     scaling = full if full.get("rope_type", "default") != "default" else None
     return float(theta), scaling
+
+
+def flat_rope_theta(rope_parameters) -> float | None:
+    """The theta of one set of rotary parameters (transformers 5's ``rope_parameters``),
+    None where there is none (or where they are kept per layer type)."""
+    if not isinstance(rope_parameters, Mapping) or rope_parameters.get("rope_theta") is None:
+        return None
+    return float(rope_parameters["rope_theta"])
+
+
+def sliding_pattern_of(layer_types: list[str] | None) -> str | None:
+    """EXAONE 4's pattern string ("LLLG": the last of every k layers full) for a layout
+    with sliding layers, None for one without; ValueError naming the layout where full
+    attention is not on every k-th layer (SGLang's EXAONE 4 code cannot place it)."""
+    if not layer_types or "sliding_attention" not in layer_types:
+        return None
+    full = [i for i, kind in enumerate(layer_types) if kind == "full_attention"]
+    k = full[0] + 1 if full else 0
+    if not full or full != [i for i in range(len(layer_types)) if (i + 1) % k == 0]:
+        raise ValueError(
+            f"layer_types places full attention on layers {full} of {len(layer_types)}: "
+            "SGLang's EXAONE 4 model code places it on every k-th layer only "
+            "(sliding_window_pattern); docs/models.md"
+        )
+    return "L" * (k - 1) + "G"

@@ -210,6 +210,16 @@ FAMILIES: dict[str, Family] = {
             ("Olmo3ForCausalLM",),
             ("other_layer", "sliding_window", "full_attention"),
         ),
+        # EXAONE 4: q / k norms, post norms, 3 sliding : 1 full with rotary on the sliding
+        # layers only; on a CPU run by our backend under the name SGLang's check wants
+        # (features/prefill_attention/window_models.py), its config read as transformers
+        # writes it (sglang_runtime/model_configs.py).
+        Family(
+            "exaone4",
+            "EXAONE 4",
+            ("Exaone4ForCausalLM",),
+            ("other_layer", "sliding_window", "full_attention"),
+        ),
         Family("glm4", "GLM-4", ("Glm4ForCausalLM",), _OTHER),  # sandwich norms
         Family(
             "gemma3",

@@ -167,6 +167,21 @@ def _olmo3(out_dir, seed):
     return _save(Olmo3ForCausalLM(config), tok, out_dir, seed)
 
 
+def _exaone4(out_dir, seed):
+    import torch
+    from transformers import Exaone4Config, Exaone4ForCausalLM
+
+    tok = build_tokenizer()
+    common = _common(tok)
+    # EXAONE 4.0 (the 32B's shape, scaled down): q/k norms, norms after attention / MLP,
+    # 3 sliding : 1 full, rotary on the sliding layers only; the pattern as transformers'
+    # config class writes it (an integer; the published config.json has "LLLG").
+    common.update(num_hidden_layers=4)
+    config = Exaone4Config(**common, sliding_window=SLIDING_WINDOW, sliding_window_pattern=4)
+    torch.manual_seed(seed)
+    return _save(Exaone4ForCausalLM(config), tok, out_dir, seed)
+
+
 def _glm4(out_dir, seed):
     import torch
     from transformers import Glm4Config, Glm4ForCausalLM
@@ -360,6 +375,7 @@ FAMILY_BUILDERS: dict[str, Callable[[str | Path, int], Path]] = {
     "granite": _granite,
     "olmo2": _olmo2,
     "olmo3": _olmo3,
+    "exaone4": _exaone4,
     "glm4": _glm4,
     "gemma3": _gemma3,
     "gpt_oss": _gpt_oss,

@@ -41,6 +41,17 @@ HOOK_TARGETS: dict[str, str] = {
         "AFTER (model_configs.HOOKS, every prefillonly process): rope_theta and the full "
         "layers' scaling read from rotary parameters kept per layer type (transformers 5)"
     ),
+    "sglang.srt.models.exaone4.Exaone4ForCausalLM.__init__": (
+        "BEFORE (model_configs.HOOKS): rope_theta from transformers 5's rope_parameters and "
+        "sliding_window_pattern as the string SGLang's EXAONE 4 takes the length of"
+    ),
+    "sglang.srt.models.exaone4.Exaone4Attention.__init__": (
+        "AFTER (model_configs.HOOKS): its q / k norms' variance_epsilon set to the config's "
+        "rms_norm_eps (SGLang's code leaves them at 1e-6)"
+    ),
+    "sglang.srt.layers.layernorm.RMSNorm.__init__": (
+        "relied on: keeps its epsilon as variance_epsilon (EXAONE 4's q / k norms)"
+    ),
     "sglang.srt.entrypoints.engine.mp": (
         "the multiprocessing module SGLang's engine takes Process and Pipe from: swapped "
         "while an Engine or `serve` starts with PREFILLONLY_WORKER_START=forkserver "
@@ -314,6 +325,14 @@ HOOK_TARGETS: dict[str, str] = {
         "kept (as ATTENTION_BACKENDS['intel_amx']) for models without sinks; ours "
         "registered under intel_amx serves models with sinks"
     ),
+    "sglang.srt.layers.attention.attention_registry.create_triton_backend": (
+        "kept (as ATTENTION_BACKENDS['triton']) for GPU runners; ours registered under "
+        "triton serves CPU runners (window_models.py asks for it for EXAONE 4's windows)"
+    ),
+    "sglang.srt.arg_groups.model_overrides.exaone._exaone_overrides": (
+        "relied on: picks triton on a CPU when no backend is given, and sets "
+        "disable_hybrid_swa_memory for a model with a sliding-window pattern"
+    ),
     "sglang.srt.configs.model_config.ModelConfig._detect_attention_sinks": (
         "sets has_attention_sinks, which picks our backend under intel_amx and steers a "
         "sink model there (sink_models.py)"
@@ -327,8 +346,8 @@ HOOK_TARGETS: dict[str, str] = {
         "for intel_amx, with disable_hybrid_swa_memory"
     ),
     "sglang.srt.arg_groups.model_hook.handle_model_specific_adjustments": (
-        "relied on: refuses torch_native for GptOssForCausalLM, accepts intel_amx; runs "
-        "after handle_cpu_backends"
+        "relied on: refuses torch_native for GptOssForCausalLM, accepts intel_amx; holds "
+        "EXAONE 4 with windows to fa3 / triton / trtllm_mha; runs after handle_cpu_backends"
     ),
     "sglang.srt.arg_groups.overrides._attention_backend_platform_fallbacks": (
         "relied on: intel_amx becomes torch_native where SGLang's AMX kernels are absent "

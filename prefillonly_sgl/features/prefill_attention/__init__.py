@@ -5,11 +5,13 @@ only, against the cached prefix read from the pool (docs/prefill_attention.md).
     cpu_extend.py                    the CPU kernel: new tokens only, fused SDPA (torch)
     query_chunk.py                   one query chunk of a batch (hybrid prefilling's layers)
     flashinfer_chunk.py              the same with FlashInfer's ragged prefill on CUDA
-    scheduler_torch_backend.py       the CPU backend (under torch_native's name), in the
+    scheduler_torch_backend.py       the CPU backend (under torch_native's name, and
+                                     intel_amx's / triton's for the models below), in the
                                      scheduler process; registers the GPU one too
     windowed.py                      sliding windows and attention sinks (gpt-oss), CPU
     sink_models.py                   what SGLang is asked for a model with sinks (plain)
-    tokenizer_process.py             the main process: a sink model past SGLang's check
+    window_models.py                 ... for windows SGLang holds to a GPU backend (EXAONE 4)
+    tokenizer_process.py             the main process: those models past SGLang's check
     scheduler_flashinfer_backend.py  the GPU subclass (FlashInfer's name): what prefill-only
                                      KV needs on top of stock FlashInfer
 """

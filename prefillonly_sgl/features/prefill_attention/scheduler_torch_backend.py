@@ -314,6 +314,15 @@ def create_intel_amx_backend(runner):
     return _STOCK_FACTORIES["intel_amx"](runner)
 
 
+def create_triton_backend(runner):
+    """Ours on a CPU, where window_models.py asks SGLang for "triton" (its check holds
+    EXAONE 4's windows to fa3 / triton / trtllm_mha, and triton has no CPU driver);
+    SGLang's Triton backend on a GPU."""
+    if runner.device == "cpu":
+        return PrefillOnlyTorchBackend(runner)
+    return _STOCK_FACTORIES["triton"](runner)
+
+
 def register() -> None:
     """Plugin feature "prefill_attention": our factories under SGLang's backend names."""
     from sglang.srt.layers.attention import attention_registry
@@ -321,6 +330,7 @@ def register() -> None:
     for name, factory in (
         ("torch_native", create_torch_backend),
         ("intel_amx", create_intel_amx_backend),
+        ("triton", create_triton_backend),
         ("flashinfer", create_flashinfer_backend),
     ):
         _STOCK_FACTORIES.setdefault(name, attention_registry.ATTENTION_BACKENDS[name])

@@ -1,6 +1,7 @@
 """Prefill-only attention in the main (tokenizer) process: where SGLang resolves its
-server arguments, a model with attention sinks (gpt-oss) is steered to our backend past
-SGLang's backend check (sink_models.py says what and why).
+server arguments, a model with attention sinks (gpt-oss) or with windows SGLang holds to
+a GPU backend (EXAONE 4) is steered to our backend past SGLang's backend check
+(sink_models.py and window_models.py say what and why).
 
 The route is SGLang's own plugin API for resolution steps (register_resolution_hook): a
 wrapper of "handle_cpu_backends", the step that picks the CPU attention backend and runs
@@ -12,6 +13,7 @@ plugin.runtime_enabled while SGLang starts).
 from __future__ import annotations
 
 from prefillonly_sgl.features.prefill_attention.sink_models import sink_model_fields
+from prefillonly_sgl.features.prefill_attention.window_models import window_model_fields
 
 _installed = False
 SOURCE = "prefillonly: prefill-only attention applies attention sinks and sliding windows"
@@ -29,28 +31,32 @@ def _handle_cpu_backends(server_args, previous) -> None:
     cfg = resolving_view(server_args)
     if cfg.device != "cpu":
         return
+    model = _model_config(server_args)
+    backends = (cfg.attention_backend, cfg.prefill_attention_backend, cfg.decode_attention_backend)
+    hf_config = model.hf_config
+    architecture = (getattr(hf_config, "architectures", None) or [None])[0]
     fields = sink_model_fields(
+        cfg.device, *backends, bool(model.has_attention_sinks)
+    ) or window_model_fields(
         cfg.device,
-        cfg.attention_backend,
-        cfg.prefill_attention_backend,
-        cfg.decode_attention_backend,
-        _has_attention_sinks(server_args),
+        *backends,
+        architecture,
+        getattr(hf_config, "sliding_window_pattern", None) is not None,
     )
     if fields:
         declare_resolution(server_args, SOURCE, **fields)
 
 
-def _has_attention_sinks(server_args) -> bool:
-    """SGLang's own answer (ModelConfig.has_attention_sinks). SGLang memoizes the
-    ModelConfig it builds on the arguments (model_config_of); building that memo here,
-    before the later steps have resolved their fields (dtype, context length, the hybrid
-    pool switch declared below), would freeze their earlier values in it, so a memo is
-    used only where SGLang made one already, else a throwaway ModelConfig is built."""
+def _model_config(server_args):
+    """SGLang's ModelConfig of the arguments. SGLang memoizes the one it builds on them
+    (model_config_of); building that memo here, before the later steps have resolved
+    their fields (dtype, context length, the hybrid pool switch declared above), would
+    freeze their earlier values in it, so a memo is used only where SGLang made one
+    already, else a throwaway ModelConfig is built."""
     from sglang.srt.configs.model_config import ModelConfig
 
     memo = getattr(server_args, "_model_config", None)
-    config = memo if memo is not None else ModelConfig.from_server_args(server_args)
-    return bool(config.has_attention_sinks)
+    return memo if memo is not None else ModelConfig.from_server_args(server_args)
 
 
 def install_in_this_process() -> None:
