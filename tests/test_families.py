@@ -58,8 +58,13 @@ def test_features_off_come_from_the_kinds_of_layer():
     # A sliding window: the prefill-only attention runs it (window applied), in query
     # chunks too, so it costs Gemma 3 nothing.
     assert FAMILIES["gemma3"].features_off() == {}
-    # A linear-attention layer carries state along the sequence: no whole-layer chunks.
-    assert "recurrent state" in FAMILIES["qwen3_next"].features_off()[LAYER_MODE]
+    # A recurrent layer carries state along the sequence: no whole-layer chunks. Every
+    # kind of recurrent layer has the same rules (one mechanism: _recurrent_kind).
+    assert "carries a state" in FAMILIES["qwen3_next"].features_off()[LAYER_MODE]
+    recurrent = [LAYER_KINDS[k] for k in ("linear_attention", "short_conv")]
+    assert all(k.off == recurrent[0].off and k.notes == recurrent[0].notes for k in recurrent)
+    assert all(k.sglang_defaults == recurrent[0].sglang_defaults for k in recurrent)
+    assert FAMILIES["lfm2"].features_off() == FAMILIES["qwen3_5"].features_off()
 
 
 def test_a_family_with_an_unknown_kind_is_refused():

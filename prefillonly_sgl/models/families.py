@@ -50,6 +50,48 @@ class LayerKind:
     sglang_defaults: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
 
+def _recurrent_kind(name: str, summary: str) -> LayerKind:
+    """A layer that carries a state along the sequence (Gated DeltaNet, a short
+    convolution, a Mamba2 mixer): what the runtime features do with any of them."""
+    return LayerKind(
+        name,
+        summary,
+        off={
+            # Such a layer carries a state (and a convolution) along the sequence, so rows
+            # [s, e) cannot run without the rows before them in the same call
+            # (layer_chunks.plan_layer refuses any such layer).
+            LAYER_MODE: "whole-layer chunks need every layer token-wise outside its "
+            "attention, and a recurrent layer carries a state and a convolution along the "
+            "sequence: hybrid prefilling runs in token mode (MLPs, norms and rotary "
+            "chunked, attention and the recurrent layers whole)",
+            # features/prompt_logprobs matches an echo request past SGLang's cap and
+            # extends it from a position inside a cached prompt, where a recurrent layer
+            # has no state (verify measured 1.4 on the tiny Qwen3.5).
+            "prompt_logprobs": "its cache continues an echo request from a position "
+            "inside a cached prompt, where a recurrent layer keeps no state: echo "
+            "logprobs are computed in one pass, as stock SGLang computes them",
+        },
+        notes=(
+            "a reusable prefix is one state snapshot at its end (with the attention "
+            "layers' KV): a cold prompt's first extend ends at the prefix, and items "
+            "behind a cached prefix compute only their own tokens",
+            "no state is kept for the suffix: the prompt's final state is dropped",
+        ),
+        # SGLang snapshots states at fixed intervals (its extra_buffer strategy) on GPUs
+        # only; no_buffer keeps the state at the end of what a request cached, which is
+        # where prefill-only KV ends a reusable prefix. no_buffer runs without the
+        # overlapped scheduler (SGLang's own rule, mamba_hook.py). On CPU SGLang sizes its
+        # state pool from the machine's memory: 90,838 slots (3.4 GB, 15 s of start-up
+        # zero-filling it) for the tiny Qwen3.5 beside a 4,096-token KV pool; 256 states
+        # (running requests and cached prefixes together) is the CPU's bound, as the KV
+        # pool's 16,384 tokens is.
+        sglang_defaults={
+            "cpu": {**_STATE_AT_PREFIX, "max_mamba_cache_size": CPU_STATE_POOL},
+            "cuda": _STATE_AT_PREFIX,
+        },
+    )
+
+
 LAYER_KINDS: dict[str, LayerKind] = {
     kind.name: kind
     for kind in (
@@ -100,43 +142,18 @@ LAYER_KINDS: dict[str, LayerKind] = {
                 "refuses torch_native, which has no sinks, at start",
             ),
         ),
-        LayerKind(
+        # Every recurrent layer is the same shape to the engine: a per-sequence state
+        # (and a convolution window) in SGLang's state pool, carried across extends. One
+        # set of rules for all of them (_recurrent_kind); a kind adds only its summary.
+        _recurrent_kind(
             "linear_attention",
             "linear attention (Gated DeltaNet) with a recurrent state and a short "
             "convolution per sequence, in SGLang's state pool",
-            off={
-                # A Gated DeltaNet layer carries a recurrent state and a convolution along
-                # the sequence, so rows [s, e) cannot run without the rows before them in
-                # the same call (layer_chunks.plan_layer refuses any such layer).
-                LAYER_MODE: "whole-layer chunks need every layer token-wise outside its "
-                "attention, and a linear-attention layer carries a recurrent state and a "
-                "convolution along the sequence: hybrid prefilling runs in token mode (MLPs, "
-                "norms and rotary chunked, attention and linear attention whole)",
-                # features/prompt_logprobs matches an echo request past SGLang's cap and
-                # extends it from a position inside a cached prompt, where a recurrent
-                # layer has no state (verify measured 1.4 on the tiny Qwen3.5).
-                "prompt_logprobs": "its cache continues an echo request from a position "
-                "inside a cached prompt, where a recurrent layer keeps no state: echo "
-                "logprobs are computed in one pass, as stock SGLang computes them",
-            },
-            notes=(
-                "a reusable prefix is one state snapshot at its end (with the "
-                "full-attention layers' KV): a cold prompt's first extend ends at the "
-                "prefix, and items behind a cached prefix compute only their own tokens",
-                "no state is kept for the suffix: the prompt's final state is dropped",
-            ),
-            # SGLang snapshots states at fixed intervals (its extra_buffer strategy) on
-            # GPUs only; no_buffer keeps the state at the end of what a request cached,
-            # which is where prefill-only KV ends a reusable prefix. no_buffer runs
-            # without the overlapped scheduler (SGLang's own rule, mamba_hook.py). On CPU
-            # SGLang sizes its state pool from the machine's memory: 90,838 slots (3.4 GB,
-            # 15 s of start-up zero-filling it) for the tiny Qwen3.5 beside a 4,096-token
-            # KV pool; 256 states (running requests and cached prefixes together) is the
-            # CPU's bound, as the KV pool's 16,384 tokens is.
-            sglang_defaults={
-                "cpu": {**_STATE_AT_PREFIX, "max_mamba_cache_size": CPU_STATE_POOL},
-                "cuda": _STATE_AT_PREFIX,
-            },
+        ),
+        _recurrent_kind(
+            "short_conv",
+            "a gated short convolution (LFM2's conv layers) whose state is its last "
+            "kernel - 1 inputs per sequence, in SGLang's state pool",
         ),
         LayerKind(
             "moe",
@@ -219,6 +236,14 @@ FAMILIES: dict[str, Family] = {
             "EXAONE 4",
             ("Exaone4ForCausalLM",),
             ("other_layer", "sliding_window", "full_attention"),
+        ),
+        # LFM2: gated short convolutions among attention layers (q / k norms); the
+        # convolution's CPU kernel is Qwen3.5's (cpu_support/sglang_patches.py).
+        Family(
+            "lfm2",
+            "LFM2",
+            ("Lfm2ForCausalLM",),
+            ("other_layer", "short_conv", "full_attention"),
         ),
         Family("glm4", "GLM-4", ("Glm4ForCausalLM",), _OTHER),  # sandwich norms
         Family(

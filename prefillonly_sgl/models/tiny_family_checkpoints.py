@@ -182,6 +182,21 @@ def _exaone4(out_dir, seed):
     return _save(Exaone4ForCausalLM(config), tok, out_dir, seed)
 
 
+def _lfm2(out_dir, seed):
+    import torch
+    from transformers import Lfm2Config, Lfm2ForCausalLM
+
+    tok = build_tokenizer()
+    common = _common(tok)
+    # LFM2 (LFM2-350M's shape, scaled down): gated short convolutions (kernel 3) with
+    # attention layers among them, q / k norms, tied embeddings; its layer layout as
+    # transformers' config class writes it (layer_types).
+    common.update(num_hidden_layers=6, tie_word_embeddings=True)
+    config = Lfm2Config(**common, full_attn_idxs=[2, 5], conv_L_cache=3)
+    torch.manual_seed(seed)
+    return _save(Lfm2ForCausalLM(config), tok, out_dir, seed)
+
+
 def _glm4(out_dir, seed):
     import torch
     from transformers import Glm4Config, Glm4ForCausalLM
@@ -376,6 +391,7 @@ FAMILY_BUILDERS: dict[str, Callable[[str | Path, int], Path]] = {
     "olmo2": _olmo2,
     "olmo3": _olmo3,
     "exaone4": _exaone4,
+    "lfm2": _lfm2,
     "glm4": _glm4,
     "gemma3": _gemma3,
     "gpt_oss": _gpt_oss,

@@ -35,6 +35,52 @@ def shared_expert_gate_in_torch(module) -> None:
     module.fused_gate_sigmoid_mul_add = kernels.gate_sigmoid_mul_add
 
 
+def short_conv_in_torch(module) -> None:
+    """``layers.attention.mamba.causal_conv1d`` (the short convolution of LFM2's conv
+    layers, and of Granite 4.0 hybrid's Mamba2 mixers) runs sgl-kernel's CUDA kernel or,
+    on any other device, a Triton kernel; on a CPU the torch kernels Qwen3.5's short
+    convolution runs (linear_attention_kernels.py), with the module's signatures."""
+    from sglang.srt.utils import is_cpu
+
+    if not is_cpu():
+        return
+    from prefillonly_sgl.sglang_runtime.cpu_support import linear_attention_kernels as kernels
+
+    def causal_conv1d_fn(
+        x, weight, bias=None, query_start_loc=None, cache_indices=None,
+        has_initial_state=None, conv_states=None, activation="silu", pad_slot_id=-1,
+        **unused,
+    ):  # fmt: skip
+        _check_activation(activation)
+        if query_start_loc is None or conv_states is None:
+            raise NotImplementedError("causal_conv1d_fn without packed sequences and their "
+                                      "conv states has no CPU kernel here")  # fmt: skip
+        return kernels.causal_conv1d_varlen(
+            x, weight, bias, conv_states, query_start_loc, cache_indices, has_initial_state,
+            activation is not None,
+        )  # fmt: skip
+
+    def causal_conv1d_update(
+        x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
+        conv_state_indices=None, pad_slot_id=-1,
+    ):  # fmt: skip
+        _check_activation(activation)
+        if cache_seqlens is not None:
+            raise NotImplementedError("causal_conv1d_update with cache_seqlens (a circular "
+                                      "conv state) has no CPU kernel here")  # fmt: skip
+        return kernels.causal_conv1d_step(
+            x, conv_state, weight, bias, activation is not None, conv_state_indices
+        )
+
+    module.causal_conv1d_fn = causal_conv1d_fn
+    module.causal_conv1d_update = causal_conv1d_update
+
+
+def _check_activation(activation) -> None:
+    if activation not in (None, "silu", "swish"):
+        raise NotImplementedError("activation must be None, silu, or swish")
+
+
 # Kept alive for the process: the CPU kernel of aten._flash_attention_forward (below).
 _ATEN_CPU_LIBRARY = None
 

@@ -1,11 +1,14 @@
-"""Qwen3.5 (Gated DeltaNet linear attention, 3 linear : 1 full) through the Engine on CPU,
+"""The families with recurrent layers (models/families.py's _recurrent_kind: one set of
+rules for every such layer): Qwen3.5 (Gated DeltaNet linear attention, 3 linear : 1 full)
+and LFM2 (gated short convolutions among attention layers), through the Engine on CPU,
 float32, every default feature on: scores against transformers (1e-4), cold and behind a
 cached profile; the profile's recurrent state kept as one snapshot at its end, so items
-behind it compute only their own tokens (the full-attention layers' plan log); labels of
-several tokens and continuation logprobs through the same cache. The MoE text model, the
-published ConditionalGeneration folder (text input) and Qwen3-Next (the same linear
-attention, SGLang's other model module) score the same way; the MoE one's config as
-transformers' config class writes it, layer_types without full_attention_interval."""
+behind it compute only their own tokens (the attention layers' plan log); labels of
+several tokens and continuation logprobs through the same cache; greedy decode through
+the layers' one-token kernels. The Qwen3.5 MoE text model, the published
+ConditionalGeneration folder (text input) and Qwen3-Next (the same linear attention,
+SGLang's other model module) score the same way; the MoE one's config as transformers'
+config class writes it, layer_types without full_attention_interval."""
 
 from __future__ import annotations
 
@@ -37,10 +40,15 @@ def _labels(reference):
     return [reference.tokenizer.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
 
 
-@pytest.fixture(scope="module")
-def qwen(tmp_path_factory):
-    path = build_family("qwen3_5", tmp_path_factory.mktemp("qwen3_5") / "model")
-    log_path = tmp_path_factory.mktemp("qwen3_5-log") / "plan.log"
+RECURRENT_FAMILIES = ["qwen3_5", "lfm2"]
+
+
+@pytest.fixture(scope="module", params=RECURRENT_FAMILIES)
+def recurrent(request, tmp_path_factory):
+    """(engine, reference, labels, attention plan log) of one recurrent family."""
+    name = request.param
+    path = build_family(name, tmp_path_factory.mktemp(name) / "model")
+    log_path = tmp_path_factory.mktemp(f"{name}-log") / "plan.log"
     os.environ[LOG_ENV] = str(log_path)  # read by the spawned scheduler at each batch
     try:
         engine = Engine(path, device="cpu", dtype="float32", max_total_tokens=4096)
@@ -60,11 +68,11 @@ def _plans_during(log_path, call) -> list[tuple[int, int]]:
     return [tuple(span) for plan in plans for span in plan["spans"]]
 
 
-def test_family_features_and_start_info(qwen):
-    engine, _, _, _ = qwen
+def test_family_features_and_start_info(recurrent):
+    engine, _, _, _ = recurrent
     info = engine.get_server_info()["prefillonly"]
-    assert info["model_family"] == "qwen3_5"
-    # prefill-only KV stays on: the full-attention layers run our backend inside SGLang's
+    assert info["model_family"] in RECURRENT_FAMILIES
+    # prefill-only KV stays on: the attention layers run our backend inside SGLang's
     # HybridLinearAttnBackend; hybrid prefilling runs in token mode, and echo logprobs
     # without the prompt-logprob cache (which continues inside a cached prompt)
     assert "prefill_kv" in engine.features and "hybrid_prefill" in engine.features
@@ -72,8 +80,8 @@ def test_family_features_and_start_info(qwen):
     assert set(info["features_off"]) == {"hybrid_prefill:layer", "prompt_logprobs"}
 
 
-def test_cold_profile_is_one_snapshot_that_items_continue_from(qwen):
-    engine, reference, labels, log_path = qwen
+def test_cold_profile_is_one_snapshot_that_items_continue_from(recurrent):
+    engine, reference, labels, log_path = recurrent
     r = reusable_prefix_len(
         reference.tokenizer.encode(PROFILE), reference.prompt_ids(PROFILE, ITEMS[0])
     )
@@ -91,8 +99,8 @@ def test_cold_profile_is_one_snapshot_that_items_continue_from(qwen):
     assert max_abs_diff([got.scores[0]], [got.scores[1]]) > 1e-3
 
 
-def test_items_behind_the_cached_profile_compute_only_their_tokens(qwen):
-    engine, reference, labels, log_path = qwen
+def test_items_behind_the_cached_profile_compute_only_their_tokens(recurrent):
+    engine, reference, labels, log_path = recurrent
     engine.score(PROFILE, ITEMS[:1], labels)  # cached (or already from the test above)
     r = reusable_prefix_len(
         reference.tokenizer.encode(PROFILE), reference.prompt_ids(PROFILE, OTHER_ITEMS[0])
@@ -108,10 +116,10 @@ def test_items_behind_the_cached_profile_compute_only_their_tokens(qwen):
     assert result[0].cached_tokens == 2 * r
 
 
-def test_prompts_without_a_reusable_prefix_keep_their_final_state(qwen):
+def test_prompts_without_a_reusable_prefix_keep_their_final_state(recurrent):
     """No query: nothing is reusable, so a prompt keeps every token and its final state
     (never that state under a shorter prefix); a longer prompt continues from it."""
-    engine, reference, labels, _ = qwen
+    engine, reference, labels, _ = recurrent
     first = ["Review: terrible side effects, I would not take it again."]
     longer = [first[0] + " Sentiment:"]
     for items in (first, longer):
@@ -120,8 +128,8 @@ def test_prompts_without_a_reusable_prefix_keep_their_final_state(qwen):
     assert got.cached_tokens == len(reference.prompt_ids("", first[0]))
 
 
-def test_labels_of_several_tokens_and_continuations(qwen):
-    engine, reference, _, _ = qwen
+def test_labels_of_several_tokens_and_continuations(recurrent):
+    engine, reference, _, _ = recurrent
     tok = reference.tokenizer
     labels = [tok.encode(w, add_special_tokens=False) for w in (" Yes please", " No")]
     assert len(labels[0]) > 1
@@ -155,13 +163,13 @@ def test_moe_published_folder_and_qwen3_next_score_cold_and_cached(
             assert got.cached_tokens > 0
 
 
-def test_greedy_decode_matches_transformers(qwen):
+def test_greedy_decode_matches_transformers(recurrent):
     """Decode (generate requests only; SGLang's generate on the engine it wraps) runs the
-    linear layers' one-token kernels (the convolution's and the delta rule's steps on the
-    pool's states): 12 greedy tokens equal transformers'."""
+    recurrent layers' one-token kernels (the convolution's step, and the delta rule's, on
+    the pool's states): 12 greedy tokens equal transformers'."""
     import torch
 
-    engine, reference, _, _ = qwen
+    engine, reference, _, _ = recurrent
     ids = reference.tokenizer.encode(PROFILE + "Item:")
     with torch.no_grad():
         want = reference.model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[
