@@ -122,3 +122,76 @@ def test_gating_and_small_fused_ops():
     mixed, z, bb, aa = kernels.qkvzba_split_contiguous(qkvz, ba, 2, 4, 3, 2)
     assert mixed.shape == (2, 20) and z.shape == (2, 4, 2)
     assert torch.equal(z.reshape(2, -1), qkvz[:, 20:]) and torch.equal(aa, ba[:, 4:])
+
+
+# -- Mamba2 (SSD) -------------------------------------------------------------------------
+def _ssd_recurrence(x, dt, A, B, C, D, state):
+    """Mamba2 token by token: x [n, H, P], dt [n, H] (after softplus), A [H], B / C
+    [n, H, N] (per head), D [H]; state [H, P, N]."""
+    outs = []
+    for t in range(x.shape[0]):
+        state = state * torch.exp(dt[t] * A).view(-1, 1, 1)
+        state = state + (dt[t].view(-1, 1) * x[t]).unsqueeze(-1) * B[t].unsqueeze(1)
+        outs.append(torch.einsum("hpn,hn->hp", state, C[t]) + D.view(-1, 1) * x[t])
+    return torch.stack(outs), state
+
+
+def _ssd_inputs(n, heads=4, groups=2, dim=3, d_state=5, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, heads, dim, generator=gen)
+    dt = torch.randn(n, heads, generator=gen)  # before dt_bias and softplus
+    A = -torch.rand(heads, generator=gen) - 0.1
+    B = torch.randn(n, groups, d_state, generator=gen)
+    C = torch.randn(n, groups, d_state, generator=gen)
+    D = torch.randn(heads, generator=gen)
+    dt_bias = torch.randn(heads, generator=gen)
+    return x, dt, A, B, C, D, dt_bias
+
+
+def test_ssd_scan_equals_its_recurrence_across_chunks_sequences_and_states():
+    """ssd_varlen (SGLang's mamba_chunk_scan_combined on CPU): two packed sequences, the
+    second continuing from an initial state, chunk lengths that do and do not divide
+    them; every output and both final states against the token-by-token recurrence."""
+    x, dt, A, B, C, D, dt_bias = _ssd_inputs(37)
+    heads = x.shape[1]
+    initial = torch.randn(2, heads, 3, 5, generator=torch.Generator().manual_seed(1))
+    initial[0] = 0.0
+    cu = torch.tensor([0, 20, 37])
+    per_head = lambda t: t.repeat_interleave(heads // t.shape[1], dim=1)  # noqa: E731
+    d = F.softplus(dt + dt_bias)
+    for chunk in (4, 7, 64):
+        out = torch.empty_like(x)
+        finals = kernels.ssd_varlen(
+            x, dt, A, B, C, chunk, D, dt_bias, initial, cu, True, (0.0, float("inf")), out
+        )
+        for seq, (lo, hi) in enumerate([(0, 20), (20, 37)]):
+            want, state = _ssd_recurrence(
+                x[lo:hi], d[lo:hi], A, per_head(B[lo:hi]), per_head(C[lo:hi]), D, initial[seq]
+            )
+            assert torch.allclose(out[lo:hi], want, atol=1e-5), chunk
+            assert torch.allclose(finals[seq], state, atol=1e-5), chunk
+
+
+def test_ssd_step_continues_the_scan_at_each_rows_slot():
+    """ssd_step (SGLang's selective_state_update on CPU, the decode form): one token per
+    row, each from its slot's state, equals the next step of the recurrence; a negative
+    slot is skipped."""
+    x, dt, A, B, C, D, dt_bias = _ssd_inputs(2)
+    heads, dim, d_state = x.shape[1], x.shape[2], B.shape[2]
+    pool = torch.randn(4, heads, dim, d_state, generator=torch.Generator().manual_seed(2))
+    before = pool.clone()
+    out = torch.zeros(2, heads, dim)
+    slots = torch.tensor([3, -1])
+    kernels.ssd_step(
+        pool, x, dt[:, :, None].expand(-1, -1, dim), A[:, None, None].expand(-1, dim, d_state),
+        B, C, D[:, None].expand(-1, dim), None, dt_bias[:, None].expand(-1, dim), True, slots,
+        out,
+    )  # fmt: skip
+    per_head = lambda t: t.repeat_interleave(heads // t.shape[1], dim=1)  # noqa: E731
+    want, state = _ssd_recurrence(
+        x[:1], F.softplus(dt + dt_bias)[:1], A, per_head(B[:1]), per_head(C[:1]), D, before[3]
+    )
+    assert torch.allclose(out[0], want[0], atol=1e-5)
+    assert torch.allclose(pool[3], state, atol=1e-5)
+    assert torch.equal(out[1], torch.zeros(heads, dim))  # skipped
+    assert torch.equal(pool[:3], before[:3])

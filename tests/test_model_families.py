@@ -169,15 +169,17 @@ def test_explicit_request_for_what_the_family_cannot_run_is_refused(tmp_path):
         Engine(qwen3_5, device="cpu", hybrid_prefill_mode="layer")
 
 
-@pytest.mark.parametrize("name", ["olmo3", "exaone4"])
-def test_windowed_families_through_the_server(name, family_paths, tmp_path):
-    """The families whose SGLang code we correct (sglang_runtime/model_configs.py) and
-    EXAONE 4's backend route (window_models.py) through `prefillonly serve` too: /v1/score
-    on a prompt past the window, cold and cached, against transformers."""
+@pytest.mark.parametrize("name", ["olmo3", "exaone4", "lfm2", "granite_hybrid"])
+def test_families_of_this_round_through_the_server(name, family_paths, tmp_path):
+    """The families whose SGLang code we correct (sglang_runtime/model_configs.py), EXAONE
+    4's backend route (window_models.py) and the recurrent ones on our CPU kernels
+    (cpu_support/sglang_patches.py; their engine tests: test_recurrent_families.py)
+    through `prefillonly serve` too: /v1/score on a prompt past the window and the scan
+    chunks, cold and cached, against transformers."""
     import requests
     from server_process import running_server
 
-    path = family_paths[name]
+    path = family_paths.get(name) or build_family(name, tmp_path / name)
     reference = TransformersReference(path)
     config = json.loads((path / "config.json").read_text())
     probes = verify.make_probes(reference.tokenizer, config)

@@ -1,6 +1,7 @@
 """The families with recurrent layers (models/families.py's _recurrent_kind: one set of
-rules for every such layer): Qwen3.5 (Gated DeltaNet linear attention, 3 linear : 1 full)
-and LFM2 (gated short convolutions among attention layers), through the Engine on CPU,
+rules for every such layer): Qwen3.5 (Gated DeltaNet linear attention, 3 linear : 1 full),
+LFM2 (gated short convolutions among attention layers) and Granite 4.0 hybrid (Mamba2
+mixers among attention layers, routed experts), through the Engine on CPU,
 float32, every default feature on: scores against transformers (1e-4), cold and behind a
 cached profile; the profile's recurrent state kept as one snapshot at its end, so items
 behind it compute only their own tokens (the attention layers' plan log); labels of
@@ -40,7 +41,7 @@ def _labels(reference):
     return [reference.tokenizer.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
 
 
-RECURRENT_FAMILIES = ["qwen3_5", "lfm2"]
+RECURRENT_FAMILIES = ["qwen3_5", "lfm2", "granite_hybrid"]
 
 
 @pytest.fixture(scope="module", params=RECURRENT_FAMILIES)

@@ -155,6 +155,11 @@ LAYER_KINDS: dict[str, LayerKind] = {
             "a gated short convolution (LFM2's conv layers) whose state is its last "
             "kernel - 1 inputs per sequence, in SGLang's state pool",
         ),
+        _recurrent_kind(
+            "mamba2",
+            "a Mamba2 mixer (selective state space, SSD) with a recurrent state and a "
+            "short convolution per sequence, in SGLang's state pool",
+        ),
         LayerKind(
             "moe",
             "mixture-of-experts MLP",
@@ -244,6 +249,14 @@ FAMILIES: dict[str, Family] = {
             "LFM2",
             ("Lfm2ForCausalLM",),
             ("other_layer", "short_conv", "full_attention"),
+        ),
+        # Granite 4.0 hybrid: Mamba2 mixers among attention layers (no positional
+        # embedding), Granite's multipliers, a shared MLP with or without routed experts.
+        Family(
+            "granite_hybrid",
+            "Granite 4.0 hybrid",
+            ("GraniteMoeHybridForCausalLM",),
+            ("other_layer", "mamba2", "full_attention", "moe"),
         ),
         Family("glm4", "GLM-4", ("Glm4ForCausalLM",), _OTHER),  # sandwich norms
         Family(

@@ -197,6 +197,41 @@ def _lfm2(out_dir, seed):
     return _save(Lfm2ForCausalLM(config), tok, out_dir, seed)
 
 
+def _granite_hybrid(out_dir, seed):
+    import torch
+    from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
+
+    tok = build_tokenizer()
+    common = _common(tok)
+    # Granite 4.0 hybrid (granite-4.0-h-tiny's shape, scaled down): Mamba2 mixers with
+    # attention layers among them, no positional embedding ("nope"), routed experts beside
+    # a shared MLP, Granite's multipliers; 16-token scan chunks so the probes cross chunks.
+    # Its layout as transformers' config class writes it (layer_types). (The dense
+    # h-micro shape, num_local_experts=0, scored the same: 7e-7, 2026-11-27.)
+    common.update(num_hidden_layers=4)
+    linear, full = "linear_attention", "full_attention"
+    config = GraniteMoeHybridConfig(
+        **common,
+        layer_types=[linear, linear, full, linear],
+        position_embedding_type="nope",
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        shared_intermediate_size=128,
+        mamba_n_heads=8,
+        mamba_n_groups=1,
+        mamba_d_state=16,
+        mamba_d_conv=4,
+        mamba_expand=2,
+        mamba_chunk_size=16,
+        embedding_multiplier=2.0,
+        residual_multiplier=0.5,
+        attention_multiplier=0.25,
+        logits_scaling=2.0,
+    )
+    torch.manual_seed(seed)
+    return _save(GraniteMoeHybridForCausalLM(config), tok, out_dir, seed)
+
+
 def _glm4(out_dir, seed):
     import torch
     from transformers import Glm4Config, Glm4ForCausalLM
@@ -392,6 +427,7 @@ FAMILY_BUILDERS: dict[str, Callable[[str | Path, int], Path]] = {
     "olmo3": _olmo3,
     "exaone4": _exaone4,
     "lfm2": _lfm2,
+    "granite_hybrid": _granite_hybrid,
     "glm4": _glm4,
     "gemma3": _gemma3,
     "gpt_oss": _gpt_oss,

@@ -104,6 +104,24 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.kernels.ops.attention.fla.fused_norm_gate._use_cpu": (
         "set after import on CPU (cpu_support.sglang_patches): Qwen3-Next's gated norm"
     ),
+    "sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_fn": (
+        "replaced after import on CPU (cpu_support/sglang_patches.short_conv_in_torch): "
+        "LFM2's short convolution in torch"
+    ),
+    "sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_update": (
+        "replaced after import on CPU: the convolution's one-token step in torch"
+    ),
+    "sglang.srt.layers.attention.mamba.mamba.mamba_chunk_scan_combined": (
+        "replaced after import on CPU (sglang_patches.mamba2_in_torch): Mamba2's scan in "
+        "torch (with the mixer's convolution names, unbound there on a CPU)"
+    ),
+    "sglang.srt.layers.attention.mamba.mamba.selective_state_update": (
+        "replaced after import on CPU: Mamba2's one-token step in torch"
+    ),
+    "sglang.srt.layers.attention.mamba.mamba.MambaMixer2.forward": (
+        "relied on: calls causal_conv1d_fn(_triton), mamba_chunk_scan_combined (varlen, "
+        "return_track_states) and selective_state_update through its module's names"
+    ),
     "sglang.srt.models.qwen2_moe.fused_gate_sigmoid_mul": (
         "replaced after import on CPU by a torch version (a Triton kernel off AMX)"
     ),

@@ -69,6 +69,7 @@ POST_IMPORT_PATCHES = {
     "sglang.srt.models.qwen2_moe": "shared_expert_gate_in_torch",
     "sglang.srt.layers.joint_schema_head": "flash_attention_on_cpu",
     "sglang.srt.layers.attention.mamba.causal_conv1d": "short_conv_in_torch",
+    "sglang.srt.layers.attention.mamba.mamba": "mamba2_in_torch",
 }
 
 

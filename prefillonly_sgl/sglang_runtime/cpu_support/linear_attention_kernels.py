@@ -294,3 +294,116 @@ def gate_sigmoid_mul_add(hidden_states, gate_weight, shared_output, out) -> None
     """out += the gated shared expert's output, in place."""
     gated = gate_sigmoid_mul(hidden_states, gate_weight, shared_output)
     out.copy_((out.float() + gated.float()).to(out.dtype))
+
+
+# -- Mamba2 (SSD) -------------------------------------------------------------------------
+# Layouts are SGLang's Mamba2 mixer's (layers/attention/mamba/mamba.py): packed tokens,
+# x [tokens, heads, head_dim], dt [tokens, heads], B / C [tokens, groups, d_state] (each
+# group shared by heads // groups consecutive heads), A [heads] (already -exp(A_log)), the
+# state [slot, heads, head_dim, d_state].
+
+
+def _ssd_dt(dt: torch.Tensor, dt_bias, softplus: bool, limit) -> torch.Tensor:
+    dt = dt.float()
+    if dt_bias is not None:
+        dt = dt + dt_bias.float()
+    if softplus:
+        dt = F.softplus(dt)
+    low, high = limit if limit is not None else (0.0, float("inf"))
+    if low > 0.0 or high != float("inf"):
+        dt = dt.clamp(min=low, max=high)
+    return dt
+
+
+def _heads_of_groups(t: torch.Tensor, heads: int) -> torch.Tensor:
+    """[..., groups, d_state] -> [..., heads, d_state]: each head its group's."""
+    return t.float().repeat_interleave(heads // t.shape[-2], dim=-2)
+
+
+def _skip_of(D, x: torch.Tensor) -> torch.Tensor:
+    """D * x, D given per head ([heads]) or per head and dim ([heads, head_dim])."""
+    d = D.float()
+    return x * (d.unsqueeze(-1) if d.dim() == 1 else d)
+
+
+def ssd_chunk(x, dt, a, B, C, state):
+    """One chunk of one sequence in SSD's matrix form: x [l, H, P], dt [l, H], a = dt * A
+    [l, H], B / C [l, H, N], state [H, P, N] before the chunk. Returns (y without the skip
+    term [l, H, P], the state after the chunk)."""
+    acum = a.cumsum(0)  # [l, H]
+    t = acum.transpose(0, 1)  # [H, l]
+    segment = t.unsqueeze(2) - t.unsqueeze(1)  # [H, t, s]: log decay from s to t
+    causal = torch.ones(segment.shape[1:], dtype=torch.bool).tril()
+    decay = torch.exp(segment.masked_fill(~causal, float("-inf")))
+    scores = torch.einsum("thn,shn->hts", C, B) * decay * dt.transpose(0, 1).unsqueeze(1)
+    y = torch.einsum("hts,shp->thp", scores, x)
+    y = y + torch.einsum("thn,hpn->thp", C, state) * torch.exp(acum).unsqueeze(-1)
+    to_end = torch.exp(acum[-1:] - acum) * dt  # [l, H]: decay from each token to the end
+    state = state * torch.exp(acum[-1]).view(-1, 1, 1) + torch.einsum(
+        "shn,shp->hpn", B * to_end.unsqueeze(-1), x
+    )
+    return y, state
+
+
+def ssd_varlen(
+    x, dt, A, B, C, chunk_size, D, dt_bias, initial_states, cu_seqlens, dt_softplus,
+    dt_limit, out,
+):  # fmt: skip
+    """Mamba2's chunked scan over packed sequences (SGLang's mamba_chunk_scan_combined in
+    its varlen mode): writes y (with the skip term) into ``out`` [tokens, H, P] and returns
+    each sequence's final state [sequences, H, P, N] (float32). ``initial_states`` [S, H, P,
+    N] or None (zeros)."""
+    heads, dim = x.shape[-2], x.shape[-1]
+    bounds = cu_seqlens.tolist()
+    d_state = B.shape[-1]
+    finals = torch.zeros(len(bounds) - 1, heads, dim, d_state, dtype=torch.float32)
+    step = max(int(chunk_size), 1)
+    for seq in range(len(bounds) - 1):
+        start, end = bounds[seq], bounds[seq + 1]
+        state = (
+            initial_states[seq].float()
+            if initial_states is not None
+            else torch.zeros(heads, dim, d_state, dtype=torch.float32)
+        )
+        for lo in range(start, end, step):
+            hi = min(lo + step, end)
+            xs = x[lo:hi].float()
+            dts = _ssd_dt(dt[lo:hi], dt_bias, dt_softplus, dt_limit)
+            y, state = ssd_chunk(
+                xs, dts, dts * A.float(), _heads_of_groups(B[lo:hi], heads),
+                _heads_of_groups(C[lo:hi], heads), state,
+            )  # fmt: skip
+            if D is not None:
+                y = y + _skip_of(D, xs)
+            out[lo:hi] = y.to(out.dtype)
+        finals[seq] = state
+    return finals
+
+
+def ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices, out):
+    """Mamba2's one-token update (SGLang's selective_state_update, its decode form): x
+    [batch, H, P]; dt, dt_bias, D [.., H, P]; A [H, P, N]; B / C [batch, G, N]; the state
+    [slot, H, P, N] read and written at each row's slot (negative: skipped); y into out."""
+    slots = (
+        state_batch_indices.tolist() if state_batch_indices is not None else list(range(x.shape[0]))
+    )
+    heads = x.shape[-2]
+    for row, slot in enumerate(slots):
+        if slot < 0:
+            continue
+        d = dt[row].float() + (dt_bias.float() if dt_bias is not None else 0.0)
+        if dt_softplus:
+            d = F.softplus(d)
+        b = _heads_of_groups(B[row], heads)  # [H, N]
+        c = _heads_of_groups(C[row], heads)
+        xs = x[row].float()
+        s = state[slot].float() * torch.exp(A.float() * d.unsqueeze(-1))
+        s = s + (d * xs).unsqueeze(-1) * b.unsqueeze(1)
+        y = torch.einsum("hpn,hn->hp", s, c)
+        if D is not None:
+            y = y + D.float() * xs
+        if z is not None:
+            y = y * F.silu(z[row].float())
+        state[slot] = s.to(state.dtype)
+        out[row] = y.to(out.dtype)
+    return out

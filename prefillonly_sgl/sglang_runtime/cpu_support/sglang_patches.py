@@ -37,43 +37,108 @@ def shared_expert_gate_in_torch(module) -> None:
 
 def short_conv_in_torch(module) -> None:
     """``layers.attention.mamba.causal_conv1d`` (the short convolution of LFM2's conv
-    layers, and of Granite 4.0 hybrid's Mamba2 mixers) runs sgl-kernel's CUDA kernel or,
-    on any other device, a Triton kernel; on a CPU the torch kernels Qwen3.5's short
-    convolution runs (linear_attention_kernels.py), with the module's signatures."""
+    layers) runs sgl-kernel's CUDA kernel or, on any other device, a Triton kernel; on a
+    CPU the torch kernels Qwen3.5's short convolution runs (linear_attention_kernels.py),
+    with the module's signatures."""
+    from sglang.srt.utils import is_cpu
+
+    if is_cpu():
+        module.causal_conv1d_fn = causal_conv1d_fn
+        module.causal_conv1d_update = causal_conv1d_update
+
+
+def mamba2_in_torch(module) -> None:
+    """``layers.attention.mamba.mamba`` (the Mamba2 mixer: Granite 4.0 hybrid's, among
+    others) binds its convolution only on CUDA, NPU and XPU (on a CPU the names are
+    missing: NameError) and scans with Triton kernels; on a CPU, torch kernels of the same
+    math with the mixer's signatures (linear_attention_kernels.py: ssd_varlen, ssd_step)."""
     from sglang.srt.utils import is_cpu
 
     if not is_cpu():
         return
+    for name in ("causal_conv1d_fn", "causal_conv1d_fn_triton"):
+        setattr(module, name, causal_conv1d_fn)
+    for name in ("causal_conv1d_update", "causal_conv1d_update_triton"):
+        setattr(module, name, causal_conv1d_update)
+    module.mamba_chunk_scan_combined = mamba_chunk_scan_combined
+    module.selective_state_update = selective_state_update
+
+
+def causal_conv1d_fn(
+    x, weight, bias=None, query_start_loc=None, cache_indices=None, has_initial_state=None,
+    conv_states=None, activation="silu", pad_slot_id=-1, **unused,
+):  # fmt: skip
+    """SGLang's causal_conv1d_fn (packed sequences, x [dim, tokens]) in torch."""
     from prefillonly_sgl.sglang_runtime.cpu_support import linear_attention_kernels as kernels
 
-    def causal_conv1d_fn(
-        x, weight, bias=None, query_start_loc=None, cache_indices=None,
-        has_initial_state=None, conv_states=None, activation="silu", pad_slot_id=-1,
-        **unused,
-    ):  # fmt: skip
-        _check_activation(activation)
-        if query_start_loc is None or conv_states is None:
-            raise NotImplementedError("causal_conv1d_fn without packed sequences and their "
-                                      "conv states has no CPU kernel here")  # fmt: skip
-        return kernels.causal_conv1d_varlen(
-            x, weight, bias, conv_states, query_start_loc, cache_indices, has_initial_state,
-            activation is not None,
-        )  # fmt: skip
+    _check_activation(activation)
+    if query_start_loc is None or conv_states is None:
+        raise NotImplementedError("causal_conv1d_fn without packed sequences and their "
+                                  "conv states has no CPU kernel here")  # fmt: skip
+    return kernels.causal_conv1d_varlen(
+        x, weight, bias, conv_states, query_start_loc, cache_indices, has_initial_state,
+        activation is not None,
+    )  # fmt: skip
 
-    def causal_conv1d_update(
-        x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
-        conv_state_indices=None, pad_slot_id=-1,
-    ):  # fmt: skip
-        _check_activation(activation)
-        if cache_seqlens is not None:
-            raise NotImplementedError("causal_conv1d_update with cache_seqlens (a circular "
-                                      "conv state) has no CPU kernel here")  # fmt: skip
-        return kernels.causal_conv1d_step(
-            x, conv_state, weight, bias, activation is not None, conv_state_indices
-        )
 
-    module.causal_conv1d_fn = causal_conv1d_fn
-    module.causal_conv1d_update = causal_conv1d_update
+def causal_conv1d_update(
+    x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
+    conv_state_indices=None, pad_slot_id=-1, **unused,
+):  # fmt: skip
+    """SGLang's causal_conv1d_update (one token per row) in torch."""
+    from prefillonly_sgl.sglang_runtime.cpu_support import linear_attention_kernels as kernels
+
+    _check_activation(activation)
+    if cache_seqlens is not None or unused.get("intermediate_conv_window") is not None:
+        raise NotImplementedError("causal_conv1d_update with a circular conv state or "
+                                  "speculative windows has no CPU kernel here")  # fmt: skip
+    return kernels.causal_conv1d_step(
+        x, conv_state, weight, bias, activation is not None, conv_state_indices
+    )
+
+
+def mamba_chunk_scan_combined(
+    x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None,
+    seq_idx=None, chunk_indices=None, chunk_offsets=None, cu_seqlens=None,
+    dt_softplus=False, dt_limit=(0.0, float("inf")), out=None, return_final_states=False,
+    return_varlen_states=False, return_intermediate_states=False, state_dtype=None,
+    return_track_states=False, track_seq_idx=None, track_end_locs=None,
+):  # fmt: skip
+    """SGLang's mamba_chunk_scan_combined in its varlen form, as the Mamba2 mixer calls it
+    (one packed batch, cu_seqlens, the varlen states returned), in torch. The Triton
+    kernel's per-chunk states (for SGLang's state tracking, extra_buffer: GPU only) are
+    not produced."""
+    from prefillonly_sgl.sglang_runtime.cpu_support import linear_attention_kernels as kernels
+
+    if z is not None or not return_varlen_states or return_final_states:
+        raise NotImplementedError("mamba_chunk_scan_combined on CPU: the varlen form "
+                                  "without z only (the Mamba2 mixer's call)")  # fmt: skip
+    if track_seq_idx is not None:
+        raise NotImplementedError("Mamba2 state tracking (extra_buffer) is GPU-only")
+    finals = kernels.ssd_varlen(
+        x[0], dt[0], A, B[0], C[0], chunk_size, D, dt_bias, initial_states, cu_seqlens,
+        dt_softplus, dt_limit, out[0],
+    )  # fmt: skip
+    varlen = finals.to(state_dtype) if state_dtype is not None else finals
+    if return_track_states:
+        return None, varlen, None
+    return (None, varlen) if return_intermediate_states else varlen
+
+
+def selective_state_update(
+    state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
+    state_batch_indices=None, pad_slot_id=-1, out=None, disable_state_update=False,
+    **unused,
+):  # fmt: skip
+    """SGLang's selective_state_update (decode: one token per row) in torch."""
+    from prefillonly_sgl.sglang_runtime.cpu_support import linear_attention_kernels as kernels
+
+    if disable_state_update or unused.get("intermediate_states_buffer") is not None:
+        raise NotImplementedError("speculative target-verify of a Mamba2 layer has no CPU "
+                                  "kernel here")  # fmt: skip
+    return kernels.ssd_step(
+        state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices, out
+    )
 
 
 def _check_activation(activation) -> None:
