@@ -11,7 +11,7 @@ import pytest
 
 from prefillonly_sgl.config import runtime_config
 from prefillonly_sgl.features import FEATURES
-from prefillonly_sgl.models import config_fields, families
+from prefillonly_sgl.models import config_fields, families, verified_architectures
 from prefillonly_sgl.models.families import FAMILIES, LAYER_KINDS, LAYER_MODE, family_of
 
 
@@ -140,13 +140,49 @@ def test_a_llama_shaped_family_keeps_every_feature(tmp_path):
     assert config.settings("hybrid_prefill").mode == "layer"
 
 
-def test_an_unknown_architecture_starts_with_a_warning_naming_verify(tmp_path):
+def test_an_unknown_architecture_is_refused_unless_verified_or_allowed(tmp_path, monkeypatch):
+    """models/verified_architectures.py: outside the table, our features start only on a
+    configuration `prefillonly verify` passed (its record, by config hash) or on an
+    architecture the user allows by name; otherwise the start is refused, naming verify,
+    the opt-in and docs/models.md. Stock SGLang (no features) is SGLang's own business."""
+    monkeypatch.setenv("PREFILLONLY_CACHE", str(tmp_path / "cache"))
     folder = _folder(tmp_path, ["BrandNewForCausalLM"])
-    config = runtime_config.resolve(folder, device="cpu")
-    assert config.model_family is None
-    assert config.features == tuple(FEATURES)  # untested, not refused
+    with pytest.raises(verified_architectures.UnverifiedArchitectureError) as refused:
+        runtime_config.resolve(folder, device="cpu")
+    message = str(refused.value)
+    assert "BrandNewForCausalLM" in message and f"prefillonly verify {folder}" in message
+    assert "allow_architectures=['BrandNewForCausalLM']" in message and "docs/models.md" in message
+    with pytest.raises(ValueError, match="--allow-architecture BrandNewForCausalLM"):
+        runtime_config.resolve(folder, device="cpu", style="serve")
+    assert runtime_config.resolve(folder, device="cpu", features=[]).features == ()  # stock
+    # allowed by name: starts, untested, with the warning naming verify
+    config = runtime_config.resolve(
+        folder, device="cpu", allow_architectures=("BrandNewForCausalLM",)
+    )
+    assert config.model_family is None and config.features == tuple(FEATURES)
     (warning,) = config.start_warnings()
     assert "BrandNewForCausalLM" in warning and "prefillonly verify" in warning
+    # verified: the record of this configuration lets it start; another config does not
+    verified_architectures.write_record(folder, ["BrandNewForCausalLM"], "cpu", "float32", 1e-6)
+    assert runtime_config.resolve(folder, device="cpu").features == tuple(FEATURES)
+    other = _folder(tmp_path / "other", ["BrandNewForCausalLM"])
+    config_json = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config_json, "hidden_size": 7}))
+    with pytest.raises(verified_architectures.UnverifiedArchitectureError):
+        runtime_config.resolve(other, device="cpu")
+
+
+def test_a_config_hash_ignores_what_names_a_copy(tmp_path):
+    folder = _folder(tmp_path, ["BrandNewForCausalLM"])
+    config = json.loads((folder / "config.json").read_text())
+    digest = verified_architectures.config_hash(folder)
+    (folder / "config.json").write_text(
+        json.dumps({**config, "_name_or_path": "/elsewhere", "transformers_version": "9.9"})
+    )
+    assert verified_architectures.config_hash(folder) == digest
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 99}))
+    assert verified_architectures.config_hash(folder) != digest
+    assert verified_architectures.config_hash(tmp_path / "missing") is None
 
 
 def test_registry_imports_neither_sglang_nor_torch():

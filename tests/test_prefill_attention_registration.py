@@ -30,7 +30,10 @@ def test_register_replaces_factories_by_name_and_keeps_stock_ones():
         assert stock.__module__ == registry.__name__ and stock is not ours.create_flashinfer_backend
         ours.register()
         assert ours._STOCK_FACTORIES["flashinfer"] is stock
-        assert registry.ATTENTION_BACKENDS["triton"] is saved["triton"]  # others untouched
+        # triton: ours for a CPU runner only (window_models.py), SGLang's kept for GPUs
+        assert registry.ATTENTION_BACKENDS["triton"] is ours.create_triton_backend
+        assert ours._STOCK_FACTORIES["triton"].__module__ == registry.__name__
+        assert registry.ATTENTION_BACKENDS["fa3"] is saved["fa3"]  # others untouched
     finally:
         registry.ATTENTION_BACKENDS.clear()
         registry.ATTENTION_BACKENDS.update(saved)
@@ -41,7 +44,7 @@ def test_runtime_enabled_sets_and_restores_the_environment(monkeypatch, tmp_path
     from prefillonly_sgl.config.runtime_config import WorkerConfig
     from prefillonly_sgl.machine import environment
 
-    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
     config = runtime_config.resolve(
         tmp_path, device="cpu", features=["prefill_attention"], switches={}
     )

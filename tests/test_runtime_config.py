@@ -20,7 +20,9 @@ def model(tmp_path, monkeypatch):
     monkeypatch.setenv("PREFILLONLY_CACHE", str(tmp_path / "cache"))  # no saved profiles
     folder = tmp_path / "model"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"torch_dtype": "float32"}))
+    (folder / "config.json").write_text(
+        json.dumps({"architectures": ["LlamaForCausalLM"], "torch_dtype": "float32"})
+    )
     return str(folder)
 
 

@@ -54,7 +54,9 @@ def test_serve_argv_is_split_into_ours_and_sglangs():
 @pytest.fixture
 def model_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("PREFILLONLY_CACHE", str(tmp_path / "cache"))  # no saved profiles
-    (tmp_path / "config.json").write_text('{"torch_dtype": "float32"}')
+    (tmp_path / "config.json").write_text(
+        '{"architectures": ["LlamaForCausalLM"], "torch_dtype": "float32"}'
+    )
     return str(tmp_path)
 
 
@@ -495,3 +497,19 @@ def test_one_table_of_route_checks():
         check_request(table, "/v1/score", {"query": "q"}, context)
     with pytest.raises(InvalidRequestError, match="JSON object"):
         check_request(table, "/apps/x", [1], context)
+
+
+def test_allow_architecture_is_ours_and_repeatable():
+    options, rest = parse_serve_argv(
+        [
+            "--allow-architecture",
+            "XForCausalLM",
+            "--allow-architecture",
+            "YForCausalLM",
+            "--tp",
+            "1",
+        ]
+    )
+    assert options.allow_architectures == ("XForCausalLM", "YForCausalLM")
+    assert rest == ["--tp", "1"]
+    assert parse_serve_argv([])[0].allow_architectures == ()

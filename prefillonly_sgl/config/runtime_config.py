@@ -41,7 +41,7 @@ from prefillonly_sgl.features import (
 from prefillonly_sgl.machine import environment
 from prefillonly_sgl.machine.device_defaults import detect_device, resolve_dtype, sglang_defaults
 from prefillonly_sgl.memory.budget import MemoryPlan, parse_size
-from prefillonly_sgl.models import families
+from prefillonly_sgl.models import families, verified_architectures
 
 # CUDA with a memory budget: SGLang caps the pool at its own profile (free memory minus a
 # reserve of 1 - mem_fraction_static); a high fraction leaves the budget's pool as the cap,
@@ -261,13 +261,16 @@ def resolve(
     switches: Mapping[str, Any] | None = None,
     options: Mapping[str, Any] | None = None,
     style: str = "engine",
+    allow_architectures: tuple[str, ...] | list[str] = (),
 ) -> RuntimeConfig:
     """The one place a configuration is made and checked.
 
     features: names (serve --features; None: every feature); switches: {engine_arg: value}
     of features.FEATURES (absent: default); options: {engine_arg: value} of features.OPTIONS
     (None: default). style: "engine" or "serve", the words errors use (Engine arguments or
-    serve flags).
+    serve flags). allow_architectures: architectures outside the family table the user
+    lets start unverified (models/verified_architectures.py: otherwise only a configuration
+    `prefillonly verify` passed starts).
     """
     switches = dict(switches or {})
     options = {k: v for k, v in (options or {}).items() if v is not None}
@@ -300,6 +303,11 @@ def resolve(
         for name in wanted
         if name not in chosen
     }
+    if family is None and chosen:
+        # Our features on an architecture nobody checked: verified, allowed, or refused.
+        verified_architectures.check_may_start(
+            model_path, architectures, tuple(allow_architectures), style
+        )
     if "hybrid_prefill" in chosen and families.LAYER_MODE in family_off:
         if options.get("hybrid_prefill_mode") == "layer":
             raise ValueError(
@@ -385,9 +393,12 @@ def from_engine_args(
     **kwargs,
 ) -> tuple[RuntimeConfig, dict[str, Any]]:
     """Engine(...)'s arguments as (configuration, the other ServerArgs fields): a keyword
-    that is a feature's switch or option (features/__init__.py) is the configuration's, the rest
-    goes to SGLang unchanged."""
+    that is a feature's switch or option (features/__init__.py), or allow_architectures,
+    is the configuration's, the rest goes to SGLang unchanged."""
     switch_args = {f.engine_arg for f in FEATURES.values()}
+    allowed = kwargs.pop("allow_architectures", None) or ()
+    if isinstance(allowed, str):
+        allowed = (allowed,)
     config = resolve(
         model,
         device=device,
@@ -398,6 +409,7 @@ def from_engine_args(
         max_prompt_tokens=max_prompt_tokens,
         switches={k: v for k, v in kwargs.items() if k in switch_args},
         options={k: v for k, v in kwargs.items() if k in OPTIONS},
+        allow_architectures=tuple(allowed),
     )
     sglang_args = {k: v for k, v in kwargs.items() if k not in switch_args and k not in OPTIONS}
     return config, sglang_args

@@ -11,8 +11,10 @@ mode: the family gets the other mode instead).
 runtime_config.resolve reads the family of the model folder (`family_of_model`) and
 switches those features off, with the reason, before anything starts (a feature the
 user asked for explicitly is an error naming the family and docs/models.md); an
-architecture outside the table starts with a warning naming `prefillonly verify`, which
-checks a model against transformers feature by feature (verification/verify.py).
+architecture outside the table starts with the features only once `prefillonly verify`
+(verification/verify.py: against transformers, feature by feature) passed its
+configuration or the user allowed it by name (verified_architectures.py), and then with a
+warning naming verify where it was allowed unverified.
 docs/models.md is the table as verify measured it on tiny checkpoints of each family
 (models/tiny_family_checkpoints.py).
 """

@@ -52,6 +52,8 @@ class ServeOptions:
     memory_budget: str | None = None  # e.g. "6GiB": sizes the KV pool (memory/budget.py)
     max_prompt_tokens: int | None = None  # the longest prompt the budget must fit
     tenant_keys: str | None = None  # a file of API keys, one tenant each (server/tenant_keys.py)
+    # architectures outside the family table allowed to start unverified (--allow-architecture)
+    allow_architectures: tuple[str, ...] = ()
 
     @property
     def jct(self) -> bool:
@@ -233,6 +235,16 @@ def add_serve_options(parser: argparse.ArgumentParser, group=None) -> None:
         "their own cached prefixes (docs/server.md, Tenants)",
     )
     group.add_argument(
+        "--allow-architecture",
+        dest="allow_architectures",
+        action="append",
+        default=[],
+        metavar="ARCHITECTURE",
+        help="let a model architecture outside the family table start with the features on, "
+        "unverified (without it only a configuration `prefillonly verify` passed starts; "
+        "docs/models.md); repeatable",
+    )
+    group.add_argument(
         "--no-metrics",
         dest="metrics",
         action="store_false",
@@ -267,6 +279,7 @@ def parse_serve_argv(argv: list[str]) -> tuple[ServeOptions, list[str]]:
             memory_budget=ours.memory_budget,
             max_prompt_tokens=ours.max_prompt_tokens,
             tenant_keys=ours.tenant_keys,
+            allow_architectures=tuple(ours.allow_architectures),
         ),
         rest,
     )
@@ -309,6 +322,7 @@ def serve_config(options: ServeOptions, flags: SGLangFlags) -> RuntimeConfig:
         },
         options=options.feature_options,
         style="serve",
+        allow_architectures=options.allow_architectures,
     )
 
 

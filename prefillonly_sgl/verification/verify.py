@@ -34,7 +34,7 @@ from pathlib import Path
 
 from prefillonly_sgl.config import runtime_config
 from prefillonly_sgl.features import FEATURES, STOCK_SGLANG
-from prefillonly_sgl.models import families
+from prefillonly_sgl.models import families, verified_architectures
 
 SMALL_CHUNK = 16  # hybrid prefilling's smallest chunk: the long probe runs in several
 # SGLang as it ships: the baseline, reported but not judged (stock SGLang may not run a
@@ -477,7 +477,12 @@ def verify(
         engine = None
         try:
             engine = given or Engine(
-                model, device=device, dtype=dtype, **(engine_args or {}), **variant.settings
+                model,
+                device=device,
+                dtype=dtype,
+                allow_architectures=architectures,  # what verify is here to check
+                **(engine_args or {}),
+                **variant.settings,
             )
             result.checks, decision = run_probes(
                 engine, probes, expected, tolerance, first_decision
@@ -575,4 +580,16 @@ def main(args) -> int:
         print(report.table())
         if args.json:
             Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    if report.ok and report.family is None:
+        # An architecture outside the table that passed: this configuration may now start.
+        path = verified_architectures.write_record(
+            report.model, report.architectures, report.device, report.dtype,
+            _largest_difference(report),
+        )  # fmt: skip
+        progress(f"[verify] recorded: this configuration now starts with the features on ({path})")
     return 0 if report.ok else 1
+
+
+def _largest_difference(report: Report) -> float | None:
+    diffs = [r.max_diff for r in report.results if r.max_diff is not None]
+    return max(diffs) if diffs else None
