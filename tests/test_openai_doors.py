@@ -482,3 +482,61 @@ def test_lm_eval_local_completions_matches_its_hf_backend(server, tiny_llama_pat
         assert (doc, choice) == (doc_w, choice_w)
         assert abs(ll - ll_w) < TOL, (doc, choice, ll, ll_w)
         assert greedy == greedy_w, (doc, choice)
+
+
+# -- vLLM's allowed_token_ids (single_token/allowed_tokens.py) -----------------------------
+
+
+def test_allowed_token_ids_pick_the_best_allowed_token_with_the_raw_logprobs(client, reference):
+    """A single-token request restricted to a set: the answer is the most likely allowed
+    token (greedy), and every logprob is the unrestricted one (vLLM's raw_logprobs), the
+    answer's and the top-k alike, against transformers."""
+    messages = chat("the pills cured my headache")
+    ids = chat_ids(reference, messages)
+    raw = reference.next_token_logprobs(ids)
+    order = raw.argsort(descending=True)
+    allowed = [int(order[40]), int(order[7]), int(order[300])]  # the best: order[7]
+    answer = client.chat.completions.create(
+        model="m", messages=messages, max_tokens=1, temperature=0, logprobs=True,
+        top_logprobs=3, extra_body={"allowed_token_ids": allowed},
+    )  # fmt: skip
+    choice = answer.choices[0]
+    position = choice.logprobs.content[0]
+    assert position.token == reference.tokenizer.decode([int(order[7])])
+    assert choice.message.content == position.token and choice.finish_reason == "length"
+    assert abs(position.logprob - float(raw[int(order[7])])) < TOL
+    assert_top_logprobs(position.top_logprobs, raw, 3)  # the natural top 3, unrestricted
+    # sampled (temperature 1, a seed): always one of the allowed
+    for seed in range(4):
+        answer = client.completions.create(
+            model="m", prompt="Review: fine.\nSentiment:", max_tokens=1, temperature=1.0,
+            seed=seed, logprobs=0, extra_body={"allowed_token_ids": allowed[:2],
+                                               "return_tokens_as_token_ids": True},
+        )  # fmt: skip
+        token = answer.choices[0].logprobs.tokens[0]
+        assert int(token.removeprefix("token_id:")) in allowed[:2]
+
+
+def test_allowed_token_ids_restrict_every_generated_token(client, reference):
+    """More than one token: SGLang's sampler restricted at every step."""
+    allowed = reference.tokenizer.encode(" yes no", add_special_tokens=False)
+    answer = client.completions.create(
+        model="m", prompt="Review: fine.\nSentiment:", max_tokens=4, temperature=0,
+        extra_body={"allowed_token_ids": allowed, "ignore_eos": True},
+    )  # fmt: skip
+    generated = reference.tokenizer.encode(answer.choices[0].text, add_special_tokens=False)
+    assert len(generated) == 4 and set(generated) <= set(allowed)
+
+
+@pytest.mark.parametrize("bad", [[], [-1], [10**9], ["5"], [1.5], "5"])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_bad_allowed_token_ids_are_a_400_naming_the_field(server, path, bad):
+    body = {"model": "m", "max_tokens": 1, "allowed_token_ids": bad}
+    if path == "/v1/completions":
+        body["prompt"] = "Hello"
+    else:
+        body["messages"] = [{"role": "user", "content": "Hello"}]
+    response = requests.post(f"{server.url}{path}", json=body, timeout=60)
+    assert response.status_code == 400, response.text
+    answer = response.json()  # SGLang's OpenAI error envelope
+    assert answer["object"] == "error" and "allowed_token_ids" in answer["message"]

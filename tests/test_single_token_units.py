@@ -189,3 +189,49 @@ def test_loglikelihood_requests_are_echo_completions_of_zero_or_one_token():
 def test_text_offsets_are_each_tokens_first_character():
     assert text_offsets(["Question", ":", " what", "\n"]) == [0, 8, 9, 14]
     assert text_offsets([]) == []
+
+
+# -- allowed_token_ids (single_token/allowed_tokens.py) -------------------------------------
+
+
+def test_allowed_token_ids_are_checked_naming_the_field():
+    from prefillonly_sgl.single_token.allowed_tokens import check_allowed_token_ids
+
+    assert check_allowed_token_ids([5, 3, 5], 10) == [5, 3]
+    for bad in ([], None, "5", [10], [-1], [True], [1.0]):
+        with pytest.raises(InvalidRequestError, match="allowed_token_ids"):
+            check_allowed_token_ids(bad, 10)
+
+
+def test_the_restricted_choice_is_vllms_greedy_and_sampled_pick():
+    from prefillonly_sgl.single_token.allowed_tokens import restricted_choice
+
+    rows = [(-2.0, 7, "a"), (-0.5, 9, "b"), (-0.5, 4, "c"), (-9.0, 1, "d")]
+    greedy = {"temperature": 0.0}
+    assert restricted_choice(rows, greedy)[1] == 4  # the best; the lowest id on a tie
+    assert restricted_choice(rows, {"temperature": 0.7, "top_k": 1})[1] == 4
+    seeded = {"temperature": 1.0, "sampling_seed": 3}
+    assert restricted_choice(rows, seeded, 0) == restricted_choice(rows, seeded, 0)
+    drawn = {
+        restricted_choice(rows, {"temperature": 1.0, "sampling_seed": s})[1] for s in range(200)
+    }
+    assert drawn <= {7, 9, 4, 1} and {9, 4} <= drawn
+    # top-k 2 keeps the two most likely; top-p 0.5 the most likely alone (it has 0.44)
+    top2 = {restricted_choice(rows, {"temperature": 1.0, "top_k": 2, "sampling_seed": s})[1]
+            for s in range(100)}  # fmt: skip
+    assert top2 == {9, 4}
+    nucleus = {restricted_choice(rows, {"temperature": 1.0, "top_p": 0.3, "sampling_seed": s})[1]
+               for s in range(100)}  # fmt: skip
+    assert nucleus == {4}
+    with pytest.raises(ValueError, match="no logprob"):
+        restricted_choice([], greedy)
+
+
+def test_a_generating_request_is_masked_and_its_own_bias_kept_on_the_allowed():
+    from prefillonly_sgl.single_token.allowed_tokens import MASKED_OUT, finish_of, mask_bias
+
+    bias = mask_bias([1, 3], 5, {"3": 2.5, "0": 9.0})
+    assert bias == {"0": MASKED_OUT, "2": MASKED_OUT, "4": MASKED_OUT, "3": 2.5}
+    assert finish_of(2, set(), False, {2}) == {"type": "stop", "matched": 2}
+    assert finish_of(2, set(), True, {2}) == {"type": "length", "length": 1}
+    assert finish_of(7, {7}, True, {2}) == {"type": "stop", "matched": 7}

@@ -252,3 +252,33 @@ def test_every_scoring_route_takes_a_cache_salt(tenants_server):
     bad_body = {**calls["/v1/score_labels"], "cache_salt": 5}
     bad = _post(tenants_server, "/v1/score_labels", bad_body, KEY_A)
     assert bad.status_code == 400
+
+
+# -- our own clients with keys (dsl/backends/remote.py) ----------------------------------
+
+
+def test_the_dsl_runs_through_remote_backend_with_a_key_and_names_what_is_wrong(
+    tenants_server, monkeypatch
+):
+    """A @classifier against the keyed server: RemoteBackend(api_key=...) (and the
+    PREFILLONLY_API_KEY variable) sends the key on every call (/openapi.json, the typed
+    endpoint); without one, or with a refused one, a clear error naming the server and
+    what is wrong, the key never shown."""
+    from dsl_app_example import sentiment
+
+    from prefillonly_sgl.dsl import RemoteAuthenticationError, RemoteBackend
+
+    monkeypatch.delenv("PREFILLONLY_API_KEY", raising=False)
+    review = "It cured my headache within an hour."
+    answer = sentiment(review, engine=RemoteBackend(tenants_server.url, api_key=KEY_A))
+    assert answer.label in ("positive", "negative")
+    with pytest.raises(RemoteAuthenticationError, match="wants an API key") as missing:
+        sentiment(review, engine=RemoteBackend(tenants_server.url))
+    assert tenants_server.url in str(missing.value) and "PREFILLONLY_API_KEY" in str(missing.value)
+    wrong = "wrong-key-0123456789"
+    with pytest.raises(RemoteAuthenticationError, match="refused this client's API key") as e:
+        sentiment(review, engine=RemoteBackend(tenants_server.url, api_key=wrong))
+    assert wrong not in str(e.value) and wrong not in repr(RemoteBackend("http://x", api_key=wrong))
+    monkeypatch.setenv("PREFILLONLY_API_KEY", KEY_B)
+    again = sentiment(review, engine=RemoteBackend(tenants_server.url))
+    assert again.probs == pytest.approx(answer.probs, abs=1e-4)

@@ -28,7 +28,11 @@ from prefillonly_sgl.dsl import contextual_calibration
 from prefillonly_sgl.dsl.backends import set_default_backend, use
 from prefillonly_sgl.dsl.backends.base import Backend
 from prefillonly_sgl.dsl.backends.local import LocalEngineBackend
-from prefillonly_sgl.dsl.backends.remote import RemoteBackend, RemoteBackendError
+from prefillonly_sgl.dsl.backends.remote import (
+    RemoteAuthenticationError,
+    RemoteBackend,
+    RemoteBackendError,
+)
 from prefillonly_sgl.dsl.classifier import Classifier, classifier
 from prefillonly_sgl.dsl.job import ClassifyJob, RankJob
 from prefillonly_sgl.dsl.prompt import Prompt
@@ -55,6 +59,7 @@ __all__ = [
     "Ranking",
     "RemoteBackend",
     "RemoteBackendError",
+    "RemoteAuthenticationError",
     "ScoreRequest",
     "contextual_calibration",
     "classifier",

@@ -33,13 +33,9 @@ class DecisionServer:
             raise InvalidRequestError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
         from prefillonly_sgl.dsl.backends.remote import RemoteBackend
 
-        self.url, self.protocol, self.model, self.api_key = (
-            url.rstrip("/"),
-            protocol,
-            model,
-            api_key,
-        )
-        self._http = RemoteBackend(self.url, timeout=timeout)
+        # the key lives in the HTTP client only (sent on every call, never shown)
+        self.url, self.protocol, self.model = url.rstrip("/"), protocol, model
+        self._http = RemoteBackend(self.url, timeout=timeout, api_key=api_key)
 
     def body(self, call: DecisionCall) -> dict:
         extras = {}
@@ -60,8 +56,7 @@ class DecisionServer:
 
     async def decide(self, call: DecisionCall) -> tuple[list[QuestionResult], dict]:
         path = "/v1/decisions" if self.protocol == "openai" else "/v1/systemone"
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
-        answer = await asyncio.to_thread(self._http.post, path, self.body(call), headers)
+        answer = await asyncio.to_thread(self._http.post, path, self.body(call))
         if self.protocol == "openai":
             answers = answer.get("answers") or []
             if len(answers) != len(call.questions):

@@ -45,6 +45,10 @@ PACK_FOLLOWERS = "PREFILLONLY_PACK_FOLLOWERS"
 # the ~15 s a spawned worker spends importing on a CPU); read by the Engine, in the caller
 # (sglang_runtime/worker_forkserver.py). The test suite sets it (tests/conftest.py).
 WORKER_START = "PREFILLONLY_WORKER_START"
+# The API key our clients send (RemoteBackend and what builds on it: typed endpoints, the
+# gateway client, DecisionServer) when none is passed, as the openai client reads
+# OPENAI_API_KEY; read once, when a client is made.
+API_KEY = "PREFILLONLY_API_KEY"
 
 VARIABLES = (
     RUNTIME_CONFIG,
@@ -59,6 +63,7 @@ VARIABLES = (
     CUDA_QUERY_CHUNKS,
     PACK_FOLLOWERS,
     WORKER_START,
+    API_KEY,
 )
 
 

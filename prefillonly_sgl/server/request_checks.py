@@ -18,6 +18,7 @@ from prefillonly_sgl.scoring.validation import (
     validate_label_token_ids,
     validate_score_request,
 )
+from prefillonly_sgl.single_token.allowed_tokens import check_allowed_token_ids
 from prefillonly_sgl.single_token.requests import (
     CHAT_PATH,
     COMPLETIONS_PATH,
@@ -250,7 +251,9 @@ _EXTENSIONS = ("logprob_token_ids", "shared_prefix")
 
 def _check_openai_extensions(path: str, body: dict, limits: ModelLimits) -> bool:
     """Whether the request is single-token (then its fields are checked); our extension
-    fields only come with single-token requests."""
+    fields only come with single-token requests; vLLM's allowed_token_ids with any."""
+    if body.get("allowed_token_ids") is not None:
+        check_allowed_token_ids(body["allowed_token_ids"], limits.vocab_size)
     if is_single_token(path, body):
         check_single_token_body(path, body, limits.vocab_size)
         return True

@@ -34,10 +34,11 @@ import orjson
 from fastapi import Depends, Request
 from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
-from pydantic import field_validator, model_validator
+from pydantic import PrivateAttr, field_validator, model_validator
 from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
 
 from prefillonly_sgl.scoring.reusable_prefix import with_prefix_ids, with_whole_prompt
+from prefillonly_sgl.single_token.allowed_tokens import finish_of, mask_bias, restricted_choice
 from prefillonly_sgl.single_token.logprobs import text_offsets, tokens_as_ids, top_rows
 from prefillonly_sgl.single_token.prefix import (
     chat_prefix_messages,
@@ -57,22 +58,28 @@ _COMPLETION_SERVING = "sglang.srt.entrypoints.openai.serving_completions.OpenAIS
 
 
 class ChatRequest(ChatCompletionRequest):
-    """SGLang's chat request with vLLM's `logprob_token_ids` and
+    """SGLang's chat request with vLLM's `logprob_token_ids`, `allowed_token_ids` and
     `return_tokens_as_token_ids`."""
 
     logprob_token_ids: list[int] | None = None
+    allowed_token_ids: list[int] | None = None
     return_tokens_as_token_ids: bool | None = None
+    # the resolved sampling parameters of a restricted single-token request (convert hook)
+    _restricted: dict | None = PrivateAttr(default=None)
 
 
 class CompletionsRequest(CompletionRequest):
-    """SGLang's completions request with `logprob_token_ids` and `shared_prefix`, and
+    """SGLang's completions request with `logprob_token_ids`, `allowed_token_ids` and
+    `shared_prefix`, and
     `max_tokens: 0` with `echo` (the prompt's own logprobs only, as OpenAI's API allows
     and older lm-evaluation-harness versions send; SGLang refuses 0), and vLLM's
     `return_tokens_as_token_ids`."""
 
     logprob_token_ids: list[int] | None = None
+    allowed_token_ids: list[int] | None = None
     return_tokens_as_token_ids: bool | None = None
     shared_prefix: str | list[int] | None = None
+    _restricted: dict | None = PrivateAttr(default=None)
 
     @field_validator("max_tokens")
     @classmethod
@@ -168,9 +175,35 @@ def chat_prefix_ids(tokenizer, request) -> list[int]:
 
 
 def _mark(adapted, request, prefix_ids: list[int]) -> None:
-    if request.logprob_token_ids:
-        adapted.token_ids_logprob = list(request.logprob_token_ids)
+    ids = list(request.logprob_token_ids or [])
+    if request.allowed_token_ids:
+        # Every allowed token's logprob at the position: the answer is chosen among them
+        # after the forward (_before_build_response), as vLLM's sampler would pick it.
+        ids += [t for t in request.allowed_token_ids if t not in ids]
+        adapted.return_logprob = True
+        request._restricted = _resolved_sampling(adapted)
+    if ids:
+        adapted.token_ids_logprob = ids
     _mark_custom_params(adapted, lambda custom: with_prefix_ids(custom, prefix_ids))
+
+
+def _resolved_sampling(adapted) -> dict:
+    """The first prompt's sampling parameters as SGLang resolved them (the model's
+    defaults filled in): what the restricted choice samples with."""
+    params = adapted.sampling_params
+    first = params[0] if isinstance(params, list) else params
+    keys = ("temperature", "top_p", "top_k", "min_p", "sampling_seed", "stop_token_ids",
+            "ignore_eos", "skip_special_tokens")  # fmt: skip
+    return {key: first.get(key) for key in keys}
+
+
+def _mask_generation(self, adapted, request) -> None:
+    """A request generating more than one token: SGLang's sampler restricted at every step
+    (every other token biased out; allowed_tokens.mask_bias)."""
+    vocab_size = self.tokenizer_manager.model_config.vocab_size
+    params = adapted.sampling_params
+    for one in params if isinstance(params, list) else [params]:
+        one["logit_bias"] = mask_bias(request.allowed_token_ids, vocab_size, one.get("logit_bias"))
 
 
 def _mark_custom_params(adapted, mark) -> None:
@@ -187,6 +220,8 @@ def _after_chat_convert(result, self, request, *args, **kwargs):
     adapted, _ = result
     if isinstance(request, ChatRequest) and _single_token(CHAT_PATH, request):
         _mark(adapted, request, chat_prefix_ids(self.tokenizer_manager.tokenizer, request))
+    elif isinstance(request, ChatRequest) and request.allowed_token_ids:
+        _mask_generation(self, adapted, request)
     return result
 
 
@@ -199,13 +234,20 @@ def _after_completion_convert(result, self, request, *args, **kwargs):
         prefix = completion_prefix(request.prompt, request.shared_prefix)
         tokenizer = self.tokenizer_manager.tokenizer
         _mark(adapted, request, prefix_token_ids(prefix, tokenizer.encode))
+    elif isinstance(request, CompletionsRequest) and request.allowed_token_ids:
+        _mask_generation(self, adapted, request)
     return result
 
 
 # -- rendering ----------------------------------------------------------------------------
 def _before_build_response(self, request, ret, *args, **kwargs):
-    """logprob_token_ids: their rows (and the sampled token's) become the positions' top
-    logprobs; return_tokens_as_token_ids: every logprob's token is "token_id:<id>"."""
+    """allowed_token_ids (single-token): each choice's token picked among the allowed
+    ones; logprob_token_ids: their rows (and the sampled token's) become the positions'
+    top logprobs; return_tokens_as_token_ids: every logprob's token is "token_id:<id>"."""
+    restricted = getattr(request, "_restricted", None)
+    if restricted is not None:
+        for index, item in enumerate(ret):
+            _answer_among_allowed(self, request, item, restricted, index)
     requested = getattr(request, "logprob_token_ids", None)
     as_ids = getattr(request, "return_tokens_as_token_ids", None)
     for item in ret if (requested or as_ids) else ():
@@ -219,6 +261,31 @@ def _before_build_response(self, request, ret, *args, **kwargs):
         if as_ids:
             tokens_as_ids(meta)
     return None
+
+
+def _answer_among_allowed(self, request, item: dict, sampling: dict, index: int) -> None:
+    """One choice's answer (its token, text, finish reason and logprob) replaced by the
+    allowed token the sampler picks (allowed_tokens.restricted_choice) where SGLang's
+    unrestricted one is not it; the position's other logprobs stay as they are."""
+    meta = item["meta_info"]
+    rows = (meta.get("output_token_ids_logprobs") or [None])[0] or []
+    allowed = set(request.allowed_token_ids)
+    chosen = restricted_choice([r for r in rows if r[1] in allowed], sampling, index)
+    sampled = (meta.get("output_token_logprobs") or [None])[0]
+    if sampled is not None and sampled[1] == chosen[1]:
+        return
+    tm = self.tokenizer_manager
+    eos = getattr(tm.model_config, "hf_eos_token_id", None) or set()
+    finish = finish_of(
+        chosen[1], set(sampling.get("stop_token_ids") or ()), bool(sampling.get("ignore_eos")),
+        set(eos),
+    )  # fmt: skip
+    skip_special = sampling.get("skip_special_tokens")
+    text = tm.tokenizer.decode([chosen[1]], skip_special_tokens=skip_special is not False)
+    item["text"] = "" if finish["type"] == "stop" else text
+    item["output_ids"] = [chosen[1]]
+    meta["finish_reason"] = finish
+    meta["output_token_logprobs"] = [tuple(chosen)]
 
 
 def _after_build_completion_response(response, self, request, *args, **kwargs):

@@ -35,7 +35,8 @@ def top_rows(
         by_id = {triple[1]: triple for triple in row}
         top = [by_id[t] for t in requested if t in by_id]
         chosen = sampled[i] if sampled is not None and i < len(sampled) else None
-        if chosen is not None and chosen[1] not in by_id:
+        # (the row may hold more ids than were named: allowed_token_ids' rows)
+        if chosen is not None and chosen[1] not in requested:
             top.append(tuple(chosen))
         rows.append(top)
     return rows

@@ -35,6 +35,7 @@ from prefillonly_sgl.dsl import app_client, gateway_client
 from prefillonly_sgl.dsl.backends.base import Backend
 from prefillonly_sgl.dsl.request import ContinuationRequest, ScoreRequest
 from prefillonly_sgl.dsl.request_sending import CompiledRoute, Route
+from prefillonly_sgl.machine import environment
 from prefillonly_sgl.scoring.cache_salts import salt_fields
 from prefillonly_sgl.scoring.continuations import (
     generate_fields,
@@ -65,6 +66,9 @@ class RemoteBackend(Backend):
     typed_endpoints: call a DSL function's own endpoint when the server has it
         (``prefillonly serve --app``, see app_client.py), or the standard route serving it
         behind a gateway (gateway_client.py); False: always /v1/score.
+    api_key: sent as ``Authorization: Bearer`` on every call (a server started with
+        ``--api-key`` or ``--tenant-keys``, a gateway in front of one); None: the
+        PREFILLONLY_API_KEY environment variable, if set. Never shown in errors or repr.
     """
 
     def __init__(
@@ -74,8 +78,10 @@ class RemoteBackend(Backend):
         timeout: float = 600.0,
         typed_endpoints: bool = True,
         unavailable_retries: int = 6,
+        api_key: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._api_key = api_key if api_key is not None else environment.read(environment.API_KEY)
         self.timeout = timeout
         self.unavailable_retries = unavailable_retries
         self.typed_endpoints = typed_endpoints
@@ -247,17 +253,18 @@ class RemoteBackend(Backend):
 
     def _request_once(self, method: str, path: str, body, headers) -> dict:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(
-            self.base_url + path,
-            data=data,
-            method=method,
-            headers={"Content-Type": "application/json", **(headers or {})},
-        )
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        if self._api_key and not any(k.lower() == "authorization" for k in sent):
+            sent["Authorization"] = f"Bearer {self._api_key}"
+        req = urllib.request.Request(self.base_url + path, data=data, method=method, headers=sent)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as e:
             message = _error_message(e)
+            if e.code in (401, 403):
+                sent_key = "Authorization" in sent
+                raise _refused(self.base_url + path, e.code, message, sent_key) from None
             if e.code == 503:
                 raise _Unavailable(message, _retry_after(e)) from None
             if e.code == 404:
@@ -270,6 +277,22 @@ class RemoteBackend(Backend):
 
     def __repr__(self) -> str:
         return f"RemoteBackend({self.base_url!r})"
+
+
+class RemoteAuthenticationError(RemoteBackendError):
+    """The server wants an API key this client did not send, or refused the one it sent."""
+
+
+def _refused(where: str, code: int, message: str, sent_key: bool) -> RemoteAuthenticationError:
+    if not sent_key:
+        return RemoteAuthenticationError(
+            f"{where}: the server wants an API key (HTTP {code}: {message}); pass "
+            f"RemoteBackend(url, api_key=...) or set {environment.API_KEY}"
+        )
+    return RemoteAuthenticationError(
+        f"{where}: the server refused this client's API key (HTTP {code}: {message}); "
+        "the key is not shown"
+    )
 
 
 class _NotFound(InvalidRequestError):

@@ -6,14 +6,12 @@ rewritten with their assertions kept, run with the real `openai` client against
 Adaptations:
 - the server: vLLM starts Qwen/Qwen2.5-1.5B-Instruct; here the session's server of the
   default model (SmolLM2-135M-Instruct), shared with other modules;
-- vLLM pins the sampled token with `allowed_token_ids`, which SGLang's requests do not
-  have: at temperature 0 the sampled token is the greedy one, read first from the same
-  request, and each case's set is built around it ("outside" and "inside" the set, as
-  vLLM's cases say);
 - vLLM's request-model tests (to_sampling_params, ValidationError) test its internals;
   their observable effect is asserted over HTTP instead (the named ids replace the top-k;
   the refusals of logprob_token_ids with nothing generated, or with use_beam_search, are
   400s with vLLM's wording).
+The cases pin the sampled token with `allowed_token_ids`, as vLLM's do
+(single_token/allowed_tokens.py).
 """
 
 from __future__ import annotations
@@ -33,14 +31,6 @@ def server(default_server):
     return default_server
 
 
-@pytest.fixture(scope="module")
-def decode(default_model_path):
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(default_model_path)
-    return lambda token_id: tokenizer.decode([token_id])
-
-
 AS_IDS = {"return_tokens_as_token_ids": True}  # vLLM's tests read every token as its id
 
 
@@ -52,33 +42,23 @@ def token_id(token: str) -> int:
     return int(token.removeprefix("token_id:"))
 
 
-@pytest.fixture(scope="module")
-def greedy(client, model, decode):
-    """The token a temperature-0 answer to MESSAGES samples (vLLM pins it instead)."""
-    answer = client.chat.completions.create(
-        model=model, messages=MESSAGES, max_tokens=1, temperature=0, logprobs=True,
-        top_logprobs=1, extra_body=AS_IDS,
-    )  # fmt: skip
-    sampled = token_id(answer.choices[0].logprobs.content[0].token)
-    assert decode(sampled) == answer.choices[0].message.content
-    return sampled
-
-
 def _entries(response):
     return response.choices[0].logprobs.content[0].top_logprobs
 
 
-@pytest.mark.parametrize("case", ["original-issue-shape", "sampled-outside-set",
-                                  "sampled-inside-set"])  # fmt: skip
-def test_logprob_token_ids_returns_requested_ids(client, model, greedy, case):
-    """test_logprob_token_ids_returns_requested_ids: the named ids and the sampled one,
-    each once, whatever top_logprobs asks (the named ids replace the top-k)."""
-    requested, top_logprobs = {
-        "original-issue-shape": ([5000], 5),
-        "sampled-outside-set": ([100, 1000, 5000], 3),
-        "sampled-inside-set": ([100, 1000, greedy], 3),
-    }[case]
-    assert case == "sampled-inside-set" or greedy not in requested
+@pytest.mark.parametrize(
+    ("requested_ids", "top_logprobs", "sampled_id"),
+    [
+        pytest.param([5000], 5, 42, id="original-issue-shape"),
+        pytest.param([100, 1000, 5000], 3, 42, id="sampled-outside-set"),
+        pytest.param([100, 1000, 5000], 3, 5000, id="sampled-inside-set"),
+    ],
+)
+def test_logprob_token_ids_returns_requested_ids(
+    client, model, requested_ids, top_logprobs, sampled_id
+):
+    """test_logprob_token_ids_returns_requested_ids: the sampled token is the one allowed,
+    and the position lists the named ids and it, each once."""
     response = client.chat.completions.create(
         model=model,
         messages=MESSAGES,
@@ -86,12 +66,16 @@ def test_logprob_token_ids_returns_requested_ids(client, model, greedy, case):
         temperature=0,
         logprobs=True,
         top_logprobs=top_logprobs,
-        extra_body={"logprob_token_ids": requested, **AS_IDS},
+        extra_body={
+            "logprob_token_ids": requested_ids,
+            "allowed_token_ids": [sampled_id],
+            **AS_IDS,
+        },
     )
     entries = _entries(response)
     returned = [token_id(entry.token) for entry in entries]
-    assert token_id(response.choices[0].logprobs.content[0].token) == greedy
-    assert set(returned) == {*requested, greedy}
+    assert token_id(response.choices[0].logprobs.content[0].token) == sampled_id
+    assert set(returned) == {*requested_ids, sampled_id}
     assert len(returned) == len(set(returned))
     for entry in entries:
         assert isinstance(entry.logprob, float)
@@ -99,7 +83,7 @@ def test_logprob_token_ids_returns_requested_ids(client, model, greedy, case):
         assert not math.isinf(entry.logprob)
 
 
-def test_logprob_token_ids_stream_with_no_top_k(server, model, greedy):
+def test_logprob_token_ids_stream_with_no_top_k(server, model):
     """test_logprob_token_ids_stream_with_no_top_k (the async client, streamed)."""
 
     async def stream_tokens():
@@ -112,7 +96,7 @@ def test_logprob_token_ids_stream_with_no_top_k(server, model, greedy):
                 logprobs=True,
                 top_logprobs=None,
                 stream=True,
-                extra_body={"logprob_token_ids": [5000], **AS_IDS},
+                extra_body={"logprob_token_ids": [5000], "allowed_token_ids": [42], **AS_IDS},
             )
             returned = []
             async for chunk in stream:
@@ -122,7 +106,7 @@ def test_logprob_token_ids_stream_with_no_top_k(server, model, greedy):
                     returned.extend(token_id(entry.token) for entry in content.top_logprobs)
             return returned
 
-    assert set(asyncio.run(stream_tokens())) == {greedy, 5000}
+    assert set(asyncio.run(stream_tokens())) == {42, 5000}
 
 
 def test_logprob_token_ids_default_behavior_unchanged(client, model):
