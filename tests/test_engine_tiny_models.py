@@ -226,3 +226,20 @@ def test_bad_multi_token_labels_raise_clear_errors(model_and_engine, labels_give
     with pytest.raises(InvalidRequestError) as error:
         engine.score(QUERY, ITEMS[:1], labels_given)
     assert message in str(error.value)
+
+
+def test_an_engines_settings_line_holds_no_key(tiny_llama_path, capfd):
+    """SGLang logs every setting at start (log level info), keys included; ours are
+    redacted by field, a two-letter key too (sglang_runtime/redacted_settings.py)."""
+    from prefillonly_sgl import Engine
+
+    capfd.readouterr()
+    with Engine(
+        tiny_llama_path, device="cpu", dtype="float32", max_total_tokens=1024,
+        api_key="zq", admin_api_key="admin-key-for-the-log-test", log_level="info",
+    ) as engine:  # fmt: skip
+        assert engine.score("Hello", [" a"], [1, 2]).scores
+    logged = capfd.readouterr()
+    text = logged.out + logged.err
+    assert "server_args=" in text and "'api_key': '<redacted>'" in text
+    assert "'zq'" not in text and "admin-key-for-the-log-test" not in text

@@ -20,7 +20,8 @@ mechanism they share (prefillonly_sgl/hooking/); tests/test_package_shape.py kee
   imported SGLang once (opt-in, PREFILLONLY_WORKER_START=forkserver; the test suite's),
   worker_forkserver_preload.py being what that process imports; model_configs.py:
   configurations as transformers writes them, fixed after SGLang builds them (every
-  prefillonly process).
+  prefillonly process); redacted_settings.py: the start-up settings line without keys
+  (serve and the Engine).
 - cpu_support/: what SGLang 0.5.23 needs to run on a CPU-only machine (activated at
   interpreter start by a .pth file that only the CPU install writes).
 - cuda_kit_support/: what its CUDA path needs on a card without sgl-kernel (the engine

@@ -260,7 +260,8 @@ HOOK_TARGETS: dict[str, str] = {
         "GET /get_server_info: the same, redacted"
     ),
     "sglang.srt.entrypoints.engine._server_args_for_logging": (
-        "AROUND (access.HOOKS): the start-up `server_args=` log line without the keys"
+        "AROUND (redacted_settings.HOOKS, serve and the Engine): the start-up "
+        "`server_args=` log line without the keys"
     ),
     "sglang.srt.server_args.ServerArgs.resolved_dict": (
         "the server's settings, from which the secret values kept out of answers and logs "

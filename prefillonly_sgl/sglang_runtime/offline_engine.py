@@ -60,7 +60,7 @@ import psutil
 from prefillonly_sgl.hooking.hooks import apply_hooks_now
 from prefillonly_sgl.scoring.errors import EngineDiedError, EngineStartError
 from prefillonly_sgl.scoring.validation import ModelLimits
-from prefillonly_sgl.sglang_runtime import worker_forkserver
+from prefillonly_sgl.sglang_runtime import redacted_settings, worker_forkserver
 
 # The processes of the engine this thread is shutting down; None outside a shutdown.
 _SHUTTING_DOWN: contextvars.ContextVar[list[psutil.Process] | None] = contextvars.ContextVar(
@@ -108,6 +108,7 @@ def start_sglang_engine(engine_args: dict, worker_start: str = worker_forkserver
     if engine_args.get("device") == "cpu":
         _check_cpu_support()
     apply_hooks_now("offline_engine", HOOKS)
+    redacted_settings.install_in_this_process()  # keys given to the Engine: never logged
     # multiprocessing's resource tracker outlives every engine: started now, before the
     # workers' stderr is redirected, it keeps the caller's stderr for its exit warnings.
     from multiprocessing import resource_tracker

@@ -45,7 +45,7 @@ from prefillonly_sgl.server.guard import GuardPolicy, RequestGuard
 from prefillonly_sgl.server.options import ServeOptions, SGLangFlags
 from prefillonly_sgl.server.redaction import RedactSecrets, secret_values
 from prefillonly_sgl.server.tenant_keys import TenantKeys, TenantKeysError, load_tenant_keys
-from prefillonly_sgl.sglang_runtime import server_flags, worker_forkserver
+from prefillonly_sgl.sglang_runtime import redacted_settings, server_flags, worker_forkserver
 from prefillonly_sgl.sglang_runtime.http_server import access
 from prefillonly_sgl.sglang_runtime.http_server.lifecycle import _guard_metrics, _wrap_lifespan
 from prefillonly_sgl.sglang_runtime.http_server.routes import (
@@ -191,6 +191,7 @@ def serve(
     secrets = secret_values(server_args.resolved_dict())
     access.redact_logs(secrets)
     apply_hooks_now("serve_access", access.HOOKS)
+    redacted_settings.install_in_this_process()
     install(
         app,
         options,

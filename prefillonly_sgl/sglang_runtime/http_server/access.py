@@ -103,17 +103,6 @@ def _decide_request_auth(original, *args, **kwargs):
     return decision
 
 
-def _server_args_for_logging(original, server_args):
-    """AROUND sglang.srt.entrypoints.engine._server_args_for_logging: the start-up log's
-    `server_args=...` line without the keys (SGLang redacts only the watermark's)."""
-    from prefillonly_sgl.server.redaction import secret_values
-
-    logged = original(server_args)
-    if isinstance(logged, dict):
-        return redact(logged, secret_values(logged))
-    return logged
-
-
 def _auth_level_of_route(original, app, scope):
     """AROUND sglang.srt.utils.auth._get_auth_level_from_app_and_scope: SGLang's lookup
     does not look inside the routers its app includes (FastAPI's _IncludedRouter), so
@@ -157,7 +146,6 @@ def _matching_endpoint(routes, scope):
 HOOKS = {
     "sglang.srt.utils.auth.decide_request_auth": ("AROUND", _decide_request_auth),
     "sglang.srt.utils.auth._get_auth_level_from_app_and_scope": ("AROUND", _auth_level_of_route),
-    "sglang.srt.entrypoints.engine._server_args_for_logging": ("AROUND", _server_args_for_logging),
 }
 
 
@@ -182,6 +170,7 @@ class _RedactingRecordFactory:
 
 def redact_logs(secrets: list[str]) -> None:
     """Every log record made in this process from now on has the secrets (long enough to
-    search for) redacted; the start-up settings line is redacted by field (HOOKS)."""
+    search for) redacted; the start-up settings line is redacted by field
+    (sglang_runtime/redacted_settings.py)."""
     if secrets:
         logging.setLogRecordFactory(_RedactingRecordFactory(logging.getLogRecordFactory(), secrets))
