@@ -234,3 +234,38 @@ def test_a_killed_replica_costs_clients_nothing(replicas):
         done.set()
         stop.set()
         supervisor.join(timeout=10)
+
+
+def test_keyed_replicas_behind_the_gateway_answer_with_the_key_only(tiny_llama_path, tmp_path):
+    """`prefillonly replicas -- --api-key K`: the gateway is given the replicas' key
+    (gateway_args.gateway_auth: keyed replicas never registered before), asks callers for
+    it, and our client through the gateway with the key gets the direct replica's answers;
+    without it a clear error. No log of the set holds the key."""
+    from prefillonly_sgl.dsl import RemoteAuthenticationError
+
+    key = "replicas-key-0123456789"
+    serve_args = ["--model-path", str(tiny_llama_path), "--device", "cpu", "--dtype", "float32",
+                  "--max-total-tokens", "4096", "--skip-server-warmup", "--rerank-method",
+                  "judge", "--api-key", key]  # fmt: skip
+    replica_set = ReplicaSet(
+        serve_args, replicas=1, port=free_port_run(2), log_dir=tmp_path, env=serve_env()
+    )
+    replica_set.start()
+    try:
+        body = {"query": QUERIES[0], "documents": DOCUMENTS}
+        assert (
+            requests.post(f"{replica_set.url}/v1/rerank", json=body, timeout=60).status_code == 401
+        )
+        via = qwen3_reranker(QUERIES[0], items=DOCUMENTS,
+                             engine=RemoteBackend(replica_set.url, api_key=key))  # fmt: skip
+        direct = RemoteBackend(replica_set.replica_urls[0], tokenizer=str(tiny_llama_path),
+                               typed_endpoints=False, api_key=key)  # fmt: skip
+        want = qwen3_reranker(QUERIES[0], items=DOCUMENTS, engine=direct)
+        assert max(abs(a.score - b.score) for a, b in zip(via.by_input, want.by_input)) < TOLERANCE
+        with pytest.raises(RemoteAuthenticationError, match="wants an API key"):
+            qwen3_reranker(QUERIES[0], items=DOCUMENTS, engine=RemoteBackend(replica_set.url))
+    finally:
+        replica_set.stop()
+    logs = {p.name: p.read_text(errors="replace") for p in tmp_path.glob("*.log")}
+    assert {"gateway.log", "replica-0.log"} <= set(logs)
+    assert not [name for name, text in logs.items() if key in text]

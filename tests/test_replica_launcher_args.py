@@ -55,3 +55,16 @@ def test_cpu_replicas_split_the_cores_between_them(tmp_path):
     assert threads == str(replica_threads(__import__("os").cpu_count(), 2))
     mine = ReplicaSet(["--device", "cpu"], log_dir=tmp_path, env={"OMP_NUM_THREADS": "7"})
     assert mine.replicas[0].env["OMP_NUM_THREADS"] == "7"  # the user's setting wins
+
+
+def test_the_replicas_key_is_the_gateways_and_tenant_keys_are_refused():
+    from prefillonly_sgl.replicas.gateway_args import gateway_auth, serve_flag_value
+
+    assert gateway_auth(["--model-path", "m"]) == ([], None)
+    assert gateway_auth(["--api-key", "K1"]) == (["--api-key", "K1"], "K1")
+    assert gateway_auth(["--api-key=K2", "--admin-api-key", "A"]) == (["--api-key", "K2"], "K2")
+    assert serve_flag_value(["--admin-api-key", "A"], "--api-key") is None
+    with pytest.raises(ValueError, match="--tenant-keys.*one key.*docs/reliability.md"):
+        gateway_auth(["--tenant-keys", "keys.txt"])
+    with pytest.raises(ValueError, match="--tenant-keys"):
+        ReplicaSet(["--tenant-keys=keys.txt"], replicas=1)

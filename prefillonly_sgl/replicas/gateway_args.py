@@ -32,6 +32,12 @@ Why these settings (smg 1.13.0, measured on localhost, see docs/server.md):
   a dead replica before its probes do.
 - its Prometheus listener on a port of its own, on 127.0.0.1 (smg binds 0.0.0.0:29000 by
   default, which a second gateway on the machine would collide with).
+- keys (gateway_auth): replicas started with `--api-key K` answer smg's backend detection
+  (/v1/models, /server_info) with 401, so they never registered (measured, smg 1.13.0).
+  smg's own `--api-key K` is the key it sends its workers, and it then asks callers for
+  it too: the replicas' key is the gateway's. `--tenant-keys` is refused: smg sends every
+  replica its one key, so each tenant's requests would reach the replicas as one tenant
+  and their prefixes would no longer be kept apart.
 """
 
 from __future__ import annotations
@@ -91,3 +97,27 @@ def replica_threads(cpu_count: int, replicas: int) -> int:
     spinning on the same cores made each prefill several times slower (measured: two
     replicas on 2 cores, 30-50 tokens/s instead of ~1,000)."""
     return max(1, cpu_count // max(1, replicas))
+
+
+def serve_flag_value(serve_args: list[str], flag: str) -> str | None:
+    """The value of ``flag`` (``--flag V`` or ``--flag=V``) among `serve` options."""
+    for i, argument in enumerate(serve_args):
+        if argument == flag and i + 1 < len(serve_args):
+            return serve_args[i + 1]
+        if argument.startswith(flag + "="):
+            return argument.split("=", 1)[1]
+    return None
+
+
+def gateway_auth(serve_args: list[str]) -> tuple[list[str], str | None]:
+    """(the `smg launch` options for the replicas' key, the key callers of the gateway
+    send); ValueError for --tenant-keys (see the module doc)."""
+    if serve_flag_value(serve_args, "--tenant-keys") is not None:
+        raise ValueError(
+            "--tenant-keys: behind SGLang's gateway (smg 1.13) every request reaches the "
+            "replicas with the gateway's one key, so tenants would share their cached "
+            "prefixes; give the replicas --api-key, or serve each tenant-keyed server on its "
+            "own (docs/reliability.md, Keys)"
+        )
+    key = serve_flag_value(serve_args, "--api-key")
+    return (["--api-key", key], key) if key else ([], None)

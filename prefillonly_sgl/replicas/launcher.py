@@ -25,7 +25,12 @@ import urllib.request
 from pathlib import Path
 
 from prefillonly_sgl.machine.ports import free_port, free_port_run  # noqa: F401 (re-exported)
-from prefillonly_sgl.replicas.gateway_args import gateway_argv, replica_ports, replica_threads
+from prefillonly_sgl.replicas.gateway_args import (
+    gateway_argv,
+    gateway_auth,
+    replica_ports,
+    replica_threads,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +42,13 @@ class ReplicaStartError(RuntimeError):
     """A replica or the gateway did not come up."""
 
 
-def get_json(url: str, timeout: float = 5.0):
-    """The decoded JSON at ``url``, or None when it cannot be read."""
+def get_json(url: str, timeout: float = 5.0, api_key: str | None = None):
+    """The decoded JSON at ``url`` (sent with ``api_key``), or None when it cannot be read."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=timeout
+        ) as response:
             return json.loads(response.read())
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
         return None
@@ -126,8 +134,10 @@ class Gateway:
         log_path: Path,
         env: dict | None = None,
         extra: list[str] | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.url, self.worker_urls, self.policy = f"http://{host}:{port}", worker_urls, policy
+        self._api_key = api_key  # what it asks its callers for (gateway_args.gateway_auth)
         self.prometheus_port = free_port(host)
         argv = gateway_argv(host, port, worker_urls, self.prometheus_port, policy, extra)
         self.process = _Process(f"gateway ({policy})", argv, log_path, env or dict(os.environ))
@@ -137,7 +147,7 @@ class Gateway:
 
     def workers(self) -> list[dict]:
         """The gateway's view of its replicas (GET /workers), [] when it cannot answer."""
-        answer = get_json(f"{self.url}/workers")
+        answer = get_json(f"{self.url}/workers", api_key=self._api_key)
         return list(answer.get("workers") or []) if isinstance(answer, dict) else []
 
     def healthy_workers(self) -> set[str]:
@@ -230,9 +240,11 @@ class ReplicaSet:
             )  # fmt: skip
             for i, url in enumerate(self.replica_urls)
         ]
+        auth, key = gateway_auth(serve_args)  # the replicas' key is the gateway's
         self.gateway = Gateway(
-            host, port, self.replica_urls, policy, log_dir / "gateway.log", env, gateway_args
-        )
+            host, port, self.replica_urls, policy, log_dir / "gateway.log", env,
+            [*auth, *(gateway_args or [])], api_key=key,
+        )  # fmt: skip
         self.restarts = 0
 
     # -- life cycle ---------------------------------------------------------------------
