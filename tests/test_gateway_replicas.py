@@ -36,6 +36,10 @@ APP = Path(__file__).with_name("ranking_app_example.py")
 TOLERANCE = 1e-4
 ROUNDS = 3
 DOCUMENTS = ["a space opera", "a cooking show"]
+# The replicas run with a key (`replicas -- --api-key K`): the gateway is given it
+# (gateway_args.gateway_auth) and every call here sends it.
+KEY = "replicas-key-0123456789"
+HEADERS = {"Authorization": f"Bearer {KEY}"}
 # Five long, distinct queries (the shared prefix), so a warm call is mostly cached tokens
 # and round-robin cannot line up with the rounds by accident (an odd count, shuffled).
 TOPICS = ["space travel", "french cooking", "jazz history", "mountain birds", "old trains"]
@@ -56,6 +60,7 @@ def replicas(tiny_llama_path, tmp_path_factory):
         "--app", str(APP),
         "--classify", "review_sentiment",
         "--rerank-method", "judge",  # the tiny model would get query likelihood
+        "--api-key", KEY,
     ]  # fmt: skip
     logs = tmp_path_factory.mktemp("replicas")
     for attempt in range(2):
@@ -72,10 +77,11 @@ def replicas(tiny_llama_path, tmp_path_factory):
                 raise
     # A second gateway over the same replicas: the round-robin baseline of the same run.
     rr = Gateway("127.0.0.1", free_port_run(1), replica_set.replica_urls, "round_robin",
-                 logs / "gateway-rr.log", serve_env())  # fmt: skip
+                 logs / "gateway-rr.log", serve_env(), ["--api-key", KEY], api_key=KEY)  # fmt: skip
     try:
         rr.start()
         rr.wait_registered()
+        replica_set.logs = logs
         yield replica_set, rr
     finally:
         rr.stop()
@@ -84,7 +90,7 @@ def replicas(tiny_llama_path, tmp_path_factory):
 
 def rerank(url: str, query: str, **extra) -> list[dict]:
     body = {"query": query, "documents": DOCUMENTS, **extra}
-    response = requests.post(f"{url}/v1/rerank", json=body, timeout=120)
+    response = requests.post(f"{url}/v1/rerank", json=body, headers=HEADERS, timeout=120)
     assert response.status_code == 200, response.text
     answer = response.json()
     return answer["results"] if isinstance(answer, dict) else answer
@@ -95,11 +101,15 @@ def flush(replica_set: ReplicaSet) -> None:
     # answer can reach the client a moment before the scheduler has let its request go.
     for url in replica_set.replica_urls:
         deadline = time.monotonic() + 30
-        while (status := requests.post(f"{url}/flush_cache", timeout=60).status_code) == 400:
+        while (status := _flush_once(url)) == 400:
             if time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         assert status == 200
+
+
+def _flush_once(url: str) -> int:
+    return requests.post(f"{url}/flush_cache", headers=HEADERS, timeout=60).status_code
 
 
 def cached_share_by_round(url: str, seed: int) -> list[float]:
@@ -148,8 +158,9 @@ def test_through_the_gateway_rerank_answers_in_sglang_shape_and_4xx_pass_through
     scores = [r["score"] for r in results]
     assert scores == sorted(scores, reverse=True)
     empty = requests.post(
-        f"{replica_set.url}/v1/rerank", json={"query": "q", "documents": []}, timeout=60
-    )
+        f"{replica_set.url}/v1/rerank", json={"query": "q", "documents": []}, headers=HEADERS,
+        timeout=60,
+    )  # fmt: skip
     assert 400 <= empty.status_code < 500, empty.text
 
 
@@ -157,9 +168,9 @@ def test_the_dsl_through_the_gateway_equals_a_direct_replica(replicas, tiny_llam
     import ranking_app_example as app
 
     replica_set, _ = replicas
-    gateway = RemoteBackend(replica_set.url)
+    gateway = RemoteBackend(replica_set.url, api_key=KEY)
     direct = RemoteBackend(replica_set.replica_urls[0], tokenizer=str(tiny_llama_path),
-                           typed_endpoints=False)  # fmt: skip
+                           typed_endpoints=False, api_key=KEY)  # fmt: skip
     assert gateway.is_gateway and not direct.is_gateway
 
     via = qwen3_reranker(QUERIES[3], items=DOCUMENTS, engine=gateway)
@@ -198,7 +209,9 @@ def test_a_killed_replica_costs_clients_nothing(replicas):
             listed = dead in replica_set.gateway.healthy_workers()
             body = {"query": QUERIES[k % len(QUERIES)], "documents": DOCUMENTS}
             try:
-                response = requests.post(f"{replica_set.url}/v1/rerank", json=body, timeout=60)
+                response = requests.post(
+                    f"{replica_set.url}/v1/rerank", json=body, headers=HEADERS, timeout=60
+                )
                 outcomes.append((listed, "ok" if response.ok else response.text[:200]))
             except requests.RequestException as e:
                 outcomes.append((listed, f"{type(e).__name__}: {e}"))
@@ -236,36 +249,17 @@ def test_a_killed_replica_costs_clients_nothing(replicas):
         supervisor.join(timeout=10)
 
 
-def test_keyed_replicas_behind_the_gateway_answer_with_the_key_only(tiny_llama_path, tmp_path):
-    """`prefillonly replicas -- --api-key K`: the gateway is given the replicas' key
-    (gateway_args.gateway_auth: keyed replicas never registered before), asks callers for
-    it, and our client through the gateway with the key gets the direct replica's answers;
-    without it a clear error. No log of the set holds the key."""
+def test_the_keyed_gateway_refuses_a_caller_without_the_key_and_logs_none(replicas):
+    """`replicas -- --api-key K` (the module's replicas): the gateway asks its callers
+    for the replicas' key (keyed replicas never registered with it before); our client
+    without it gets a clear error; no log of the set holds the key."""
     from prefillonly_sgl.dsl import RemoteAuthenticationError
 
-    key = "replicas-key-0123456789"
-    serve_args = ["--model-path", str(tiny_llama_path), "--device", "cpu", "--dtype", "float32",
-                  "--max-total-tokens", "4096", "--skip-server-warmup", "--rerank-method",
-                  "judge", "--api-key", key]  # fmt: skip
-    replica_set = ReplicaSet(
-        serve_args, replicas=1, port=free_port_run(2), log_dir=tmp_path, env=serve_env()
-    )
-    replica_set.start()
-    try:
-        body = {"query": QUERIES[0], "documents": DOCUMENTS}
-        assert (
-            requests.post(f"{replica_set.url}/v1/rerank", json=body, timeout=60).status_code == 401
-        )
-        via = qwen3_reranker(QUERIES[0], items=DOCUMENTS,
-                             engine=RemoteBackend(replica_set.url, api_key=key))  # fmt: skip
-        direct = RemoteBackend(replica_set.replica_urls[0], tokenizer=str(tiny_llama_path),
-                               typed_endpoints=False, api_key=key)  # fmt: skip
-        want = qwen3_reranker(QUERIES[0], items=DOCUMENTS, engine=direct)
-        assert max(abs(a.score - b.score) for a, b in zip(via.by_input, want.by_input)) < TOLERANCE
-        with pytest.raises(RemoteAuthenticationError, match="wants an API key"):
-            qwen3_reranker(QUERIES[0], items=DOCUMENTS, engine=RemoteBackend(replica_set.url))
-    finally:
-        replica_set.stop()
-    logs = {p.name: p.read_text(errors="replace") for p in tmp_path.glob("*.log")}
-    assert {"gateway.log", "replica-0.log"} <= set(logs)
-    assert not [name for name, text in logs.items() if key in text]
+    replica_set, _ = replicas
+    body = {"query": QUERIES[0], "documents": DOCUMENTS}
+    assert requests.post(f"{replica_set.url}/v1/rerank", json=body, timeout=60).status_code == 401
+    with pytest.raises(RemoteAuthenticationError, match="wants an API key"):
+        qwen3_reranker(QUERIES[0], items=DOCUMENTS, engine=RemoteBackend(replica_set.url))
+    logs = {p.name: p.read_text(errors="replace") for p in replica_set.logs.glob("*.log")}
+    assert {"gateway.log", "gateway-rr.log", "replica-0.log", "replica-1.log"} <= set(logs)
+    assert not [name for name, text in logs.items() if KEY in text]
