@@ -167,8 +167,10 @@ def test_every_prefillonly_variable_is_named_in_environment_py():
     from pathlib import Path
 
     root = Path(environment.__file__).parents[1]  # the package
-    # An app attribute, a mark inside prompts, the GPU test's own switch (tests/).
-    not_variables = {"PREFILLONLY_ENDPOINTS", "PREFILLONLY_ITEM", "PREFILLONLY_GPU_TEST_DEVICE"}
+    # An app attribute, a mark inside prompts, the GPU test's and the suite's servers' own
+    # switches (tests/: test_gpu_engine.py, forked_server.py).
+    not_variables = {"PREFILLONLY_ENDPOINTS", "PREFILLONLY_ITEM", "PREFILLONLY_GPU_TEST_DEVICE",
+                     "PREFILLONLY_TEST_SERVERS"}  # fmt: skip
     mentioned = set()
     for path in root.rglob("*.py"):
         text = path.read_text()
