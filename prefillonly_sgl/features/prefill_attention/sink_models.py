@@ -35,14 +35,30 @@ def sink_model_fields(
     backend the user chose keeps SGLang's own check and its own message."""
     if not has_sinks or device != "cpu":
         return {}
+    return ours_under_sglangs_name(
+        CPU_SINK_BACKEND, attention_backend, prefill_backend, decode_backend
+    )
+
+
+def ours_under_sglangs_name(
+    name: str,
+    attention_backend: str | None,
+    prefill_backend: str | None,
+    decode_backend: str | None,
+) -> dict:
+    """On a CPU, for a model SGLang's check holds to backend ``name`` (where ours is
+    registered under it): torch_native (our device default) becomes ``name``, with one KV
+    pool; ``name`` asked for by the user keeps it (ours, one pool); split prefill / decode
+    backends or another backend the user chose are left to SGLang's own check and message.
+    Shared by sink_models and window_models."""
     if {prefill_backend, decode_backend} - {None, attention_backend}:
         return {}  # split backends the user chose: SGLang's own check and message
-    if attention_backend == CPU_SINK_BACKEND:  # asked for by name: ours too (one pool)
+    if attention_backend == name:  # asked for by name: ours too (one pool)
         return {"disable_hybrid_swa_memory": True}
     if attention_backend != "torch_native":
         return {}
     return {
-        "attention_backend": CPU_SINK_BACKEND,
+        "attention_backend": name,
         "prefill_attention_backend": None,
         "decode_attention_backend": None,
         "disable_hybrid_swa_memory": True,

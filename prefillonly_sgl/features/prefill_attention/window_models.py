@@ -16,6 +16,8 @@ override sets too: its hybrid pool is not supported for them), as for attention 
 
 from __future__ import annotations
 
+from prefillonly_sgl.features.prefill_attention.sink_models import ours_under_sglangs_name
+
 # SGLang's own choice for these models on a CPU; ours there (scheduler_torch_backend.py).
 CPU_WINDOW_BACKEND = "triton"
 # Architectures SGLang's check holds to a GPU backend when they have windows.
@@ -36,15 +38,6 @@ def window_model_fields(
     or triton by name, with no other prefill / decode backend)."""
     if device != "cpu" or architecture not in GPU_WINDOW_ARCHITECTURES or not has_windows:
         return {}
-    if {prefill_backend, decode_backend} - {None, attention_backend}:
-        return {}  # split backends the user chose: SGLang's own check and message
-    if attention_backend == CPU_WINDOW_BACKEND:
-        return {"disable_hybrid_swa_memory": True}
-    if attention_backend != "torch_native":
-        return {}
-    return {
-        "attention_backend": CPU_WINDOW_BACKEND,
-        "prefill_attention_backend": None,
-        "decode_attention_backend": None,
-        "disable_hybrid_swa_memory": True,
-    }
+    return ours_under_sglangs_name(
+        CPU_WINDOW_BACKEND, attention_backend, prefill_backend, decode_backend
+    )
