@@ -364,7 +364,7 @@ def main(argv=None) -> int:
         for policy in POLICIES[1:]:
             extra[policy] = Gateway("127.0.0.1", free_port(), replica_set.replica_urls,
                                     policy, logs / f"gateway-{policy}.log",
-                                    extra=extra_args)  # fmt: skip
+                                    extra=extra_args, keys=replica_set.gateway.keys)  # fmt: skip
             extra[policy].start()
             extra[policy].wait_registered()
         gateways = {"cache_aware": replica_set.gateway, **extra}

@@ -8,7 +8,10 @@ localhost (`prefillonly replicas`' ReplicaSet; tiny random Llama, float32):
 - the DSL's remote backend through the gateway (/v1/rerank, /v1/classify) equals a direct
   replica, and refuses calls the gateway cannot carry;
 - a replica killed with SIGKILL does not take the service down: the gateway stops routing
-  to it, every request after that succeeds, and the restarted replica comes back.
+  to it, every request after that succeeds, and the restarted replica comes back;
+- the replicas run with `--tenant-keys` (two tenants): the gateway asks callers for a
+  tenant's key and forwards it, so each tenant's prefixes stay apart on the replicas, and
+  no log of the set holds a key.
 No timing is asserted."""
 
 from __future__ import annotations
@@ -36,9 +39,10 @@ APP = Path(__file__).with_name("ranking_app_example.py")
 TOLERANCE = 1e-4
 ROUNDS = 3
 DOCUMENTS = ["a space opera", "a cooking show"]
-# The replicas run with a key (`replicas -- --api-key K`): the gateway is given it
-# (gateway_args.gateway_auth) and every call here sends it.
-KEY = "replicas-key-0123456789"
+# The replicas run with two tenants' keys (`replicas -- --tenant-keys FILE`): the gateway
+# is given them and a key of its own (gateway_args.gateway_auth); calls here send alice's.
+KEY = "alice-key-0123456789"
+BOB_KEY = "bob-key-9876543210"
 HEADERS = {"Authorization": f"Bearer {KEY}"}
 # Five long, distinct queries (the shared prefix), so a warm call is mostly cached tokens
 # and round-robin cannot line up with the rounds by accident (an odd count, shuffled).
@@ -51,6 +55,9 @@ QUERIES = [
 
 @pytest.fixture(scope="module")
 def replicas(tiny_llama_path, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("replicas")
+    keys_file = tmp_path_factory.mktemp("keys") / "tenants.txt"
+    keys_file.write_text(f"alice {KEY}\nbob {BOB_KEY}\n")
     serve_args = [
         "--model-path", str(tiny_llama_path),
         "--device", "cpu",
@@ -60,9 +67,8 @@ def replicas(tiny_llama_path, tmp_path_factory):
         "--app", str(APP),
         "--classify", "review_sentiment",
         "--rerank-method", "judge",  # the tiny model would get query likelihood
-        "--api-key", KEY,
+        "--tenant-keys", str(keys_file),
     ]  # fmt: skip
-    logs = tmp_path_factory.mktemp("replicas")
     for attempt in range(2):
         replica_set = ReplicaSet(
             serve_args, replicas=2, port=free_port_run(3), log_dir=logs, env=serve_env()
@@ -77,7 +83,7 @@ def replicas(tiny_llama_path, tmp_path_factory):
                 raise
     # A second gateway over the same replicas: the round-robin baseline of the same run.
     rr = Gateway("127.0.0.1", free_port_run(1), replica_set.replica_urls, "round_robin",
-                 logs / "gateway-rr.log", serve_env(), ["--api-key", KEY], api_key=KEY)  # fmt: skip
+                 logs / "gateway-rr.log", serve_env(), keys=replica_set.gateway.keys)  # fmt: skip
     try:
         rr.start()
         rr.wait_registered()
@@ -88,9 +94,10 @@ def replicas(tiny_llama_path, tmp_path_factory):
         replica_set.stop()
 
 
-def rerank(url: str, query: str, **extra) -> list[dict]:
+def rerank(url: str, query: str, key: str = KEY, **extra) -> list[dict]:
     body = {"query": query, "documents": DOCUMENTS, **extra}
-    response = requests.post(f"{url}/v1/rerank", json=body, headers=HEADERS, timeout=120)
+    headers = {"Authorization": f"Bearer {key}"}
+    response = requests.post(f"{url}/v1/rerank", json=body, headers=headers, timeout=120)
     assert response.status_code == 200, response.text
     answer = response.json()
     return answer["results"] if isinstance(answer, dict) else answer
@@ -249,17 +256,51 @@ def test_a_killed_replica_costs_clients_nothing(replicas):
         supervisor.join(timeout=10)
 
 
-def test_the_keyed_gateway_refuses_a_caller_without_the_key_and_logs_none(replicas):
-    """`replicas -- --api-key K` (the module's replicas): the gateway asks its callers
-    for the replicas' key (keyed replicas never registered with it before); our client
-    without it gets a clear error; no log of the set holds the key."""
+def cached_tokens(url: str, query: str, key: str) -> int:
+    # rid: SGLang's answer shape (with meta_info) from a replica too, as smg always asks
+    return rerank(url, query, key=key, rid=None)[0]["meta_info"]["call_cached_tokens"]
+
+
+def test_two_tenants_stay_apart_through_the_gateway(replicas):
+    """alice's query cached on a replica (her second call finds the whole prompt cached:
+    the gateway routes the same text to the same replica) is not bob's: his first call of
+    the same query, routed there too, finds less (what he cached himself: the template's
+    head, the call's second document reusing its first's prefix); his second finds it all."""
+    replica_set, _ = replicas
+    query = "tenant check; " + QUERIES[4]
+    alice_first = cached_tokens(replica_set.url, query, KEY)
+    alice_warm = cached_tokens(replica_set.url, query, KEY)
+    assert alice_warm > alice_first
+    bob_first = cached_tokens(replica_set.url, query, BOB_KEY)
+    assert bob_first < alice_warm
+    assert cached_tokens(replica_set.url, query, BOB_KEY) == alice_warm
+    # Another query alice sent through the gateway, asked of each replica directly: where
+    # it is cached for alice (the whole prompt but the last tokens), bob finds at most what
+    # he cached himself (the template's head, the call's own sharing).
+    other = "second check; " + QUERIES[3]
+    rerank(replica_set.url, other, key=KEY)
+    bob = [cached_tokens(url, other, BOB_KEY) for url in replica_set.replica_urls]
+    alice = [cached_tokens(url, other, KEY) for url in replica_set.replica_urls]
+    assert max(bob) < max(alice), (bob, alice)
+
+
+def test_the_keyed_gateway_refuses_a_caller_without_a_key_and_logs_none(replicas):
+    """`replicas -- --tenant-keys FILE` (the module's replicas): the gateway asks its
+    callers for a tenant's key; our client without one, or with a key no tenant holds,
+    gets a clear error; no log of the set holds any key, the gateway's own included."""
     from prefillonly_sgl.dsl import RemoteAuthenticationError
 
-    replica_set, _ = replicas
+    replica_set, rr = replicas
     body = {"query": QUERIES[0], "documents": DOCUMENTS}
     assert requests.post(f"{replica_set.url}/v1/rerank", json=body, timeout=60).status_code == 401
+    wrong = {"Authorization": "Bearer no-tenant-holds-this"}
+    assert requests.post(f"{replica_set.url}/v1/rerank", json=body, headers=wrong,
+                         timeout=60).status_code == 401  # fmt: skip
     with pytest.raises(RemoteAuthenticationError, match="wants an API key"):
         qwen3_reranker(QUERIES[0], items=DOCUMENTS, engine=RemoteBackend(replica_set.url))
     logs = {p.name: p.read_text(errors="replace") for p in replica_set.logs.glob("*.log")}
     assert {"gateway.log", "gateway-rr.log", "replica-0.log", "replica-1.log"} <= set(logs)
-    assert not [name for name, text in logs.items() if KEY in text]
+    keys = [KEY, BOB_KEY, replica_set.gateway.keys.api_key]
+    assert not [name for name, text in logs.items() if any(key in text for key in keys)]
+    for process in [replica_set.gateway.process, rr.process, *replica_set.replicas]:
+        assert not any(key in " ".join(process.argv) for key in keys)

@@ -3,6 +3,8 @@ the replicas' ports, and options it refuses."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from prefillonly_sgl.replicas.gateway_args import gateway_argv, replica_ports, replica_threads
@@ -11,7 +13,8 @@ from prefillonly_sgl.replicas.launcher import ReplicaSet
 
 def test_gateway_command_line_names_the_replicas_policy_and_health_checks():
     argv = gateway_argv("127.0.0.1", 30000, ["http://a:1", "http://b:2"], 40000, "round_robin")
-    assert argv[1:4] == ["-m", "smg", "launch"]
+    # smg launch, its keys read from standard input (gateway_main.py)
+    assert argv[1:3] == ["-m", "prefillonly_sgl.replicas.gateway_main"]
     i = argv.index("--worker-urls")
     assert argv[i + 1 : i + 3] == ["http://a:1", "http://b:2"]
     assert argv[argv.index("--policy") + 1] == "round_robin"
@@ -57,14 +60,51 @@ def test_cpu_replicas_split_the_cores_between_them(tmp_path):
     assert mine.replicas[0].env["OMP_NUM_THREADS"] == "7"  # the user's setting wins
 
 
-def test_the_replicas_key_is_the_gateways_and_tenant_keys_are_refused():
-    from prefillonly_sgl.replicas.gateway_args import gateway_auth, serve_flag_value
+def test_the_replicas_key_is_the_gateways():
+    from prefillonly_sgl.replicas.gateway_args import GatewayKeys, gateway_auth, serve_flag_value
 
-    assert gateway_auth(["--model-path", "m"]) == ([], None)
-    assert gateway_auth(["--api-key", "K1"]) == (["--api-key", "K1"], "K1")
-    assert gateway_auth(["--api-key=K2", "--admin-api-key", "A"]) == (["--api-key", "K2"], "K2")
+    assert gateway_auth(["--model-path", "m"]) == (GatewayKeys(), None)
+    assert gateway_auth(["--api-key", "K1"]) == (GatewayKeys("K1"), None)
+    keys, _ = gateway_auth(["--api-key=K2", "--admin-api-key", "A"])
+    assert keys.smg_options() == ["--api-key", "K2"]
     assert serve_flag_value(["--admin-api-key", "A"], "--api-key") is None
-    with pytest.raises(ValueError, match="--tenant-keys.*one key.*docs/reliability.md"):
-        gateway_auth(["--tenant-keys", "keys.txt"])
-    with pytest.raises(ValueError, match="--tenant-keys"):
-        ReplicaSet(["--tenant-keys=keys.txt"], replicas=1)
+    assert "K2" not in repr(keys)  # a logged or raised GatewayKeys shows no key
+    assert GatewayKeys.from_json(keys.to_json()) == keys
+
+
+def test_tenant_keyed_replicas_give_the_gateway_every_tenant_and_a_key_of_its_own(tmp_path):
+    from prefillonly_sgl.replicas.gateway_args import GATEWAY_TENANT, gateway_auth
+
+    pairs = [("alice", "alice-key-1"), ("bob", "bob-key-22")]
+    keys, replica_pairs = gateway_auth(["--tenant-keys", "f"], pairs)
+    assert keys.tenant_keys == tuple(pairs) and len(keys.api_key) >= 32
+    assert replica_pairs == [*pairs, (GATEWAY_TENANT, keys.api_key)]
+    assert keys.smg_options()[2:] == [
+        "--tenant-api-key", "alice:alice-key-1", "--tenant-api-key", "bob:bob-key-22"
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="replaces --api-key"):
+        gateway_auth(["--tenant-keys", "f", "--api-key", "K"], pairs)
+    with pytest.raises(ValueError, match="may not contain ':'"):
+        gateway_auth(["--tenant-keys", "f"], [("a:b", "some-key-1")])
+    with pytest.raises(ValueError, match="gateway's own"):
+        gateway_auth(["--tenant-keys", "f"], [(GATEWAY_TENANT, "some-key-1")])
+
+    # The launcher: the replicas read a private copy holding the gateway's key too.
+    (tmp_path / "keys.txt").write_text("alice alice-key-1\nbob bob-key-22\n")
+    logs = tmp_path / "logs"
+    replica_set = ReplicaSet(["--tenant-keys", str(tmp_path / "keys.txt")], replicas=1,
+                             log_dir=logs, env={})  # fmt: skip
+    argv = replica_set.replicas[0].argv
+    copy = Path(argv[argv.index("--tenant-keys") + 1])
+    assert copy.parent == logs and oct(copy.stat().st_mode & 0o777) == "0o600"
+    from prefillonly_sgl.server.tenant_keys import load_tenant_keys
+
+    replicas_keys = load_tenant_keys(copy)
+    gateway = replica_set.gateway
+    assert replicas_keys.tenant_of(gateway.keys.api_key) == GATEWAY_TENANT
+    assert replicas_keys.tenant_of("bob-key-22") == "bob"
+    assert "alice-key-1" not in " ".join(gateway.process.argv)  # on its stdin instead
+    replica_set.stop()
+    assert not copy.exists()
+    with pytest.raises(ValueError, match="--tenant-keys .*cannot read"):
+        ReplicaSet(["--tenant-keys=missing.txt"], replicas=1, log_dir=logs)

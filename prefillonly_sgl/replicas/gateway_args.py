@@ -34,15 +34,23 @@ Why these settings (smg 1.13.0, measured on localhost, see docs/server.md):
   default, which a second gateway on the machine would collide with).
 - keys (gateway_auth): replicas started with `--api-key K` answer smg's backend detection
   (/v1/models, /server_info) with 401, so they never registered (measured, smg 1.13.0).
-  smg's own `--api-key K` is the key it sends its workers, and it then asks callers for
-  it too: the replicas' key is the gateway's. `--tenant-keys` is refused: smg sends every
-  replica its one key, so each tenant's requests would reach the replicas as one tenant
-  and their prefixes would no longer be kept apart.
+  smg's own `--api-key K` is the key it sends its workers on its own calls (detection,
+  loads, health), and it then asks callers for it too: the replicas' key is the gateway's.
+- tenants (gateway_auth with `--tenant-keys`): smg checks a caller's key against its
+  `--tenant-api-key TENANT:KEY` list and forwards the caller's own Authorization header to
+  the replica on the serving path (measured, smg 1.13.0: a tenant's key reaches the
+  replica as sent), so each replica still knows the tenant and keeps its prefixes apart.
+  smg's own calls need a key the replicas accept: a fresh one (GATEWAY_TENANT's), added
+  to the replicas' tenant file; no caller holds it. The keys reach smg on its standard
+  input (gateway_main.py), not its command line.
 """
 
 from __future__ import annotations
 
+import json
+import secrets
 import sys
+from dataclasses import dataclass, field
 
 POLICIES = ("cache_aware", "consistent_hashing", "prefix_hash", "round_robin", "least_load")
 HEALTH_CHECK_INTERVAL_S = 2
@@ -58,13 +66,14 @@ def gateway_argv(
     policy: str = "cache_aware",
     extra: list[str] | None = None,
 ) -> list[str]:
-    """`smg launch ...` for ``worker_urls`` behind ``host:port``."""
+    """`smg launch ...` for ``worker_urls`` behind ``host:port``, through gateway_main.py
+    (which reads the keys from standard input)."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
     if not worker_urls:
         raise ValueError("the gateway needs at least one replica")
     argv = [
-        sys.executable, "-m", "smg", "launch",
+        sys.executable, "-m", "prefillonly_sgl.replicas.gateway_main",
         "--host", host,
         "--port", str(port),
         "--policy", policy,
@@ -109,15 +118,73 @@ def serve_flag_value(serve_args: list[str], flag: str) -> str | None:
     return None
 
 
-def gateway_auth(serve_args: list[str]) -> tuple[list[str], str | None]:
-    """(the `smg launch` options for the replicas' key, the key callers of the gateway
-    send); ValueError for --tenant-keys (see the module doc)."""
-    if serve_flag_value(serve_args, "--tenant-keys") is not None:
-        raise ValueError(
-            "--tenant-keys: behind SGLang's gateway (smg 1.13) every request reaches the "
-            "replicas with the gateway's one key, so tenants would share their cached "
-            "prefixes; give the replicas --api-key, or serve each tenant-keyed server on its "
-            "own (docs/reliability.md, Keys)"
-        )
+GATEWAY_TENANT = "prefillonly-gateway"  # the tenant of smg's own key on tenant-keyed replicas
+
+
+@dataclass(frozen=True)
+class GatewayKeys:
+    """What smg is given (on its standard input, gateway_main.py): ``api_key``, the key it
+    sends the replicas on its own calls and accepts from callers; ``tenant_keys``, (tenant,
+    key) pairs it also accepts, each forwarded to the replicas as the caller sent it. The
+    keys are kept out of repr, so no log line or traceback can show them."""
+
+    api_key: str | None = field(default=None, repr=False)
+    tenant_keys: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def smg_options(self) -> list[str]:
+        options = ["--api-key", self.api_key] if self.api_key else []
+        for tenant, key in self.tenant_keys:
+            options += ["--tenant-api-key", f"{tenant}:{key}"]
+        return options
+
+    def to_json(self) -> str:
+        return json.dumps({"api_key": self.api_key, "tenant_keys": self.tenant_keys})
+
+    @classmethod
+    def from_json(cls, text: str) -> GatewayKeys:
+        data = json.loads(text or "{}")
+        pairs = tuple((str(t), str(k)) for t, k in data.get("tenant_keys") or ())
+        return cls(data.get("api_key"), pairs)
+
+
+def gateway_auth(
+    serve_args: list[str], tenant_keys: list[tuple[str, str]] | None = None
+) -> tuple[GatewayKeys, list[tuple[str, str]] | None]:
+    """(the gateway's keys, the replicas' tenant keys or None) for replicas run with
+    ``serve_args``; ``tenant_keys`` are the pairs of their --tenant-keys file, read by the
+    caller. With tenants the replicas get every tenant's key and the gateway's own, and
+    the gateway every tenant's (see the module doc). ValueError naming the problem."""
     key = serve_flag_value(serve_args, "--api-key")
-    return (["--api-key", key], key) if key else ([], None)
+    if serve_flag_value(serve_args, "--tenant-keys") is None:
+        return GatewayKeys(key), None
+    if key is not None:
+        raise ValueError(
+            "--tenant-keys replaces --api-key (as for `prefillonly serve`): give that key a "
+            "tenant of its own in the file"
+        )
+    if tenant_keys is None:
+        raise ValueError("--tenant-keys: the file's keys were not read")
+    for tenant, _ in tenant_keys:
+        if ":" in tenant or tenant == GATEWAY_TENANT:
+            raise ValueError(
+                f"--tenant-keys: tenant {tenant!r} behind the gateway: a tenant name may not "
+                f"contain ':' (smg reads TENANT:KEY) nor be {GATEWAY_TENANT!r} (the gateway's own)"
+            )
+    own = secrets.token_urlsafe(32)
+    return GatewayKeys(own, tuple(tenant_keys)), [*tenant_keys, (GATEWAY_TENANT, own)]
+
+
+def with_tenant_keys_file(serve_args: list[str], path: str) -> list[str]:
+    """``serve_args`` with --tenant-keys pointing at ``path`` (the file with the gateway's key)."""
+    out, skip = [], False
+    for i, argument in enumerate(serve_args):
+        if skip:
+            skip = False
+            continue
+        if argument == "--tenant-keys" and i + 1 < len(serve_args):
+            skip = True
+            continue
+        if argument.startswith("--tenant-keys="):
+            continue
+        out.append(argument)
+    return [*out, "--tenant-keys", path]

@@ -26,11 +26,15 @@ from pathlib import Path
 
 from prefillonly_sgl.machine.ports import free_port, free_port_run  # noqa: F401 (re-exported)
 from prefillonly_sgl.replicas.gateway_args import (
+    GatewayKeys,
     gateway_argv,
     gateway_auth,
     replica_ports,
     replica_threads,
+    serve_flag_value,
+    with_tenant_keys_file,
 )
+from prefillonly_sgl.server.tenant_keys import TenantKeysError, load_tenant_key_pairs
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +83,11 @@ def _on_cpu(serve_args: list[str]) -> bool:
 class _Process:
     """One command in its own process group, output to a log file."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict) -> None:
+    def __init__(
+        self, name: str, argv: list[str], log_path: Path, env: dict, stdin_text: str = ""
+    ) -> None:
         self.name, self.argv, self.log_path, self.env = name, argv, log_path, env
+        self._stdin_text = stdin_text  # what it reads first (the gateway: its keys)
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -90,9 +97,13 @@ class _Process:
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if self._stdin_text else subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: pgid == pid
             )
+        if self._stdin_text:
+            with contextlib.suppress(BrokenPipeError):
+                self.proc.stdin.write(self._stdin_text.encode())
+            self.proc.stdin.close()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -134,13 +145,17 @@ class Gateway:
         log_path: Path,
         env: dict | None = None,
         extra: list[str] | None = None,
-        api_key: str | None = None,
+        keys: GatewayKeys | None = None,
     ) -> None:
         self.url, self.worker_urls, self.policy = f"http://{host}:{port}", worker_urls, policy
-        self._api_key = api_key  # what it asks its callers for (gateway_args.gateway_auth)
+        self.keys = keys or GatewayKeys()  # gateway_args.gateway_auth
+        self._api_key = self.keys.api_key  # the launcher's own calls send it
         self.prometheus_port = free_port(host)
         argv = gateway_argv(host, port, worker_urls, self.prometheus_port, policy, extra)
-        self.process = _Process(f"gateway ({policy})", argv, log_path, env or dict(os.environ))
+        self.process = _Process(
+            f"gateway ({policy})", argv, log_path, env or dict(os.environ),
+            stdin_text=self.keys.to_json() if keys else "",
+        )  # fmt: skip
 
     def start(self) -> None:
         self.process.start()
@@ -219,6 +234,7 @@ class ReplicaSet:
         self.replica_urls = [f"http://{host}:{p}" for p in replica_ports(port, replicas)]
         self.url = f"http://{host}:{port}"
         env = dict(os.environ if env is None else env)
+        keys, serve_args = self._keys(serve_args, log_dir)
         if _on_cpu(serve_args) and "OMP_NUM_THREADS" not in env:
             env["OMP_NUM_THREADS"] = str(replica_threads(os.cpu_count() or 1, replicas))
         self.replicas = [
@@ -240,12 +256,34 @@ class ReplicaSet:
             )  # fmt: skip
             for i, url in enumerate(self.replica_urls)
         ]
-        auth, key = gateway_auth(serve_args)  # the replicas' key is the gateway's
         self.gateway = Gateway(
             host, port, self.replica_urls, policy, log_dir / "gateway.log", env,
-            [*auth, *(gateway_args or [])], api_key=key,
+            gateway_args, keys=keys,
         )  # fmt: skip
         self.restarts = 0
+
+    @staticmethod
+    def _keys(serve_args: list[str], log_dir: Path) -> tuple[GatewayKeys, list[str]]:
+        """(the gateway's keys, the replicas' serve options): with --tenant-keys the
+        replicas read a copy of the file that also holds the gateway's own key, written
+        beside the logs, readable by its owner only (gateway_args.gateway_auth)."""
+        path = serve_flag_value(serve_args, "--tenant-keys")
+        try:
+            pairs = load_tenant_key_pairs(path) if path is not None else None
+        except TenantKeysError as e:
+            raise ValueError(f"--tenant-keys {e}") from None
+        keys, replica_pairs = gateway_auth(serve_args, pairs)
+        if replica_pairs is None:
+            return keys, serve_args
+        copy = log_dir / "replica-tenant-keys.json"
+        copy.unlink(missing_ok=True)
+        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        by_tenant: dict[str, list[str]] = {}
+        for tenant, key in replica_pairs:
+            by_tenant.setdefault(tenant, []).append(key)
+        with os.fdopen(fd, "w") as file:
+            json.dump(by_tenant, file)
+        return keys, with_tenant_keys_file(serve_args, str(copy))
 
     # -- life cycle ---------------------------------------------------------------------
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
@@ -304,6 +342,7 @@ class ReplicaSet:
             replica.signal_group(signal.SIGTERM)
         for replica in self.replicas:
             replica.stop()
+        (self.log_dir / "replica-tenant-keys.json").unlink(missing_ok=True)
 
     def __enter__(self) -> ReplicaSet:
         self.start()

@@ -48,8 +48,15 @@ def _digest(key: str) -> bytes:
 
 def parse_tenant_keys(text: str) -> TenantKeys:
     """The keys in `text` (the file's format above); TenantKeysError naming the problem."""
+    return TenantKeys({_digest(key): tenant for tenant, key in tenant_key_pairs(text)})
+
+
+def tenant_key_pairs(text: str) -> list[tuple[str, str]]:
+    """(tenant, key) for every key in `text`, checked (what `prefillonly replicas` hands
+    the gateway); TenantKeysError naming the problem, never the key."""
     pairs = _json_pairs(text) if text.lstrip().startswith("{") else _line_pairs(text)
     by_digest: dict[bytes, str] = {}
+    checked: list[tuple[str, str]] = []
     for tenant, key in pairs:
         if not isinstance(tenant, str) or not tenant.strip() or tenant != tenant.strip():
             raise TenantKeysError(f"a tenant name must be a non-empty word, got {tenant!r}")
@@ -58,21 +65,33 @@ def parse_tenant_keys(text: str) -> TenantKeys:
                 f"tenant {tenant!r}: a key must be a string of at least {MIN_KEY_CHARS} "
                 "characters without surrounding spaces"
             )
-        owner = by_digest.setdefault(_digest(key), tenant)
-        if owner != tenant:
+        owner = by_digest.get(_digest(key))
+        if owner is None:
+            by_digest[_digest(key)] = tenant
+            checked.append((tenant, key))
+        elif owner != tenant:
             raise TenantKeysError(f"one key is given to two tenants: {owner!r} and {tenant!r}")
-    if not by_digest:
+    if not checked:
         raise TenantKeysError("no tenant keys in the file")
-    return TenantKeys(by_digest)
+    return checked
+
+
+def load_tenant_key_pairs(path: str | Path) -> list[tuple[str, str]]:
+    """tenant_key_pairs of the file at ``path``; TenantKeysError naming the file."""
+    return _loaded(path, tenant_key_pairs)
 
 
 def load_tenant_keys(path: str | Path) -> TenantKeys:
+    return _loaded(path, parse_tenant_keys)
+
+
+def _loaded(path: str | Path, parse):
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise TenantKeysError(f"cannot read {path}: {e.strerror or e}") from None
     try:
-        return parse_tenant_keys(text)
+        return parse(text)
     except TenantKeysError as e:
         raise TenantKeysError(f"{path}: {e}") from None
 

@@ -10,7 +10,7 @@ machine, a shared volume); otherwise pass ``tokenizer=``.
 When the server is ``prefillonly serve --app`` serving the called function itself
 (``serves``: its /openapi.json lists the function's typed endpoint), a job goes to that
 endpoint instead (app_client.py), and needs no tokenizer here. When ``base_url`` is
-SGLang's model gateway (`smg`, found by its GET /workers), which routes neither /v1/score
+SGLang's model gateway (`smg`, found by its GET /readiness), which routes neither /v1/score
 nor typed endpoints, a job goes through its /v1/rerank or /v1/classify
 (gateway_client.py).
 
@@ -124,13 +124,14 @@ class RemoteBackend(Backend):
 
     @functools.cached_property
     def is_gateway(self) -> bool:
-        """Whether ``base_url`` is SGLang's model gateway: it lists its workers at /workers
-        (a server answers 404 there)."""
+        """Whether ``base_url`` is SGLang's model gateway: it answers GET /readiness with
+        its workers' count (a server answers 404 there). Not /workers: smg 1.13 opens that
+        to its own --api-key only, and refuses the tenant keys it serves."""
         try:
-            answer = self._request("GET", "/workers")
+            answer = self._request("GET", "/readiness")
         except InvalidRequestError:
             return False
-        return isinstance(answer, dict) and isinstance(answer.get("workers"), list)
+        return isinstance(answer, dict) and "total_workers" in answer
 
     @functools.cached_property
     def gateway_model(self) -> str:
