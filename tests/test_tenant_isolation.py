@@ -9,6 +9,7 @@ one server with two tenant keys (started once for the module)."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import requests
@@ -252,6 +253,49 @@ def test_every_scoring_route_takes_a_cache_salt(tenants_server):
     bad_body = {**calls["/v1/score_labels"], "cache_salt": 5}
     bad = _post(tenants_server, "/v1/score_labels", bad_body, KEY_A)
     assert bad.status_code == 400
+
+
+# -- embeddings: SGLang gives them no salt field (cache_salts.py, embedding_salts.py) ------
+
+embedding_tenants_server = tiny_server(
+    "--tenant-keys", str(TESTS / "tenant_keys_example.txt"),
+    "--is-embedding",
+    name="embedding_tenants_server",
+)  # fmt: skip
+
+
+def _encode_cached_tokens(server, path: str, body: dict, key: str) -> int:
+    """The request's cached prompt tokens, from the scheduler's "Prefill batch" log line
+    (SGLang's embedding answers carry no cached_tokens)."""
+    before = server.log_path.read_text(errors="replace").count("Prefill batch")
+    answer = _post(server, path, body, key)
+    assert answer.status_code == 200, answer.text
+    for _ in range(50):  # the scheduler's line is written before the answer; allow a flush
+        lines = [line for line in server.log_path.read_text(errors="replace").splitlines()
+                 if "Prefill batch" in line]  # fmt: skip
+        if len(lines) > before:
+            return int(lines[before].split("#cached-token:")[1].split(",")[0])
+        time.sleep(0.1)
+    raise AssertionError("no Prefill batch line for the request")
+
+
+def test_embeddings_run_in_the_tenants_namespace(embedding_tenants_server):
+    """Before: a second tenant's /encode found the first's 511 of 512 tokens cached. Now
+    each tenant's embeddings match only its own cached prefixes, and a body's own
+    `cache_salt` (/v1/embeddings, /encode) splits the tenant's cache further."""
+    server = embedding_tenants_server
+    text = {"text": "Embedding check. " + PROFILE}
+    assert _encode_cached_tokens(server, "/encode", text, KEY_A) == 0
+    assert _encode_cached_tokens(server, "/encode", text, KEY_A) > 0
+    assert _encode_cached_tokens(server, "/encode", text, KEY_B) == 0  # A's, not B's
+    assert _encode_cached_tokens(server, "/encode", text, KEY_B) > 0
+    openai = {"input": "Embedding check. " + PROFILE, "model": "m", "cache_salt": "s1"}
+    assert _encode_cached_tokens(server, "/v1/embeddings", openai, KEY_A) == 0
+    assert _encode_cached_tokens(server, "/v1/embeddings", openai, KEY_A) > 0
+    salted = {**text, "cache_salt": "s2"}
+    assert _encode_cached_tokens(server, "/encode", salted, KEY_A) == 0
+    bad = _post(server, "/v1/embeddings", {**openai, "cache_salt": 5}, KEY_A)
+    assert bad.status_code == 400 and "cache_salt must be a string" in bad.text
 
 
 # -- our own clients with keys (dsl/backends/remote.py) ----------------------------------

@@ -15,6 +15,15 @@ further, and no salt a tenant sends can name another tenant's namespace. Without
 caller's salt goes to SGLang as is (SGLang's meaning; a server without tenants trusts its
 callers). sglang_runtime/request_recording.py writes the result into every request that
 reaches SGLang's generate_request (score, continuations, chat, completions, generate).
+
+Embedding requests (/v1/embeddings, /encode, SGLang's /classify) reach the same prefix
+cache, but SGLang 0.5.23 gives them no salt field (EmbeddingReqInput, its tokenized form
+and the scheduler's Req for it take none, so every tenant shared one namespace there:
+measured, a second tenant's /encode found the first's 511 of 512 tokens cached). Their
+salt travels in SamplingParams.custom_params (SALT_PARAM), which SGLang carries to the
+Req, and sglang_runtime/embedding_salts.py sets the Req's cache_salt from it. Their bodies'
+own `cache_salt` is taken off by the server's guard (BODY_SALT_PATHS, take_body_salt:
+SGLang's request models have no such field) and set as the request's salt.
 """
 
 from __future__ import annotations
@@ -25,6 +34,9 @@ import hashlib
 import json
 
 MAX_SALT_CHARS = 1024  # a salt is a name, not a payload
+SALT_PARAM = "prefillonly_cache_salt"  # an embedding request's salt in its custom_params
+# SGLang's embedding routes: their request models have no cache_salt (the guard takes it).
+BODY_SALT_PATHS = frozenset({"/v1/embeddings", "/encode", "/classify"})
 
 # The tenant of the HTTP request being answered (None: no tenant keys, or not a request).
 TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -80,17 +92,50 @@ def salt_fields() -> dict:
     return {} if salt is None else {"cache_salt": salt}
 
 
+def take_body_salt(body: object) -> tuple[object, str | None]:
+    """(the body without its `cache_salt`, that salt checked) for a route whose SGLang
+    request model has no such field (BODY_SALT_PATHS); ValueError naming a bad salt."""
+    if not isinstance(body, dict) or "cache_salt" not in body:
+        return body, None
+    rest = {name: value for name, value in body.items() if name != "cache_salt"}
+    return rest, check_salt(body["cache_salt"])
+
+
 def salt_request(obj) -> None:
-    """Writes the effective salt into SGLang's request `obj` (a GenerateReqInput; one
-    without the field, SGLang's EmbeddingReqInput, is left alone). The request's own
+    """Writes the effective salt into SGLang's request `obj`. The request's own
     `cache_salt` (a chat or generate body's, one per prompt for a batch) is the caller's
-    salt where given; else the call's (REQUEST_SALT)."""
-    if not hasattr(obj, "cache_salt"):
-        return
+    salt where given; else the call's (REQUEST_SALT). A request without the field
+    (SGLang's EmbeddingReqInput) gets it in its sampling parameters (SALT_PARAM)."""
     tenant = TENANT.get()
+    if not hasattr(obj, "cache_salt"):
+        salt = effective_salt(tenant, REQUEST_SALT.get())
+        if salt is not None and hasattr(obj, "sampling_params"):
+            obj.sampling_params = with_salt_param(obj.sampling_params, salt)
+        return
     own = obj.cache_salt
     if isinstance(own, list):
         # SGLang wants a string per prompt in a list ("" for none).
         obj.cache_salt = [effective_salt(tenant, s or REQUEST_SALT.get()) or "" for s in own]
     else:
         obj.cache_salt = effective_salt(tenant, own or REQUEST_SALT.get())
+
+
+def with_salt_param(sampling_params, salt: str):
+    """SGLang's sampling parameters of a request (None, a dict, or one dict per prompt)
+    with ``salt`` in each one's custom_params (copies; the caller's dicts untouched)."""
+
+    def one(params: dict | None) -> dict:
+        params = dict(params or {})
+        params["custom_params"] = {**(params.get("custom_params") or {}), SALT_PARAM: salt}
+        return params
+
+    if isinstance(sampling_params, list):
+        return [one(params) for params in sampling_params]
+    return one(sampling_params)
+
+
+def salt_param(custom_params) -> str | None:
+    """The salt an embedding request carries in its custom_params (None: none)."""
+    if isinstance(custom_params, dict):
+        return custom_params.get(SALT_PARAM) or None
+    return None

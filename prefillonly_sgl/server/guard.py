@@ -4,7 +4,10 @@ For each POST to a guarded path (the endpoints that run the model) it, in order:
 1. answers 503 while the server drains for shutdown (SIGTERM);
 2. reads the body, at most max_request_bytes (413 beyond), checks that it is UTF-8 JSON
    and runs the path's check (400 / 413 with a message naming the problem), then the
-   runtime's authorize (403: a custom logit processor without the admin key);
+   runtime's authorize (403: a custom logit processor without the admin key); on a path
+   of body_salt_paths (SGLang's embedding routes, whose request models have no such
+   field) it takes the body's `cache_salt` off and runs the request under that salt
+   (scoring/cache_salts.py);
 3. admits it under AdmissionControl or answers 503 with Retry-After;
 4. runs the endpoint with a RequestRecord in CURRENT_REQUEST (prefillonly_sgl/scoring/usage.py),
    through which the SGLang side records the request's rids and usage; the usage goes out as
@@ -21,12 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from prefillonly_sgl.scoring.cache_salts import REQUEST_SALT, take_body_salt
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.scoring.usage import CURRENT_REQUEST, RequestRecord, RequestUsage
 from prefillonly_sgl.server.admission import AdmissionControl
@@ -97,6 +102,7 @@ class GuardPolicy:
     error_shapes: dict[str, str] = field(
         default_factory=dict
     )  # path -> "openai" (scoring/errors.py)
+    body_salt_paths: frozenset[str] = frozenset()  # the guard takes their `cache_salt`
 
 
 class _ClientGone(Exception):
@@ -150,6 +156,11 @@ class RequestGuard:
             authorize = getattr(self.runtime, "authorize", None)
             if authorize is not None:
                 await authorize(scope, parsed)
+            salt = None
+            if path in self.policy.body_salt_paths:
+                without, salt = _body_salt(parsed)
+                if without is not parsed:
+                    body = json.dumps(without).encode()
         except _ClientGone:
             return
         except RequestRefusedError as e:
@@ -184,7 +195,7 @@ class RequestGuard:
                 self.metrics.pending(admission.requests, admission.prompts)
 
         try:
-            await self._run(scope, receive, send, body, path, release, shape)
+            await self._run(scope, receive, send, body, path, release, shape, salt)
         finally:
             release()
 
@@ -212,7 +223,9 @@ class RequestGuard:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _run(self, scope, receive, send, body: bytes, path: str, release, shape) -> None:
+    async def _run(
+        self, scope, receive, send, body: bytes, path: str, release, shape, salt=None
+    ) -> None:
         record = RequestRecord(path=path)
         started = time.perf_counter()
         disconnected = asyncio.Event()
@@ -241,12 +254,15 @@ class RequestGuard:
                 release()
 
         token = CURRENT_REQUEST.set(record)
+        salt_token = REQUEST_SALT.set(salt) if salt is not None else None
         try:
-            # Both tasks copy the context, so the endpoint sees `record`.
+            # Both tasks copy the context, so the endpoint sees `record` (and the salt).
             endpoint = asyncio.create_task(self.app(scope, replay_receive, send_with_usage))
             watcher = asyncio.create_task(receive())
         finally:
             CURRENT_REQUEST.reset(token)
+            if salt_token is not None:
+                REQUEST_SALT.reset(salt_token)
         stop = asyncio.create_task(self.policy.in_flight.wait_for_stop())
         try:
             await asyncio.wait({endpoint, watcher, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -279,3 +295,11 @@ class RequestGuard:
             self.metrics.finished(
                 path, response["status"], time.perf_counter() - started, record.usage
             )
+
+
+def _body_salt(parsed):
+    """take_body_salt, a bad salt as the 400 it is."""
+    try:
+        return take_body_salt(parsed)
+    except ValueError as e:
+        raise InvalidRequestError(str(e)) from None

@@ -691,6 +691,16 @@ HOOK_TARGETS: dict[str, str] = {
         "caller's) to one per prompt; TokenizedGenerateReqInput and Req carry it to RadixKey's "
         "cache_salt, so a salt matches only its own cached prefixes"
     ),
+    "sglang.srt.managers.scheduler.Scheduler._maybe_namespace_elastic_radix_cache": (
+        "AFTER (embedding_salts.py, every prefillonly scheduler): called on each new Req "
+        "right after SGLang builds it; an embedding Req gets the cache_salt its "
+        "custom_params carry (SGLang gives embeddings no salt field)"
+    ),
+    "sglang.srt.managers.scheduler.Scheduler.handle_embedding_request": (
+        "relied on: builds an embedding Req with its request's SamplingParams (the "
+        "custom_params request_recording.py salted) and calls the hook above on it "
+        "before queueing it"
+    ),
     "sglang.srt.utils.auth._get_auth_level_from_app_and_scope": (
         "AROUND (http_server/access.HOOKS): SGLang's lookup of a route's level misses the "
         "routers its app includes, so the API key opened their admin routes "

@@ -38,6 +38,7 @@ Then sglang.launch_server.run_server runs the server exactly as `sglang serve` w
 
 import os
 
+from prefillonly_sgl.scoring.cache_salts import BODY_SALT_PATHS
 from prefillonly_sgl.server.admission import AdmissionControl
 from prefillonly_sgl.server.body_encoding import DecodeRequestBody
 from prefillonly_sgl.server.endpoints import EndpointSpec, check_unique_paths
@@ -137,6 +138,7 @@ def install(
         max_request_bytes=options.max_request_bytes,
         admission=AdmissionControl(options.max_pending_requests, options.max_pending_prompts),
         error_shapes=error_shapes,
+        body_salt_paths=BODY_SALT_PATHS,
     )
     app.add_middleware(
         RequestGuard, policy=policy, runtime=runtime, metrics=_guard_metrics(enable_metrics)
