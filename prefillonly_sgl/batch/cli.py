@@ -40,7 +40,8 @@ def add_parser(commands) -> None:
     batch.add_argument("records", help="input: .csv, .jsonl or .parquet")
     batch.add_argument("output", help="results: .jsonl, .csv or .parquet")
     where = batch.add_mutually_exclusive_group()
-    where.add_argument("--server", help="a running server's URL (default: a local engine)")
+    where.add_argument("--server", help="a running server's URL (default: a local engine); "
+                       "a keyed server's key is read from PREFILLONLY_API_KEY")  # fmt: skip
     where.add_argument("--model", help="local engine's model folder (default: SmolLM2-135M)")
     batch.add_argument("--device", choices=["cpu", "cuda"], help="local engine's device")
     batch.add_argument("--dtype", default="auto", help="local engine's dtype (default auto)")
