@@ -67,6 +67,26 @@ def test_features_off_come_from_the_kinds_of_layer():
     assert FAMILIES["lfm2"].features_off() == FAMILIES["qwen3_5"].features_off()
 
 
+def test_recurrent_families_are_held_to_transformers_split_where_the_engine_splits():
+    """verify compares a recurrent family's continuation with transformers computing it in
+    the Engine's order (the prompt split at the query's end) when prefill-only KV splits
+    it there (both prefill-only features on), and with one whole forward otherwise."""
+    from prefillonly_sgl.verification.verify import Expected, Variant, splits_at_prefix
+
+    moe, llama = family_of("Qwen3_5MoeForCausalLM"), family_of("LlamaForCausalLM")
+    assert moe.splits_at_prefix() and not llama.splits_at_prefix()
+    assert all(family_of(a).splits_at_prefix() for a in ("Lfm2ForCausalLM",
+               "GraniteMoeHybridForCausalLM", "Qwen3NextForCausalLM"))  # fmt: skip
+    ours = Variant("all features", {}, ("prefill_attention", "prefill_kv", "jct_scheduler"))
+    assert splits_at_prefix(moe, ours) and not splits_at_prefix(llama, ours)
+    assert not splits_at_prefix(moe, Variant("prefill_kv off", {}, ("prefill_attention",)))
+    assert not splits_at_prefix(moe, Variant("stock SGLang", {}, ()))
+    expected = Expected([[0.5]], [[0.5]], [None], [[-1.0]], continuation_split=[[-1.1]])
+    assert expected.for_engine_that_splits().continuation == [[-1.1]]
+    whole = Expected([[0.5]], [[0.5]], [None], [[-1.0]])
+    assert whole.for_engine_that_splits() is whole
+
+
 def test_a_family_with_an_unknown_kind_is_refused():
     with pytest.raises(ValueError, match="unknown layer kinds"):
         families.Family("x", "X", ("XForCausalLM",), ("warp_attention",))

@@ -50,6 +50,9 @@ class LayerKind:
     # SGLang ServerArgs fields a model with this kind of layer needs, per device, unless
     # the user gave them (RuntimeConfig.sglang_defaults)
     sglang_defaults: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    # A cold prompt's first forward ends at its reusable prefix (prefill-only KV keeps a
+    # recurrent state there), so its later tokens are computed after a state handed over.
+    splits_at_prefix: bool = False
 
 
 def _recurrent_kind(name: str, summary: str) -> LayerKind:
@@ -91,6 +94,7 @@ def _recurrent_kind(name: str, summary: str) -> LayerKind:
             "cpu": {**_STATE_AT_PREFIX, "max_mamba_cache_size": CPU_STATE_POOL},
             "cuda": _STATE_AT_PREFIX,
         },
+        splits_at_prefix=True,
     )
 
 
@@ -202,6 +206,11 @@ class Family:
 
     def notes(self) -> tuple[str, ...]:
         return tuple(note for kind in self.layers for note in LAYER_KINDS[kind].notes)
+
+    def splits_at_prefix(self) -> bool:
+        """Whether prefill-only KV ends a cold prompt's first forward at its reusable
+        prefix for this family (a recurrent state kept there)."""
+        return any(LAYER_KINDS[kind].splits_at_prefix for kind in self.layers)
 
     def sglang_defaults(self, device: str) -> dict[str, object]:
         """The SGLang fields its kinds of layer need on `device` (the user's values win)."""

@@ -65,21 +65,34 @@ class TransformersReference:
             logits[int(token)] += bias
         return torch.log_softmax(logits, dim=-1)
 
-    def prompt_logprobs(self, prompt_ids) -> list[float | None]:
+    def prompt_logprobs(self, prompt_ids, split_at: int = 0) -> list[float | None]:
         """Each prompt token's log-probability given the tokens before it (None for the
-        first): what an echo request returns per prompt position."""
+        first): what an echo request returns per prompt position. ``split_at`` (0 < it <
+        the length): two forwards, the tokens before it and then the rest after its cache,
+        as an engine that ends the first forward there computes them."""
         import torch
 
         ids = self._ids(prompt_ids)
         with torch.no_grad():
-            logits = self.model(input_ids=ids).logits[0].double()
+            if 0 < split_at < ids.shape[1]:
+                first = self.model(input_ids=ids[:, :split_at], use_cache=True)
+                rest = self.model(
+                    input_ids=ids[:, split_at:], past_key_values=first.past_key_values
+                )
+                logits = torch.cat([first.logits[0], rest.logits[0]]).double()
+            else:
+                logits = self.model(input_ids=ids).logits[0].double()
         logprobs = torch.log_softmax(logits[:-1], dim=-1)
         picked = logprobs.gather(1, ids[0, 1:, None])[:, 0]
         return [None, *picked.tolist()]
 
-    def continuation_logprobs(self, query, items, continuation) -> list[list[float]]:
+    def continuation_logprobs(
+        self, query, items, continuation, split_at_query: bool = False
+    ) -> list[list[float]]:
         """Per item, each continuation token's log-probability after query + item (text:
-        the prompt tokenized whole, the continuation on its own; token ids concatenated)."""
+        the prompt tokenized whole, the continuation on its own; token ids concatenated).
+        ``split_at_query``: computed in two forwards split where the query's tokens end
+        (the reusable prefix), as the Engine computes a recurrent family's prompt."""
         continuations = (
             continuation
             if isinstance(continuation, list) and not all(type(t) is int for t in continuation)
@@ -90,8 +103,18 @@ class TransformersReference:
             prompt = self.prompt_ids(query, item)
             if isinstance(cont, str):
                 cont = self.tokenizer.encode(cont, add_special_tokens=False)
-            rows.append(self.prompt_logprobs(list(prompt) + list(cont))[len(prompt) :])
+            split = self._query_len(query, prompt) if split_at_query else 0
+            rows.append(self.prompt_logprobs(list(prompt) + list(cont), split)[len(prompt) :])
         return rows
+
+    def _query_len(self, query, prompt) -> int:
+        """How many of ``prompt``'s tokens are the query's (tokenized as the Engine
+        tokenizes it to find the reusable prefix: whole, special tokens included)."""
+        own = self.tokenizer.encode(query) if isinstance(query, str) else list(query)
+        n = 0
+        while n < min(len(own), len(prompt)) and own[n] == prompt[n]:
+            n += 1
+        return n
 
     def score(self, query, items, label_token_ids, apply_softmax: bool = True, item_first=False):
         """One list per item, like Engine.score."""
