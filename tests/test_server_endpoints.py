@@ -323,3 +323,18 @@ def test_serve_rejects_a_bad_app_before_starting(tmp_path):
     empty.write_text("X = 1\n")
     out = run_command(serve_command("--app", str(empty)))
     assert out.returncode == 2 and "declares no endpoints" in out.stderr
+
+
+def test_serve_refuses_a_key_too_short_to_keep_out_of_the_logs():
+    """A key under 8 characters (the tenant keys' rule) is refused before anything starts:
+    the logs' redaction searches every line only for values of 6 characters or more."""
+    from prefillonly_sgl.server.auth import short_key_refusal
+
+    assert short_key_refusal(**{"--api-key": "long-enough-key", "--admin-api-key": None}) is None
+    assert "--admin-api-key must be at least 8" in short_key_refusal(
+        **{"--api-key": "long-enough-key", "--admin-api-key": "adm"}
+    )
+    out = run_command(serve_command("--api-key", "q7z"))
+    assert out.returncode != 0
+    assert "--api-key must be at least 8 characters (got 3)" in out.stderr
+    assert "q7z" not in out.stderr

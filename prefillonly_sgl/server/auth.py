@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import hmac
 
+from prefillonly_sgl.server.tenant_keys import MIN_KEY_CHARS
+
 NORMAL = "normal"
 ADMIN_OPTIONAL = "admin_optional"
 ADMIN_FORCE = "admin_force"
@@ -68,6 +70,21 @@ def authorization_header(scope) -> str | None:
     for name, value in scope.get("headers", ()):
         if name.lower() == b"authorization":
             return value.decode("latin-1")
+    return None
+
+
+def short_key_refusal(**keys: str | None) -> str | None:
+    """Why a server may not start with these keys (None: it may): a key shorter than the
+    tenant keys' minimum is a placeholder, guessable, and too short to be searched for in
+    every log line (server/redaction.py searches values of 6 characters or more), so it
+    could not be kept out of the logs. ``keys``: flag name -> value."""
+    for flag, key in keys.items():
+        if key is not None and len(key) < MIN_KEY_CHARS:
+            return (
+                f"{flag} must be at least {MIN_KEY_CHARS} characters (got {len(key)}): a "
+                "shorter key is guessable and cannot be kept out of the logs; make one "
+                "with e.g. `openssl rand -hex 16`"
+            )
     return None
 
 

@@ -40,6 +40,7 @@ import os
 
 from prefillonly_sgl.scoring.cache_salts import BODY_SALT_PATHS
 from prefillonly_sgl.server.admission import AdmissionControl
+from prefillonly_sgl.server.auth import short_key_refusal
 from prefillonly_sgl.server.body_encoding import DecodeRequestBody
 from prefillonly_sgl.server.endpoints import EndpointSpec, check_unique_paths
 from prefillonly_sgl.server.guard import GuardPolicy, RequestGuard
@@ -183,6 +184,11 @@ def serve(
             "prefillonly serve: --tokenizer-worker-num > 1 is not supported (the request "
             "checks run in the main process's HTTP server)"
         )
+    refusal = short_key_refusal(
+        **{"--api-key": server_args.api_key, "--admin-api-key": server_args.admin_api_key}
+    )
+    if refusal is not None:
+        raise SystemExit(f"prefillonly serve: {refusal}")
     tenant_keys = _tenant_keys(options, server_args)
     from sglang.launch_server import run_server
     from sglang.srt.entrypoints.http_server import app
