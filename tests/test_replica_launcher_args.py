@@ -64,11 +64,13 @@ def test_the_replicas_key_is_the_gateways():
     from prefillonly_sgl.replicas.gateway_args import GatewayKeys, gateway_auth, serve_flag_value
 
     assert gateway_auth(["--model-path", "m"]) == (GatewayKeys(), None)
-    assert gateway_auth(["--api-key", "K1"]) == (GatewayKeys("K1"), None)
-    keys, _ = gateway_auth(["--api-key=K2", "--admin-api-key", "A"])
-    assert keys.smg_options() == ["--api-key", "K2"]
+    assert gateway_auth(["--api-key", "key-one-1"]) == (GatewayKeys("key-one-1"), None)
+    keys, _ = gateway_auth(["--api-key=key-two-2", "--admin-api-key", "admin-key-3"])
+    assert keys.smg_options() == ["--api-key", "key-two-2"]
     assert serve_flag_value(["--admin-api-key", "A"], "--api-key") is None
-    assert "K2" not in repr(keys)  # a logged or raised GatewayKeys shows no key
+    assert "key-two-2" not in repr(keys)  # a logged or raised GatewayKeys shows no key
+    with pytest.raises(ValueError, match="--admin-api-key must be at least 8"):
+        gateway_auth(["--api-key", "key-one-1", "--admin-api-key", "A"])
     assert GatewayKeys.from_json(keys.to_json()) == keys
 
 
@@ -83,7 +85,7 @@ def test_tenant_keyed_replicas_give_the_gateway_every_tenant_and_a_key_of_its_ow
         "--tenant-api-key", "alice:alice-key-1", "--tenant-api-key", "bob:bob-key-22"
     ]  # fmt: skip
     with pytest.raises(ValueError, match="replaces --api-key"):
-        gateway_auth(["--tenant-keys", "f", "--api-key", "K"], pairs)
+        gateway_auth(["--tenant-keys", "f", "--api-key", "key-one-1"], pairs)
     with pytest.raises(ValueError, match="may not contain ':'"):
         gateway_auth(["--tenant-keys", "f"], [("a:b", "some-key-1")])
     with pytest.raises(ValueError, match="gateway's own"):

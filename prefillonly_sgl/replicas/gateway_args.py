@@ -52,6 +52,8 @@ import secrets
 import sys
 from dataclasses import dataclass, field
 
+from prefillonly_sgl.server.auth import short_key_refusal
+
 POLICIES = ("cache_aware", "consistent_hashing", "prefix_hash", "round_robin", "least_load")
 HEALTH_CHECK_INTERVAL_S = 2
 HEALTH_FAILURE_THRESHOLD = 2
@@ -155,6 +157,10 @@ def gateway_auth(
     caller. With tenants the replicas get every tenant's key and the gateway's own, and
     the gateway every tenant's (see the module doc). ValueError naming the problem."""
     key = serve_flag_value(serve_args, "--api-key")
+    admin_key = serve_flag_value(serve_args, "--admin-api-key")
+    refusal = short_key_refusal(**{"--api-key": key, "--admin-api-key": admin_key})
+    if refusal is not None:
+        raise ValueError(refusal)  # every replica would refuse it (serve's rule)
     if serve_flag_value(serve_args, "--tenant-keys") is None:
         return GatewayKeys(key), None
     if key is not None:
