@@ -40,6 +40,9 @@ logger = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 600  # a replica loads its model; SGLang's workers import for ~15-40 s
 OWNED_OPTIONS = ("--host", "--port")
+# The replicas' copy of --tenant-keys with the gateway's own key (ReplicaSet._keys), in
+# the log folder while the set runs.
+TENANT_KEYS_COPY = "replica-tenant-keys.json"
 
 
 class ReplicaStartError(RuntimeError):
@@ -148,8 +151,7 @@ class Gateway:
         keys: GatewayKeys | None = None,
     ) -> None:
         self.url, self.worker_urls, self.policy = f"http://{host}:{port}", worker_urls, policy
-        self.keys = keys or GatewayKeys()  # gateway_args.gateway_auth
-        self._api_key = self.keys.api_key  # the launcher's own calls send it
+        self.keys = keys or GatewayKeys()  # gateway_args.gateway_auth; our calls send its key
         self.prometheus_port = free_port(host)
         argv = gateway_argv(host, port, worker_urls, self.prometheus_port, policy, extra)
         self.process = _Process(
@@ -162,7 +164,7 @@ class Gateway:
 
     def workers(self) -> list[dict]:
         """The gateway's view of its replicas (GET /workers), [] when it cannot answer."""
-        answer = get_json(f"{self.url}/workers", api_key=self._api_key)
+        answer = get_json(f"{self.url}/workers", api_key=self.keys.api_key)
         return list(answer.get("workers") or []) if isinstance(answer, dict) else []
 
     def healthy_workers(self) -> set[str]:
@@ -275,7 +277,7 @@ class ReplicaSet:
         keys, replica_pairs = gateway_auth(serve_args, pairs)
         if replica_pairs is None:
             return keys, serve_args
-        copy = log_dir / "replica-tenant-keys.json"
+        copy = log_dir / TENANT_KEYS_COPY
         copy.unlink(missing_ok=True)
         fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         by_tenant: dict[str, list[str]] = {}
@@ -342,7 +344,7 @@ class ReplicaSet:
             replica.signal_group(signal.SIGTERM)
         for replica in self.replicas:
             replica.stop()
-        (self.log_dir / "replica-tenant-keys.json").unlink(missing_ok=True)
+        (self.log_dir / TENANT_KEYS_COPY).unlink(missing_ok=True)
 
     def __enter__(self) -> ReplicaSet:
         self.start()

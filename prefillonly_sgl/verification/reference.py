@@ -103,18 +103,17 @@ class TransformersReference:
             prompt = self.prompt_ids(query, item)
             if isinstance(cont, str):
                 cont = self.tokenizer.encode(cont, add_special_tokens=False)
-            split = self._query_len(query, prompt) if split_at_query else 0
+            split = self._reusable_len(query, prompt) if split_at_query else 0
             rows.append(self.prompt_logprobs(list(prompt) + list(cont), split)[len(prompt) :])
         return rows
 
-    def _query_len(self, query, prompt) -> int:
-        """How many of ``prompt``'s tokens are the query's (tokenized as the Engine
-        tokenizes it to find the reusable prefix: whole, special tokens included)."""
+    def _reusable_len(self, query, prompt) -> int:
+        """The Engine's R for ``prompt``: prefill-only KV's own rule, with the query
+        tokenized as the Engine tokenizes it (whole, special tokens included)."""
+        from prefillonly_sgl.features.prefill_kv.policy import reusable_prefix_len
+
         own = self.tokenizer.encode(query) if isinstance(query, str) else list(query)
-        n = 0
-        while n < min(len(own), len(prompt)) and own[n] == prompt[n]:
-            n += 1
-        return n
+        return reusable_prefix_len(own, prompt)
 
     def score(self, query, items, label_token_ids, apply_softmax: bool = True, item_first=False):
         """One list per item, like Engine.score."""

@@ -293,10 +293,10 @@ def reference_answers(reference, probes: Probes, split_at_query: bool = False) -
 
 def splits_at_prefix(family, variant: Variant) -> bool:
     """Whether this variant's engine ends a cold prompt's first forward at its reusable
-    prefix: a family with a recurrent state there, with prefill-only KV on (which needs
-    prefill-only attention: features/prefill_kv/policy.recurrent_state_plan)."""
-    on = set(variant.features)
-    return bool(family and family.splits_at_prefix() and {"prefill_kv", "prefill_attention"} <= on)
+    prefix: a family with a recurrent state there, with prefill-only KV on
+    (features/prefill_kv/policy.recurrent_state_plan; its resolved features include the
+    prefill-only attention it needs)."""
+    return bool(family and family.splits_at_prefix() and "prefill_kv" in variant.features)
 
 
 def max_abs_diff(a, b) -> float:
