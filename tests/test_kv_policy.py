@@ -11,7 +11,7 @@ from prefillonly_sgl.features.prefill_kv.policy import (
     dropped_new_tokens,
     kept_new_tokens,
     reusable_prefix_len,
-    slot_mask,
+    kept_rows,
 )
 
 
@@ -62,8 +62,9 @@ def test_chunk_that_is_not_the_last_keeps_everything():
     assert kept_new_tokens(prefix_len=64, extend_len=36, total_len=100, reusable_len=80) == 16
 
 
-def test_slot_mask_marks_each_requests_kept_tokens():
-    assert slot_mask([2, 0, 1], [3, 2, 1]) == [True, True, False, False, False, True]
+def test_kept_rows_are_each_requests_kept_tokens():
+    assert kept_rows([2, 0, 1], [3, 2, 1]) == [0, 1, 5]
+    assert kept_rows([0, 0], [4, 1]) == []
 
 
 def test_recurrent_state_plan_drops_suffix_kv_only_where_a_state_is_cached():

@@ -42,7 +42,6 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
 from prefillonly_sgl.features.prefill_attention.flashinfer_chunk import FlashInferQueryChunk
 from prefillonly_sgl.features.prefill_attention.plan import Span, plan_query_chunk
-from prefillonly_sgl.features.prefill_kv.policy import DROPPED_SLOT
 from prefillonly_sgl.hooking import process_state
 
 # The forward modes prefill-only KV requests run in (no speculative / dLLM modes here).
@@ -131,21 +130,25 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
             process_state.current().switches.cuda_query_chunks
             and forward_batch.forward_mode in _PLAIN_EXTEND
             and getattr(self.forward_metadata, "use_ragged", False)
+            # the batch's request rows on the host (_spans), never read from the device
+            and getattr(forward_batch, "req_pool_indices_cpu", None) is not None
             and flashinfer_pool_reads(self, _prefill_graph_backend()) is None
         )
 
     def forward_query_chunk(self, q, k_all, v_all, layer, forward_batch, start, end, sinks=None):
         """forward_extend for the batch's rows [start, end) of a layer run in query chunks
         (the CPU backend's method of the same name, with FlashInfer)."""
-        loc = forward_batch.out_cache_loc[start:end]
-        k_new, v_new = k_all[start:end], v_all[start:end]
-        if _drops_kv():
-            kept = loc != DROPPED_SLOT
-            loc, k_new, v_new = loc[kept], k_new[kept], v_new[kept]
-        if loc.numel():
-            self.token_to_kv_pool.set_kv_buffer(
-                layer, KVWriteLoc(loc, None), k_new, v_new, *self._kv_write_scales(layer)
-            )
+        # Every row is written, dropped ones too: they go to DROPPED_SLOT, the pool's
+        # never-allocated dummy slot that nothing reads (stock FlashInfer writes them there
+        # too). Selecting the kept rows with a mask would make the host wait for the device
+        # (its count) once per layer per chunk.
+        self.token_to_kv_pool.set_kv_buffer(
+            layer,
+            KVWriteLoc(forward_batch.out_cache_loc[start:end], None),
+            k_all[start:end],
+            v_all[start:end],
+            *self._kv_write_scales(layer),
+        )
         chunk = self._query_chunks.get((start, end))
         if chunk is None:
             spans, slots = self._spans(forward_batch)
@@ -178,7 +181,10 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
             new_lens = list(forward_batch.extend_seq_lens_cpu)
             req_to_token = self.req_to_token_pool.req_to_token
             spans, slots, row = [], [], 0
-            pool_indices = forward_batch.req_pool_indices.tolist()
+            # The host's copy (SGLang keeps one for plain extend batches): reading the
+            # device's would wait for it.
+            # (supports_query_chunks: present).
+            pool_indices = forward_batch.req_pool_indices_cpu.tolist()
             for pool_index, p, n in zip(pool_indices, prefix_lens, new_lens):
                 spans.append(Span(row, p, n))
                 slots.append(req_to_token[pool_index, :p] if p else None)

@@ -81,13 +81,17 @@ def dropped_new_tokens(prefix_len: int, extend_len: int, total_len: int, reusabl
     return extend_len - kept_new_tokens(prefix_len, extend_len, total_len, reusable_len)
 
 
-def slot_mask(kept: Sequence[int], extend_lens: Sequence[int]) -> list[bool]:
-    """Per new token of the batch (requests in order): True where it gets a real slot."""
-    mask: list[bool] = []
+def kept_rows(kept: Sequence[int], extend_lens: Sequence[int]) -> list[int]:
+    """The batch's new-token rows (requests in order) that get a real slot, ascending,
+    known on the host, so that the allocation scatters the
+    real slots by index instead of by a boolean mask on the device (which would wait for
+    the device: a host-device sync per batch)."""
+    rows: list[int] = []
+    start = 0
     for k, n in zip(kept, extend_lens, strict=True):
-        mask.extend([True] * k)
-        mask.extend([False] * (n - k))
-    return mask
+        rows.extend(range(start, start + k))
+        start += n
+    return rows
 
 
 # What a score prompt of a recurrent-state model (linear attention, mamba) does with its

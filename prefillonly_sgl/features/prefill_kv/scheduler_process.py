@@ -59,8 +59,8 @@ from prefillonly_sgl.features.prefill_kv.policy import (
     dropped_new_tokens,
     kept_new_tokens,
     recurrent_state_plan,
+    kept_rows,
     runs_one_forward,
-    slot_mask,
 )
 from prefillonly_sgl.hooking import process_state
 
@@ -502,12 +502,15 @@ def _around_alloc_token_slots(original, tree_cache, num_tokens, *args, **kwargs)
         )
     allocator = tree_cache.token_to_kv_pool_allocator
     n_real = sum(layout.kept)
-    out = torch.full((num_tokens,), DROPPED_SLOT, dtype=torch.int64, device=allocator.device)
-    if n_real:
-        real = original(tree_cache, n_real, *args, **kwargs)
-        mask = torch.tensor(slot_mask(layout.kept, layout.extend_lens), dtype=torch.bool)
-        out = out.to(real.dtype)
-        out[mask.to(out.device)] = real
+    if not n_real:
+        return torch.full((num_tokens,), DROPPED_SLOT, dtype=torch.int64, device=allocator.device)
+    real = original(tree_cache, n_real, *args, **kwargs)
+    # Nothing here may wait for the device (this runs on SGLang's schedule stream while
+    # the previous forward runs): the rows come from the host (kept_rows), copied without
+    # blocking, and scattered by index; a boolean mask would need the device's count.
+    rows = torch.tensor(kept_rows(layout.kept, layout.extend_lens), dtype=torch.int64)
+    out = torch.full((num_tokens,), DROPPED_SLOT, dtype=real.dtype, device=real.device)
+    out.index_copy_(0, rows.to(real.device, non_blocking=True), real)
     return out
 
 
