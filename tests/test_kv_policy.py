@@ -10,8 +10,8 @@ from prefillonly_sgl.features.prefill_kv.policy import (
     common_prefix_len,
     dropped_new_tokens,
     kept_new_tokens,
-    reusable_prefix_len,
     kept_rows,
+    reusable_prefix_len,
 )
 
 

@@ -58,8 +58,8 @@ from prefillonly_sgl.features.prefill_kv.policy import (
     clamp_reusable_len,
     dropped_new_tokens,
     kept_new_tokens,
-    recurrent_state_plan,
     kept_rows,
+    recurrent_state_plan,
     runs_one_forward,
 )
 from prefillonly_sgl.hooking import process_state
