@@ -293,3 +293,69 @@ def test_hybrid_models_scale_the_default_models_attention_terms(tmp_path):
     assert model.per_token_squared == DEFAULT.per_token_squared * 0.25
     # a cache hit saves less on a hybrid: the prefix's attention is most of what it skips
     assert model.job_time(100, 1100) < DEFAULT.job_time(100, 1100)
+
+
+LLAMA_1B = dict(
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_hidden_layers=16,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=64,
+)
+
+
+def test_a_card_without_a_profile_gets_its_shapes_model_and_batches_cold_groups(
+    tmp_path, monkeypatch
+):
+    """On CUDA the built-in model is the model's shape over the card's rates
+    (device_model.py): Llama-3.2-1B's decoder matmuls (973M weights) at half the H200's
+    792 TFLOP/s, a forward's fixed cost from its 16 layers. Under it cold recommendation
+    groups (a 1-2k-token profile and its items each) batch together up to the token
+    budget, as stock SGLang fills its batches; under the CPU's bfloat16 model (what a card
+    ran before, issue 73) each cold leader was long and ran alone with its riders."""
+    import json
+
+    from prefillonly_sgl.features.jct_scheduler import settings as jct_settings
+    from prefillonly_sgl.features.jct_scheduler.device_model import card_model, decoder_shape
+
+    monkeypatch.setenv("PREFILLONLY_CACHE", str(tmp_path / "cache"))  # no saved profiles
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_1B))
+    shape = decoder_shape(tmp_path)
+    assert shape.linear_weights == 16 * (2048 * 64 * (2 * 32 + 2 * 8) + 3 * 2048 * 8192)
+    model = card_model(shape, "NVIDIA H200")
+    assert model.per_token == pytest.approx(2 * shape.linear_weights / 396e12)
+    assert model.per_batch == pytest.approx(3e-3 + 16 * 1e-4)
+    assert "H200" in model.source
+    monkeypatch.setattr(jct_settings, "cuda_device_name", lambda: "NVIDIA H200")
+    resolved = jct_settings.resolve_settings(tmp_path, "cuda", "bfloat16", ["prefill_kv"]).model
+    assert resolved == model
+    cpu = jct_settings.resolve_settings(tmp_path, "cpu", "bfloat16", ["prefill_kv"]).model
+    assert cpu == jct_model.DEFAULTS["bfloat16"]
+
+    def groups():
+        jobs = []
+        for user in range(4):
+            profile = tokens(100_000 * (user + 1), 1500)
+            jobs += [job(f"u{user}i{i}", 1650, prefix=profile) for i in range(8)]
+        return jobs
+
+    on_card = JctPolicy(model, aging=1.0, token_budget=8192).plan(groups())
+    leaders = {key.split("i")[0] for key in on_card.batch}
+    assert len(leaders) >= 2 and on_card.new_tokens <= 8192
+    on_cpu_model = JctPolicy(cpu, aging=1.0, token_budget=8192).plan(groups())
+    assert len({key.split("i")[0] for key in on_cpu_model.batch}) == 1
+
+
+def test_an_unknown_card_and_an_unreadable_shape_fall_back(tmp_path):
+    from prefillonly_sgl.features.jct_scheduler.device_model import (
+        OTHER_CARD,
+        card_rates,
+        decoder_shape,
+    )
+
+    assert card_rates("NVIDIA H100 80GB HBM3").name == "H100"
+    assert card_rates("Some Future GPU") is OTHER_CARD
+    (tmp_path / "config.json").write_text('{"hidden_size": 8}')
+    assert decoder_shape(tmp_path) is None
+    assert decoder_shape(tmp_path / "missing") is None

@@ -27,6 +27,17 @@ def detect_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def cuda_device_name() -> str:
+    """The CUDA card's name (torch's), or "CUDA" where none answers (a configuration made
+    for a card on a machine without one)."""
+    import torch
+
+    try:
+        return torch.cuda.get_device_name() if torch.cuda.is_available() else "CUDA"
+    except RuntimeError:
+        return "CUDA"
+
+
 def folder_dtype(model_path: str | Path) -> str | None:
     """The dtype a Hugging Face folder's config.json names, or None."""
     try:

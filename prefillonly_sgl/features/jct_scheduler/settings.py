@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from prefillonly_sgl.features import JCT_POLICY  # noqa: F401  (re-exported)
+from prefillonly_sgl.features.jct_scheduler.device_model import card_model, decoder_shape
 from prefillonly_sgl.features.jct_scheduler.eviction import DEFAULT_EVICTION, EVICTION_POLICIES
 from prefillonly_sgl.features.jct_scheduler.jct_model import DEFAULT, JctModel, default_model
 from prefillonly_sgl.features.jct_scheduler.policy import (
@@ -17,7 +18,7 @@ from prefillonly_sgl.features.jct_scheduler.policy import (
     DEFAULT_SIZE_RATIO,
 )
 from prefillonly_sgl.features.jct_scheduler.profiles import find_profile, load_profile, profile_key
-from prefillonly_sgl.machine.device_defaults import resolved_dtype
+from prefillonly_sgl.machine.device_defaults import cuda_device_name, resolved_dtype
 from prefillonly_sgl.models.families import attention_layer_share
 
 
@@ -66,6 +67,21 @@ class JctSettings:
         )
 
 
+def built_in_model(model_path: str | Path, device: str, dtype: str) -> JctModel:
+    """Without a profile: on a card, the model's shape over the card's rates
+    (device_model.py); elsewhere, or for a shape it cannot read, the CPU's built-in model
+    of the dtype. Either was made for a network whose every layer attends: a hybrid's
+    attention terms scale with its attention layers' share."""
+    model = None
+    if device == "cuda":
+        shape = decoder_shape(model_path)
+        if shape is not None:
+            model = card_model(shape, cuda_device_name())
+    if model is None:
+        model = default_model(resolved_dtype(model_path, dtype))
+    return model.with_attention_share(attention_layer_share(model_path))
+
+
 def resolve_settings(
     model_path: str | Path,
     device: str,
@@ -77,16 +93,14 @@ def resolve_settings(
 ) -> JctSettings:
     """The settings an engine starts with: the profile given, else the saved profile of
     this model / device / dtype / runtime features (`prefillonly profile` writes it), else
-    the built-in model of that dtype; aging None: DEFAULT_AGING; eviction None:
+    the built-in model (built_in_model: the card's estimate on CUDA, the CPU's per dtype); aging None: DEFAULT_AGING; eviction None:
     DEFAULT_EVICTION."""
     if profile is not None:
         model = load_profile(profile)
     else:
-        # The built-in model was measured on a model whose every layer attends; a profile
-        # of this model measures its own layers.
-        model = find_profile(profile_key(model_path, device, dtype, features)) or default_model(
-            resolved_dtype(model_path, dtype)
-        ).with_attention_share(attention_layer_share(model_path))
+        model = find_profile(profile_key(model_path, device, dtype, features)) or built_in_model(
+            model_path, device, dtype
+        )
     return JctSettings(
         model=model,
         aging=DEFAULT_AGING if aging is None else aging,
