@@ -93,8 +93,8 @@ def resolve_settings(
 ) -> JctSettings:
     """The settings an engine starts with: the profile given, else the saved profile of
     this model / device / dtype / runtime features (`prefillonly profile` writes it), else
-    the built-in model (built_in_model: the card's estimate on CUDA, the CPU's per dtype); aging None: DEFAULT_AGING; eviction None:
-    DEFAULT_EVICTION."""
+    the built-in model (built_in_model: the card's estimate on CUDA, the CPU's per
+    dtype); aging None: DEFAULT_AGING; eviction None: DEFAULT_EVICTION."""
     if profile is not None:
         model = load_profile(profile)
     else:
