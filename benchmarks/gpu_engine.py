@@ -99,6 +99,7 @@ import subprocess
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -111,24 +112,40 @@ from harness.loadgen import arrival_times  # noqa: E402
 
 PARTS = ("correctness", "items", "recommendation", "long")
 LOAD_PARTS = ("items", "recommendation")
-SYSTEMS = ("stock", "stock-mis", "ours")
+# The order each part's turns run in: stock first (its burst sets the rates), ours next
+# (a deadline cuts the last turn, and ours is the one this run exists to measure), then
+# stock's multi-item scoring.
+SYSTEMS = ("stock", "ours", "stock-mis")
 # What each system is measured on: multi-item scoring is stock's alternative on the
 # items shape (a query and its items in one forward); it keeps no prefix cache, so the
 # recommendation shape and the memory probe's long prompt are lpm's and ours'.
 SYSTEM_PARTS = {
     "stock": PARTS,
-    "stock-mis": ("correctness", "items"),
     "ours": PARTS,
+    "stock-mis": ("correctness", "items"),
 }
+# Systems whose prefill CUDA graphs are checked: a second engine of each with graphs off
+# answers the correctness cases beside it (sglang #37606: breakable graphs gave wrong
+# greedy output when a bucket's memory was reused). stock-mis runs without graphs.
+GRAPH_CHECKED = ("stock", "ours")
+# Two engines of one system, graphs on and off, are "the same" when no label log-probability
+# of any case differs by more than this (nats): both run the same bf16 kernels, the graph
+# on a padded bucket; #37606's failure is wrong answers, not rounding (the engines' distance
+# from float32 transformers is 1-5e-2 on the cards so far).
+GRAPH_CHECK_TOLERANCE = 0.1
+NO_GRAPHS = "nographs"  # a graph check's second engine: label SYSTEM-nographs
 MODELS = ("qwen3-0.6b", "llama-3.2-1b")
-# --quick --tiny (the CPU rehearsal of the card's call): two tiny models of the same families.
-TINY_MODELS = ("tiny-qwen3", "tiny")
-# --quick: both models in one device call: the items shape (where stock's best is in
-# question: lpm or multi-item scoring) and correctness.
-QUICK_PARTS = ("correctness", "items")
+# --quick: the card call that comes first (issue 73): Qwen3-0.6B (SGLang #9748's model and
+# Prelude's), correctness, the items shape (stock's best in question: lpm or multi-item
+# scoring) and recommendation, ending by itself within 420 s with the kit's install.
+QUICK_MODELS = ("qwen3-0.6b",)
+# --quick --tiny (the CPU rehearsal of the card's call): a tiny model of the same family.
+TINY_QUICK_MODELS = ("tiny-qwen3",)
+QUICK_PARTS = ("correctness", "items", "recommendation")
 # Seconds after the script's start by which it is done (run_on_card.sh installs the kit
-# for ~15-20 s before it starts; the device call's timeout is 540 s).
+# for ~15-20 s before it starts): a full run's device call has 540 s, the quick one 420 s.
 DEADLINE = 490.0
+QUICK_DEADLINE = 370.0
 # --tiny runs on a CPU, where an engine starts in 15 s on an idle 2-core machine and in
 # over 100 s when other test runs share it: its own, longer default (below the kit test's
 # 900 s limit on the run).
@@ -192,6 +209,9 @@ FULL = dict(
     model="qwen3-0.6b",
     labels=16,
     correctness_prompts=(64, 700, 10000),
+    # a cold query and its items in one call: ours packs the items behind the query in
+    # one forward (the query's tokens >= the prefix groups' 64-token minimum)
+    packed=dict(query=300, item=24, items=4),
     items=dict(query=120, item=180, per_request=10, p99=0.5),
     rec=dict(users=32, profile=(1024, 2048), item=150, per_request=8),
     warmup_requests=8,
@@ -215,6 +235,7 @@ TINY = dict(
     model="tiny",
     labels=8,
     correctness_prompts=(16, 90, 1100),
+    packed=dict(query=80, item=12, items=3),
     items=dict(query=24, item=36, per_request=4, p99=5.0),
     rec=dict(users=4, profile=(96, 160), item=24, per_request=3),
     warmup_requests=2,
@@ -365,6 +386,9 @@ def engine_config(system: str, folder: Path, args, sizes: dict, graphs: str, mem
     settings = dict(
         device=args.device,
         dtype=args.dtype,
+        # the scheduler's warnings (prefill-only KV off and why, hybrid prefilling's layers
+        # left whole) in the log; the Engine's default is "error"
+        log_level="warning",
         context_length=sizes["context"],
         max_total_tokens=sizes["pool_tokens"] if args.device == "cuda" else sizes["context"] * 2,
         **system_settings(system),
@@ -518,10 +542,23 @@ def warmup_passes(part: str, sizes, vocab, labels) -> list[list[ScoreCall]]:
     return [pass_of(profiles), pass_of(profiles), pass_of(profiles[:1])]
 
 
-def burst_capacity(engine, calls: list[ScoreCall], deadline: float) -> float:
-    """Requests per second of a burst (all sent at once): the engine's capacity."""
+def burst_capacity(engine, calls: list[ScoreCall], deadline: float) -> dict:
+    """A burst (all sent at once): the engine at saturation. Requests per second, and
+    prefill-only tokens per second as Prelude (OpenReview 2026) reports them: the input
+    tokens of the prompts scored (each item's query + item) per second; beside them the
+    distinct tokens (a query once per request) per second."""
     outcomes, wall = engine_loadgen.run(engine, calls, [0.0] * len(calls), deadline)
-    return stats.summarize(outcomes, wall)["throughput"]
+    done = [c for c, o in zip(calls, outcomes, strict=True) if o.latency is not None]
+    prompt = sum(len(c.query) * len(c.items) + sum(map(len, c.items)) for c in done)
+    distinct = sum(len(c.query) + sum(map(len, c.items)) for c in done)
+    return {
+        "requests_per_s": stats.summarize(outcomes, wall)["throughput"],
+        "input_tokens_per_s": prompt / wall if wall > 0 else 0.0,
+        "distinct_tokens_per_s": distinct / wall if wall > 0 else 0.0,
+        "completed": len(done),
+        "requests": len(calls),
+        "wall_s": wall,
+    }
 
 
 # The scheduler's forward log of this process's engine (PREFILLONLY_FORWARD_LOG: one
@@ -539,16 +576,25 @@ def _forwards() -> list[dict]:
 
 
 def forward_summary(forwards: list[dict]) -> dict:
-    """How many extend forwards, their computed tokens and requests (means), and the
-    scheduler's run_batch seconds (p50, ms; on CUDA the launch and any wait on the
-    device, not the device time alone)."""
+    """How many extend forwards, their computed tokens and requests (means), the share of
+    their requests that were followers packed behind a leader, and the scheduler's
+    run_batch seconds (p50, ms; on CUDA the launch and any wait on the device, not the
+    device time alone)."""
     if not forwards:
-        return {"count": 0, "tokens_mean": 0.0, "requests_mean": 0.0, "step_ms_p50": 0.0}
+        return {
+            "count": 0,
+            "tokens_mean": 0.0,
+            "requests_mean": 0.0,
+            "packed_share": 0.0,
+            "step_ms_p50": 0.0,
+        }
     steps = sorted(f.get("step_s", 0.0) for f in forwards)
+    requests = sum(len(f["new"]) for f in forwards)
     return {
         "count": len(forwards),
         "tokens_mean": sum(sum(f["new"]) for f in forwards) / len(forwards),
-        "requests_mean": sum(len(f["new"]) for f in forwards) / len(forwards),
+        "requests_mean": requests / len(forwards),
+        "packed_share": sum(f.get("packed", 0) for f in forwards) / max(1, requests),
         "step_ms_p50": steps[len(steps) // 2] * 1e3,
     }
 
@@ -588,25 +634,61 @@ def rate_runs(engine, make_calls, rates, sizes, log, ends_at: float) -> tuple[li
 # ---------------------------------------------------------------- parts (a child's)
 
 
-def part_correctness(engine, system, ctx, log) -> list[dict]:
-    rows = []
-    for name, query, item in ctx["correctness_cases"]:
-        result = engine.score(query, [item], ctx["labels"], apply_softmax=False)
-        got = [math.log(max(p, 1e-300)) for p in result.scores[0]]
-        row = {
-            "system": system,
-            "case": name,
-            "tokens": len(query) + len(item),
-            "cached_tokens": result.cached_tokens,
-        }
-        if system == "stock-mis":
-            # exact to its own sequence (the kernels), and how far from query + item's
-            row["max_abs_logprob_diff"] = _max_diff(got, ctx["reference_mis"][name])
-            row["vs_query_item"] = _max_diff(got, ctx["reference"][name])
+# The packed-follower case: one call of a cold query and its items ("packed item k"),
+# each item against its own reference; ours computes them in one forward.
+PACKED = "packed item"
+# Cases that take a first-time kernel path (ours: the layers in FlashInfer query chunks;
+# stock: chunked prefill): run after the load parts, so that a failure there loses none.
+LATE_CASES = ("longer than a batch",)
+
+
+def correctness_calls(cases, late: bool) -> list[list[tuple]]:
+    """The cases as the calls that score them: one case a call, the packed items in one."""
+    calls, packed = [], []
+    for case in cases:
+        if (case[0] in LATE_CASES) != late:
+            continue
+        if case[0].startswith(PACKED):
+            packed.append(case)
         else:
-            row["max_abs_logprob_diff"] = _max_diff(got, ctx["reference"][name])
-        rows.append(row)
-        log(f"    {name}: max |logprob diff| {row['max_abs_logprob_diff']:.2e}")
+            calls.append([case])
+    return calls + ([packed] if packed else [])
+
+
+def part_correctness(engine, system, ctx, log, late: bool = False) -> list[dict]:
+    """Each call's items against the float32 reference; rows carry the label
+    log-probabilities (the graph check compares two engines' answers) and, where the
+    forward log runs, how many forwards the call took."""
+    rows = []
+    for call in correctness_calls(ctx["correctness_cases"], late):
+        query = call[0][1]
+        before = len(_forwards())
+        result = engine.score(
+            query, [item for _, _, item in call], ctx["labels"], apply_softmax=False
+        )
+        forwards = len(_forwards()) - before if _FORWARD_LOG is not None else None
+        for (name, _, item), scores in zip(call, result.scores, strict=True):
+            got = [math.log(max(p, 1e-300)) for p in scores]
+            row = {
+                "system": system,
+                "case": name,
+                "tokens": len(query) + len(item),
+                "cached_tokens": result.cached_tokens,
+                "forwards": forwards,
+                "items_in_call": len(call),
+                "logprobs": got,
+            }
+            if system == "stock-mis":
+                # exact to its own sequence (the kernels), and how far from query + item's
+                row["max_abs_logprob_diff"] = _max_diff(got, ctx["reference_mis"][name])
+                row["vs_query_item"] = _max_diff(got, ctx["reference"][name])
+            else:
+                row["max_abs_logprob_diff"] = _max_diff(got, ctx["reference"][name])
+            rows.append(row)
+            log(
+                f"    {name}: max |logprob diff| {row['max_abs_logprob_diff']:.2e}"
+                + (f" ({forwards} forwards for {len(call)} items)" if len(call) > 1 else "")
+            )
     return rows
 
 
@@ -651,9 +733,16 @@ def load_turn(engine, system: str, part: str, ctx, rates, ends_at: float, log) -
     make = part_calls(part, ctx)
     bound = sizes["items"]["p99"] if part == "items" else ctx["rec_p99"]
     out = {"part": part}
+    # Every system's burst (the same requests): its saturation throughput; the first
+    # system's sets the rates for all.
+    deadline = max(1.0, min(120.0, ends_at - time.time()))
+    burst = burst_capacity(engine, make(sizes["burst"], 1), deadline)
+    capacity = burst["requests_per_s"]
+    log(
+        f"    {system} burst: {capacity:.2f} requests/s, {burst['input_tokens_per_s']:.0f} "
+        f"input tokens/s ({burst['distinct_tokens_per_s']:.0f} distinct)"
+    )
     if rates is None:
-        deadline = max(1.0, min(120.0, ends_at - time.time()))
-        capacity = burst_capacity(engine, make(sizes["burst"], 1), deadline)
         rates = [round(capacity * f, 3) for f in sizes["rate_factors"]]
         out["capacity"] = {
             "capacity_measured_on": system,
@@ -662,10 +751,11 @@ def load_turn(engine, system: str, part: str, ctx, rates, ends_at: float, log) -
             "rates": rates,
             "p99_bound_s": bound,
         }
-        log(f"    {system} burst: {capacity:.2f} requests/s -> rates {rates}")
+        log(f"    rates {rates}")
     rows, not_run = rate_runs(engine, make, rates, sizes, log, ends_at)
     rate, exact = stats.crossing_rate(rows, bound) if rows else (0.0, False)
     out["entry"] = {
+        "burst": burst,
         "rows": rows,
         "rate_at_p99": rate,
         "rate_exact": exact,
@@ -704,8 +794,8 @@ def _load_table(entry: dict, unit: float, what: str) -> list[str]:
         f"burst capacity ({entry.get('burst_capacity_per_s', 0):.2f} requests/s)",
         "",
         "| system | rate /s | held s | done | p50 s | p99 s | cache hits | forwards | "
-        "tokens / forward | step ms p50 |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "tokens / forward | packed | step ms p50 |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for system, data in entry.get("systems", {}).items():
         for row in data["rows"]:
@@ -714,7 +804,8 @@ def _load_table(entry: dict, unit: float, what: str) -> list[str]:
                 f"| {system} | {row['rate']:.2f} | {row.get('held_s', 0):.1f} | "
                 f"{row['completed']}/{row['requests']} | {row['p50']:.3f} | {row['p99']:.3f} | "
                 f"{row['cache_hit_share']:.0%} | {fwd.get('count', '')} | "
-                f"{fwd.get('tokens_mean', 0):.0f} | {fwd.get('step_ms_p50', 0):.1f} |"
+                f"{fwd.get('tokens_mean', 0):.0f} | {fwd.get('packed_share', 0):.0%} | "
+                f"{fwd.get('step_ms_p50', 0):.1f} |"
             )
     lines.append("")
     rates = {}
@@ -728,12 +819,28 @@ def _load_table(entry: dict, unit: float, what: str) -> list[str]:
         if data.get("rates_not_run"):
             lines.append(f"  (rates not run, the deadline: {data['rates_not_run']})")
     stocks = {s: r for s, r in rates.items() if s.startswith("stock") and r}
-    if "ours" in rates and stocks:
+    ours = next((s for s in rates if s.startswith("ours")), None)
+    if ours is not None and stocks:
         for system, rate in stocks.items():
-            lines.append(f"- ours / {system}: {rates['ours'] / rate:.2f}x")
+            lines.append(f"- {ours} / {system}: {rates[ours] / rate:.2f}x")
         if len(stocks) > 1:
             best = max(stocks, key=stocks.get)
-            lines.append(f"- ours / stock's best ({best}): {rates['ours'] / stocks[best]:.2f}x")
+            lines.append(f"- {ours} / stock's best ({best}): {rates[ours] / stocks[best]:.2f}x")
+    bursts = {s: d["burst"] for s, d in entry.get("systems", {}).items() if d.get("burst")}
+    if bursts:
+        lines += [
+            "",
+            "Saturation (a burst of the same requests, all sent at once): input tokens/s as "
+            "Prelude reports them (each item's query + item), distinct tokens/s (a query once)",
+            "",
+            "| system | requests/s | input tokens/s | distinct tokens/s | done |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for system, b in bursts.items():
+            lines.append(
+                f"| {system} | {b['requests_per_s']:.2f} | {b['input_tokens_per_s']:.0f} | "
+                f"{b['distinct_tokens_per_s']:.0f} | {b['completed']}/{b['requests']} |"
+            )
     return lines + [""]
 
 
@@ -764,17 +871,47 @@ def markdown(results: dict) -> str:
         for system, reason in results.get("skipped", {}).items():
             lines.append(f"- {system}: skipped: {reason}")
         lines.append("")
+    if results.get("engines"):
+        lines += ["## Engines as they resolved", ""]
+        lines += [
+            "| engine | features | prefill-only KV | job-time model | warnings at start |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for label, facts in results["engines"].items():
+            jct = facts.get("jct_model", {}).get("source", "")
+            kv = facts.get("prefill_only_kv_active")
+            kv = "" if kv is None else "active" if kv else "off"
+            warned = "; ".join(w[:160] for w in facts.get("start_warnings", []))
+            features = ", ".join(facts.get("features", []))
+            lines.append(f"| {label} | {features} | {kv} | {jct} | {warned} |")
+        lines.append("")
+    if results.get("graph_check"):
+        check = results["graph_check"]
+        lines += ["## Prefill graphs on and off (sglang #37606)", ""]
+        for system, entry in check.items():
+            if isinstance(entry, dict) and entry.get("max_diff") is not None:
+                lines.append(
+                    f"- {system}: max |logprob diff| on/off {entry['max_diff']:.2e} "
+                    f"({entry['case']})"
+                )
+            elif isinstance(entry, dict):
+                lines.append(f"- {system}: {entry.get('note', entry)}")
+        lines += [f"- decision: {check.get('decision', 'none')}", ""]
     if results.get("correctness", {}).get("rows"):
         lines += ["## Correctness: max |label logprob diff| against float32 transformers", ""]
         lines += [
-            "| system | case | tokens | cached | max diff | vs query + item |",
-            "| --- | --- | ---: | ---: | ---: | ---: |",
+            "| system | case | tokens | cached | forwards (items in the call) | max diff | "
+            "vs query + item |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
         ]
         for row in results["correctness"]["rows"]:
             plain = row.get("vs_query_item")
+            forwards = row.get("forwards")
+            calls = "" if forwards is None else f"{forwards} ({row.get('items_in_call', 1)})"
             lines.append(
                 f"| {row['system']} | {row['case']} | {row['tokens']} | {row['cached_tokens']} | "
-                f"{row['max_abs_logprob_diff']:.2e} | {'' if plain is None else f'{plain:.2e}'} |"
+                f"{calls} | {row['max_abs_logprob_diff']:.2e} | "
+                f"{'' if plain is None else f'{plain:.2e}'} |"
             )
         lines.append("")
         if any("vs_query_item" in row for row in results["correctness"]["rows"]):
@@ -852,7 +989,17 @@ def parse_args(argv):
     parser.add_argument(
         "--quick",
         action="store_true",
-        help=f"both models ({', '.join(MODELS)}), parts {','.join(QUICK_PARTS)}: one device call",
+        help=f"{', '.join(QUICK_MODELS)}, parts {','.join(QUICK_PARTS)}: the first device call "
+        f"(done {QUICK_DEADLINE:.0f} s after its start)",
+    )
+    parser.add_argument(
+        "--graphs-check",
+        dest="graphs_check",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a second engine of stock and of ours with prefill graphs off answers the "
+        "correctness cases beside each (sglang #37606); if either system's answers differ, "
+        "both run their load parts without graphs (default: on CUDA)",
     )
     parser.add_argument("--parts", default=None, help=f"default {','.join(PARTS)}")
     parser.add_argument(
@@ -879,10 +1026,12 @@ def parse_args(argv):
     parser.add_argument("--hold-requests", type=int, help="... or this many requests (300)")
     parser.add_argument("--rate-factors", help="of the burst capacity, comma-separated (0.8,1.5)")
     parser.add_argument("--burst", type=int, help="requests of the burst probe (48)")
+    parser.add_argument("--pool-tokens", type=int, help="each engine's KV pool on a card (131072)")
     parser.add_argument("--rec-p99", type=float, default=1.0, help="recommendation's bound, s")
     parser.add_argument("--work", type=Path, default=Path("/tmp/gpu_engine_work"))
     # A child process's own arguments (the parent runs one per system).
     parser.add_argument("--system", choices=SYSTEMS, help=argparse.SUPPRESS)
+    parser.add_argument("--label", help=argparse.SUPPRESS)
     parser.add_argument("--turns", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--graphs", choices=("auto", "off"), default="auto", help=argparse.SUPPRESS)
     parser.add_argument("--ends-at", type=float, help=argparse.SUPPRESS)
@@ -892,7 +1041,7 @@ def parse_args(argv):
     elif args.model:
         models = [args.model]
     elif args.quick:
-        models = list(TINY_MODELS if args.tiny else MODELS)
+        models = list(TINY_QUICK_MODELS if args.tiny else QUICK_MODELS)
     else:
         models = [TINY["model"] if args.tiny else FULL["model"]]
     unknown = sorted(set(models) - set(SHAPES))
@@ -914,6 +1063,7 @@ def parse_args(argv):
         ("hold_seconds", args.hold_seconds),
         ("hold_requests", args.hold_requests),
         ("burst", args.burst),
+        ("pool_tokens", args.pool_tokens),
     ):
         if value is not None:
             sizes[key] = value
@@ -921,7 +1071,9 @@ def parse_args(argv):
         sizes["rate_factors"] = tuple(float(f) for f in args.rate_factors.split(","))
     args.sizes = sizes
     if args.deadline is None:
-        args.deadline = TINY_DEADLINE if args.tiny else DEADLINE
+        args.deadline = TINY_DEADLINE if args.tiny else QUICK_DEADLINE if args.quick else DEADLINE
+    if args.graphs_check is None:
+        args.graphs_check = args.device == "cuda"
     args.dtype = "bfloat16" if args.device == "cuda" else "float32"
     return args
 
@@ -942,6 +1094,12 @@ def context(args, folder: Path, references: dict) -> dict:
         ("prefix hit", shared, random_ids(rng, 16, vocab)),
         ("longer than a batch", random_ids(rng, long, vocab), random_ids(rng, 8, vocab)),
     ]
+    packed = sizes["packed"]
+    query = random_ids(rng, packed["query"], vocab)
+    cases += [
+        (f"{PACKED} {k + 1}", query, random_ids(rng, packed["item"], vocab))
+        for k in range(packed["items"])
+    ]
     return {
         "sizes": sizes,
         "vocab": vocab,
@@ -957,70 +1115,106 @@ def context(args, folder: Path, references: dict) -> dict:
 
 
 def run_system(args) -> int:
-    """A child: one system's engine. It starts, runs correctness (not timed) and the
-    warm-ups of its load parts, says it is ready (SYSTEM.status.json in args.turns), then
-    runs the turns the parent gives it (SYSTEM.turnK.json -> SYSTEM.outK.json), one at a
-    time, until told to exit."""
+    """A child: one system's engine. It starts, runs correctness's early cases (not
+    timed) and the warm-ups of its load parts, says it is ready (LABEL.status.json in
+    args.turns), then runs the turns the parent gives it (LABEL.turnK.json ->
+    LABEL.outK.json), one at a time, until told to exit. LABEL: the system, or
+    SYSTEM-nographs for a graph check's second engine. Its forward and hybrid logs are
+    LABEL.forwards.jsonl and LABEL.hybrid.jsonl beside them (the run's diagnostics)."""
     started = time.perf_counter()
-    system, turns = args.system, args.turns
-    status_path = turns / f"{system}.status.json"
+    system, turns, label = args.system, args.turns, args.label or args.system
+    status_path = turns / f"{label}.status.json"
     folder = args.work / args.model
     ctx = context(args, folder, _read_json(turns / "context.json") or {})
     report = {"errors": {}, "warmup": {}, "correctness_rows": []}
 
     def log(message: str) -> None:
-        print(f"[{system} {time.perf_counter() - started:6.1f} s] {message}", flush=True)
+        print(f"[{label} {time.perf_counter() - started:6.1f} s] {message}", flush=True)
 
     if args.parts == ["long"]:
         return run_long(args, folder, ctx, status_path, log)
     _write_json(status_path, {"phase": "starting"})
     global _FORWARD_LOG
-    from prefillonly_sgl.machine.environment import FORWARD_LOG
+    from prefillonly_sgl.machine.environment import FORWARD_LOG, HYBRID_LOG
 
-    _FORWARD_LOG = turns / f"{system}.forwards.jsonl"
+    _FORWARD_LOG = turns / f"{label}.forwards.jsonl"
+    _FORWARD_LOG.unlink(missing_ok=True)
     os.environ[FORWARD_LOG] = str(_FORWARD_LOG)  # read by the engine's scheduler at start
+    os.environ[HYBRID_LOG] = str(turns / f"{label}.hybrid.jsonl")
     t0 = time.perf_counter()
     try:
-        engine, report["graphs"] = start_engine(system, folder, args, args.sizes, args.graphs)
+        with warnings.catch_warnings(record=True) as start_warnings:
+            warnings.simplefilter("always")
+            engine, report["graphs"] = start_engine(system, folder, args, args.sizes, args.graphs)
     except Exception:
-        report["errors"][f"{system} start"] = traceback.format_exc()
-        log(report["errors"][f"{system} start"])
+        report["errors"][f"{label} start"] = traceback.format_exc()
+        log(report["errors"][f"{label} start"])
         _write_json(status_path, {"phase": "failed", "report": report})
         return 1
     report["start_s"] = time.perf_counter() - t0
-    log(f"engine started in {report['start_s']:.1f} s")
+    report["engine"] = engine_facts(engine, [str(w.message) for w in start_warnings])
+    log(f"engine started in {report['start_s']:.1f} s: {json.dumps(report['engine'])}")
     with engine:
         report["resolved"] = resolved_settings(engine)
         if "correctness" in args.parts:
             log("correctness")
             try:
-                report["correctness_rows"] = part_correctness(engine, system, ctx, log)
+                report["correctness_rows"] = part_correctness(engine, label, ctx, log)
             except Exception:
-                report["errors"][f"{system} correctness"] = traceback.format_exc()
-                log(report["errors"][f"{system} correctness"])
+                report["errors"][f"{label} correctness"] = traceback.format_exc()
+                log(report["errors"][f"{label} correctness"])
         for part in [p for p in args.parts if p in LOAD_PARTS]:
             try:
                 report["warmup"][part] = warm_up(engine, part, ctx, log)
             except Exception:
-                report["errors"][f"{system} {part} warm-up"] = traceback.format_exc()
-                log(report["errors"][f"{system} {part} warm-up"])
+                report["errors"][f"{label} {part} warm-up"] = traceback.format_exc()
+                log(report["errors"][f"{label} {part} warm-up"])
         _write_json(status_path, {"phase": "ready", "report": report})
         k = 0
         while True:
-            turn = _wait_for(turns / f"{system}.turn{k}.json", args.ends_at + GRACE)
+            turn = _wait_for(turns / f"{label}.turn{k}.json", args.ends_at + GRACE)
             if turn is None or turn.get("exit"):
                 break
             part = turn["part"]
             log(f"{part} (turn {k})")
             try:
-                out = load_turn(engine, system, part, ctx, turn.get("rates"), turn["ends_at"], log)
+                if part == LATE_CORRECTNESS:
+                    out = {"part": part, "rows": part_correctness(engine, label, ctx, log, True)}
+                else:
+                    out = load_turn(
+                        engine, system, part, ctx, turn.get("rates"), turn["ends_at"], log
+                    )
             except Exception:
                 out = {"part": part, "error": traceback.format_exc()}
                 log(out["error"])
-            _write_json(turns / f"{system}.out{k}.json", out)
+            _write_json(turns / f"{label}.out{k}.json", out)
             k += 1
     _write_json(status_path, {"phase": "done", "report": report})
     return 0
+
+
+# The turn that runs correctness's late cases (LATE_CASES), after the load parts.
+LATE_CORRECTNESS = "correctness-late"
+
+
+def engine_facts(engine, start_warnings: list[str]) -> dict:
+    """What an engine resolved, for the results: its features, whether prefill-only KV
+    is active in its scheduler (and why not), what its model's family switched off, the
+    JCT scheduler's job-time model (and where it came from), hybrid prefilling's
+    settings, and the warnings its start raised."""
+    facts: dict = {"features": list(engine.features), "start_warnings": start_warnings}
+    try:
+        facts["prefill_only_kv_active"] = bool(engine.prefill_only_kv_active)
+        facts["features_off"] = dict(engine.config.features_off)
+        jct = engine.jct_settings
+        if jct is not None:
+            facts["jct_model"] = {**jct.model.coefficients(), "source": jct.model.source}
+        hybrid = engine.hybrid_settings
+        if hybrid is not None:
+            facts["hybrid_prefill"] = {k: str(v) for k, v in vars(hybrid).items()}
+    except Exception as e:  # an instrument: never the run's end
+        facts["error"] = f"{type(e).__name__}: {e}"
+    return facts
 
 
 def _wait_for(path: Path, until: float) -> dict | None:
@@ -1075,18 +1269,30 @@ class Child:
     """One system's process (a session of its own: killing it kills its engine's workers,
     which hold the card)."""
 
-    def __init__(self, args, model: str, system: str, parts: list[str], turns: Path, graphs: str):
+    def __init__(
+        self,
+        args,
+        model: str,
+        system: str,
+        parts: list[str],
+        turns: Path,
+        graphs: str,
+        label: str | None = None,
+    ):
         self.system, self.parts, self.turns, self.graphs = system, parts, turns, graphs
-        self.status_path = turns / f"{system}.status.json"
+        self.label = label = label or system
+        self.status_path = turns / f"{label}.status.json"
         self.status_path.unlink(missing_ok=True)
-        for old in turns.glob(f"{system}.turn*.json"):
+        for old in turns.glob(f"{label}.turn*.json"):
             old.unlink()
-        for old in turns.glob(f"{system}.out*.json"):
+        for old in turns.glob(f"{label}.out*.json"):
             old.unlink()
         command = [sys.executable, __file__, "--model", model, "--device", args.device]
         command += ["--work", str(args.work), "--system", system, "--parts", ",".join(parts)]
+        command += ["--label", label]
         command += ["--turns", str(turns), "--graphs", graphs, "--ends-at", str(args.ends_at)]
         command += ["--rec-p99", str(args.rec_p99), "--burst", str(args.sizes["burst"])]
+        command += ["--pool-tokens", str(args.sizes["pool_tokens"])]
         command += ["--hold-seconds", str(args.sizes["hold_seconds"])]
         command += ["--hold-requests", str(args.sizes["hold_requests"])]
         command += ["--rate-factors", ",".join(str(f) for f in args.sizes["rate_factors"])]
@@ -1115,8 +1321,8 @@ class Child:
         k = self.turn
         self.turn += 1
         turn = {"part": part, "rates": rates, "ends_at": ends_at}
-        _write_json(self.turns / f"{self.system}.turn{k}.json", turn)
-        out_path = self.turns / f"{self.system}.out{k}.json"
+        _write_json(self.turns / f"{self.label}.turn{k}.json", turn)
+        out_path = self.turns / f"{self.label}.out{k}.json"
         while time.time() < hard_end and self.alive():
             out = _read_json(out_path)
             if out is not None:
@@ -1130,7 +1336,7 @@ class Child:
             self.exiting = True
             k = self.turn
             self.turn += 1
-            _write_json(self.turns / f"{self.system}.turn{k}.json", {"exit": True})
+            _write_json(self.turns / f"{self.label}.turn{k}.json", {"exit": True})
 
     def finish(self, limit: float) -> str:
         """Tells it to exit and waits up to `limit` s (then kills it); what happened."""
@@ -1179,6 +1385,8 @@ def merge_ready(results: dict, system: str, report: dict) -> None:
         results["warmup"][system] = report["warmup"]
     if report.get("correctness_rows"):
         results["correctness"].setdefault("rows", []).extend(report["correctness_rows"])
+    if report.get("engine"):
+        results["engines"][system] = report["engine"]
     results["errors"].update(report.get("errors", {}))
 
 
@@ -1193,6 +1401,47 @@ def merge_turn(results: dict, system: str, part: str, out: dict | None, why: str
     if "capacity" in out:
         entry.update(out["capacity"])
     entry.setdefault("systems", {})[system] = out["entry"]
+
+
+def graph_difference(rows: list[dict], first: str, second: str) -> tuple[float | None, str]:
+    """The largest |label log-probability difference| between two engines' answers to the
+    same correctness cases, and its case; None when they share no case."""
+    answers = {(r["system"], r["case"]): r.get("logprobs") for r in rows}
+    worst, where = None, ""
+    for (system, case), mine in answers.items():
+        theirs = answers.get((second, case))
+        if system != first or not mine or not theirs:
+            continue
+        diff = max(abs(a - b) for a, b in zip(mine, theirs, strict=True))
+        if worst is None or diff > worst:
+            worst, where = diff, case
+    return worst, where
+
+
+def turn_seconds(sizes: dict, rates) -> float:
+    """What a load turn needs at least: its burst and its first rate's hold, each with its
+    drain (the first system, before any rate is known: a hold and a drain). rate_runs
+    then starts each further rate only where it fits."""
+    drain = sizes["drain_seconds"]
+    if not rates:
+        return sizes["hold_seconds"] + drain
+    capacity = rates[0] / sizes["rate_factors"][0]
+    held = stats.held_requests(
+        rates[0], sizes["hold_seconds"], sizes["hold_requests"], sizes["least_requests"]
+    )
+    return sizes["burst"] / capacity + drain + held / rates[0] + drain
+
+
+def save_diagnostics(turns: Path, out: Path) -> None:
+    """Everything the engines wrote beside their turns (forward and hybrid logs, each
+    engine's status report with its resolved features and correctness answers, each
+    turn's result) as one archive beside the results: a device call brings back 8 files."""
+    import tarfile
+
+    out.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out / "diagnostics.tar.gz", "w:gz") as archive:
+        for path in sorted(turns.iterdir()):
+            archive.add(path, arcname=f"{turns.name}/{path.name}")
 
 
 class ModelRun:
@@ -1218,6 +1467,7 @@ class ModelRun:
             "resolved": {},
             "warmup": {},
             "correctness": {},
+            "engines": {},
         }
 
     def save(self) -> None:
@@ -1258,12 +1508,16 @@ class ModelRun:
             if "long" in parts:
                 self.long(system)
         self.save()
+        save_diagnostics(self.turns, self.out)
         return results
 
     def engines(self, systems: list[tuple[str, list[str]]], graphs: str = "auto") -> None:
-        """Starts these systems' engines together, waits for them to be ready, then runs
-        their load parts part by part; a system that failed to start with prefill graphs
-        is retried alone without them."""
+        """Starts these systems' engines together (with a graph check's second engine,
+        graphs off, beside each of GRAPH_CHECKED), waits for them to be ready, decides
+        which engine of a checked system runs the load parts (graph_decision), then runs
+        the load parts part by part, system by system, then correctness's late cases; a
+        system that failed to start with prefill graphs and has no second engine is
+        retried alone without them."""
         results = self.results
         if time.time() > self.ends - self.args.sizes["hold_seconds"]:
             for system, parts in systems:
@@ -1275,32 +1529,41 @@ class ModelRun:
             system: Child(self.args, self.model, system, parts, self.turns, graphs)
             for system, parts in systems
         }
-        ready, retry = [], []
+        checks = {}
+        if graphs == "auto" and self.args.graphs_check:
+            for system, parts in systems:
+                if system in GRAPH_CHECKED and "correctness" in parts:
+                    label = f"{system}-{NO_GRAPHS}"
+                    self.log(f"starting {label} (the graph check)")
+                    checks[system] = Child(
+                        self.args, self.model, system, parts, self.turns, "off", label
+                    )
+        ready, retry = {}, []
         for system, child in children.items():
-            phase = child.wait_ready(self.ends)
-            merge_ready(results, system, child.status().get("report", {}))
-            if phase == "ready":
-                ready.append(system)
-                continue
-            if phase == "late":
-                results["errors"][f"{system} start"] = "not ready by its model's deadline"
-            elif phase == "exited":
-                results["errors"].setdefault(f"{system} start", child.finish(5))
-            self.log(f"{system}: {phase}")
-            child.kill()
-            if graphs == "auto" and self.args.device == "cuda" and system != "stock-mis":
-                retry.append((system, child.parts))
+            if self._wait(child):
+                ready[system] = child
+            elif graphs == "auto" and self.args.device == "cuda" and system != "stock-mis":
+                if system not in checks:
+                    retry.append((system, child.parts))
+        checked = {s: c for s, c in checks.items() if self._wait(c)}
+        active = self.graph_decision(ready, checked)
+        for child in [*ready.values(), *checked.values()]:
+            if child not in active.values():
+                child.request_exit()  # not measured: its memory back to the card now
         self.save()
+        order = [s for s in SYSTEMS if s in active]
         for part in LOAD_PARTS:
-            for system in [s for s in ready if part in children[s].parts]:
-                self.turn(children[system], part)
-        for system in ready:  # every engine shuts down at once
-            children[system].request_exit()
-        for system in ready:
-            child = children[system]
+            for system in [s for s in order if part in active[s].parts]:
+                self.turn(active[system], part)
+        for system in [s for s in order if "correctness" in active[s].parts]:
+            self.late_correctness(active[system])
+        everyone = [*ready.values(), *checked.values()]
+        for child in everyone:  # every engine shuts down at once
+            child.request_exit()
+        for child in everyone:
             ended = child.finish(self.args.ends_at + GRACE - time.time())
             if "killed" in ended:
-                results["errors"][f"{system} exit"] = ended
+                results["errors"][f"{child.label} exit"] = ended
             results["errors"].update(child.status().get("report", {}).get("errors", {}))
         self.save()
         for system, parts in retry:
@@ -1308,20 +1571,90 @@ class ModelRun:
             retried.append(system)
             self.engines([(system, parts)], graphs="off")
 
+    def _wait(self, child: Child) -> bool:
+        """Waits for a child's engine; its start-up report into the results. False (and
+        the child killed) when it is not ready."""
+        phase = child.wait_ready(self.ends)
+        merge_ready(self.results, child.label, child.status().get("report", {}))
+        if phase == "ready":
+            return True
+        if phase == "late":
+            self.results["errors"][f"{child.label} start"] = "not ready by its model's deadline"
+        elif phase == "exited":
+            self.results["errors"].setdefault(f"{child.label} start", child.finish(5))
+        self.log(f"{child.label}: {phase}")
+        child.kill()
+        return False
+
+    def graph_decision(self, ready: dict, checked: dict) -> dict:
+        """Which engine of each system runs the load parts. The graph check (sglang
+        #37606): each checked system's correctness answers with prefill graphs and
+        without; if any system's differ by more than GRAPH_CHECK_TOLERANCE, every checked
+        system runs without graphs (both systems alike), and the results say why. A
+        system whose graph engine did not start runs on its second engine."""
+        active = dict(ready)
+        if not checked:
+            return active
+        rows = self.results["correctness"].get("rows", [])
+        check = self.results.setdefault("graph_check", {"tolerance": GRAPH_CHECK_TOLERANCE})
+        differ = []
+        for system, second in checked.items():
+            if system not in ready:
+                active[system] = second
+                check[system] = {"note": "its engine with graphs did not start"}
+                continue
+            diff, case = graph_difference(rows, system, second.label)
+            check[system] = {"max_diff": diff, "case": case}
+            self.log(f"graph check {system}: max |logprob diff| on/off {diff:.2e} ({case})")
+            if diff is None or diff > GRAPH_CHECK_TOLERANCE:
+                differ.append(system)
+        if differ:
+            check["decision"] = (
+                f"prefill graphs off for {', '.join(checked)}: {', '.join(differ)} answered "
+                f"differently with graphs (over {GRAPH_CHECK_TOLERANCE} nats, or no answer to "
+                "compare; sglang #37606)"
+            )
+            active.update(checked)
+        else:
+            check["decision"] = "prefill graphs on: each checked system answered the same"
+        self.log(f"graph check: {check['decision']}")
+        return active
+
     def turn(self, child: Child, part: str) -> None:
         results, sizes = self.results, self.args.sizes
-        system = child.system
-        if time.time() + sizes["hold_seconds"] + sizes["drain_seconds"] > self.ends:
-            results["errors"][f"{system} {part}"] = "not started: past its model's deadline"
-            self.log(f"{system} {part}: not started (deadline)")
-            return
         rates = results.get(part, {}).get("rates")
-        self.log(f"{system}: {part}")
+        need = turn_seconds(sizes, rates)
+        if time.time() + need > self.ends:
+            results["errors"][f"{child.label} {part}"] = (
+                f"not started: past its model's deadline (it needs ~{need:.0f} s)"
+            )
+            self.log(f"{child.label} {part}: not started (deadline)")
+            return
+        self.log(f"{child.label}: {part}")
         t0 = time.perf_counter()
         out = child.run_turn(part, rates, self.ends, self.args.ends_at + GRACE)
-        results["part_seconds"][f"{system} {part}"] = time.perf_counter() - t0
+        results["part_seconds"][f"{child.label} {part}"] = time.perf_counter() - t0
         why = "the process ended" if not child.alive() else "past the deadline"
-        merge_turn(results, system, part, out, why)
+        merge_turn(results, child.label, part, out, why)
+        self.save()
+
+    def late_correctness(self, child: Child) -> None:
+        """Correctness's late cases (first-time kernel paths) on a measured engine."""
+        results = self.results
+        if time.time() > self.ends - 5:
+            results["errors"][f"{child.label} {LATE_CORRECTNESS}"] = "not started: deadline"
+            return
+        self.log(f"{child.label}: {LATE_CORRECTNESS}")
+        t0 = time.perf_counter()
+        out = child.run_turn(LATE_CORRECTNESS, None, self.ends, self.args.ends_at + GRACE)
+        results["part_seconds"][f"{child.label} {LATE_CORRECTNESS}"] = time.perf_counter() - t0
+        if out is None or "error" in out:
+            why = "the process ended" if not child.alive() else "past the deadline"
+            results["errors"][f"{child.label} {LATE_CORRECTNESS}"] = (
+                out["error"] if out else f"no result: {why}"
+            )
+        else:
+            results["correctness"].setdefault("rows", []).extend(out["rows"])
         self.save()
 
     def long(self, system: str) -> None:
@@ -1346,6 +1679,18 @@ class ModelRun:
         self.save()
 
 
+def pool_for_the_card(pool_tokens: int) -> int:
+    """Five engines share the card during start-up with the graph check (three systems
+    and two second engines): Qwen3-0.6B keeps 112 KiB a token, so 131,072-token pools
+    take 70 GiB, which an H200 (139 GiB) holds and an H100 (80 GiB) does not; there each
+    pool is three quarters (the load parts' working sets still fit, FULL's note)."""
+    import torch
+
+    if torch.cuda.get_device_properties(0).total_memory < 100 * 2**30:
+        return pool_tokens * 3 // 4
+    return pool_tokens
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
@@ -1356,6 +1701,8 @@ def main(argv=None) -> int:
     if args.system:
         return run_system(args)
     args.argv = argv
+    if args.device == "cuda" and args.graphs_check and args.pool_tokens is None:
+        args.sizes["pool_tokens"] = pool_for_the_card(args.sizes["pool_tokens"])
     started = time.perf_counter()
     args.ends_at = time.time() + args.deadline
 

@@ -23,7 +23,7 @@ def test_unknown_parts_and_systems_are_refused_by_name(capsys):
     assert "unknown parts ['speed']" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         gpu_engine.parse_args(["--systems", "vllm"])
-    assert "--systems: choose from stock, stock-mis, ours" in capsys.readouterr().err
+    assert "--systems: choose from stock, ours, stock-mis" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         gpu_engine.parse_args(["--models", "qwen3-0.6b,gpt-9"])
     assert "unknown models ['gpt-9']" in capsys.readouterr().err
@@ -33,21 +33,25 @@ def test_unknown_parts_and_systems_are_refused_by_name(capsys):
     assert gpu_engine.parse_args([]).dtype == "bfloat16"  # the card's
 
 
-def test_quick_is_both_models_on_the_items_shape_in_one_call():
+def test_quick_is_the_first_card_call_and_ends_within_420_s():
     args = gpu_engine.parse_args(["--quick"])
-    assert args.models == ["qwen3-0.6b", "llama-3.2-1b"]
-    assert args.parts == ["correctness", "items"] and args.deadline == gpu_engine.DEADLINE
-    # a device call is 540 s at most; the kit's install comes before the script's clock
+    assert args.models == ["qwen3-0.6b"]
+    assert args.parts == ["correctness", "items", "recommendation"]
+    assert args.deadline == gpu_engine.QUICK_DEADLINE and args.graphs_check
+    # the quick call ends by itself within 420 s, the kit's install (~15-20 s) included;
+    # a full run's call is 540 s at most
+    assert gpu_engine.QUICK_DEADLINE + gpu_engine.GRACE <= 420 - 20
     assert gpu_engine.DEADLINE + gpu_engine.GRACE <= 540 - 15
+    assert not gpu_engine.parse_args(["--quick", "--device", "cpu"]).graphs_check
     sizes = args.sizes
     assert sizes["hold_seconds"] >= 15 and sizes["hold_requests"] >= 300  # p99s of hundreds
     assert len(sizes["rate_factors"]) == 2
     args = gpu_engine.parse_args(["--quick", "--parts", "items", "--rate-factors", "0.5,1,2"])
     assert args.parts == ["items"] and args.sizes["rate_factors"] == (0.5, 1.0, 2.0)
     assert gpu_engine.parse_args(["--model", "llama-3.2-1b"]).models == ["llama-3.2-1b"]
-    # its CPU rehearsal: two tiny models of the same families
+    # its CPU rehearsal: a tiny model of the same family
     tiny = gpu_engine.parse_args(["--quick", "--tiny", "--device", "cpu"])
-    assert [gpu_engine.SHAPES[m]["arch"] for m in tiny.models] == ["qwen3", "llama"]
+    assert [gpu_engine.SHAPES[m]["arch"] for m in tiny.models] == ["qwen3"]
     assert tiny.deadline == gpu_engine.TINY_DEADLINE < 900  # the kit test's limit on the run
 
 
@@ -210,6 +214,15 @@ def test_the_report_shows_each_part_its_ratio_and_failures():
                     "max_abs_logprob_diff": 0.0148,
                 },
                 {
+                    "system": "ours",
+                    "case": "packed item 1",
+                    "tokens": 324,
+                    "cached_tokens": 0,
+                    "forwards": 1,
+                    "items_in_call": 4,
+                    "max_abs_logprob_diff": 0.0201,
+                },
+                {
                     "system": "stock-mis",
                     "case": "cold",
                     "tokens": 72,
@@ -232,7 +245,10 @@ def test_the_report_shows_each_part_its_ratio_and_failures():
             "capacity_measured_on": "stock",
             "burst_capacity_per_s": 24.5,
             "systems": {
-                "stock": {"rows": rows, "rate_at_p99": 1.5, "rate_exact": True},
+                "stock": {"rows": rows, "rate_at_p99": 1.5, "rate_exact": True,
+                          "burst": {"requests_per_s": 24.5, "input_tokens_per_s": 73500.0,
+                                    "distinct_tokens_per_s": 47040.0, "completed": 48,
+                                    "requests": 48}},
                 "stock-mis": {"rows": rows, "rate_at_p99": 2.0, "rate_exact": True},
                 "ours": {"rows": rows, "rate_at_p99": 3.0, "rate_exact": False,
                          "rates_not_run": [4.0]},
@@ -241,11 +257,22 @@ def test_the_report_shows_each_part_its_ratio_and_failures():
         "long": {"tokens": 32768, "systems": {"ours": {"seconds": 1.5, "forwards": 16,
                                                        "peak_above_resident_mib": 700.0}}},
         "errors": {"ours recommendation": "Traceback ...\nValueError: boom"},
+        "engines": {"ours": {"features": ["jct_scheduler", "prefill_kv"],
+                             "prefill_only_kv_active": True,
+                             "jct_model": {"source": "card estimate: NVIDIA H200 as H200"},
+                             "start_warnings": []}},
+        "graph_check": {"tolerance": 0.1, "stock": {"max_diff": 0.002, "case": "cold"},
+                        "decision": "prefill graphs on: each checked system answered the same"},
     }  # fmt: skip
     text = gpu_engine.markdown(results)
     assert "# The engine on NVIDIA H100 80GB HBM3" in text
-    assert "| ours | cold | 72 | 0 | 1.48e-02 |" in text
-    assert "| stock-mis | cold | 72 | 0 | 1.51e-02 | 7.50e-01 |" in text
+    assert "| ours | cold | 72 | 0 |  | 1.48e-02 |" in text
+    assert "| ours | packed item 1 | 324 | 0 | 1 (4) | 2.01e-02 |" in text
+    assert "| stock-mis | cold | 72 | 0 |  | 1.51e-02 | 7.50e-01 |" in text
+    assert "| stock | 24.50 | 73500 | 47040 | 48/48 |" in text  # saturation, tokens/s
+    assert "| ours | jct_scheduler, prefill_kv | active | card estimate: NVIDIA H200" in text
+    assert "- stock: max |logprob diff| on/off 2.00e-03 (cold)" in text
+    assert "- decision: prefill graphs on" in text
     assert "- stock: 15.0 items/s at the bound" in text  # 10 items per request
     assert "- ours: 30.0 items/s at the bound (a bound)" in text
     assert "(rates not run, the deadline: [4.0])" in text
@@ -286,41 +313,49 @@ def test_a_hung_child_is_killed_with_its_own_children(tmp_path):
     assert code == 3 and "ended with code 3" in ended
 
 
-def _row(system):
+def _row(system, logprobs=(-1.0, -2.0)):
     return {"system": system, "case": "cold", "tokens": 9, "cached_tokens": 0,
-            "max_abs_logprob_diff": 1e-7}  # fmt: skip
+            "max_abs_logprob_diff": 1e-7, "logprobs": list(logprobs)}  # fmt: skip
 
 
 class _FakeChild:
-    """A system's process as the parent sees it, scripted: which systems fail to start
-    (with which graphs), and a turn's result."""
+    """A system's process as the parent sees it, scripted: which engines fail to start
+    (system, graphs), which answer differently (labels), and a turn's result."""
 
     failing: set = set()
+    different: set = set()
     turns: list = []
     started: list = []
 
-    def __init__(self, args, model, system, parts, turns, graphs):
+    def __init__(self, args, model, system, parts, turns, graphs, label=None):
         self.system, self.parts, self.graphs = system, parts, graphs
+        self.label = label or system
         self.failed = (system, graphs) in self.failing
-        self.started.append((system, graphs))
+        self.started.append((self.label, graphs))
 
     def wait_ready(self, until):
         return "failed" if self.failed else "ready"
 
     def status(self):
         if self.failed:
-            return {"phase": "failed", "report": {"errors": {f"{self.system} start": "boom"}}}
+            return {"phase": "failed", "report": {"errors": {f"{self.label} start": "boom"}}}
+        logprobs = (-1.5, -2.0) if self.label in self.different else (-1.0, -2.0)
         report = {
             "start_s": 1.0,
             "graphs": {"prefill": self.graphs, "decode": "disabled"},
             "warmup": {p: {"seconds": 0.5} for p in self.parts if p in gpu_engine.LOAD_PARTS},
-            "correctness_rows": [_row(self.system)] if "correctness" in self.parts else [],
+            "correctness_rows": (
+                [_row(self.label, logprobs)] if "correctness" in self.parts else []
+            ),
+            "engine": {"features": [], "start_warnings": []},
             "errors": {},
         }
         return {"phase": "ready", "report": report}
 
     def run_turn(self, part, rates, ends_at, hard_end):
-        self.turns.append((self.system, part, rates))
+        self.turns.append((self.label, part, rates))
+        if part == gpu_engine.LATE_CORRECTNESS:
+            return {"part": part, "rows": []}
         out = {"part": part, "entry": {"rows": [], "rate_at_p99": 1.0, "rate_exact": True}}
         if rates is None:
             out["capacity"] = {"capacity_measured_on": self.system, "rates": [len(part), 9]}
@@ -339,51 +374,123 @@ class _FakeChild:
         pass
 
 
-def test_the_parent_runs_parts_system_by_system_and_retries_a_failed_start_without_graphs(
-    tmp_path, monkeypatch
-):
-    """Items on stock (its burst sets the rates), stock-mis, then recommendation; ours'
-    engine failed to start with prefill graphs, so it is started again alone without
-    them, with the rates stock set; past the deadline nothing starts."""
+SYSTEM_PARTS = [
+    ("stock", ["correctness", "items", "recommendation"]),
+    ("ours", ["correctness", "items", "recommendation"]),
+    ("stock-mis", ["correctness", "items"]),
+]
+
+
+def _fake_run(tmp_path, monkeypatch, failing=(), different=(), argv=("--device", "cuda")):
     import time
 
     monkeypatch.setattr(gpu_engine, "Child", _FakeChild)
     monkeypatch.setattr(gpu_engine, "environment", lambda device: {"device": device})
-    monkeypatch.setattr(_FakeChild, "failing", {("ours", "auto")})
+    monkeypatch.setattr(_FakeChild, "failing", set(failing))
+    monkeypatch.setattr(_FakeChild, "different", set(different))
     monkeypatch.setattr(_FakeChild, "turns", [])
     monkeypatch.setattr(_FakeChild, "started", [])
-    args = gpu_engine.parse_args(["--device", "cuda", "--work", str(tmp_path)])
+    args = gpu_engine.parse_args([*argv, "--work", str(tmp_path)])
     args.argv, args.ends_at = [], time.time() + 600
     run = gpu_engine.ModelRun(args, "tiny", tmp_path / "out", 0.0, args.ends_at, lambda m: None)
-    run.engines(
-        [
-            ("stock", ["correctness", "items", "recommendation"]),
-            ("stock-mis", ["correctness", "items"]),
-            ("ours", ["items", "recommendation"]),
-        ]
-    )
+    run.engines(SYSTEM_PARTS)
+    return run
+
+
+def test_the_parent_runs_stock_then_ours_then_multi_item_scoring_and_checks_the_graphs(
+    tmp_path, monkeypatch
+):
+    """Items on stock (its burst sets the rates), ours, stock-mis; then recommendation;
+    then correctness's late cases (first-time kernel paths) on each measured engine. Each
+    checked system starts a second engine with prefill graphs off; they answered alike,
+    so the graph engines are measured; ours' graph engine failed to start, so its second
+    engine is measured instead of a restart."""
+    run = _fake_run(tmp_path, monkeypatch, failing={("ours", "auto")})
     items, rec = [len("items"), 9], [len("recommendation"), 9]
+    late = gpu_engine.LATE_CORRECTNESS
     assert _FakeChild.turns == [
         ("stock", "items", None),
+        ("ours-nographs", "items", items),
         ("stock-mis", "items", items),
         ("stock", "recommendation", None),
-        ("ours", "items", items),
-        ("ours", "recommendation", rec),
+        ("ours-nographs", "recommendation", rec),
+        ("stock", late, None),
+        ("ours-nographs", late, None),
+        ("stock-mis", late, None),
     ]
     assert _FakeChild.started == [
-        ("stock", "auto"), ("stock-mis", "auto"), ("ours", "auto"), ("ours", "off")
+        ("stock", "auto"), ("ours", "auto"), ("stock-mis", "auto"),
+        ("stock-nographs", "off"), ("ours-nographs", "off"),
     ]  # fmt: skip
     results = run.results
-    assert results["retried_without_graphs"] == ["ours"]
+    assert "retried_without_graphs" not in results
     assert results["errors"] == {"ours start": "boom"}
-    assert set(results["items"]["systems"]) == {"stock", "stock-mis", "ours"}
+    check = results["graph_check"]
+    assert check["stock"]["max_diff"] == 0.0 and "did not start" in check["ours"]["note"]
+    assert check["decision"].startswith("prefill graphs on")
+    assert set(results["items"]["systems"]) == {"stock", "ours-nographs", "stock-mis"}
     assert results["items"]["capacity_measured_on"] == "stock"
-    assert [r["system"] for r in results["correctness"]["rows"]] == ["stock", "stock-mis"]
-    assert set(results["warmup"]) == {"stock", "stock-mis", "ours"}
+    assert [r["system"] for r in results["correctness"]["rows"]] == [
+        "stock", "stock-mis", "stock-nographs", "ours-nographs"
+    ]  # fmt: skip
+    assert set(results["engines"]) == {"stock", "stock-mis", "stock-nographs", "ours-nographs"}
     assert (tmp_path / "out" / "results.md").exists()
+
+
+def test_answers_that_differ_with_graphs_put_both_systems_on_their_second_engines(
+    tmp_path, monkeypatch
+):
+    run = _fake_run(tmp_path, monkeypatch, different={"ours"})
+    measured = {label for label, part, _ in _FakeChild.turns if part == "items"}
+    assert measured == {"stock-nographs", "ours-nographs", "stock-mis"}
+    check = run.results["graph_check"]
+    assert check["ours"]["max_diff"] == 0.5 and check["stock"]["max_diff"] == 0.0
+    assert "prefill graphs off for stock, ours: ours answered differently" in check["decision"]
+
+
+def test_without_the_graph_check_a_failed_start_is_retried_without_graphs(tmp_path, monkeypatch):
+    """--no-graphs-check: no second engines; ours' engine failed with graphs, so it is
+    started again alone without them, with the rates stock set; past the deadline
+    nothing starts."""
+    import time
+
+    run = _fake_run(
+        tmp_path,
+        monkeypatch,
+        failing={("ours", "auto")},
+        argv=("--device", "cuda", "--no-graphs-check"),
+    )
+    assert _FakeChild.started == [
+        ("stock", "auto"), ("ours", "auto"), ("stock-mis", "auto"), ("ours", "off")
+    ]  # fmt: skip
+    assert run.results["retried_without_graphs"] == ["ours"]
+    assert "graph_check" not in run.results
+    assert ("ours", "items", [len("items"), 9]) in _FakeChild.turns
     # past the model's deadline: no engine starts, and the results say so
     monkeypatch.setattr(_FakeChild, "started", [])
-    late = gpu_engine.ModelRun(args, "tiny", tmp_path / "late", 0.0, time.time(), print)
+    late = gpu_engine.ModelRun(run.args, "tiny", tmp_path / "late", 0.0, time.time(), print)
     late.engines([("stock", ["items"])])
     assert _FakeChild.started == []
     assert late.results["errors"] == {"stock items": "not started: past the deadline"}
+
+
+def test_a_turn_reserves_what_its_rates_need():
+    """The first system's turn reserves one hold; later ones their burst and first rate
+    at the rates set (300 requests at 50/s: 6 s, not the 15 s hold)."""
+    sizes = dict(gpu_engine.FULL)
+    assert gpu_engine.turn_seconds(sizes, None) == sizes["hold_seconds"] + sizes["drain_seconds"]
+    need = gpu_engine.turn_seconds(sizes, [50.0, 93.75])  # capacity 62.5/s
+    assert need == pytest.approx(48 / 62.5 + 4 + 300 / 50 + 4)
+
+
+def test_the_correctness_calls_put_the_packed_items_in_one_call_and_the_long_case_last():
+    cases = [("cold", [1], [2]), ("longer than a batch", [3], [4])]
+    cases += [(f"{gpu_engine.PACKED} {k}", [5] * 80, [k]) for k in (1, 2, 3)]
+    early = gpu_engine.correctness_calls(cases, late=False)
+    assert [[c[0] for c in call] for call in early] == [
+        ["cold"], ["packed item 1", "packed item 2", "packed item 3"]
+    ]  # fmt: skip
+    assert gpu_engine.correctness_calls(cases, late=True) == [[cases[1]]]
+    rows = [_row("stock"), _row("stock-nographs", (-1.25, -2.0))]
+    assert gpu_engine.graph_difference(rows, "stock", "stock-nographs") == (0.25, "cold")
+    assert gpu_engine.graph_difference(rows, "ours", "ours-nographs") == (None, "")

@@ -45,6 +45,11 @@ from prefillonly_sgl.features.prefill_kv.policy import kept_new_tokens
 MIN_PACKED_TOKENS = 16
 
 
+# On a follower from its admission to its release (scheduler_process.py): what it reads
+# from whom. The forward log counts the requests that carry it.
+FOLLOWER_MARK = "_prefillonly_follows"
+
+
 def kept_end(prefix_len: int, extend_end: int, total_len: int, reusable_len: int | None) -> int:
     """Where the real pool slots of a request's row end once this extend is allocated:
     tokens [0, kept_end) hold KV (cached or written by this forward). A request without R

@@ -50,7 +50,7 @@ from prefillonly_sgl.features.prefill_kv.messages import (
     with_off_reason,
     with_scoring_limit,
 )
-from prefillonly_sgl.features.prefill_kv.packing import kept_end, packed_len
+from prefillonly_sgl.features.prefill_kv.packing import FOLLOWER_MARK, kept_end, packed_len
 from prefillonly_sgl.features.prefill_kv.policy import (
     DROPPED_SLOT,
     KEEP_ALL,
@@ -71,8 +71,6 @@ logger = logging.getLogger(__name__)
 # state, as stock SGLang (policy.recurrent_state_plan: KEEP_ALL).
 KEEP_ALL_MARK = "_prefillonly_keeps_all_kv"
 
-# On a follower (packing.py) from its admission to its release: what it reads from whom.
-FOLLOWER_MARK = "_prefillonly_follows"
 # On a PrefillAdder that admitted a prompt too long to share a batch: only followers
 # (of it, or of each other) may join it now.
 RIDERS_ONLY = "_prefillonly_riders_only"

@@ -12,14 +12,16 @@ Kinds are leaf modules, so nothing is counted twice: "other" is the forward minu
 
 The forward log (PREFILLONLY_FORWARD_LOG, without the profile's timers and their
 synchronisation): one "forward" event per extend forward (hooking/events.py), each
-request's cached and new tokens and the step's seconds, so a test or a benchmark counts
-the forwards a workload took, and the requests and tokens in each."""
+request's cached and new tokens, how many of its requests were followers packed behind
+their leader (prefill_kv/packing.py) and the step's seconds, so a test or a benchmark
+counts the forwards a workload took, and the requests and tokens in each."""
 
 from __future__ import annotations
 
 import json
 import time
 
+from prefillonly_sgl.features.prefill_kv.packing import FOLLOWER_MARK
 from prefillonly_sgl.hooking import process_state
 from prefillonly_sgl.hooking.events import append_event
 
@@ -115,6 +117,8 @@ def _around_run_batch(original, self, batch, *args, **kwargs):
     if not path:
         if not switches.forward_log:
             return original(self, batch, *args, **kwargs)
+        # counted before the forward: a follower's mark goes at its release
+        packed = sum(hasattr(req, FOLLOWER_MARK) for req in batch.reqs)
         start = time.perf_counter()
         result = original(self, batch, *args, **kwargs)
         append_event(
@@ -122,6 +126,7 @@ def _around_run_batch(original, self, batch, *args, **kwargs):
             "forward",
             prefix=_ints(batch.prefix_lens),
             new=_ints(batch.extend_lens),
+            packed=packed,
             step_s=round(time.perf_counter() - start, 6),
         )
         return result
