@@ -278,3 +278,26 @@ def test_the_slot_refuses_an_attention_call_it_cannot_take():
         slot(attn, q, k, k, True, (), {})
     slot.finish()
     assert not slot.active and slot.k_all is None  # the K / V buffers go with the layer
+
+
+def test_a_layer_whose_kv_a_fused_kernel_writes_is_known_before_it_is_chunked():
+    """SGLang's Qwen3-MoE and gpt-oss pass save_kv_cache=False where a fused rotary kernel
+    wrote the KV (CUDA, a bf16 pool): their unchunked calls mark the slot, and the
+    scheduler's layer wrapper then runs them whole instead of in query chunks (whose
+    slices would leave the pool's write to a kernel that never sees them). A chunked call
+    that meets it first refuses by name and marks the slot too."""
+    attention = RadixAttention()
+    slot = QueryChunkSlot()
+    layer_chunks.redirect_attention(attention, slot)
+    q = torch.randn(5, HEADS * HEAD_DIM)
+    k, v = torch.randn(5, KV_HEADS * HEAD_DIM), torch.randn(5, KV_HEADS * HEAD_DIM)
+    attention(q, k, v, BATCH)
+    assert not slot.writes_own_kv
+    attention(q, k, v, BATCH, save_kv_cache=False)
+    assert slot.writes_own_kv
+    fresh = QueryChunkSlot()
+    fresh.begin(5, lambda *a, **kw: None)
+    fresh.slice(0, 5)
+    with pytest.raises(RuntimeError, match="KV saved elsewhere"):
+        fresh(attention, q, k, v, False, (), {})
+    assert fresh.writes_own_kv

@@ -238,3 +238,30 @@ def test_query_chunks_need_the_hosts_request_rows(monkeypatch):
     assert backend.supports_query_chunks(batch)
     batch.req_pool_indices_cpu = None
     assert not backend.supports_query_chunks(batch)
+
+
+def test_an_fp8_pools_write_leaves_the_keys_attention_reads(monkeypatch):
+    """With KV scales SGLang's set_kv_buffer divides k / v in place; ours writes before
+    attention (followers, query chunks), so it hands the pool copies: the k / v the
+    attention then reads are unscaled. The pool here is SGLang's write rule in a line."""
+    from prefillonly_sgl.features.prefill_attention.scheduler_flashinfer_backend import (
+        PrefillOnlyFlashInferBackend,
+    )
+
+    class ScalingPool:
+        def set_kv_buffer(self, layer, loc, k, v, k_scale=None, v_scale=None):
+            if k_scale is not None:
+                k.div_(k_scale)  # memory_pool.MHATokenToKVPool.set_kv_buffer's rule
+            if v_scale is not None:
+                v.div_(v_scale)
+
+    backend = object.__new__(PrefillOnlyFlashInferBackend)
+    backend.token_to_kv_pool = ScalingPool()
+    backend.kv_cache_quant_method = SimpleNamespace(needs_global_scale=lambda: False)
+    layer = SimpleNamespace(k_scale=2.0, v_scale=4.0)
+    k, v = torch.ones(3, 2), torch.ones(3, 2)
+    backend._write_kv(layer, None, k, v)
+    assert k.eq(1).all() and v.eq(1).all()
+    unscaled = SimpleNamespace(k_scale=None, v_scale=None)
+    backend._write_kv(unscaled, None, k, v)  # no copies where nothing is scaled
+    assert k.eq(1).all()

@@ -315,6 +315,11 @@ class QueryChunkSlot:
 
     def __init__(self) -> None:
         self.active = False
+        # Seen on the layer's own (unchunked) calls: its attention was told not to save
+        # the KV (save_kv_cache=False: a fused rotary kernel wrote it, as SGLang's Qwen3-MoE
+        # and gpt-oss do on CUDA with a bf16 pool). Such a layer runs whole: its slices
+        # would leave the pool's write to a kernel that never sees them.
+        self.writes_own_kv = False
         self._clear()
 
     def _clear(self) -> None:
@@ -338,6 +343,8 @@ class QueryChunkSlot:
         """The attention call of the current slice: (end - start, heads * v_head_dim)."""
         start, end = self.start, self.end
         unknown = sorted(set(kwargs) - set(ATTENTION_KWARGS))
+        if not save_kv_cache:
+            self.writes_own_kv = True  # its later forwards run whole (the layer's wrapper)
         if args or unknown or k is None or v is None or not save_kv_cache or self.calls:
             raise RuntimeError(
                 f"layer {getattr(attn, 'layer_id', '?')}'s attention was called in a way "
@@ -362,6 +369,8 @@ def redirect_attention(attn: nn.Module, slot: QueryChunkSlot) -> None:
     def forward(self, q, k, v, forward_batch, save_kv_cache=True, *args, **kwargs):
         if slot.active:
             return slot(self, q, k, v, save_kv_cache, args, kwargs)
+        if not save_kv_cache:
+            slot.writes_own_kv = True
         return stock(q, k, v, forward_batch, save_kv_cache, *args, **kwargs)
 
     attn.forward = types.MethodType(forward, attn)

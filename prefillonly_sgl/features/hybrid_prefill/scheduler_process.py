@@ -209,6 +209,9 @@ def _install(layer, plan: layer_chunks.LayerPlan, chunk: int, limit: int, stack:
         backend = get_attn_backend()
         if not getattr(backend, "supports_query_chunks", lambda _: False)(forward_batch):
             return original(*args, **kwargs)
+        if slot.writes_own_kv:
+            stack.refuse_call(self, "its attention's KV is written by a fused kernel")
+            return original(*args, **kwargs)
         n = hidden.shape[0]
         slicer = layer_chunks.CallSlicer(bound, n, _OWN)
         if slicer.refusal:

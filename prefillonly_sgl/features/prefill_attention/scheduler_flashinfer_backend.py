@@ -111,17 +111,26 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
             and not layer.is_cross_attention
             and layer.attn_type != AttentionType.ENCODER_ONLY
         ):
-            self.token_to_kv_pool.set_kv_buffer(
+            self._write_kv(
                 layer,
                 KVWriteLoc.for_layer(
                     forward_batch, layer, swa_loc=self.forward_metadata.swa_out_cache_loc
                 ),
                 k,
                 v,
-                *self._kv_write_scales(layer),
             )
             save_kv_cache = False
         return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
+
+    def _write_kv(self, layer, loc, k, v) -> None:
+        """The pool's write of k / v before attention reads them. With KV scales (an FP8
+        pool) SGLang's write divides k and v by them in place, which stock never minds
+        (it writes after attention); here attention reads them afterwards, so the pool
+        is handed copies."""
+        scales = self._kv_write_scales(layer)
+        if any(scale is not None for scale in scales):
+            k, v = k.clone(), v.clone()
+        self.token_to_kv_pool.set_kv_buffer(layer, loc, k, v, *scales)
 
     def supports_query_chunks(self, forward_batch) -> bool:
         """Whether this extend batch's layers may run in query chunks: a plain ragged +
@@ -142,12 +151,11 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
         # never-allocated dummy slot that nothing reads (stock FlashInfer writes them there
         # too). Selecting the kept rows with a mask would make the host wait for the device
         # (its count) once per layer per chunk.
-        self.token_to_kv_pool.set_kv_buffer(
+        self._write_kv(
             layer,
             KVWriteLoc(forward_batch.out_cache_loc[start:end], None),
             k_all[start:end],
             v_all[start:end],
-            *self._kv_write_scales(layer),
         )
         chunk = self._query_chunks.get((start, end))
         if chunk is None:
