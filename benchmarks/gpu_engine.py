@@ -3,7 +3,7 @@ SGLang at its best per shape, side by side on the same card, model and attention
 (FlashInfer).
 
     # on a lent card, through the engine kit (benchmarks/README.md, "The engine on a card"):
-    bash scripts/gpu_kit/run_on_card.sh --engine --quick      # both models, one call
+    bash scripts/gpu_kit/run_on_card.sh --engine --quick      # the first call: <= 420 s
     bash scripts/gpu_kit/run_on_card.sh --engine --model llama-3.2-1b   # one model, all parts
     # here, what the tests run (tiny shapes, CPU, float32):
     .venv/bin/python benchmarks/gpu_engine.py --tiny --device cpu --out /tmp/gpu_engine
@@ -27,14 +27,17 @@ process of its own (SGLang ends the process whose engine's worker failed; the ru
 Parts, each written to results.json / results.md as it ends:
 
 - correctness: label log-probabilities (over the whole vocabulary) of cold prompts, a
-  shared prefix and its cache hit, and a prompt longer than stock's largest batch (ours:
-  one forward, its layers in query chunks; stock: chunked prefill), against a
+  shared prefix and its cache hit, a cold query with its items in one call (ours packs the
+  items behind the query: one forward, counted from the forward log), and a prompt longer
+  than stock's largest batch (ours: one forward, its layers in query chunks; stock: chunked
+  prefill; run after the load parts, since it is a first-time kernel path), against a
   float32 transformers forward of the same weights on the same device; stock-mis against
   the sequence it scores (query, delimiter, item at its MIS positions), and, beside it, how
   far that is from query + item's;
 - items: SGLang #9748's shape, requests of a 120-token query and 10 items of 180 tokens,
   Poisson arrivals at rates set from the first system's burst capacity (stock's);
-  items/s at P99 <= 500 ms;
+  items/s at P99 <= 500 ms; every system's burst also gives its saturation throughput,
+  in input tokens/s as Prelude (OpenReview 2026) reports prefill-only serving;
 - recommendation: the paper's shape scaled to the card: users with 1-2k-token profiles,
   each request one user's profile and 8 items of 150 tokens, every user's requests spread
   over the run; requests/s at P99 <= --rec-p99 seconds;
@@ -55,6 +58,19 @@ requests, whichever comes first (15 s / 300), so that a P99 is a percentile of h
 each row reports its requests, those completed and the seconds it was held. The rates are
 the first system's burst capacity times --rate-factors, the same for every system.
 
+The graph check (CUDA, --graphs-check): beside stock's and ours' engines a second engine of
+each starts with prefill graphs off and answers the same correctness cases (sglang #37606:
+breakable graphs gave wrong greedy output when a bucket's memory was reused); if either
+system's two engines differ by more than GRAPH_CHECK_TOLERANCE, both systems' load parts
+run on their graphs-off engines, and the results say why; otherwise those engines exit
+before the load parts. A system whose graph engine failed to start runs on its second.
+
+Diagnostics: each engine's resolved features, whether prefill-only KV is active (and why
+not), the JCT scheduler's job-time model and where it came from, and its start warnings
+(results.json "engines"); per rate the forwards, their tokens and the share of packed
+followers; the forward and hybrid-prefilling logs and every child's reports in
+diagnostics.tar.gz beside the results; SGLang's warnings in the log (level "warning").
+
 CUDA graphs (CUDA only; a CPU engine has none): decode graphs off for every system: a
 scoring request never decodes, and their capture needs FlashInfer's decode kernels, which
 the kit does not carry. Prefill graphs as a CUDA install of SGLang 0.5.23 runs them:
@@ -71,15 +87,16 @@ engine fails to start with prefill graphs is started once more without them, alo
 the results say so.
 
 Time: every system of a model starts at once (--overlap, the default: engine start-up,
-graph capture, correctness and warm-up of the three in parallel, each engine's KV pool
-bounded to --pool-tokens so the three share the card), then the timed parts run one
-system at a time while the others idle (sleep_on_idle: an idle scheduler waits on its
-socket instead of spinning a core). Parts are measured part by part (items on stock,
-stock-mis, ours; then recommendation), each model gets an equal share of --deadline, no
-turn or rate starts that cannot end before its share, and a child still running at
---deadline + 20 s is killed: the call ends in time and says what it left out. --quick:
-both models, correctness and items (~430-560 s on a card by the 2026-11-26 timings, so
-the deadline's shares may cut a slow model's last turns: benchmarks/README.md).
+graph capture, correctness and warm-up of the three (and the graph check's two) in
+parallel, each engine's KV pool bounded to --pool-tokens so they share the card), then the
+timed parts run one system at a time while the others idle (sleep_on_idle: an idle
+scheduler waits on its socket instead of spinning a core). Parts are measured part by
+part (items on stock, ours, stock-mis; then recommendation on stock and ours; then the
+late correctness case), each model gets an equal share of --deadline, no turn starts that
+cannot do its burst and first rate before its share (turn_seconds), no rate that cannot
+end, and a child still running at --deadline + 20 s is killed: the call ends in time and
+says what it left out. --quick: Qwen3-0.6B, correctness, items and recommendation, done
+370 s after its start (the device call: 420 s with the kit's install).
 
 Token ids are random (seeded), below the tokenizer's size (the tiny models' tokenizer:
 SGLang's score API refuses ids past it): the weights are random too, so text would mean
@@ -1152,7 +1169,10 @@ def run_system(args) -> int:
         _write_json(status_path, {"phase": "failed", "report": report})
         return 1
     report["start_s"] = time.perf_counter() - t0
-    report["engine"] = engine_facts(engine, [str(w.message) for w in start_warnings])
+    # the engine's own warnings (prefill-only KV off and why, a family's features off),
+    # not the libraries' deprecation notices
+    ours = {str(w.message) for w in start_warnings if issubclass(w.category, RuntimeWarning)}
+    report["engine"] = engine_facts(engine, sorted(ours))
     log(f"engine started in {report['start_s']:.1f} s: {json.dumps(report['engine'])}")
     with engine:
         report["resolved"] = resolved_settings(engine)

@@ -13,11 +13,12 @@
 # --engine first: the engine kit's run (issues 57, 62) instead, benchmarks/gpu_engine.py
 # (the Engine, stock SGLang and stock with --enable-mis on the card) -> $OUT/gpu_engine:
 #   device run: command "bash scripts/gpu_kit/run_on_card.sh --engine --quick", carry
-#               ["build/gpu_kit"], timeout_s 540 (both models, correctness and items; the
-#               script is done by 490 s after its start, the kit's install ~15-20 s before)
-# (--engine --model llama-3.2-1b: one model, every part, the same 540 s.) Rehearsed on CPU
-# as PREFILLONLY_DEVICE=cpu PYTHON=.venv/bin/python bash scripts/gpu_kit/run_on_card.sh
-# --engine --quick --tiny --device cpu (benchmarks/README.md).
+#               ["build/gpu_kit"], timeout_s 450 (Qwen3-0.6B: correctness, items and
+#               recommendation; the script is done by 390 s after its start, the kit's
+#               install ~15-20 s before: 420 s in all)
+# (--engine --model llama-3.2-1b: one model, every part, 540 s.) Rehearsed on CPU as
+# PREFILLONLY_DEVICE=cpu PYTHON=.venv/bin/python bash scripts/gpu_kit/run_on_card.sh
+# --engine --quick --tiny --device cpu --graphs-check (benchmarks/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 KIT=${KIT:-build/gpu_kit}
