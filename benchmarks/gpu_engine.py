@@ -111,6 +111,7 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -1472,6 +1473,8 @@ class ModelRun:
         self.args, self.model, self.out, self.log = args, model, out, log
         self.started, self.ends = started, ends
         self.turns = args.work / "turns" / model
+        if self.turns.exists():  # an earlier call's on the same machine: not this run's
+            shutil.rmtree(self.turns)
         self.turns.mkdir(parents=True, exist_ok=True)
         self.results = {
             "environment": environment(args.device),

@@ -85,6 +85,21 @@ def test_followers_ride_in_their_leaders_batch():
     assert plan.batch == ["g0", "g1", "g2", "alone"]  # a leader's riders right behind it
 
 
+def test_a_group_joins_a_batch_whole_or_waits_whole():
+    """SGLang #9748's shape: each request a cold query and its items. A second group that
+    would fit only in part waits for the next batch whole (split, its remaining items
+    would finish a forward later, and the request with them); a smaller request behind
+    it fills the room instead."""
+    first = [job(f"a{i}", 300, prefix=tokens(1, 120), waited=1.0) for i in range(4)]
+    second = [job(f"b{i}", 300, prefix=tokens(50_000, 120)) for i in range(4)]
+    small = job("small", 250)
+    # budget 1200: group a costs 300 + 3 x 180 = 840; group b the same, 360 left
+    plan = policy(token_budget=1200, long_factor=100).plan([*first, *second, small])
+    assert sorted(plan.batch) == ["a0", "a1", "a2", "a3", "small"]
+    plan = policy(token_budget=1700, long_factor=100).plan([*first, *second])
+    assert len(plan.batch) == 8  # both fit whole
+
+
 def test_requests_sharing_only_an_uncached_instruction_are_not_batched_together():
     instruction = tokens(1, 256)
     alice = job("alice", 700, prefix=instruction + tokens(5000, 300))

@@ -278,6 +278,7 @@ def test_a_cold_prefix_group_runs_as_one_forward(setup):
     forwards = read_events(log_path, "forward")[-2:]  # the forward log (no timers)
     assert [len(f["new"]) for f in forwards] == [10, 10]
     assert sum(forwards[1]["new"]) == sum(map(len, items))
+    assert [f["packed"] for f in forwards] == [9, 0]  # followers, then cache hits
 
 
 def test_a_follower_of_a_shorter_common_prefix_caches_the_rest_of_its_own(setup):

@@ -24,9 +24,9 @@ rule).
 Batches: the head (best priority) decides. A long request (its own work above long_factor
 per-batch costs: batching would amortise nothing and only delay the others) runs alone,
 but for its riding followers (up to a token budget of their own). Otherwise the following
-requests in priority order join, each leader with its riders, while they fit the token
-budget, are not long, are within size_ratio of the head's work (no short request behind a
-long one) and share no uncached prefix with a member of another group.
+requests in priority order join, each leader with all its riders or not at all, while they
+fit the token budget, are not long, are within size_ratio of the head's work (no short
+request behind a long one) and share no uncached prefix with a member of another group.
 
 Cost per step: a few numpy operations over the waiting requests plus Python work for the
 batch's candidates only (at most SCAN), so a step stays well under a millisecond at a
@@ -319,7 +319,11 @@ class JctPolicy:
         for j in range(1, len(ranked)):
             if len(batch) >= self.max_batch or budget <= 0:
                 break
-            if new[j] > budget or long[j] or max(work[j], per_batch) > ceiling:
+            # A leader joins with all its riders or not at all: a group split across
+            # batches finishes a forward later (its other members wait for the prefix
+            # to be cached), and a request ends with its last item (the H200's items
+            # shape, issue 73: 27% of ours' forwards carried a split group's rest).
+            if s.group_new(ranked[j]) > budget or long[j] or max(work[j], per_batch) > ceiling:
                 continue
             conflicts = s.conflicts(ranked[j])
             if taken.intersection(conflicts):
@@ -402,6 +406,13 @@ class _Step:
             if leader is not None:
                 self._riders.setdefault(leader, []).append(int(followers[k]))
                 self.batch_new[followers[k]] = hit_new[k]
+
+    def group_new(self, leader: int) -> int:
+        """What a request computes in a batch with all of its riders (its own new
+        tokens alone where it leads none)."""
+        return int(self.batch_new[leader]) + sum(
+            int(self.batch_new[i]) for i in self._riders.get(leader, ())
+        )
 
     def riders(self, leader: int, budget: int, room: int) -> list[int]:
         """The leader's riders that fit `budget` new tokens and `room` places."""

@@ -13,8 +13,9 @@ Kinds are leaf modules, so nothing is counted twice: "other" is the forward minu
 The forward log (PREFILLONLY_FORWARD_LOG, without the profile's timers and their
 synchronisation): one "forward" event per extend forward (hooking/events.py), each
 request's cached and new tokens, how many of its requests were followers packed behind
-their leader (prefill_kv/packing.py) and the step's seconds, so a test or a benchmark
-counts the forwards a workload took, and the requests and tokens in each."""
+their leader (prefill_kv/packing.py), the step's seconds and its wall-clock time, so a
+test or a benchmark counts the forwards a workload took, and the requests and tokens in
+each."""
 
 from __future__ import annotations
 
@@ -128,6 +129,7 @@ def _around_run_batch(original, self, batch, *args, **kwargs):
             new=_ints(batch.extend_lens),
             packed=packed,
             step_s=round(time.perf_counter() - start, 6),
+            t=round(time.time(), 4),  # when it was launched: a run's queueing, rebuilt
         )
         return result
     _state.pop("last", None)
