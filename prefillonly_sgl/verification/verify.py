@@ -401,7 +401,11 @@ def _first_line(e: BaseException) -> str:
 # -- the variants ------------------------------------------------------------------------
 def plan_variants(model_path: str, device: str, dtype: str, quick: bool):
     """(first: the variants always run, more: each feature off in turn, skipped: why a
-    variant is not run). Variants the family makes identical to another are left out."""
+    variant is not run). Variants the family makes identical to another are left out.
+    An architecture outside the family table is resolved as allowed by name: running its
+    variants is what verify is for (until 2026-11-28 each one was refused as unverified,
+    so verify could never pass one, issue 74)."""
+    allowed = tuple(families.read_architectures(model_path))
     chunk = {"hybrid_prefill_chunk_size": SMALL_CHUNK}
     first = [Variant("all features", dict(chunk))]
     first.append(
@@ -431,6 +435,7 @@ def plan_variants(model_path: str, device: str, dtype: str, quick: bool):
                 context_length=None,
                 memory_budget=None,
                 max_prompt_tokens=None,
+                allow_architectures=allowed,
                 **variant.settings,
             )
         except ValueError as e:
@@ -612,14 +617,35 @@ def main(args) -> int:
         print(report.table())
         if args.json:
             Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-    if report.ok and report.family is None:
-        # An architecture outside the table that passed: this configuration may now start.
+    if report.family is None:
+        _record_or_say_why_not(report, progress, chosen=bool(args.variants))
+    return 0 if report.ok else 1
+
+
+def _record_or_say_why_not(report: Report, progress, chosen: bool) -> None:
+    """An architecture outside the table: a passed verify records the configuration (it
+    then starts with the features, no opt-in); a failed one records nothing and says which
+    variants failed, so the start stays refused; so does one whose variants the user
+    chose (--variant: the others did not run)."""
+    if report.ok and chosen:
+        progress("[verify] not recorded: --variant ran only the variants named")
+        return
+    if report.ok:
         path = verified_architectures.write_record(
             report.model, report.architectures, report.device, report.dtype,
             _largest_difference(report),
         )  # fmt: skip
-        progress(f"[verify] recorded: this configuration now starts with the features on ({path})")
-    return 0 if report.ok else 1
+        progress(
+            f"[verify] recorded: this configuration now starts with the features on, no "
+            f"opt-in ({path})"
+        )
+        return
+    failed = [r.variant.name for r in report.judged if not r.ok]
+    why = f"failed: {', '.join(failed)}" if failed else "no variant with the features ran"
+    progress(
+        f"[verify] not recorded ({why}): the features still refuse to start on this "
+        "configuration; the table above says what differs"
+    )
 
 
 def _largest_difference(report: Report) -> float | None:
