@@ -1,6 +1,6 @@
 """The way out of "unverified" (issue 74), end to end through the command line, on a tiny
 checkpoint of an architecture outside the family table that stock SGLang serves exactly
-(Gemma, the first generation: GeGLU, a scaled embedding, (1 + w) RMSNorms).
+(StarCoder2: LayerNorms with biases, a GELU MLP without a gate, biased projections).
 
 Before: refused at start, naming verify. A verify that fails (here held to a tolerance no
 float32 engine meets, one variant) records nothing, says so, and the start stays refused.
@@ -23,29 +23,27 @@ from prefillonly_sgl.config import runtime_config
 from prefillonly_sgl.features import FEATURES
 from prefillonly_sgl.models import verified_architectures
 
-ARCHITECTURE = "GemmaForCausalLM"
+ARCHITECTURE = "Starcoder2ForCausalLM"
 
 
-def build_tiny_gemma(out: Path) -> Path:
-    """A tiny Gemma in the published shape (tied embeddings, GeGLU, head_dim set), float32,
+def build_tiny_starcoder2(out: Path) -> Path:
+    """A tiny StarCoder2 (transformers' defaults: biases, LayerNorm, GELU MLP), float32,
     the project's tiny tokenizer, weights widened as the family checkpoints' are."""
     import torch
-    from transformers import GemmaConfig, GemmaForCausalLM
+    from transformers import Starcoder2Config, Starcoder2ForCausalLM
 
     from prefillonly_sgl.models.tiny import build_tokenizer, common_sizes
     from prefillonly_sgl.models.tiny_family_checkpoints import _save
 
     tokenizer = build_tokenizer()
-    config = GemmaConfig(
-        **common_sizes(tokenizer), head_dim=16, hidden_activation="gelu_pytorch_tanh"
-    )
+    config = Starcoder2Config(**common_sizes(tokenizer))
     torch.manual_seed(0)
-    return _save(GemmaForCausalLM(config), tokenizer, out, seed=0)
+    return _save(Starcoder2ForCausalLM(config), tokenizer, out, seed=0)
 
 
 @pytest.fixture(scope="module")
-def gemma(tmp_path_factory):
-    return build_tiny_gemma(tmp_path_factory.mktemp("tiny-gemma"))
+def starcoder2(tmp_path_factory):
+    return build_tiny_starcoder2(tmp_path_factory.mktemp("tiny-starcoder2"))
 
 
 def _verify(folder: Path, cache: Path, *args: str) -> subprocess.CompletedProcess:
@@ -55,37 +53,39 @@ def _verify(folder: Path, cache: Path, *args: str) -> subprocess.CompletedProces
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=REPO)
 
 
-def test_verify_records_a_passing_architecture_and_it_then_starts(gemma, tmp_path, monkeypatch):
+def test_verify_records_a_passing_architecture_and_it_then_starts(
+    starcoder2, tmp_path, monkeypatch
+):
     cache = tmp_path / "cache"
     monkeypatch.setenv("PREFILLONLY_CACHE", str(cache))
     with pytest.raises(verified_architectures.UnverifiedArchitectureError, match="verify"):
-        runtime_config.resolve(gemma, device="cpu")
+        runtime_config.resolve(starcoder2, device="cpu")
 
-    failed = _verify(gemma, cache, "--variant", "all features", "--tolerance", "1e-12")
+    failed = _verify(starcoder2, cache, "--variant", "all features", "--tolerance", "1e-12")
     out = failed.stdout + failed.stderr
     assert failed.returncode == 1, out[-3000:]
     assert "not recorded (failed: all features)" in out
-    assert verified_architectures.find_record(gemma) is None
+    assert verified_architectures.find_record(starcoder2) is None
     with pytest.raises(verified_architectures.UnverifiedArchitectureError):
-        runtime_config.resolve(gemma, device="cpu")
+        runtime_config.resolve(starcoder2, device="cpu")
 
-    passed = _verify(gemma, cache, "--quick")
+    passed = _verify(starcoder2, cache, "--quick")
     out = passed.stdout + passed.stderr
     assert passed.returncode == 0, out[-3000:]
     assert "not run" not in out.split("[verify] all features")[0]  # it ran the features
     assert "recorded: this configuration now starts with the features on" in out
-    record = verified_architectures.find_record(gemma)
+    record = verified_architectures.find_record(starcoder2)
     assert record is not None and record["architectures"] == [ARCHITECTURE]
-    assert runtime_config.resolve(gemma, device="cpu").features == tuple(FEATURES)
+    assert runtime_config.resolve(starcoder2, device="cpu").features == tuple(FEATURES)
 
     from prefillonly_sgl import Engine
 
-    with Engine(gemma, device="cpu", dtype="float32", max_total_tokens=4096) as engine:
+    with Engine(starcoder2, device="cpu", dtype="float32", max_total_tokens=4096) as engine:
         assert engine.features == tuple(FEATURES) and engine.prefill_only_kv_active
         result = engine.score([5, 6, 7, 8], [[9, 10]], [11, 12])
         assert len(result.scores[0]) == 2
 
-    server = ServerProcess(gemma, tmp_path / "serve.log")
+    server = ServerProcess(starcoder2, tmp_path / "serve.log")
     try:
         server.wait_ready()
         info = requests.get(f"{server.url}/server_info", timeout=30).json()["prefillonly"]

@@ -114,8 +114,9 @@ def check_may_start(
     )
     raise UnverifiedArchitectureError(
         f"model architecture {shown} is not in prefillonly's family table ({DOCS}), and "
-        f"this configuration has not been verified: run `{VERIFY_COMMAND} {model_path}` "
-        "(it checks the scores against transformers feature by feature and, when every one "
-        f"matches, records the configuration so that it starts), or opt in by name with "
-        f"{opt_in} to run the features untested"
+        f"this configuration has not been verified: run `{VERIFY_COMMAND} {model_path} "
+        "--quick` (about a minute for a small model on a CPU: it checks the scores against "
+        "transformers feature by feature and, when every one matches, records the "
+        "configuration, which then starts with the features, no opt-in), or opt in by name "
+        f"with {opt_in} to run the features untested"
     )
