@@ -173,6 +173,59 @@ def test_a_sink_model_on_cpu_asks_for_sglangs_own_cpu_backend():
     assert sink_model_fields("cpu", "torch_native", "triton", None, has_sinks=True) == {}
 
 
+def test_a_sink_model_on_cuda_runs_ours_only_with_the_opt_in(monkeypatch):
+    """On CUDA SGLang holds gpt-oss to triton / trtllm_mha / fa3 / fa4: with the opt-in
+    (PREFILLONLY_CUDA_SINKS=1) our device default, flashinfer, becomes triton, under which
+    a CUDA runner of a sink model gets our FlashInfer backend; without it, or with a
+    backend the user chose, SGLang decides (stock, without our features)."""
+    from types import SimpleNamespace
+
+    from prefillonly_sgl.features.prefill_attention import scheduler_torch_backend as backends
+    from prefillonly_sgl.features.prefill_attention.sink_models import CUDA_SINK_BACKEND
+    from prefillonly_sgl.hooking import process_state
+
+    fields = sink_model_fields("cuda", "flashinfer", None, None, True, cuda_opt_in=True)
+    assert fields["attention_backend"] == CUDA_SINK_BACKEND == "triton"
+    assert fields["disable_hybrid_swa_memory"] is True
+    assert sink_model_fields("cuda", "flashinfer", None, None, True) == {}  # no opt-in
+    assert sink_model_fields("cuda", "fa3", None, None, True, cuda_opt_in=True) == {}
+    assert sink_model_fields("cuda", "flashinfer", None, None, False, cuda_opt_in=True) == {}
+    assert sink_model_fields("cuda", "triton", None, None, True, cuda_opt_in=True) == {
+        "disable_hybrid_swa_memory": True
+    }
+    made = []
+    monkeypatch.setattr(backends, "create_flashinfer_backend", lambda r: made.append(r) or "ours")
+    monkeypatch.setitem(backends._STOCK_FACTORIES, "triton", lambda r: "stock triton")
+    state = process_state.current()
+    sink_runner = SimpleNamespace(
+        device="cuda", model_config=SimpleNamespace(has_attention_sinks=True)
+    )
+    plain = SimpleNamespace(device="cuda", model_config=SimpleNamespace(has_attention_sinks=False))
+    monkeypatch.setattr(state, "switches", dataclasses.replace(state.switches, cuda_sinks=False))
+    assert backends.create_triton_backend(sink_runner) == "stock triton"
+    monkeypatch.setattr(state, "switches", dataclasses.replace(state.switches, cuda_sinks=True))
+    assert backends.create_triton_backend(sink_runner) == "ours" and made == [sink_runner]
+    assert backends.create_triton_backend(plain) == "stock triton"
+
+
+def test_flashinfers_log_sum_exp_takes_the_sinks_exactly():
+    """flashinfer_chunk.with_sinks, used by the FlashInfer backend's prefill and decode
+    with sinks: FlashInfer's output and base-2 log-sum-exp with the sink logits in the
+    denominator equal a naive softmax over the keys and the sink."""
+    from prefillonly_sgl.features.prefill_attention.flashinfer_chunk import with_sinks
+
+    torch.manual_seed(5)
+    n, heads, keys, d = 3, 4, 7, 8
+    logits = torch.randn(heads, n, keys, dtype=torch.float64)
+    v = torch.randn(keys, heads, d, dtype=torch.float64)
+    sinks = torch.randn(heads, dtype=torch.float64)
+    o = torch.einsum("hqk,khd->qhd", logits.softmax(-1), v)
+    lse2 = (torch.logsumexp(logits, -1) / torch.log(torch.tensor(2.0))).transpose(0, 1)
+    with_sink = torch.cat([logits, sinks[:, None, None].expand(heads, n, 1)], -1).softmax(-1)
+    want = torch.einsum("hqk,khd->qhd", with_sink[..., :keys], v)
+    assert torch.allclose(with_sinks(o, lse2, sinks), want.to(o.dtype), atol=1e-6)
+
+
 def test_a_window_model_held_to_a_gpu_backend_asks_for_ours_by_sglangs_cpu_choice():
     """window_models.py: EXAONE 4 with windows on a CPU gets triton (SGLang's own choice
     there, our backend under that name), with one KV pool; without windows, on another

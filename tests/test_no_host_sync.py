@@ -265,3 +265,75 @@ def test_an_fp8_pools_write_leaves_the_keys_attention_reads(monkeypatch):
     unscaled = SimpleNamespace(k_scale=None, v_scale=None)
     backend._write_kv(unscaled, None, k, v)  # no copies where nothing is scaled
     assert k.eq(1).all()
+
+
+class _DecodeWrapper:
+    def forward_return_lse(self, q, kv_cache, **kwargs):
+        return torch.empty_like(q), q.new_empty(q.shape[:2], dtype=torch.float32)
+
+
+def test_attention_sinks_on_cuda_never_wait_for_the_device(monkeypatch):
+    """gpt-oss through our FlashInfer backend (opt-in, sink_models.py): a windowed layer's
+    extend with sinks (one query chunk over the batch, its keys gathered from the pool and
+    the batch) and a decode step with sinks, under the guard."""
+    from prefillonly_sgl.features.prefill_attention.scheduler_flashinfer_backend import (
+        PrefillOnlyFlashInferBackend,
+    )
+
+    monkeypatch.setitem(sys.modules, "flashinfer", _fake_flashinfer())
+    heads, kv_heads, dim = 4, 2, 16
+    backend = object.__new__(PrefillOnlyFlashInferBackend)
+    pool = _Pool(256, kv_heads, dim)
+    backend.token_to_kv_pool = pool
+    backend.req_to_token_pool = SimpleNamespace(
+        req_to_token=torch.zeros((4, 128), dtype=torch.int32, device=META)
+    )
+    backend.workspace_buffer = torch.empty(1024, dtype=torch.uint8, device=META)
+    backend.kv_cache_quant_method = SimpleNamespace(needs_global_scale=lambda: False)
+    backend.num_wrappers = 1
+    backend.forward_metadata = SimpleNamespace(
+        decode_wrappers=[_DecodeWrapper()], swa_out_cache_loc=None
+    )
+    layer = SimpleNamespace(
+        layer_id=0,
+        tp_q_head_num=heads,
+        tp_k_head_num=kv_heads,
+        tp_v_head_num=kv_heads,
+        head_dim=dim,
+        qk_head_dim=dim,
+        v_head_dim=dim,
+        scaling=0.25,
+        logit_cap=0.0,
+        sliding_window_size=16,
+        k_scale=None,
+        v_scale=None,
+        k_scale_float=None,
+        v_scale_float=None,
+    )
+    sinks = torch.zeros(heads, device=META)
+    rows = 40
+    batch = SimpleNamespace(
+        out_cache_loc=torch.zeros(rows, dtype=torch.int64, device=META),
+        req_pool_indices=torch.zeros(2, dtype=torch.int64, device=META),
+        req_pool_indices_cpu=torch.tensor([1, 2]),
+        extend_prefix_lens_cpu=[24, 0],
+        extend_seq_lens_cpu=[30, 10],
+    )
+    q = torch.empty((rows, heads * dim), dtype=torch.bfloat16, device=META)
+    k = torch.empty((rows, kv_heads * dim), dtype=torch.bfloat16, device=META)
+    with DeviceSyncGuard():
+        backend._query_chunks, backend._chunk_spans, backend._chunk_wrappers = {}, None, {}
+        out = backend.forward_extend(q, k, k.clone(), layer, batch, sinks=sinks)
+    assert out.shape == (rows, heads * dim) and pool.writes == [rows]
+    decode = SimpleNamespace(out_cache_loc=torch.zeros(2, dtype=torch.int64, device=META))
+    monkeypatch.setattr(
+        "sglang.srt.mem_cache.memory_pool.KVWriteLoc.for_layer",
+        staticmethod(
+            lambda forward_batch, layer, swa_loc=None: SimpleNamespace(
+                loc=forward_batch.out_cache_loc
+            )
+        ),
+    )
+    with DeviceSyncGuard():
+        step = backend.forward_decode(q[:2], k[:2], k[:2].clone(), layer, decode, sinks=sinks)
+    assert step.shape == (2, heads * dim) and pool.writes == [rows, 2]

@@ -36,6 +36,10 @@ SHARED_PREFIX_ATTENTION = "PREFILLONLY_SHARED_PREFIX_ATTENTION"
 # "1": hybrid prefilling's layer mode on CUDA attends through FlashInfer per query chunk
 # (features/prefill_attention/flashinfer_chunk.py), opt-in until that path has run on a GPU.
 CUDA_QUERY_CHUNKS = "PREFILLONLY_CUDA_QUERY_CHUNKS"
+# "1": a model with attention sinks (gpt-oss) on CUDA runs our FlashInfer backend, which
+# applies the sinks (features/prefill_attention/sink_models.py), instead of SGLang's fa3 /
+# triton without our features; opt-in until a card has run its parity check.
+CUDA_SINKS = "PREFILLONLY_CUDA_SINKS"
 # "0": a prefix group's followers wait for their leader's prefix to be cached (a forward
 # later) instead of reading it from the leader in the same forward (A/B runs;
 # features/prefill_kv/packing.py).
@@ -61,6 +65,7 @@ VARIABLES = (
     HYBRID_LOG,
     SHARED_PREFIX_ATTENTION,
     CUDA_QUERY_CHUNKS,
+    CUDA_SINKS,
     PACK_FOLLOWERS,
     WORKER_START,
     API_KEY,
@@ -93,6 +98,7 @@ class ProcessSwitches:
     forward_log: str | None = None  # the file one line per extend forward goes to
     shared_prefix_attention: bool = True  # False: each request attends to its prefix alone
     cuda_query_chunks: bool = False  # hybrid layer mode through FlashInfer on CUDA
+    cuda_sinks: bool = False  # attention-sink models through our FlashInfer backend on CUDA
     pack_followers: bool = True  # False: followers run a forward after their leader
 
     @classmethod
@@ -105,5 +111,6 @@ class ProcessSwitches:
             forward_log=read(FORWARD_LOG, environ),
             shared_prefix_attention=read(SHARED_PREFIX_ATTENTION, environ) != "0",
             cuda_query_chunks=read(CUDA_QUERY_CHUNKS, environ) == "1",
+            cuda_sinks=read(CUDA_SINKS, environ) == "1",
             pack_followers=read(PACK_FOLLOWERS, environ) != "0",
         )

@@ -249,9 +249,15 @@ class FlashInferQueryChunk:
         o, lse = ragged.run(
             q.contiguous(), gather(k_all, k_pool), gather(v_all, v_pool), return_lse=True
         )
-        if sinks is None:
-            return o
-        lse = lse.float() * math.log(2.0)  # FlashInfer's log-sum-exp is base 2
-        sink = sinks.to(device=device, dtype=torch.float32).view(1, -1)
-        keep = torch.exp(lse - torch.logaddexp(lse, sink))  # e^lse / (e^lse + e^sink)
-        return (o.float() * keep.unsqueeze(-1)).to(o.dtype)
+        return o if sinks is None else with_sinks(o, lse, sinks)
+
+
+def with_sinks(o: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:
+    """Attention output with per-head sink logits added to its softmax (gpt-oss): a sink
+    takes its share of the probability and attends to nothing, so the output shrinks by
+    e^lse / (e^lse + e^sink). o: (n, H, Dv); lse: (n, H), FlashInfer's base-2 log-sum-exp
+    of the logits (vLLM merges them with is_lse_base_on_e=False); sinks: (H,)."""
+    lse = lse.float() * math.log(2.0)
+    sink = sinks.to(device=o.device, dtype=torch.float32).view(1, -1)
+    keep = torch.exp(lse - torch.logaddexp(lse, sink))
+    return (o.float() * keep.unsqueeze(-1)).to(o.dtype)

@@ -40,7 +40,10 @@ from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-from prefillonly_sgl.features.prefill_attention.flashinfer_chunk import FlashInferQueryChunk
+from prefillonly_sgl.features.prefill_attention.flashinfer_chunk import (
+    FlashInferQueryChunk,
+    with_sinks,
+)
 from prefillonly_sgl.features.prefill_attention.plan import Span, plan_query_chunk
 from prefillonly_sgl.hooking import process_state
 
@@ -100,9 +103,24 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
                 "this configuration"
             )
 
-    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+    def forward_extend(
+        self, q, k, v, layer, forward_batch, save_kv_cache=True, sinks=None, **kwargs
+    ):
         """Stock, with the batch's k / v written to the pool before attention (the module
-        docstring: followers read their leader's slots of this forward)."""
+        docstring: followers read their leader's slots of this forward). With attention
+        sinks (gpt-oss, opt-in on CUDA: sink_models.py) the whole extend is one query
+        chunk, whose gathered keys take each layer's window and whose log-sum-exp takes
+        the sinks (flashinfer_chunk.py); stock FlashInfer has no sinks."""
+        if sinks is not None:
+            n = q.shape[0]
+            if k is None:
+                # the layer passed no k / v (its KV is in the pool already): read them back
+                loc = forward_batch.out_cache_loc
+                k_pool, v_pool = self.token_to_kv_pool.get_kv_buffer(layer.layer_id)
+                k, v = k_pool[loc].to(q.dtype), v_pool[loc].to(q.dtype)
+            k = k.view(n, layer.tp_k_head_num, layer.qk_head_dim)
+            v = v.view(n, layer.tp_v_head_num, layer.v_head_dim)
+            return self.forward_query_chunk(q, k, v, layer, forward_batch, 0, n, sinks=sinks)
         if (
             save_kv_cache
             and k is not None
@@ -121,6 +139,33 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
             )
             save_kv_cache = False
         return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
+
+    def forward_decode(
+        self, q, k, v, layer, forward_batch, save_kv_cache=True, sinks=None, **kwargs
+    ):
+        """Stock decode; with sinks, FlashInfer's decode with its log-sum-exp, the sinks
+        applied from it (flashinfer_chunk.with_sinks)."""
+        if sinks is None:
+            return super().forward_decode(q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
+        wrapper = self.forward_metadata.decode_wrappers[self._get_wrapper_idx(layer)]
+        if k is not None and save_kv_cache:
+            self._write_kv(
+                layer,
+                KVWriteLoc.for_layer(
+                    forward_batch, layer, swa_loc=self.forward_metadata.swa_out_cache_loc
+                ),
+                k,
+                v,
+            )
+        o, lse = wrapper.forward_return_lse(
+            q.contiguous().view(-1, layer.tp_q_head_num, layer.head_dim),
+            self.token_to_kv_pool.get_kv_buffer(layer.layer_id),
+            sm_scale=layer.scaling,
+            logits_soft_cap=layer.logit_cap,
+            k_scale=layer.k_scale_float,
+            v_scale=layer.v_scale_float,
+        )
+        return with_sinks(o, lse, sinks).view(-1, layer.tp_q_head_num * layer.head_dim)
 
     def _write_kv(self, layer, loc, k, v) -> None:
         """The pool's write of k / v before attention reads them. With KV scales (an FP8

@@ -316,10 +316,13 @@ def create_intel_amx_backend(runner):
 
 def create_triton_backend(runner):
     """Ours on a CPU, where window_models.py asks SGLang for "triton" (its check holds
-    EXAONE 4's windows to fa3 / triton / trtllm_mha, and triton has no CPU driver);
-    SGLang's Triton backend on a GPU."""
+    EXAONE 4's windows to fa3 / triton / trtllm_mha, and triton has no CPU driver); on
+    CUDA our FlashInfer backend for a model with attention sinks where the opt-in asked
+    for "triton" (sink_models.py); SGLang's Triton backend otherwise."""
     if runner.device == "cpu":
         return PrefillOnlyTorchBackend(runner)
+    if runner.model_config.has_attention_sinks and process_state.current().switches.cuda_sinks:
+        return create_flashinfer_backend(runner)
     return _STOCK_FACTORIES["triton"](runner)
 
 

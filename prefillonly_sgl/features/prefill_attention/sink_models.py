@@ -9,6 +9,15 @@ both names in an engine that runs it, so on a CPU a sink model is asked for SGLa
 choice, "intel_amx", instead of our device default "torch_native": the same backend
 either way, past SGLang's check by its own route.
 
+On CUDA (opt-in, PREFILLONLY_CUDA_SINKS=1, until a card has run its parity check):
+SGLang's check holds gpt-oss to triton / trtllm_mha / fa3 / fa4 and its override picks fa3
+on Hopper, none of them ours, so such a model runs stock there. With the opt-in it is
+asked for "triton" (which the check allows), under which a CUDA engine that runs our
+attention registers our FlashInfer backend for sink models
+(scheduler_torch_backend.create_triton_backend); that backend applies the sinks from
+FlashInfer's log-sum-exp in prefill (one query chunk over the whole extend,
+flashinfer_chunk.py) and decode.
+
 It also needs every layer's KV in one pool: SGLang's hybrid sliding-window pool keeps the
 sliding layers in a second pool that frees tokens outside the window, which the
 prefill-only kernels do not read (they fall back to the stock forward there, which has no
@@ -20,6 +29,10 @@ from __future__ import annotations
 
 # SGLang's CPU attention backend name, which SGLang itself picks for gpt-oss on a CPU.
 CPU_SINK_BACKEND = "intel_amx"
+# A name SGLang's gpt-oss check allows on CUDA, under which ours runs there (opt-in).
+CUDA_SINK_BACKEND = "triton"
+# Our device default on CUDA (machine/device_defaults.py), which SGLang's check refuses.
+CUDA_DEFAULT_BACKEND = "flashinfer"
 
 
 def sink_model_fields(
@@ -28,16 +41,28 @@ def sink_model_fields(
     prefill_backend: str | None,
     decode_backend: str | None,
     has_sinks: bool,
+    cuda_opt_in: bool = False,
 ) -> dict:
     """The ServerArgs fields to declare for a model (empty: leave SGLang's resolution as
-    it is). Only where our CPU backend is the one asked for (torch_native, our device
-    default, or intel_amx by name, with no other prefill / decode backend): another
-    backend the user chose keeps SGLang's own check and its own message."""
-    if not has_sinks or device != "cpu":
+    it is). Only where our backend is the one asked for (on a CPU torch_native, our device
+    default, or intel_amx by name; on CUDA with the opt-in flashinfer, our device default,
+    or triton by name; with no other prefill / decode backend): another backend the user
+    chose keeps SGLang's own check and its own message."""
+    if not has_sinks:
         return {}
-    return ours_under_sglangs_name(
-        CPU_SINK_BACKEND, attention_backend, prefill_backend, decode_backend
-    )
+    if device == "cpu":
+        return ours_under_sglangs_name(
+            CPU_SINK_BACKEND, attention_backend, prefill_backend, decode_backend
+        )
+    if device == "cuda" and cuda_opt_in:
+        return ours_under_sglangs_name(
+            CUDA_SINK_BACKEND,
+            attention_backend,
+            prefill_backend,
+            decode_backend,
+            default=CUDA_DEFAULT_BACKEND,
+        )
+    return {}
 
 
 def ours_under_sglangs_name(
@@ -45,17 +70,18 @@ def ours_under_sglangs_name(
     attention_backend: str | None,
     prefill_backend: str | None,
     decode_backend: str | None,
+    default: str = "torch_native",
 ) -> dict:
-    """On a CPU, for a model SGLang's check holds to backend ``name`` (where ours is
-    registered under it): torch_native (our device default) becomes ``name``, with one KV
-    pool; ``name`` asked for by the user keeps it (ours, one pool); split prefill / decode
-    backends or another backend the user chose are left to SGLang's own check and message.
-    Shared by sink_models and window_models."""
+    """For a model SGLang's check holds to backend ``name`` (where ours is registered
+    under it): ``default`` (our device default: torch_native on a CPU) becomes ``name``,
+    with one KV pool; ``name`` asked for by the user keeps it (ours, one pool); split
+    prefill / decode backends or another backend the user chose are left to SGLang's own
+    check and message. Shared by sink_models and window_models."""
     if {prefill_backend, decode_backend} - {None, attention_backend}:
         return {}  # split backends the user chose: SGLang's own check and message
     if attention_backend == name:  # asked for by name: ours too (one pool)
         return {"disable_hybrid_swa_memory": True}
-    if attention_backend != "torch_native":
+    if attention_backend != default:
         return {}
     return {
         "attention_backend": name,

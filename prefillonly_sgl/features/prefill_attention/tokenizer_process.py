@@ -28,15 +28,20 @@ def _handle_cpu_backends(server_args, previous) -> None:
         return  # stock SGLang, or an engine without our attention
     from sglang.srt.arg_groups.overrides import declare_resolution, resolving_view
 
+    from prefillonly_sgl.machine.environment import ProcessSwitches
+
     cfg = resolving_view(server_args)
-    if cfg.device != "cpu":
+    # the opt-in for sinks on CUDA, read with the configuration (this process's SGLang
+    # workers read the same variable as their ProcessSwitches)
+    cuda_sinks = cfg.device == "cuda" and ProcessSwitches.from_environment().cuda_sinks
+    if cfg.device != "cpu" and not cuda_sinks:
         return
     model = _model_config(server_args)
     backends = (cfg.attention_backend, cfg.prefill_attention_backend, cfg.decode_attention_backend)
     hf_config = model.hf_config
     architecture = (getattr(hf_config, "architectures", None) or [None])[0]
     fields = sink_model_fields(
-        cfg.device, *backends, bool(model.has_attention_sinks)
+        cfg.device, *backends, bool(model.has_attention_sinks), cuda_sinks
     ) or window_model_fields(
         cfg.device,
         *backends,
