@@ -206,9 +206,15 @@ def test_builder_trims_flashinfer_and_keeps_the_size_limit(tmp_path):
         warmup = results["warmup"]["ours"][workload]
         assert warmup["requests"] == 5 and warmup["failed"] == 0 and warmup["seconds"] > 0
     rows = results["correctness"]["rows"]
-    assert [r["system"] for r in rows] == ["ours"] * 4
+    cases = ["cold", "prefix", "prefix hit", "packed item 1", "packed item 2", "packed item 3"]
+    assert [r["case"] for r in rows] == [*cases, "longer than a batch"]  # the long one last
+    assert {r["system"] for r in rows} == {"ours"}
     assert max(r["max_abs_logprob_diff"] for r in rows) < 1e-4  # float32 on CPU
     assert {r["case"]: r["cached_tokens"] for r in rows}["prefix hit"] > 0
+    assert {r["forwards"] for r in rows if r["case"].startswith("packed")} == {1}
+    assert results["engines"]["ours"]["prefill_only_kv_active"] is True
+    assert "jct_model" in results["engines"]["ours"]
+    assert (results_dir / "diagnostics.tar.gz").exists()
     for workload in ("items", "recommendation"):
         entry = results[workload]
         assert entry["capacity_measured_on"] == "ours" and len(entry["rates"]) == 2
