@@ -403,6 +403,22 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.managers.tokenizer_manager.TokenizerManager._create_tokenized_object": (
         "AFTER: stores the reusable-prefix length in SamplingParams.custom_params"
     ),
+    "sglang.srt.managers.tokenizer_manager_score_mixin.TokenizerManagerScoreMixin"
+    "._validate_score_extraction": (
+        "AROUND: where prefill-only KV runs, the setwise readout's conditions on the radix "
+        "cache and chunked prefill are met without turning them off (its other checks "
+        "stand, with SGLang's messages)"
+    ),
+    "sglang.srt.managers.tokenizer_manager_score_mixin.get_memory": (
+        "replaced during _validate_score_extraction only (its disable_radix_cache read)"
+    ),
+    "sglang.srt.managers.tokenizer_manager_score_mixin.get_schedule": (
+        "replaced during _validate_score_extraction only (its chunked_prefill_size read)"
+    ),
+    "sglang.srt.managers.schedule_batch.ScheduleBatch.prepare_for_extend": (
+        "AFTER: a setwise request's anchors (token_indices_to_pool) as rows of its extend, "
+        "after the prefix it got from the cache or its leader"
+    ),
     "sglang.srt.managers.io_struct.TokenizedGenerateReqInput": "the per-prompt request",
     "sglang.srt.sampling.sampling_params.SamplingParams.custom_params": (
         "per-request JSON dict carried to the scheduler's Req (our key: reusable length)"
@@ -666,7 +682,8 @@ HOOK_TARGETS: dict[str, str] = {
         "(continuation_logprobs.py: the prompt's last position is recomputed, no more)"
     ),
     "sglang.srt.managers.schedule_batch.Req._compute_max_prefix_len": (
-        "stock: caps the match at logprob_start_len, which the hook above sets; called by "
+        "stock: caps the match at logprob_start_len, which the hook above sets (and "
+        "prefill_kv's tokenizer side, at a setwise prompt's first anchor); called by "
         "prefill_kv's adder hook: a packed follower's prefix is capped as a match is"
     ),
     "sglang.srt.managers.scheduler_components.logprob_result_processor."

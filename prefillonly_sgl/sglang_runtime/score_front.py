@@ -32,6 +32,7 @@ from prefillonly_sgl.decisions.call import DecisionCall, DecisionOutcome
 from prefillonly_sgl.decisions.checkpoints import CHECKPOINT_REFUSAL, Readout, readout_of
 from prefillonly_sgl.decisions.execution import decide
 from prefillonly_sgl.decisions.plan import plan_decision
+from prefillonly_sgl.features.prefill_kv.tokenizer_process import allow_setwise_with_cache
 from prefillonly_sgl.scoring.cache_salts import REQUEST_SALT, check_salt
 from prefillonly_sgl.scoring.continuations import (
     ContinuationResult,
@@ -61,6 +62,8 @@ class ScoringFront:
         self.limits = limits
         self.count_prompt_tokens = prompt_token_counter(tokenizer_manager.tokenizer)
         record_generate_requests(tokenizer_manager)  # cached tokens and rids per call
+        # the setwise readout keeps the prefix cache where prefill-only KV runs
+        allow_setwise_with_cache(tokenizer_manager, limits.max_scoring_prompt_tokens is not None)
 
     @property
     def tokenizer(self):

@@ -81,6 +81,19 @@ def dropped_new_tokens(prefix_len: int, extend_len: int, total_len: int, reusabl
     return extend_len - kept_new_tokens(prefix_len, extend_len, total_len, reusable_len)
 
 
+def anchors_in_extend(anchors: Sequence[int], prefix_len: int) -> list[int]:
+    """A setwise request's readout positions (SGLang's token_indices_to_pool: full-prompt
+    positions of its score-extraction tokens) as rows of its extend, which starts after
+    the `prefix_len` tokens the prefix cache (or its leader) gave it. The cache match
+    stops before the first anchor (its logprob_start_len), so every anchor is computed."""
+    if anchors and min(anchors) < prefix_len:
+        raise ValueError(
+            f"a score-extraction anchor at {min(anchors)} lies in the {prefix_len} tokens "
+            "taken from the prefix cache"
+        )
+    return [a - prefix_len for a in anchors]
+
+
 def kept_rows(kept: Sequence[int], extend_lens: Sequence[int]) -> list[int]:
     """The batch's new-token rows (requests in order) that get a real slot, ascending,
     known on the host, so that the allocation scatters the

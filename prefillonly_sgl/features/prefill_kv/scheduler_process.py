@@ -55,6 +55,7 @@ from prefillonly_sgl.features.prefill_kv.policy import (
     DROPPED_SLOT,
     KEEP_ALL,
     SPLIT,
+    anchors_in_extend,
     clamp_reusable_len,
     dropped_new_tokens,
     kept_new_tokens,
@@ -512,6 +513,31 @@ def _around_alloc_token_slots(original, tree_cache, num_tokens, *args, **kwargs)
     return out
 
 
+# -- the setwise readout (score_extraction_token) with the prefix cache on ------------
+# On a setwise Req once its batch is prepared: its anchors' full-prompt positions.
+ANCHORS_MARK = "_prefillonly_setwise_anchors"
+
+
+def _after_prepare_for_extend(result, batch):
+    """A setwise score prompt (SGLang reads its labels AT each anchor, token_indices_to_pool,
+    in full-prompt positions, which is why stock SGLang requires the radix cache off):
+    with prefill-only KV it is never chunked, and its logprob_start_len is its first
+    anchor (tokenizer_process.py), which bounds its prefix-cache match, so the cache (or a
+    leader) may give it any prefix before that; here its anchors become rows of the
+    extend that follows the prefix, as SGLang's readout (LogitsProcessor.
+    compute_logprobs_at_positions) and its logprob bookkeeping both read them from
+    req.token_indices_to_pool."""
+    for req in batch.reqs:
+        anchors = getattr(req, ANCHORS_MARK, None)
+        if anchors is None:
+            if not getattr(req, "token_indices_to_pool", None) or reusable_len(req) is None:
+                continue
+            anchors = list(req.token_indices_to_pool)
+            setattr(req, ANCHORS_MARK, anchors)
+        req.token_indices_to_pool = anchors_in_extend(anchors, req.prefix_len)
+    return result
+
+
 # -- a Kev checkpoint's pointer head behind a cached state -----------------------------
 class _BehindPrefix:
     """The forward batch as SGLang's pooler reads it, its decision layouts placed on the
@@ -565,4 +591,8 @@ HOOKS = {
     "sglang.srt.mem_cache.allocation.alloc_token_slots": ("AROUND", _around_alloc_token_slots),
     "sglang.srt.mem_cache.allocation._prefix_kv_indices": ("AROUND", _around_prefix_kv_indices),
     "sglang.srt.mem_cache.common.release_kv_cache": ("BEFORE", _before_release_kv_cache),
+    "sglang.srt.managers.schedule_batch.ScheduleBatch.prepare_for_extend": (
+        "AFTER",
+        _after_prepare_for_extend,
+    ),
 }

@@ -118,14 +118,60 @@ def _after_create_tokenized_object(result, *args, **kwargs):
     else:
         r = reusable_prefix_len(query_ids, result.input_ids)
     params.custom_params = with_reusable_len(params.custom_params, r)
+    anchors = getattr(result, "token_indices_to_pool", None)
+    if anchors and args and getattr(args[0], SETWISE_WITH_CACHE, False):
+        # A setwise prompt: its labels are read at every anchor, so the prefix cache may
+        # give it only what comes before the first (SGLang bounds a match by the logprob
+        # start), and SGLang's own 0 would forbid the cache altogether.
+        result.logprob_start_len = min(anchors)
     return result
 
 
-_SCORE_REQUEST = (
-    "sglang.srt.managers.tokenizer_manager_score_mixin.TokenizerManagerScoreMixin.score_request"
-)
+# -- the setwise readout with the prefix cache on -----------------------------------------
+# On a TokenizerManager whose scheduler runs prefill-only KV (its start-up info says so:
+# the Engine's and the server's ScoringFront set it).
+SETWISE_WITH_CACHE = "_prefillonly_setwise_with_cache"
+
+
+def allow_setwise_with_cache(tokenizer_manager, prefill_only_kv_active: bool) -> None:
+    """Where prefill-only KV runs, a setwise score request (score_extraction_token) keeps
+    the prefix cache and chunked prefill: its prompt is never chunked and its anchors are
+    read as rows of what its forward computes (scheduler_process._after_new_req,
+    _after_prepare_for_extend). Elsewhere SGLang's own refusal stands."""
+    setattr(tokenizer_manager, SETWISE_WITH_CACHE, bool(prefill_only_kv_active))
+
+
+class _SetwiseConditions:
+    """What SGLang's setwise check reads of its settings (get_memory / get_schedule), as it
+    requires them: the radix cache off, chunked prefill off."""
+
+    disable_radix_cache = True
+    chunked_prefill_size = -1
+
+
+def _around_validate_score_extraction(original, self, *args, **kwargs):
+    """SGLang's own check (a classification model without a per-position head, item_first,
+    auto-truncation: refused with its messages), its two conditions on the prefix cache
+    and chunked prefill met by prefill-only KV instead (allow_setwise_with_cache)."""
+    if not getattr(self, SETWISE_WITH_CACHE, False):
+        return original(self, *args, **kwargs)
+    from sglang.srt.managers import tokenizer_manager_score_mixin as mixin
+
+    # The check reads the settings through these two names of its module; they answer as
+    # the setwise readout needs during the call (synchronous: no other request runs).
+    saved = mixin.get_memory, mixin.get_schedule
+    mixin.get_memory = mixin.get_schedule = _SetwiseConditions
+    try:
+        return original(self, *args, **kwargs)
+    finally:
+        mixin.get_memory, mixin.get_schedule = saved
+
+
+_SCORE_MIXIN = "sglang.srt.managers.tokenizer_manager_score_mixin.TokenizerManagerScoreMixin"
+_SCORE_REQUEST = f"{_SCORE_MIXIN}.score_request"
 HOOKS = {
     _SCORE_REQUEST: ("AROUND", _around_score_request),
+    f"{_SCORE_MIXIN}._validate_score_extraction": ("AROUND", _around_validate_score_extraction),
     "sglang.srt.managers.tokenizer_manager.TokenizerManager._create_tokenized_object": (
         "AFTER",
         _after_create_tokenized_object,
