@@ -232,6 +232,7 @@ class Engine:
         length_normalize: bool = False,
         *,
         cache_salt: str | None = None,
+        score_extraction_token: str | int | None = None,
     ) -> ScoreResult:
         """Probabilities of the labels after each query+item prompt (item+query with
         item_first). A label is a token id, or a list of token ids (a label of several
@@ -243,7 +244,11 @@ class Engine:
         the product, before normalising. The result also reads as SGLang's list of
         per-item rows (result[i], len, iter). cache_salt: the prefix-cache namespace of
         the call: it reuses (and reports as cached) only prefixes cached under the same
-        salt (docs/server.md, "Tenants")."""
+        salt (docs/server.md, "Tenants"). score_extraction_token: SGLang's setwise readout
+        (a dedicated token's text or id): the labels are read at every occurrence of the
+        token in each prompt, and each item's row is a matrix, one row per occurrence
+        (several candidates or questions scored in one prefill; the query from the
+        prefix cache where it is there; docs/server.md)."""
         call = self.async_score(
             query,
             items,
@@ -252,6 +257,7 @@ class Engine:
             item_first,
             length_normalize,
             cache_salt=cache_salt,
+            score_extraction_token=score_extraction_token,
         )
         return self.run_until_complete(call)
 
@@ -265,6 +271,7 @@ class Engine:
         length_normalize: bool = False,
         *,
         cache_salt: str | None = None,
+        score_extraction_token: str | int | None = None,
     ) -> ScoreResult:
         """``score`` for asyncio code; must run on the event loop of the thread that
         created the engine (SGLang's tokenizer manager lives there): a RuntimeError
@@ -282,6 +289,7 @@ class Engine:
                 None,
                 length_normalize,
                 cache_salt=cache_salt,
+                score_extraction_token=score_extraction_token,
             )
         )
 

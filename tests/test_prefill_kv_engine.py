@@ -13,6 +13,7 @@ after every batch that the pool's slots add up (a leak or a double free kills it
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import random
 
@@ -303,3 +304,48 @@ def test_a_follower_of_a_shorter_common_prefix_caches_the_rest_of_its_own(setup)
     again = ours.score(query_b, items[1:], labels)
     assert again.cached_tokens == len(query_b)  # its own part was cached at release
     assert max_abs_diff(again.scores, ref.score(query_b, items[1:], labels)) < TOLERANCE
+
+
+def test_the_setwise_readout_keeps_the_prefix_cache(setup):
+    """SGLang's setwise readout (score_extraction_token: the labels read at every anchor
+    token of each prompt, one matrix per item), which stock serves only with the radix
+    cache and chunked prefill off (issue 75): every anchor's log-probabilities within 1e-4
+    of transformers on query + item; the cold query's three items in one forward (the
+    query computed once, the others packed behind it), the same query's items again as
+    cache hits; anchors in the query, an item without one and item_first refused with
+    SGLang's own messages."""
+    ours, _, ref, labels, log_path = setup
+    rng = random.Random(75)
+    anchor = 7
+
+    def ids(n):
+        return [rng.choice([t for t in range(10, 390) if t != anchor]) for _ in range(n)]
+
+    query = ids(100)
+    items = [sum((ids(6) + [anchor] for _ in range(4)), []) for _ in range(3)]
+    for round_ in range(2):
+        before = len(read_events(log_path, "forward"))
+        result = ours.score(
+            query, items, labels, apply_softmax=False, score_extraction_token=anchor
+        )
+        forwards = read_events(log_path, "forward")[before:]
+        assert [len(m) for m in result.scores] == [4, 4, 4]
+        for item, matrix in zip(items, result.scores, strict=True):
+            want = ref.anchor_logprobs(query + item, anchor, labels)
+            got = [[math.log(p) for p in row] for row in matrix]
+            assert max_abs_diff(got, want) < TOLERANCE
+        assert len(forwards) == 1
+        if round_ == 0:
+            assert forwards[0]["prefix"] == [0, len(query), len(query)]
+            assert forwards[0]["packed"] == 2
+        else:
+            assert forwards[0]["prefix"] == [len(query)] * 3  # the query from the cache
+            assert result.cached_tokens >= 3 * len(query)
+    with pytest.raises(ValueError, match="shared query prefix"):
+        ours.score(query + [anchor], items, labels, score_extraction_token=anchor)
+    with pytest.raises(ValueError, match="No score-extraction token"):
+        ours.score(query, [*items, ids(5)], labels, score_extraction_token=anchor)
+    with pytest.raises(ValueError, match="item_first is not supported"):
+        ours.score(query, items, labels, item_first=True, score_extraction_token=anchor)
+    with pytest.raises(InvalidRequestError, match="outside the vocabulary"):
+        ours.score(query, items, labels, score_extraction_token=10**9)

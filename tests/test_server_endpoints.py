@@ -5,6 +5,7 @@ One server for the whole module (start-up ~15-40 s on CPU)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,41 @@ def test_score_with_token_ids_and_per_item_labels(server, reference, labels):
     want = reference.score(query_ids, item_ids, labels, apply_softmax=False)
     got = response.json()["scores"]
     assert max_abs_diff([got[0], got[1][::-1]], want) < TOLERANCE
+
+
+def test_score_with_the_setwise_readout_and_the_prefix_cache(server, reference, labels):
+    """/v1/score with score_extraction_token (SGLang's setwise readout, its text resolved to
+    a dedicated token as stock resolves it): one [anchors x labels] matrix per item, each
+    anchor within 1e-4 of transformers; the same body again reports the query's tokens
+    as cached (stock serves the readout only with the radix cache off)."""
+    token = reference.tokenizer.eos_token
+    anchor = reference.tokenizer.convert_tokens_to_ids(token)
+    query_ids = reference.tokenizer.encode(QUERY)
+    item_ids = [
+        reference.tokenizer.encode(f" {item} A", add_special_tokens=False)
+        + [anchor]
+        + reference.tokenizer.encode(" B", add_special_tokens=False)
+        + [anchor]
+        for item in ITEMS
+    ]
+    body = {
+        "query": query_ids,
+        "items": item_ids,
+        "label_token_ids": labels,
+        "apply_softmax": False,
+        "score_extraction_token": token,
+    }
+    for _ in range(2):  # the second: the query from the prefix cache
+        response = post(server, "/v1/score", body)
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        for item, matrix in zip(item_ids, answer["scores"], strict=True):
+            want = reference.anchor_logprobs(query_ids + item, anchor, labels)
+            got = [[math.log(p) for p in row] for row in matrix]
+            assert len(matrix) == 2 and max_abs_diff(got, want) < TOLERANCE
+    assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] >= 2 * len(query_ids) - 2
+    refused = post(server, "/v1/score", {**body, "items": [query_ids]})  # no anchor
+    assert refused.status_code == 400 and "score-extraction token" in refused.text
 
 
 def test_generate(server):

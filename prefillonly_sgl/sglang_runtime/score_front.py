@@ -88,14 +88,27 @@ class ScoringFront:
         request=None,
         length_normalize: bool = False,
         cache_salt: str | None = None,
+        score_extraction_token: str | int | None = None,
     ) -> ScoreResult:
         """prefillonly_sgl.Engine.score semantics. request: the HTTP request, if any (SGLang
         watches it for disconnects). cache_salt: the call's prefix-cache namespace (None:
-        the enclosing one, scoring/cache_salts.py)."""
+        the enclosing one, scoring/cache_salts.py). score_extraction_token: the setwise
+        readout (a dedicated token, by its text or id): labels read at every occurrence of
+        it in each prompt, one [anchors x labels] matrix per item."""
         query, items, labels = self.check(query, items, label_token_ids, item_first)
         if not items:  # SGLang's answer to no items: no rows
             return ScoreResult(scores=[], prompt_tokens=0)
         trie = build_trie(labels)
+        extraction = {}
+        if score_extraction_token is not None:
+            if not trie.single_token:
+                raise InvalidRequestError(
+                    "score_extraction_token reads labels of one token each at every anchor; "
+                    "labels of several tokens are read after the whole prompt only"
+                )
+            extraction["score_extraction_token_id"] = self._extraction_token_id(
+                score_extraction_token
+            )
         with _sglang_call("score", cache_salt) as record:
             if trie.single_token:  # per token, a length is 1: nothing to normalise
                 result = await self.tokenizer_manager.score_request(
@@ -105,6 +118,7 @@ class ScoringFront:
                     apply_softmax=apply_softmax,
                     item_first=item_first,
                     request=request,
+                    **extraction,
                 )
                 scores, prompt_tokens = result.scores, result.prompt_tokens
             else:
@@ -123,6 +137,25 @@ class ScoringFront:
             prompt_tokens=prompt_tokens,
             cached_tokens=record.usage.cached_tokens,
         )
+
+    def _extraction_token_id(self, token: str | int) -> int:
+        """The setwise anchor's token id: an id below the vocabulary, or a token's text
+        resolved as SGLang's /v1/score resolves it (a dedicated token)."""
+        if isinstance(token, bool) or not isinstance(token, (str, int)):
+            raise InvalidRequestError(
+                f"score_extraction_token must be a token's text or id, got {token!r}"
+            )
+        if isinstance(token, int):
+            if not 0 <= token < self.limits.vocab_size:
+                raise InvalidRequestError(
+                    f"score_extraction_token {token} is outside the vocabulary "
+                    f"(0..{self.limits.vocab_size - 1})"
+                )
+            return token
+        try:
+            return self.tokenizer_manager._resolve_score_extraction_token_id(token)
+        except ValueError as e:
+            raise InvalidRequestError(str(e)) from None
 
     @functools.cached_property
     def readout(self) -> Readout:

@@ -65,6 +65,19 @@ class TransformersReference:
             logits[int(token)] += bias
         return torch.log_softmax(logits, dim=-1)
 
+    def anchor_logprobs(self, prompt_ids, anchor: int, label_ids) -> list[list[float]]:
+        """The labels' log-probabilities (over the vocabulary, float64) after every
+        occurrence of the token `anchor` in the prompt: what SGLang's setwise readout
+        (score_extraction_token) reads, one row per occurrence."""
+        import torch
+
+        ids = list(prompt_ids)
+        with torch.no_grad():
+            logits = self.model(input_ids=self._ids(ids)).logits[0].double().cpu()
+        logprobs = torch.log_softmax(logits, dim=-1)
+        rows = [i for i, token in enumerate(ids) if token == anchor]
+        return [logprobs[i, list(label_ids)].tolist() for i in rows]
+
     def prompt_logprobs(self, prompt_ids, split_at: int = 0) -> list[float | None]:
         """Each prompt token's log-probability given the tokens before it (None for the
         first): what an echo request returns per prompt position. ``split_at`` (0 < it <
