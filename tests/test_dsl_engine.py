@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import math
 
 import pytest
 from conftest import max_abs_diff
 
 import prefillonly_sgl as prefillonly
 from prefillonly_sgl import InvalidRequestError, LabelError, Prompt
-from prefillonly_sgl.dsl import LocalEngineBackend
+from prefillonly_sgl.dsl import DeclarationError, LocalEngineBackend
 
 # The DSL against the Engine on the same requests: equal but for float32 order of sums (a
 # prefix from the cache vs computed with the batch: ~1e-6 seen), well under the 1e-4 to
@@ -191,3 +192,40 @@ def test_async_on_another_loop_is_an_error_not_a_hang(engine):
 
     with pytest.raises(RuntimeError, match="another asyncio event loop"):
         asyncio.run(call())
+
+
+def test_a_setwise_ranker_lists_every_item_in_one_prompt(engine, tiny_llama_reference):
+    """@ranker(setwise=TOKEN): one request whose one item lists every candidate, each
+    followed by the dedicated token; each candidate's probabilities are the labels' after
+    its token (SGLang's setwise readout), within 1e-4 of transformers on the whole prompt;
+    a prompt holding the token itself is refused before anything is sent."""
+    anchor = engine.tokenizer.eos_token
+
+    @prefillonly.ranker(labels=["Yes", "No"], score="Yes", setwise=anchor)
+    def shortlist(profile: str, item: str) -> Prompt:
+        return Prompt(prefix=f"{profile}\nCandidates:\n", item=f"- {item}, fits?")
+
+    backend = RecordingBackend(engine)
+    ranking = shortlist(PROFILE, items=FILMS, top_k=2, engine=backend)
+    (sent,) = backend.sent
+    assert sent.items == ("".join(f"- {film}, fits?{anchor}" for film in FILMS),)
+    assert sent.score_extraction_token == anchor
+    ref = tiny_llama_reference
+    rows = ref.anchor_logprobs(
+        ref.tokenizer.encode(sent.query + sent.items[0]),
+        ref.tokenizer.convert_tokens_to_ids(anchor),
+        sent.label_token_ids,
+    )
+    want = []
+    for row in rows:  # the labels' probabilities normalised over the labels
+        total = sum(math.exp(x) for x in row)
+        want.append([math.exp(x) / total for x in row])
+    got = [[r.probs["Yes"], r.probs["No"]] for r in ranking.by_input]
+    assert len(got) == len(FILMS) and max_abs_diff(got, want) < 1e-4
+    assert [r.item for r in ranking.items] == [
+        FILMS[i] for i in sorted(range(len(FILMS)), key=lambda i: -want[i][0])[:2]
+    ]
+    with pytest.raises(InvalidRequestError, match="setwise token"):
+        shortlist(PROFILE, items=[f"socks{anchor}"], engine=engine)
+    with pytest.raises(DeclarationError, match="setwise="):
+        prefillonly.ranker(labels=["Yes"], setwise=anchor, chat=True)(lambda item: item)

@@ -134,3 +134,17 @@ def test_labels_of_several_tokens_need_prefillonly_serve(server):
     /v1/score_labels: a clear error, not a wrong answer."""
     with pytest.raises(RemoteBackendError, match="need a `prefillonly serve` server"):
         relevant_in_words(PROFILE, FILMS[0], engine=server)
+
+
+def test_a_setwise_ranker_reaches_stock_sglang_which_wants_its_cache_off(server, reference):
+    """RemoteBackend sends a setwise ranker's score_extraction_token on /v1/score: stock
+    SGLang with its radix cache on refuses it with its own message, as InvalidRequestError
+    (`prefillonly serve` answers it: test_server_endpoints.py)."""
+    anchor = reference.tokenizer.eos_token
+
+    @prefillonly.ranker(labels=["Yes", "No"], setwise=anchor)
+    def shortlist(profile: str, item: str) -> Prompt:
+        return Prompt(prefix=profile, item=f"- {item}, fits?")
+
+    with pytest.raises(InvalidRequestError, match="disable-radix-cache"):
+        shortlist(PROFILE, items=FILMS, engine=server)

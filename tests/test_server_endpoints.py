@@ -13,6 +13,10 @@ import requests
 from conftest import max_abs_diff, tiny_server
 from server_process import run_command, serve_command
 
+import prefillonly_sgl as prefillonly
+from prefillonly_sgl import Prompt
+from prefillonly_sgl.dsl import RemoteBackend
+
 pytestmark = pytest.mark.slow  # its own server
 
 APP = Path(__file__).with_name("server_app_example.py")
@@ -137,6 +141,28 @@ def test_score_with_the_setwise_readout_and_the_prefix_cache(server, reference, 
     assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] >= 2 * len(query_ids) - 2
     refused = post(server, "/v1/score", {**body, "items": [query_ids]})  # no anchor
     assert refused.status_code == 400 and "score-extraction token" in refused.text
+
+
+def test_a_setwise_ranker_through_remote_backend(server, reference):
+    """@ranker(setwise=TOKEN) on a RemoteBackend: one /v1/score with every candidate in one
+    prompt, each candidate's probabilities within 1e-4 of transformers."""
+    token = reference.tokenizer.eos_token
+
+    @prefillonly.ranker(labels=["Yes", "No"], score="Yes", setwise=token)
+    def shortlist(profile: str, item: str) -> Prompt:
+        return Prompt(prefix=profile, item=f"- {item}, relevant?")
+
+    candidates = ["socks", "a space opera", "history of walks"]
+    ranking = shortlist(QUERY, items=candidates, engine=RemoteBackend(server.url))
+    (request,) = shortlist.compile(reference.tokenizer, QUERY, items=candidates).requests
+    rows = reference.anchor_logprobs(
+        reference.tokenizer.encode(request.query + request.items[0]),
+        reference.tokenizer.convert_tokens_to_ids(token),
+        request.label_token_ids,
+    )
+    want = [[math.exp(x) / sum(math.exp(y) for y in row) for x in row] for row in rows]
+    got = [[r.probs["Yes"], r.probs["No"]] for r in ranking.by_input]
+    assert len(got) == 3 and max_abs_diff(got, want) < TOLERANCE
 
 
 def test_generate(server):

@@ -17,6 +17,15 @@ engine's scheduler computes the prefix once, the items then hit the cache).
 Under `prefillonly serve --app FILE` it is also POST /apps/recommend (endpoint.py); a
 remote backend calls that endpoint when the server has it.
 
+``setwise="<token>"``: one prompt lists every item, each followed by that dedicated token
+(SGLang's setwise readout, score_extraction_token), and one forward reads the labels after
+each occurrence: the items see one another, as in a listwise prompt, and the shared prefix
+is computed once (from the prefix cache where it is there). Labels of one token each:
+
+    @prefillonly.ranker(labels=["Yes", "No"], score="Yes", setwise="<|endoftext|>")
+    def shortlist(need: str, item: str) -> prefillonly.Prompt:
+        return prefillonly.Prompt(prefix=f"Need: {need}\nCandidates:\n", item=f"- {item}? Fits:")
+
 ``method="likelihood"``: no labels; the prompt names a continuation, and an item's score
 is the continuation's mean log-probability per token after the item's prompt (query
 likelihood: the query after each document; docs/reranking.md). One forward per item,
@@ -41,7 +50,8 @@ from prefillonly_sgl.dsl.backends import resolve_backend
 from prefillonly_sgl.dsl.endpoint import ranker_endpoint
 from prefillonly_sgl.dsl.function import RESERVED, ScoringFunction
 from prefillonly_sgl.dsl.job import RankJob
-from prefillonly_sgl.dsl.request import CompiledCall
+from prefillonly_sgl.dsl.prompt import Prompt
+from prefillonly_sgl.dsl.request import CompiledCall, ScoreRequest
 from prefillonly_sgl.dsl.results import Ranking, label_probs, ranking_model
 from prefillonly_sgl.dsl.signature import DeclarationError, validate_list
 from prefillonly_sgl.scoring.errors import InvalidRequestError
@@ -69,12 +79,21 @@ class Ranker(ScoringFunction):
         score=None,
         item: str | None = None,
         method: str = "labels",
+        setwise: str | None = None,
         **options,
     ):
         if method not in METHODS:
             raise DeclarationError(
                 f"{fn.__qualname__}: method={method!r}: expected one of {list(METHODS)}"
             )
+        if setwise is not None and (
+            not isinstance(setwise, str) or not setwise or method != "labels" or options.get("chat")
+        ):
+            raise DeclarationError(
+                f"{fn.__qualname__}: setwise= names the dedicated token that follows each "
+                "item (a non-empty str), for a ranker of labels without chat formatting"
+            )
+        self.setwise = setwise
         self.method = method
         self.scores_continuation = method == "likelihood"
         if self.scores_continuation:
@@ -113,6 +132,42 @@ class Ranker(ScoringFunction):
     def compile(self, tokenizer, /, *args, items, **kwargs) -> CompiledCall:
         """The score request(s) for a call: one per distinct prefix (normally one)."""
         return self.job(*args, items=items, **kwargs).compile(tokenizer)
+
+    def compile_arguments(self, tokenizer, arguments: list[dict], max_items) -> CompiledCall:
+        if self.setwise is None:
+            return super().compile_arguments(tokenizer, arguments, max_items)
+        return self._compile_setwise(tokenizer, arguments)
+
+    def _compile_setwise(self, tokenizer, arguments: list[dict]) -> CompiledCall:
+        """One request: the shared prefix as its query, every item's text followed by the
+        anchor token as its one item; its answer has a row per anchor, the items in
+        order."""
+        prompts = [self.prompt(tokenizer, **a) for a in arguments]
+        name, anchor = self.fn.__qualname__, self.setwise
+        if len({p.prefix for p in prompts}) != 1:
+            raise InvalidRequestError(
+                f"{name}: a setwise ranker lists its items in one prompt after one prefix; "
+                "its prompts returned different prefixes"
+            )
+        if any(anchor in p.text or p.continuation for p in prompts):
+            raise InvalidRequestError(
+                f"{name}: a prompt contains the setwise token {anchor!r} itself (or a "
+                "continuation); it may only follow each item"
+            )
+        first = prompts[0]
+        labels = self.label_ids(tokenizer, Prompt(prefix=first.prefix, item=first.item + anchor))
+        if not all(isinstance(label, int) for label in labels):
+            raise InvalidRequestError(
+                f"{name}: a setwise ranker reads labels of one token each after every item"
+            )
+        request = ScoreRequest(
+            query=first.prefix,
+            items=("".join(p.item + anchor for p in prompts),),
+            label_token_ids=tuple(labels),
+            apply_softmax=self.normalize,
+            score_extraction_token=anchor,
+        )
+        return CompiledCall(requests=(request,), where=tuple((0, i) for i in range(len(prompts))))
 
     def ranking(self, items, rows: list[list[float]], top_k=None, score=None) -> Ranking:
         """The Ranking of ``items`` from their probability rows (label order); ``score``
@@ -224,6 +279,7 @@ def ranker(
     length_normalize: bool = False,
     path: str | None = None,
     method: str = "labels",
+    setwise: str | None = None,
 ):
     """Declare a ranker. The decorated function takes the shared arguments and one item
     (the parameter named ``item``, else the last one, or the one named by ``item=``) and
@@ -237,9 +293,12 @@ def ranker(
     method: "labels" (the default: the labels' probabilities after the prompt) or
     "likelihood" (no labels: the log-probability of the prompt's continuation; score
     "mean" per token by default, or "sum"; see the module doc).
+    setwise: a dedicated token of the model's tokenizer: every item in one prompt, each
+    followed by it, one forward for the call (SGLang's setwise readout; module doc).
     """
     options = dict(
         method=method,
+        setwise=setwise,
         score=score,
         item=item,
         chat=chat,

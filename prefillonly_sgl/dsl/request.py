@@ -27,17 +27,32 @@ class ScoreRequest:
     label_token_ids: tuple[LabelIds, ...]  # a tuple: a label of several tokens
     apply_softmax: bool = True
     length_normalize: bool = False  # a label's per-token probability (Engine.score)
+    # SGLang's setwise readout: the labels read at every occurrence of this dedicated token
+    # in the (one) item, one row per occurrence (a setwise ranker's candidates, in order)
+    score_extraction_token: str | None = None
 
     async def sent_to(self, score):
         """``score``'s answer to this request, for a function with Engine.async_score's
         signature (the engine's own, or a server's scoring path)."""
+        setwise = {}
+        if self.score_extraction_token is not None:
+            setwise["score_extraction_token"] = self.score_extraction_token
         return await score(
             self.query,
             list(self.items),
             list(self.label_token_ids),
             apply_softmax=self.apply_softmax,
             length_normalize=self.length_normalize,
+            **setwise,
         )
+
+    def rows(self, scores: list) -> list[list[float]]:
+        """The request's rows from its answer's scores: one per item, or for a setwise
+        request one per anchor of its one item (SGLang nests them: a matrix per item)."""
+        if self.score_extraction_token is None:
+            return scores
+        (matrix,) = scores
+        return matrix
 
     @property
     def single_token_labels(self) -> bool:

@@ -80,6 +80,7 @@ class ServerContext(Protocol):
         apply_softmax: bool = True,
         item_first: bool = False,
         length_normalize: bool = False,
+        score_extraction_token: str | int | None = None,  # the setwise readout
     ) -> Any: ...  # prefillonly_sgl.scoring.score_result.ScoreResult
 
     async def continuation_logprobs(

@@ -67,7 +67,7 @@ class Backend:
         """A compiled request's rows, by its kind."""
         if isinstance(request, ContinuationRequest):
             return await self.continuation_logprobs(request)
-        return await self.score(request)
+        return request.rows(await self.score(request))
 
     @functools.cached_property
     def priors(self) -> contextual_calibration.Priors:

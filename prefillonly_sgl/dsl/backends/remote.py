@@ -156,6 +156,8 @@ class RemoteBackend(Backend):
             "apply_softmax": request.apply_softmax,
             **salt_fields(),  # this thread runs in the call's context (asyncio.to_thread)
         }
+        if request.score_extraction_token is not None:  # SGLang's setwise readout
+            body["score_extraction_token"] = request.score_extraction_token
         answer = self._request("POST", "/v1/score", body)
         usage = ScoreUsage.model_validate(answer.get("usage") or {})
         self.count_usage(usage.prompt_tokens, usage.cached_tokens)

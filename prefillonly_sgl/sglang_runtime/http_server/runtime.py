@@ -164,6 +164,7 @@ class ServerContext:
         apply_softmax=True,
         item_first=False,
         length_normalize=False,
+        score_extraction_token=None,
     ) -> ScoreResult:
         """prefillonly_sgl.Engine.score semantics, on the server's engine (the same
         ScoringFront, so the same checks, result and cached_tokens)."""
@@ -175,6 +176,7 @@ class ServerContext:
             item_first,
             _RAW_REQUEST.get(),
             length_normalize,
+            score_extraction_token=score_extraction_token,
         )
 
     async def continuation_logprobs(self, query, items, continuation):
