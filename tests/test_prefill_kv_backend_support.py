@@ -175,3 +175,39 @@ def test_flashinfer_refuses_a_paged_only_plan_under_prefill_only_kv(monkeypatch)
     backend.init_forward_metadata(SimpleNamespace(forward_mode=ForwardMode.DECODE, ragged=False))
     monkeypatch.setattr(scheduler_process.STATE, "active", False)
     backend.init_forward_metadata(paged)
+
+
+def test_the_setwise_readout_keeps_the_cache_for_causal_lms_only():
+    """prefill_kv/tokenizer_process.py: where prefill-only KV runs, SGLang's setwise check
+    sees the radix cache off and chunked prefill off (what it requires; ours meets both
+    otherwise) during the call only, and only for a causal LM: a classification head's
+    setwise request is an embedding request whose pooling positions nothing moves, so its
+    check reads SGLang's real settings; so does every engine without prefill-only KV."""
+    from types import SimpleNamespace as NS
+
+    from sglang.srt.managers import tokenizer_manager_score_mixin as mixin
+
+    from prefillonly_sgl.features.prefill_kv.tokenizer_process import (
+        _around_validate_score_extraction as around,
+    )
+    from prefillonly_sgl.features.prefill_kv.tokenizer_process import allow_setwise_with_cache
+
+    real = mixin.get_memory, mixin.get_schedule
+    seen = []
+
+    def check(self, is_generation, item_first):
+        if (mixin.get_memory, mixin.get_schedule) == real:
+            seen.append("SGLang's settings")
+        else:
+            seen.append(
+                (mixin.get_memory().disable_radix_cache, mixin.get_schedule().chunked_prefill_size)
+            )
+
+    ours, stock = NS(), NS()
+    allow_setwise_with_cache(ours, True)
+    allow_setwise_with_cache(stock, False)
+    around(check, ours, True, False)
+    around(check, ours, False, False)
+    around(check, stock, True, False)
+    assert seen == [(True, -1), "SGLang's settings", "SGLang's settings"]
+    assert (mixin.get_memory, mixin.get_schedule) == real  # restored

@@ -149,12 +149,14 @@ class _SetwiseConditions:
     chunked_prefill_size = -1
 
 
-def _around_validate_score_extraction(original, self, *args, **kwargs):
+def _around_validate_score_extraction(original, self, is_generation, *args, **kwargs):
     """SGLang's own check (a classification model without a per-position head, item_first,
     auto-truncation: refused with its messages), its two conditions on the prefix cache
-    and chunked prefill met by prefill-only KV instead (allow_setwise_with_cache)."""
-    if not getattr(self, SETWISE_WITH_CACHE, False):
-        return original(self, *args, **kwargs)
+    and chunked prefill met by prefill-only KV instead (allow_setwise_with_cache). Causal
+    LMs only: a classification head's setwise request is an embedding request, whose
+    pooling positions nothing here moves, so SGLang's conditions stand for it."""
+    if not is_generation or not getattr(self, SETWISE_WITH_CACHE, False):
+        return original(self, is_generation, *args, **kwargs)
     from sglang.srt.managers import tokenizer_manager_score_mixin as mixin
 
     # The check reads the settings through these two names of its module; they answer as
@@ -162,7 +164,7 @@ def _around_validate_score_extraction(original, self, *args, **kwargs):
     saved = mixin.get_memory, mixin.get_schedule
     mixin.get_memory = mixin.get_schedule = _SetwiseConditions
     try:
-        return original(self, *args, **kwargs)
+        return original(self, is_generation, *args, **kwargs)
     finally:
         mixin.get_memory, mixin.get_schedule = saved
 
