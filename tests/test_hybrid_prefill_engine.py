@@ -3,7 +3,7 @@ that these prompts are cut into several, the scores equal the unchunked engine's
 rounding) and a plain transformers forward (1e-4): prompt lengths that are and are not a
 multiple of the chunk, several requests in one batch, cache hits, with and without
 prefill-only KV, whole layers in query chunks (mode "layer", the default) and token-wise
-modules only (mode "token")."""
+modules only (mode "token"), and SGLang's setwise readout (labels at every anchor)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ TOLERANCE = 1e-4  # vs transformers
 # groups): ~1e-6 apart in float32 probabilities.
 SAME = 1e-5
 POOL = 4096
+ANCHOR = 3  # the setwise readout's token (its id: the tiny tokenizer's is arbitrary)
 
 QUERY = "User profile: likes science fiction, history books and long walks.\n" * 6
 ITEMS = [  # different lengths, one of them long: several chunks of every size below
@@ -54,6 +55,12 @@ def _scores(engine, labels) -> dict:
         "no-prefix": engine.score("", ITEMS, labels).scores,
         "ids": engine.score([5] * 250, [[7] * 64, [9] * 3], labels).scores,
     }
+    if engine.prefill_only_kv_active:
+        # the setwise readout (issue 75): the anchors' rows survive the chunks; the
+        # candidates' matrix as rows (stock SGLang without prefill-only KV refuses it)
+        setwise = [t for k in range(6) for t in ([8 + k] * 30 + [ANCHOR])]
+        (matrix,) = engine.score([5] * 120, [setwise], labels, score_extraction_token=ANCHOR).scores
+        alone["setwise"] = matrix
 
     async def together():
         calls = [engine.async_score(f"{i} {QUERY}", ITEMS, labels) for i in range(3)]
