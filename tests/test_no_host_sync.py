@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from sync_guard import DeviceSyncGuard, HostDeviceSync
+from test_prefill_kv_backend_support import RAGGED_ALWAYS
 
 from prefillonly_sgl.features.prefill_kv import scheduler_process as kv
 from prefillonly_sgl.features.prefill_kv.policy import DROPPED_SLOT
@@ -150,17 +151,13 @@ class _Pool:
         return self.k, self.v
 
 
-def test_flashinfer_query_chunks_never_wait_for_the_device(monkeypatch):
-    """A long prompt (its prefix cached) and a short one in one extend batch, run in query
-    chunks as hybrid prefilling's layers do, two layers: the pool writes (dropped rows to
-    the dummy slot, not selected by a mask), the spans (the host's request rows), the
-    plans (once per chunk per forward) and the kernels' inputs, all without a sync."""
+def _meta_backend(kv_heads: int, dim: int):
+    """Our FlashInfer backend without SGLang's start-up (FlashInfer cannot run here): its
+    pool, request table and workspace on the meta device; (backend, pool)."""
     from prefillonly_sgl.features.prefill_attention.scheduler_flashinfer_backend import (
         PrefillOnlyFlashInferBackend,
     )
 
-    monkeypatch.setitem(sys.modules, "flashinfer", _fake_flashinfer())
-    heads, kv_heads, dim = 4, 2, 16
     backend = object.__new__(PrefillOnlyFlashInferBackend)
     pool = _Pool(256, kv_heads, dim)
     backend.token_to_kv_pool = pool
@@ -169,6 +166,17 @@ def test_flashinfer_query_chunks_never_wait_for_the_device(monkeypatch):
     )
     backend.workspace_buffer = torch.empty(1024, dtype=torch.uint8, device=META)
     backend.kv_cache_quant_method = SimpleNamespace(needs_global_scale=lambda: False)
+    return backend, pool
+
+
+def test_flashinfer_query_chunks_never_wait_for_the_device(monkeypatch):
+    """A long prompt (its prefix cached) and a short one in one extend batch, run in query
+    chunks as hybrid prefilling's layers do, two layers: the pool writes (dropped rows to
+    the dummy slot, not selected by a mask), the spans (the host's request rows), the
+    plans (once per chunk per forward) and the kernels' inputs, all without a sync."""
+    monkeypatch.setitem(sys.modules, "flashinfer", _fake_flashinfer())
+    heads, kv_heads, dim = 4, 2, 16
+    backend, pool = _meta_backend(kv_heads, dim)
     prefix, new = [30, 0], [70, 10]
     rows = sum(new)
     forward_batch = SimpleNamespace(
@@ -223,17 +231,7 @@ def test_query_chunks_need_the_hosts_request_rows(monkeypatch):
     )
     monkeypatch.setattr(fi, "_prefill_graph_backend", lambda: None)  # SGLang's server args
     backend = object.__new__(fi.PrefillOnlyFlashInferBackend)
-    backend.__dict__.update(
-        is_multimodal=False,
-        enable_mis=False,
-        enable_deterministic=False,
-        use_paged=False,
-        num_wrappers=1,
-        use_sliding_window_kv_pool=False,
-        prefill_uses_dequant_workspace=False,
-        is_dllm_model=False,
-        forward_metadata=SimpleNamespace(use_ragged=True),
-    )
+    backend.__dict__.update(RAGGED_ALWAYS, forward_metadata=SimpleNamespace(use_ragged=True))
     batch = SimpleNamespace(forward_mode=ForwardMode.EXTEND, req_pool_indices_cpu=torch.tensor([0]))
     assert backend.supports_query_chunks(batch)
     batch.req_pool_indices_cpu = None
@@ -276,20 +274,9 @@ def test_attention_sinks_on_cuda_never_wait_for_the_device(monkeypatch):
     """gpt-oss through our FlashInfer backend (opt-in, sink_models.py): a windowed layer's
     extend with sinks (one query chunk over the batch, its keys gathered from the pool and
     the batch) and a decode step with sinks, under the guard."""
-    from prefillonly_sgl.features.prefill_attention.scheduler_flashinfer_backend import (
-        PrefillOnlyFlashInferBackend,
-    )
-
     monkeypatch.setitem(sys.modules, "flashinfer", _fake_flashinfer())
     heads, kv_heads, dim = 4, 2, 16
-    backend = object.__new__(PrefillOnlyFlashInferBackend)
-    pool = _Pool(256, kv_heads, dim)
-    backend.token_to_kv_pool = pool
-    backend.req_to_token_pool = SimpleNamespace(
-        req_to_token=torch.zeros((4, 128), dtype=torch.int32, device=META)
-    )
-    backend.workspace_buffer = torch.empty(1024, dtype=torch.uint8, device=META)
-    backend.kv_cache_quant_method = SimpleNamespace(needs_global_scale=lambda: False)
+    backend, pool = _meta_backend(kv_heads, dim)
     backend.num_wrappers = 1
     backend.forward_metadata = SimpleNamespace(
         decode_wrappers=[_DecodeWrapper()], swa_out_cache_loc=None

@@ -409,6 +409,11 @@ HOOK_TARGETS: dict[str, str] = {
         "cache and chunked prefill are met without turning them off (its other checks "
         "stand, with SGLang's messages)"
     ),
+    "sglang.srt.managers.tokenizer_manager_score_mixin.TokenizerManagerScoreMixin"
+    "._resolve_score_extraction_token_id": (
+        "called by ScoringFront: Engine.score's score_extraction_token text resolved to a "
+        "dedicated token id as SGLang's /v1/score resolves it"
+    ),
     "sglang.srt.managers.tokenizer_manager_score_mixin.get_memory": (
         "replaced during _validate_score_extraction only (its disable_radix_cache read)"
     ),

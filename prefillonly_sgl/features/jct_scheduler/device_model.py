@@ -102,16 +102,14 @@ def decoder_shape(model_path: str | Path) -> DecoderShape | None:
     try:
         hidden = int(config["hidden_size"])
         heads = int(config["num_attention_heads"])
+        intermediate = int(config["intermediate_size"])
+        if config.get("num_experts_per_tok"):  # an MoE layer computes its active experts
+            expert = config.get("moe_intermediate_size") or intermediate
+            intermediate = int(expert) * int(config["num_experts_per_tok"])
         return DecoderShape(
             layers=int(config["num_hidden_layers"]),
             hidden=hidden,
-            # an MoE layer computes its active experts' MLPs: moe_intermediate x top-k
-            intermediate=int(
-                config.get("intermediate_size")
-                if not config.get("num_experts_per_tok")
-                else config.get("moe_intermediate_size", config.get("intermediate_size"))
-                * config["num_experts_per_tok"]
-            ),
+            intermediate=intermediate,
             heads=heads,
             kv_heads=int(config.get("num_key_value_heads") or heads),
             head_dim=int(config.get("head_dim") or hidden // heads),
