@@ -349,3 +349,5 @@ def test_the_setwise_readout_keeps_the_prefix_cache(setup):
         ours.score(query, items, labels, item_first=True, score_extraction_token=anchor)
     with pytest.raises(InvalidRequestError, match="outside the vocabulary"):
         ours.score(query, items, labels, score_extraction_token=10**9)
+    with pytest.raises(InvalidRequestError, match="labels of one token each"):
+        ours.score(query, items, [[11, 12], [13]], score_extraction_token=anchor)
