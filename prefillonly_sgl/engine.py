@@ -31,6 +31,7 @@ from prefillonly_sgl.features.jct_scheduler.settings import JctSettings
 from prefillonly_sgl.memory.budget import MemoryPlan
 from prefillonly_sgl.scoring.continuations import ContinuationResult
 from prefillonly_sgl.scoring.errors import EngineClosedError, EngineDiedError
+from prefillonly_sgl.scoring.score_options import ScoreOptions
 from prefillonly_sgl.scoring.score_result import ScoreResult
 from prefillonly_sgl.scoring.validation import ModelLimits, TextOrIds
 
@@ -233,6 +234,11 @@ class Engine:
         *,
         cache_salt: str | None = None,
         score_extraction_token: str | int | None = None,
+        temperature: float = 1.0,
+        return_token_logprobs: bool = False,
+        embed_override_token_id: int | None = None,
+        query_embed_overrides: list | None = None,
+        item_embed_overrides: list | None = None,
     ) -> ScoreResult:
         """Probabilities of the labels after each query+item prompt (item+query with
         item_first). A label is a token id, or a list of token ids (a label of several
@@ -248,7 +254,10 @@ class Engine:
         (a dedicated token's text or id): the labels are read at every occurrence of the
         token in each prompt, and each item's row is a matrix, one row per occurrence
         (several candidates or questions scored in one prefill; the query from the
-        prefix cache where it is there; docs/server.md)."""
+        prefix cache where it is there; docs/server.md). temperature (with apply_softmax),
+        return_token_logprobs (result.token_logprobs) and the embedding overrides are
+        SGLang's score fields, passed through for labels of one token each
+        (prefillonly_sgl/scoring/score_options.py says what each does)."""
         call = self.async_score(
             query,
             items,
@@ -258,6 +267,11 @@ class Engine:
             length_normalize,
             cache_salt=cache_salt,
             score_extraction_token=score_extraction_token,
+            temperature=temperature,
+            return_token_logprobs=return_token_logprobs,
+            embed_override_token_id=embed_override_token_id,
+            query_embed_overrides=query_embed_overrides,
+            item_embed_overrides=item_embed_overrides,
         )
         return self.run_until_complete(call)
 
@@ -272,6 +286,11 @@ class Engine:
         *,
         cache_salt: str | None = None,
         score_extraction_token: str | int | None = None,
+        temperature: float = 1.0,
+        return_token_logprobs: bool = False,
+        embed_override_token_id: int | None = None,
+        query_embed_overrides: list | None = None,
+        item_embed_overrides: list | None = None,
     ) -> ScoreResult:
         """``score`` for asyncio code; must run on the event loop of the thread that
         created the engine (SGLang's tokenizer manager lives there): a RuntimeError
@@ -290,6 +309,13 @@ class Engine:
                 length_normalize,
                 cache_salt=cache_salt,
                 score_extraction_token=score_extraction_token,
+                options=ScoreOptions(
+                    temperature,
+                    return_token_logprobs,
+                    embed_override_token_id,
+                    query_embed_overrides,
+                    item_embed_overrides,
+                ),
             )
         )
 

@@ -89,6 +89,31 @@ def test_classifier_equals_engine_score(engine):
     ]
 
 
+def test_a_classifier_with_a_temperature_equals_engine_score_with_it(engine):
+    """@classifier(temperature=T): the request carries T and the probabilities are
+    Engine.score's with temperature=T; a temperature that is not a finite number > 0, or
+    one without normalize, is refused at declaration."""
+
+    @prefillonly.classifier(labels=Sentiment, temperature=3.0)
+    def soft(review: str) -> Prompt:
+        return Prompt(prefix=FEW_SHOT, item=f"Review: {review}\nSentiment:")
+
+    (request,) = soft.compile(engine.tokenizer, "ok").requests
+    assert request.temperature == 3.0
+    got = [soft("ok", engine=engine).probs[s.value] for s in Sentiment]
+    want = engine.score(
+        request.query, list(request.items), list(request.label_token_ids), temperature=3.0
+    ).scores
+    assert max_abs_diff([got], want) < TOLERANCE
+    cold = [sentiment("ok", engine=engine).probs[s.value] for s in Sentiment]
+    assert max(got) < max(cold)  # a temperature above 1 flattens the distribution
+    for bad in (0, -1.0, float("inf"), True):
+        with pytest.raises(DeclarationError, match="temperature must be a finite number"):
+            prefillonly.classifier(labels=["a", "b"], temperature=bad)(lambda x: x)
+    with pytest.raises(DeclarationError, match="temperature needs normalize=True"):
+        prefillonly.classifier(labels=["a", "b"], temperature=2.0, normalize=False)(lambda x: x)
+
+
 def test_prefix_and_items_reach_sglang_as_query_and_items(engine):
     backend = RecordingBackend(engine)
     results = sentiment.batch(REVIEWS, engine=backend, progress=False)

@@ -81,6 +81,7 @@ def setup(tiny_llama_path, tmp_path_factory):
             stock[_key(query, items, kwargs)] = engine.score(query, items, labels, **kwargs).scores
         prompt = ref.prompt_ids(THIRD_QUERY, ITEMS[0])
         stock["cached"] = [_cached_tokens(engine, prompt, 5) for _ in range(2)]
+        stock["fields"] = _sglang_fields_calls(engine, ref, labels)
         longest = engine.limits.scoring_prompt_tokens  # the longest prompt stock accepts
         stock["longest_scores"] = engine.score([7] * 16, [[9] * (longest - 16)], labels).scores
     log_path = tmp_path_factory.mktemp("kv-log") / "plan.log"
@@ -108,6 +109,121 @@ def _check(setup, query, items, **kwargs):
     if key in stock:
         assert max_abs_diff(got, stock[key]) < TOLERANCE
     return got
+
+
+PLACEHOLDER = 5  # the embedding overrides' placeholder token (a test's choice)
+
+
+def _override_case(ref):
+    """(query ids, item ids, query overrides, item overrides): the placeholder once in the
+    query and once in each item but the last, each replaced by a seeded random vector."""
+    rng = random.Random(76)
+    hidden = ref.model.config.hidden_size
+
+    def vector():
+        return [rng.uniform(-0.05, 0.05) for _ in range(hidden)]
+
+    query = [rng.randrange(10, 300) for _ in range(40)] + [PLACEHOLDER, 11, 12]
+    items = [[21, PLACEHOLDER, 22, 23], [31, 32, PLACEHOLDER], [41, 42, 43]]
+    return query, items, [vector()], [[vector()], [vector()], None]
+
+
+def _sglang_fields_calls(engine, ref, labels):
+    """What the score fields SGLang passes through answer on ``engine``: temperature,
+    return_token_logprobs, the embedding overrides (the same calls for both engines)."""
+    query, items, q_over, i_over = _override_case(ref)
+    warm = engine.score(PROFILE, ITEMS, labels, temperature=0.5)
+    cold = engine.score("Other: " + PROFILE, ITEMS, labels, return_token_logprobs=True)
+    overridden = engine.score(
+        query,
+        items,
+        labels,
+        embed_override_token_id=PLACEHOLDER,
+        query_embed_overrides=q_over,
+        item_embed_overrides=i_over,
+    )
+    return {
+        "temperature": warm.scores,
+        "token_logprobs": cold.token_logprobs,
+        "logprob_scores": cold.scores,
+        "overrides": overridden.scores,
+    }
+
+
+def _reference_with_overrides(ref, ids, positions, vectors, labels):
+    """The labels' log-probabilities after ``ids`` with the embeddings at ``positions``
+    replaced by ``vectors`` (a plain transformers forward on inputs_embeds)."""
+    import torch
+
+    with torch.no_grad():
+        embeds = ref.model.get_input_embeddings()(torch.tensor([ids]))
+        for position, vector in zip(positions, vectors, strict=True):
+            embeds[0, position] = torch.tensor(vector)
+        logits = ref.model(inputs_embeds=embeds).logits[0, -1].double()
+    return torch.log_softmax(logits, dim=-1)[labels].tolist()
+
+
+def test_sglang_score_fields_through_engine_score(setup):
+    """SGLang 0.5.23's other score fields through Engine.score (issue 75, item 3), each
+    against transformers (1e-4) and stock: temperature (the softmax over the labels of
+    their log-probabilities over it; the profile a cache hit), return_token_logprobs
+    (each label's full-vocabulary log-probability), the embedding overrides (the query's
+    and each item's placeholder replaced; an item may have none); labels of several
+    tokens take temperature and return their sequence log-probabilities; each field that
+    cannot be served is refused by name before anything is sent."""
+    ours, stock, ref, labels, _ = setup
+    got = _sglang_fields_calls(ours, ref, labels)
+    for key, value in got.items():
+        assert max_abs_diff(value, stock["fields"][key]) < TOLERANCE, key
+
+    def label_logprobs(query, item):
+        return ref.next_token_logprobs(ref.prompt_ids(query, item))[labels].tolist()
+
+    def softmax(row, t):
+        top = max(row)
+        weights = [math.exp((x - top) / t) for x in row]
+        return [w / sum(weights) for w in weights]
+
+    assert max_abs_diff(
+        got["temperature"], [softmax(label_logprobs(PROFILE, i), 0.5) for i in ITEMS]
+    ) < TOLERANCE
+    other = [label_logprobs("Other: " + PROFILE, i) for i in ITEMS]
+    assert max_abs_diff(got["token_logprobs"], other) < TOLERANCE
+    assert max_abs_diff(got["logprob_scores"], [softmax(r, 1.0) for r in other]) < TOLERANCE
+    query, items, q_over, i_over = _override_case(ref)
+    want = []
+    for item, item_vectors in zip(items, i_over, strict=True):
+        ids = query + item
+        vectors = q_over + (item_vectors or [])
+        positions = [i for i, t in enumerate(ids) if t == PLACEHOLDER][: len(vectors)]
+        want.append(softmax(_reference_with_overrides(ref, ids, positions, vectors, labels), 1))
+    assert max_abs_diff(got["overrides"], want) < TOLERANCE
+    plain = [softmax(label_logprobs(query, item), 1) for item in items[:2]]
+    assert max_abs_diff(got["overrides"][:2], plain) > 100 * TOLERANCE  # the overrides count
+
+    # labels of several tokens: temperature over their sequence log-probabilities
+    two = [[labels[0], labels[1]], [labels[1]]]
+    result = ours.score(PROFILE, ITEMS[:2], two, temperature=2.0, return_token_logprobs=True)
+    sequences = ref.score_sequences(PROFILE, ITEMS[:2], two, apply_softmax=False)
+    logs = [[math.log(p) for p in row] for row in sequences]
+    assert max_abs_diff(result.token_logprobs, logs) < TOLERANCE
+    assert max_abs_diff(result.scores, [softmax(row, 2.0) for row in logs]) < TOLERANCE
+
+    refusals = [
+        ({"temperature": 0}, "temperature must be a finite number greater than zero"),
+        ({"temperature": float("nan")}, "temperature must be a finite number"),
+        ({"temperature": 2.0, "apply_softmax": False}, "temperature requires apply_softmax"),
+        ({"query_embed_overrides": q_over}, "need embed_override_token_id"),
+        (
+            {"embed_override_token_id": PLACEHOLDER, "item_embed_overrides": [None]},
+            "item_embed_overrides has 1 entries for 3 items",
+        ),
+    ]
+    for kwargs, message in refusals:
+        with pytest.raises(InvalidRequestError, match=message):
+            ours.score(query, items, labels, **kwargs)
+    with pytest.raises(InvalidRequestError, match="embedding overrides apply to labels of one"):
+        ours.score(query, items, two, embed_override_token_id=PLACEHOLDER)
 
 
 def _cached_tokens(engine, prompt_ids, reusable):

@@ -165,6 +165,38 @@ def test_a_setwise_ranker_through_remote_backend(server, reference):
     assert len(got) == 3 and max_abs_diff(got, want) < TOLERANCE
 
 
+def test_a_classifier_with_a_temperature_through_remote_backend(server, reference):
+    """@classifier(temperature=T) on a RemoteBackend: labels of one token go to /v1/score
+    with SGLang's temperature field, labels of several tokens to /v1/score_labels with the
+    same field; both the softmax of the labels' log-probabilities over T, within 1e-4 of
+    transformers."""
+    review = "Review: it worked, no side effects\nSentiment:"
+
+    @prefillonly.classifier(labels=["positive", "negative"], temperature=2.5)
+    def warm(text: str) -> str:
+        return text
+
+    @prefillonly.classifier(labels=["very positive", "negative"], temperature=0.5)
+    def sharp(text: str) -> str:
+        return text
+
+    backend = RemoteBackend(server.url)
+    for function in (warm, sharp):
+        (request,) = function.compile(reference.tokenizer, review).requests
+        result = function(review, engine=backend)
+        (probs,) = reference.score_sequences(
+            request.query, request.items, request.label_token_ids, apply_softmax=False
+        )
+        scaled = [math.log(p) / function.temperature for p in probs]
+        want = [math.exp(x) / sum(math.exp(y) for y in scaled) for x in scaled]
+        got = [result.probs[label] for label in function.labels.texts]
+        assert max_abs_diff([got], [want]) < TOLERANCE, function
+        # the temperature counts: the log-odds are the plain ones over it
+        log_odds = math.log(got[0] / got[1])
+        assert abs(log_odds * function.temperature - math.log(probs[0] / probs[1])) < 1e-3
+        assert abs(log_odds - math.log(probs[0] / probs[1])) > 0.1
+
+
 def test_generate(server):
     response = post(
         server,

@@ -43,6 +43,7 @@ async def score_labels(request: ScoreLabelsRequest, context) -> ScoreLabelsRespo
         apply_softmax=request.apply_softmax,
         item_first=request.item_first,
         length_normalize=request.length_normalize,
+        temperature=request.temperature,
     )
     usage = context.usage
     return ScoreLabelsResponse(

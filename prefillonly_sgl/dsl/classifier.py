@@ -145,6 +145,7 @@ def classifier(
     leading_space: bool | None = None,
     normalize: bool = True,
     length_normalize: bool = False,
+    temperature: float = 1.0,
     batch_size: int = DEFAULT_BATCH_SIZE,
     calibrate=None,
     path: str | None = None,
@@ -162,6 +163,9 @@ def classifier(
     normalize: probabilities over the labels (True) or over the whole vocabulary.
     length_normalize: score a label of several tokens by its per-token (geometric mean)
         probability instead of the product, before normalize.
+    temperature: temperature scaling (calibration): with normalize, the probabilities are
+        the softmax of the labels' log-probabilities divided by it (SGLang's /v1/score
+        temperature; >1 softens an overconfident model, <1 sharpens).
     batch_size: inputs per score request in ``batch`` / ``abatch``.
     calibrate: contextual calibration (contextual_calibration.py): the parameter(s) holding the
         content (a name, a list, or True for a one-parameter function). Their values are
@@ -178,6 +182,7 @@ def classifier(
         leading_space=leading_space,
         normalize=normalize,
         length_normalize=length_normalize,
+        temperature=temperature,
         batch_size=batch_size,
         calibrate=calibrate,
         path=path,

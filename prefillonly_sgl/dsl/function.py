@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import math
 import typing
 
 from prefillonly_sgl.dsl.prompt import ChatFormat, Prompt
@@ -56,6 +57,7 @@ class ScoringFunction:
         leading_space: bool | None,
         normalize: bool,
         length_normalize: bool = False,
+        temperature: float = 1.0,
         reserved: tuple[str, ...],
         exclude: tuple[str, ...] = (),
         path: str | None = None,
@@ -74,6 +76,7 @@ class ScoringFunction:
         self.leading_space = leading_space
         self.normalize = normalize
         self.length_normalize = length_normalize  # per-token probability of a label
+        self.temperature = _checked_temperature(temperature, normalize, fn.__qualname__)
         self.inputs = Signature(fn, reserved=reserved, exclude=exclude)
         self._label_ids: dict[tuple[int, str], tuple[object, list[LabelIds]]] = {}
         functools.update_wrapper(self, fn)
@@ -127,4 +130,24 @@ class ScoringFunction:
                 "likelihood ranker (@ranker(method='likelihood')) scores one"
             )
         label_ids = [self.label_ids(tokenizer, p) for p in prompts]
-        return group_requests(prompts, label_ids, self.normalize, max_items, self.length_normalize)
+        return group_requests(
+            prompts,
+            label_ids,
+            self.normalize,
+            max_items,
+            self.length_normalize,
+            self.temperature,
+        )
+
+
+def _checked_temperature(temperature, normalize: bool, name: str) -> float:
+    """A declaration's temperature: a finite number > 0, and other than 1 only with
+    normalize=True (it divides the labels' log-probabilities before their softmax)."""
+    t = temperature
+    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0:
+        raise DeclarationError(f"{name}: temperature must be a finite number > 0, got {t!r}")
+    if t != 1.0 and not normalize:
+        raise DeclarationError(
+            f"{name}: temperature needs normalize=True (it scales the softmax over the labels)"
+        )
+    return float(t)

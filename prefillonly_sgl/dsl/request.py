@@ -30,21 +30,29 @@ class ScoreRequest:
     # SGLang's setwise readout: the labels read at every occurrence of this dedicated token
     # in the (one) item, one row per occurrence (a setwise ranker's candidates, in order)
     score_extraction_token: str | None = None
+    temperature: float = 1.0  # with apply_softmax: the labels' log-probabilities over it
 
     async def sent_to(self, score):
         """``score``'s answer to this request, for a function with Engine.async_score's
         signature (the engine's own, or a server's scoring path)."""
-        setwise = {}
-        if self.score_extraction_token is not None:
-            setwise["score_extraction_token"] = self.score_extraction_token
         return await score(
             self.query,
             list(self.items),
             list(self.label_token_ids),
             apply_softmax=self.apply_softmax,
             length_normalize=self.length_normalize,
-            **setwise,
+            **self.sglang_fields(),
         )
+
+    def sglang_fields(self) -> dict:
+        """The SGLang score fields this request sets beyond the defaults (their names are
+        /v1/score's and Engine.score's)."""
+        fields = {}
+        if self.score_extraction_token is not None:
+            fields["score_extraction_token"] = self.score_extraction_token
+        if self.temperature != 1.0:
+            fields["temperature"] = self.temperature
+        return fields
 
     def rows(self, scores: list) -> list[list[float]]:
         """The request's rows from its answer's scores: one per item, or for a setwise
@@ -91,6 +99,7 @@ def group_requests(
     apply_softmax: bool,
     max_items: int | None,
     length_normalize: bool = False,
+    temperature: float = 1.0,
 ) -> CompiledCall:
     """Inputs sharing a prefix (and label ids) become the items of one request, at most
     ``max_items`` each (None: no limit), requests in order of first appearance. Inputs
@@ -126,7 +135,11 @@ def group_requests(
             for position, (i, _) in enumerate(chunk):
                 where[i] = (len(requests), position)
             items = tuple(item for _, item in chunk)
-            requests.append(ScoreRequest(prefix, items, ids, apply_softmax, length_normalize))
+            requests.append(
+                ScoreRequest(
+                    prefix, items, ids, apply_softmax, length_normalize, temperature=temperature
+                )
+            )
     return CompiledCall(requests=tuple(requests), where=tuple(where))
 
 

@@ -15,7 +15,8 @@ tokens and finds the prompt in the prefix cache (the runtime keeps the prompt's 
 
 Scores from the labels' sequence log-probabilities s (sum of the factors' log-probs; with
 length_normalize, their mean, i.e. per-token):
-  - normalised (default): softmax of s over the labels: they sum to 1;
+  - normalised (default): softmax of s over the labels: they sum to 1 (of s / temperature
+    with a temperature, SGLang's calibration of one-token labels carried to several);
   - raw: exp(s): the label's probability over everything the model could write (with
     length_normalize the geometric mean of its token probabilities).
 With no end-of-label marker, "yes" and "yes sir" are both allowed: each probability is
@@ -83,6 +84,7 @@ def label_scores(
     lengths: Sequence[int],
     apply_softmax: bool = True,
     length_normalize: bool = False,
+    temperature: float = 1.0,
 ) -> list[float]:
     """Scores from the labels' sequence log-probs (see the module docstring)."""
     s = (
@@ -95,6 +97,6 @@ def label_scores(
     top = max(s)
     if top == -math.inf:  # a model's log-probs are finite; nothing to normalise otherwise
         raise ValueError("no label has a finite log-probability: cannot normalise")
-    weights = [math.exp(x - top) for x in s]
+    weights = [math.exp((x - top) / temperature) for x in s]
     total = math.fsum(weights)
     return [w / total for w in weights]

@@ -12,7 +12,10 @@ class ScoreResult(Sequence):
     """scores[i][j]: probability of label j after item i (normalised over the labels with
     apply_softmax=True, over the whole vocabulary with False); prompt_tokens: tokens of all
     prompts together, as SGLang reports them; cached_tokens: how many of those SGLang took
-    from its prefix cache.
+    from its prefix cache; token_logprobs (asked with return_token_logprobs): each label's
+    full-vocabulary log-probability per item, before temperature and the softmax over the
+    labels, as SGLang's ScoreResult has them (SGLang 0.5.23 leaves the list empty for a
+    setwise request).
 
     It also behaves as the list of per-item rows that SGLang's score API returns
     (result[i], len(result), iteration, == a list of lists), so code written against
@@ -22,6 +25,7 @@ class ScoreResult(Sequence):
     scores: list[list[float]]
     prompt_tokens: int
     cached_tokens: int = 0
+    token_logprobs: list | None = None
 
     def __getitem__(self, index):
         return self.scores[index]

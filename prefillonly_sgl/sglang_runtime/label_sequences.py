@@ -48,8 +48,10 @@ async def score_label_sequences(
     length_normalize: bool,
     item_first: bool,
     request=None,
-) -> tuple[list[list[float]], int]:
-    """(scores per item in label order, prompt tokens of every request sent)."""
+    temperature: float = 1.0,
+) -> tuple[list[list[float]], int, list[list[float]]]:
+    """(scores per item in label order, prompt tokens of every request sent, each
+    label's sequence log-probability per item: the token_logprobs of several tokens)."""
     prompts = prompt_token_ids(tokenizer_manager.tokenizer, query, items, item_first)
     with keep_whole_prompts():
         roots = await tokenizer_manager.score_request(
@@ -76,10 +78,11 @@ async def score_label_sequences(
         )
     )
     lengths = [len(label) for label in trie.labels]
-    scores = []
+    scores, sequences = [], []
     for root_logprobs, more in zip(roots.token_logprobs, continued, strict=True):
         by_node = {(): root_logprobs, **dict(zip(nodes, more.token_logprobs, strict=True))}
         logprobs = sequence_logprobs(trie, by_node)
-        scores.append(label_scores(logprobs, lengths, apply_softmax, length_normalize))
+        sequences.append(logprobs)
+        scores.append(label_scores(logprobs, lengths, apply_softmax, length_normalize, temperature))
     prompt_tokens = roots.prompt_tokens + sum(c.prompt_tokens for c in continued)
-    return scores, prompt_tokens
+    return scores, prompt_tokens, sequences

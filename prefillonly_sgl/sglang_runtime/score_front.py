@@ -41,6 +41,7 @@ from prefillonly_sgl.scoring.continuations import (
 )
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.scoring.label_trie import build_trie
+from prefillonly_sgl.scoring.score_options import ScoreOptions
 from prefillonly_sgl.scoring.score_result import ScoreResult
 from prefillonly_sgl.scoring.usage import CURRENT_REQUEST, RequestRecord
 from prefillonly_sgl.scoring.validation import (
@@ -89,17 +90,21 @@ class ScoringFront:
         length_normalize: bool = False,
         cache_salt: str | None = None,
         score_extraction_token: str | int | None = None,
+        options: ScoreOptions | None = None,
     ) -> ScoreResult:
         """prefillonly_sgl.Engine.score semantics. request: the HTTP request, if any (SGLang
         watches it for disconnects). cache_salt: the call's prefix-cache namespace (None:
         the enclosing one, scoring/cache_salts.py). score_extraction_token: the setwise
         readout (a dedicated token, by its text or id): labels read at every occurrence of
-        it in each prompt, one [anchors x labels] matrix per item."""
+        it in each prompt, one [anchors x labels] matrix per item. options: SGLang's other
+        score fields, passed through (scoring/score_options.py)."""
         query, items, labels = self.check(query, items, label_token_ids, item_first)
         if not items:  # SGLang's answer to no items: no rows
             return ScoreResult(scores=[], prompt_tokens=0)
         trie = build_trie(labels)
-        extraction = {}
+        options = options or ScoreOptions()
+        options.check(apply_softmax, trie.single_token, len(items))
+        extraction = options.sglang_kwargs()
         if score_extraction_token is not None:
             if not trie.single_token:
                 raise InvalidRequestError(
@@ -121,8 +126,9 @@ class ScoringFront:
                     **extraction,
                 )
                 scores, prompt_tokens = result.scores, result.prompt_tokens
+                token_logprobs = result.token_logprobs
             else:
-                scores, prompt_tokens = await score_label_sequences(
+                scores, prompt_tokens, sequences = await score_label_sequences(
                     self.tokenizer_manager,
                     query,
                     items,
@@ -131,11 +137,14 @@ class ScoringFront:
                     length_normalize,
                     item_first,
                     request,
+                    options.temperature,
                 )
+                token_logprobs = sequences if options.return_token_logprobs else None
         return ScoreResult(
             scores=scores,
             prompt_tokens=prompt_tokens,
             cached_tokens=record.usage.cached_tokens,
+            token_logprobs=token_logprobs,
         )
 
     def _extraction_token_id(self, token: str | int) -> int:

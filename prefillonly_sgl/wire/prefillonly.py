@@ -69,6 +69,13 @@ class ScoreLabelsRequest(BaseModel):
     length_normalize: bool = Field(
         False, description="a label's per-token (geometric mean) probability, not the product"
     )
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="with apply_softmax: the softmax over the labels of their log-probabilities "
+        "divided by it (SGLang's /v1/score temperature, for labels of any length)",
+    )
     item_first: bool = Field(False, description="item before query instead of after")
     cache_salt: str | None = cache_salt_field()
 

@@ -156,8 +156,7 @@ class RemoteBackend(Backend):
             "apply_softmax": request.apply_softmax,
             **salt_fields(),  # this thread runs in the call's context (asyncio.to_thread)
         }
-        if request.score_extraction_token is not None:  # SGLang's setwise readout
-            body["score_extraction_token"] = request.score_extraction_token
+        body.update(request.sglang_fields())  # the setwise readout, temperature
         answer = self._request("POST", "/v1/score", body)
         usage = ScoreUsage.model_validate(answer.get("usage") or {})
         self.count_usage(usage.prompt_tokens, usage.cached_tokens)
@@ -173,6 +172,7 @@ class RemoteBackend(Backend):
             label_token_ids=list(request.label_token_ids),
             apply_softmax=request.apply_softmax,
             length_normalize=request.length_normalize,
+            temperature=request.temperature,
             **salt_fields(),
         )
         try:

@@ -4,6 +4,7 @@ ServerContext (what an EndpointSpec handler gets: the same front as the Engine's
 
 import contextvars
 
+from prefillonly_sgl.scoring.score_options import ScoreOptions
 from prefillonly_sgl.scoring.score_result import ScoreResult
 from prefillonly_sgl.scoring.usage import CURRENT_REQUEST, RequestRecord
 from prefillonly_sgl.scoring.validation import ModelLimits
@@ -165,6 +166,7 @@ class ServerContext:
         item_first=False,
         length_normalize=False,
         score_extraction_token=None,
+        temperature=1.0,
     ) -> ScoreResult:
         """prefillonly_sgl.Engine.score semantics, on the server's engine (the same
         ScoringFront, so the same checks, result and cached_tokens)."""
@@ -177,6 +179,7 @@ class ServerContext:
             _RAW_REQUEST.get(),
             length_normalize,
             score_extraction_token=score_extraction_token,
+            options=ScoreOptions(temperature=temperature),
         )
 
     async def continuation_logprobs(self, query, items, continuation):
