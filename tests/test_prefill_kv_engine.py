@@ -184,9 +184,10 @@ def test_sglang_score_fields_through_engine_score(setup):
         weights = [math.exp((x - top) / t) for x in row]
         return [w / sum(weights) for w in weights]
 
-    assert max_abs_diff(
-        got["temperature"], [softmax(label_logprobs(PROFILE, i), 0.5) for i in ITEMS]
-    ) < TOLERANCE
+    assert (
+        max_abs_diff(got["temperature"], [softmax(label_logprobs(PROFILE, i), 0.5) for i in ITEMS])
+        < TOLERANCE
+    )
     other = [label_logprobs("Other: " + PROFILE, i) for i in ITEMS]
     assert max_abs_diff(got["token_logprobs"], other) < TOLERANCE
     assert max_abs_diff(got["logprob_scores"], [softmax(r, 1.0) for r in other]) < TOLERANCE
