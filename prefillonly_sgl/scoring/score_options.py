@@ -41,8 +41,9 @@ class ScoreOptions:
         """InvalidRequestError naming the first field that cannot be served."""
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0:
+            # SGLang's messages, with the value
             raise InvalidRequestError(
-                f"temperature must be a finite number greater than zero, got {t!r}"
+                f"temperature must be finite and greater than zero, got {t!r}"
             )
         if t != 1.0 and not apply_softmax:
             raise InvalidRequestError(

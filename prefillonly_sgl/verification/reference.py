@@ -52,14 +52,24 @@ class TransformersReference:
             return self.tokenizer.encode(text)
         return list(item) + list(query) if item_first else list(query) + list(item)
 
-    def next_token_logprobs(self, prompt_ids, logit_bias: dict[int, float] | None = None):
+    def next_token_logprobs(
+        self, prompt_ids, logit_bias: dict[int, float] | None = None, embeds_at=None
+    ):
         """The log-softmax over the vocabulary at the prompt's last position (float64), of
         the logits plus `logit_bias` ({token id: bias}) when given: what a single-token
-        request's logprobs are at temperature 0."""
+        request's logprobs are at temperature 0. embeds_at ({position: vector}): those
+        positions' input embeddings replaced by the vectors (SGLang's embedding overrides)."""
         import torch
 
         with torch.no_grad():
-            logits = self.model(input_ids=self._ids(prompt_ids), logits_to_keep=1).logits[0, -1]
+            if embeds_at:
+                embeds = self.model.get_input_embeddings()(self._ids(prompt_ids))
+                for position, vector in embeds_at.items():
+                    embeds[0, position] = torch.as_tensor(vector, dtype=embeds.dtype)
+                inputs = {"inputs_embeds": embeds}
+            else:
+                inputs = {"input_ids": self._ids(prompt_ids)}
+            logits = self.model(**inputs, logits_to_keep=1).logits[0, -1]
         logits = logits.double().cpu()
         for token, bias in (logit_bias or {}).items():
             logits[int(token)] += bias
