@@ -217,6 +217,13 @@ class Engine:
         return info
 
     @property
+    def class_labels(self) -> tuple[str, ...] | None:
+        """A model with a classification head: its classes in id order (the checkpoint's
+        id2label), what each score row holds; None for a model that reads label tokens."""
+        head = self._front.head
+        return None if head is None else head.labels
+
+    @property
     def prefill_only_kv_active(self) -> bool:
         """Whether the scheduler drops scoring prompts' KV after the reusable prefix (it
         then reports a score-prompt limit of its own: the context, not the KV pool)."""
@@ -227,7 +234,7 @@ class Engine:
         self,
         query: TextOrIds | None,
         items: list[TextOrIds] | TextOrIds,
-        label_token_ids: list[int | list[int]],
+        label_token_ids: list[int | list[int]] | None = None,
         apply_softmax: bool = True,
         item_first: bool = False,
         length_normalize: bool = False,
@@ -239,6 +246,7 @@ class Engine:
         embed_override_token_id: int | None = None,
         query_embed_overrides: list | None = None,
         item_embed_overrides: list | None = None,
+        return_pooled_hidden_states: bool = False,
     ) -> ScoreResult:
         """Probabilities of the labels after each query+item prompt (item+query with
         item_first). A label is a token id, or a list of token ids (a label of several
@@ -257,7 +265,12 @@ class Engine:
         prefix cache where it is there; docs/server.md). temperature (with apply_softmax),
         return_token_logprobs (result.token_logprobs) and the embedding overrides are
         SGLang's score fields, passed through for labels of one token each
-        (prefillonly_sgl/scoring/score_options.py says what each does)."""
+        (prefillonly_sgl/scoring/score_options.py says what each does). On a model with a
+        classification head (``class_labels`` is not None): no label_token_ids; each item's
+        row is the head's class scores in ``class_labels`` order (probabilities with
+        apply_softmax; a reward model's one score needs apply_softmax=False), and
+        return_pooled_hidden_states gives each item's hidden state under the head
+        (docs/heads.md)."""
         call = self.async_score(
             query,
             items,
@@ -272,6 +285,7 @@ class Engine:
             embed_override_token_id=embed_override_token_id,
             query_embed_overrides=query_embed_overrides,
             item_embed_overrides=item_embed_overrides,
+            return_pooled_hidden_states=return_pooled_hidden_states,
         )
         return self.run_until_complete(call)
 
@@ -279,7 +293,7 @@ class Engine:
         self,
         query: TextOrIds | None,
         items: list[TextOrIds] | TextOrIds,
-        label_token_ids: list[int | list[int]],
+        label_token_ids: list[int | list[int]] | None = None,
         apply_softmax: bool = True,
         item_first: bool = False,
         length_normalize: bool = False,
@@ -291,6 +305,7 @@ class Engine:
         embed_override_token_id: int | None = None,
         query_embed_overrides: list | None = None,
         item_embed_overrides: list | None = None,
+        return_pooled_hidden_states: bool = False,
     ) -> ScoreResult:
         """``score`` for asyncio code; must run on the event loop of the thread that
         created the engine (SGLang's tokenizer manager lives there): a RuntimeError
@@ -315,6 +330,7 @@ class Engine:
                     embed_override_token_id,
                     query_embed_overrides,
                     item_embed_overrides,
+                    return_pooled_hidden_states,
                 ),
             )
         )

@@ -188,6 +188,9 @@ class Family:
     layers: tuple[str, ...]  # LAYER_KINDS names
     # Family-specific limits that belong to no kind (rare: prefer a kind).
     own_off: Mapping[str, str] = field(default_factory=dict)
+    # The same decoder under a classification head (fine-tuned classifiers, reward
+    # models): SGLang's classes for it, which it serves as scoring models (docs/heads.md).
+    heads: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.layers if k not in LAYER_KINDS]
@@ -226,12 +229,30 @@ _OTHER = ("other_layer", "full_attention")
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("llama", "Llama", ("LlamaForCausalLM",), _LLAMA),
-        Family("qwen2", "Qwen2", ("Qwen2ForCausalLM",), _LLAMA),
+        Family(
+            "llama",
+            "Llama",
+            ("LlamaForCausalLM",),
+            _LLAMA,
+            heads=("LlamaForSequenceClassification",),
+        ),
+        Family(
+            "qwen2",
+            "Qwen2",
+            ("Qwen2ForCausalLM",),
+            _LLAMA,
+            heads=("Qwen2ForSequenceClassification", "Qwen2ForRewardModel"),
+        ),
         # SGLang runs Mistral and Phi-3 with Llama's decoder layers (fused qkv / gate_up).
         Family("mistral", "Mistral", ("MistralForCausalLM",), _LLAMA),
         Family("phi3", "Phi-3", ("Phi3ForCausalLM",), _LLAMA),
-        Family("qwen3", "Qwen3", ("Qwen3ForCausalLM",), _OTHER),  # q / k norms
+        Family(
+            "qwen3",
+            "Qwen3",
+            ("Qwen3ForCausalLM",),
+            _OTHER,  # q / k norms
+            heads=("Qwen3ForSequenceClassification", "Qwen3ForRewardModel"),
+        ),
         Family("qwen3_moe", "Qwen3-MoE", ("Qwen3MoeForCausalLM",), (*_OTHER, "moe")),
         Family("granite", "Granite", ("GraniteForCausalLM",), _OTHER),  # multipliers
         Family("olmo2", "OLMo 2", ("Olmo2ForCausalLM",), _OTHER),  # post norms
@@ -317,8 +338,20 @@ FAMILIES: dict[str, Family] = {
 }
 
 _BY_ARCHITECTURE = MappingProxyType(
-    {arch: family for family in FAMILIES.values() for arch in family.architectures}
+    {
+        arch: family
+        for family in FAMILIES.values()
+        for arch in (*family.architectures, *family.heads)
+    }
 )
+HEAD_ARCHITECTURES = frozenset(arch for family in FAMILIES.values() for arch in family.heads)
+
+
+def has_head(architectures: Iterable[str] | str | None) -> bool:
+    """Whether a config's `architectures` name a classification head the table knows."""
+    if isinstance(architectures, str):
+        architectures = [architectures]
+    return any(arch in HEAD_ARCHITECTURES for arch in architectures or ())
 
 
 def family_of(architectures: Iterable[str] | str | None) -> Family | None:

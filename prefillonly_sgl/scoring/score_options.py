@@ -36,6 +36,7 @@ class ScoreOptions:
     embed_override_token_id: int | None = None
     query_embed_overrides: list[Any] | None = None
     item_embed_overrides: list[Any] | None = None
+    return_pooled_hidden_states: bool = False  # a classification head's input, per item
 
     def check(self, apply_softmax: bool, single_token_labels: bool, n_items: int) -> None:
         """InvalidRequestError naming the first field that cannot be served."""
@@ -79,6 +80,8 @@ class ScoreOptions:
             kwargs["return_token_logprobs"] = True
         if self.embed_override_token_id is not None:
             kwargs["embed_override_token_id"] = self.embed_override_token_id
+        if self.return_pooled_hidden_states:
+            kwargs["return_pooled_hidden_states"] = True
         if self.query_embed_overrides is not None:
             kwargs["query_embed_overrides"] = _vectors(self.query_embed_overrides)
         if self.item_embed_overrides is not None:

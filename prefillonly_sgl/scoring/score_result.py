@@ -26,6 +26,8 @@ class ScoreResult(Sequence):
     prompt_tokens: int
     cached_tokens: int = 0
     token_logprobs: list | None = None
+    # a classification head's pre-head hidden state per item (return_pooled_hidden_states)
+    pooled_hidden_states: list | None = None
 
     def __getitem__(self, index):
         return self.scores[index]

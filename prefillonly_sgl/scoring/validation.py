@@ -151,6 +151,19 @@ def validate_score_request(
     item + query with item_first.
     """
     labels = validate_labels(label_token_ids, limits.vocab_size)
+    query, items = validate_prompts(query, items, limits, count_tokens, item_first)
+    return query, items, labels
+
+
+def validate_prompts(
+    query: object,
+    items: object,
+    limits: ModelLimits,
+    count_tokens: Callable[[TextOrIds, TextOrIds], int],
+    item_first: bool = False,
+) -> tuple[TextOrIds, list[TextOrIds]]:
+    """validate_score_request's query and items, without labels (a classification head's
+    request has none)."""
     query, items = check_query_and_items(query, items, limits.vocab_size, allow_empty=True)
     for i, item in enumerate(items):
         check_text_or_ids(item, f"items[{i}]", limits.vocab_size)
@@ -168,4 +181,4 @@ def validate_score_request(
                 "or max_total_tokens without prefill-only KV, when starting the engine, or "
                 "shorten the prompt)"
             )
-    return query, items, labels
+    return query, items

@@ -271,6 +271,13 @@ HOOK_TARGETS: dict[str, str] = {
         "wrapped per instance (request_recording.py): records each HTTP request's or "
         "Engine.score call's rids and meta_info (usage, cached_tokens)"
     ),
+    "sglang.srt.managers.tokenizer_manager.TokenizerManager._handle_batch_output": (
+        "wrapped per instance (request_recording.py): an embedding batch output's "
+        "cached_tokens (a classification head's score prompts) kept for its meta_info"
+    ),
+    "sglang.srt.managers.io_struct.BatchEmbeddingOutput.cached_tokens": (
+        "read by request_recording.py (SGLang leaves it out of an embedding's meta_info)"
+    ),
     "sglang.srt.managers.tokenizer_manager.TokenizerManager.score_request": (
         "the one scoring call (score_front.ScoringFront: Engine, typed endpoints)"
     ),

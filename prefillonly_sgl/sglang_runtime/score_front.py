@@ -33,7 +33,9 @@ from prefillonly_sgl.decisions.checkpoints import CHECKPOINT_REFUSAL, Readout, r
 from prefillonly_sgl.decisions.execution import decide
 from prefillonly_sgl.decisions.plan import plan_decision
 from prefillonly_sgl.features.prefill_kv.tokenizer_process import allow_setwise_with_cache
+from prefillonly_sgl.models.families import HEAD_ARCHITECTURES
 from prefillonly_sgl.scoring.cache_salts import REQUEST_SALT, check_salt
+from prefillonly_sgl.scoring.class_head import ClassHead
 from prefillonly_sgl.scoring.continuations import (
     ContinuationResult,
     plan_continuations,
@@ -48,6 +50,7 @@ from prefillonly_sgl.scoring.validation import (
     ModelLimits,
     TextOrIds,
     prompt_token_counter,
+    validate_prompts,
     validate_score_request,
 )
 from prefillonly_sgl.sglang_runtime.continuation_logprobs import continuation_logprobs
@@ -97,12 +100,30 @@ class ScoringFront:
         the enclosing one, scoring/cache_salts.py). score_extraction_token: the setwise
         readout (a dedicated token, by its text or id): labels read at every occurrence of
         it in each prompt, one [anchors x labels] matrix per item. options: SGLang's other
-        score fields, passed through (scoring/score_options.py)."""
+        score fields, passed through (scoring/score_options.py). On a model with a
+        classification head (``head``): no label_token_ids, each item's class scores."""
+        options = options or ScoreOptions()
+        if self.head is not None:
+            return await self._score_head(
+                query,
+                items,
+                label_token_ids,
+                apply_softmax,
+                item_first,
+                request,
+                cache_salt,
+                score_extraction_token,
+                options,
+            )
+        if label_token_ids is None:
+            raise InvalidRequestError(
+                "label_token_ids is required: this model reads label tokens (a model with a "
+                "classification head answers its classes without them; docs/heads.md)"
+            )
         query, items, labels = self.check(query, items, label_token_ids, item_first)
         if not items:  # SGLang's answer to no items: no rows
             return ScoreResult(scores=[], prompt_tokens=0)
         trie = build_trie(labels)
-        options = options or ScoreOptions()
         options.check(apply_softmax, trie.single_token, len(items))
         extraction = options.sglang_kwargs()
         if score_extraction_token is not None:
@@ -145,6 +166,64 @@ class ScoringFront:
             prompt_tokens=prompt_tokens,
             cached_tokens=record.usage.cached_tokens,
             token_logprobs=token_logprobs,
+        )
+
+    @functools.cached_property
+    def head(self) -> ClassHead | None:
+        """The served model's classification head (a fine-tuned classifier or reward model
+        of a family in the table), or None: it reads label tokens."""
+        config = self.tokenizer_manager.model_config
+        if config.is_generation:
+            return None
+        hf = config.hf_config
+        heads = [a for a in (getattr(hf, "architectures", None) or ()) if a in HEAD_ARCHITECTURES]
+        if not heads:
+            return None
+        return ClassHead.from_config(heads[0], hf.num_labels, getattr(hf, "id2label", None))
+
+    async def _score_head(
+        self,
+        query,
+        items,
+        label_token_ids,
+        apply_softmax: bool,
+        item_first: bool,
+        request,
+        cache_salt: str | None,
+        score_extraction_token,
+        options: ScoreOptions,
+    ) -> ScoreResult:
+        """Each item's class scores from the head (SGLang's score_request without labels:
+        an embedding request per prompt, the query computed once and cached as for label
+        tokens: prefill-only KV and packing read its reusable prefix)."""
+        self.head.check_no_labels(label_token_ids)
+        self.head.check_softmax(apply_softmax)
+        query, items = validate_prompts(
+            query, items, self.limits, self.count_prompt_tokens, item_first
+        )
+        if not items:
+            return ScoreResult(scores=[], prompt_tokens=0)
+        options.check(apply_softmax, True, len(items))
+        extraction = options.sglang_kwargs()
+        if score_extraction_token is not None:
+            extraction["score_extraction_token_id"] = self._extraction_token_id(
+                score_extraction_token
+            )
+        with _sglang_call("score", cache_salt) as record:
+            result = await self.tokenizer_manager.score_request(
+                query=query,
+                items=items,
+                label_token_ids=None,
+                apply_softmax=apply_softmax,
+                item_first=item_first,
+                request=request,
+                **extraction,
+            )
+        return ScoreResult(
+            scores=result.scores,
+            prompt_tokens=result.prompt_tokens,
+            cached_tokens=record.usage.cached_tokens,
+            pooled_hidden_states=result.pooled_hidden_states,
         )
 
     def _extraction_token_id(self, token: str | int) -> int:

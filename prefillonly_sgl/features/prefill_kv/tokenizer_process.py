@@ -91,8 +91,13 @@ def query_token_ids(tokenizer, arguments: dict) -> list[int]:
 def _after_create_tokenized_object(result, *args, **kwargs):
     """Each score prompt of the call, and each single-token request, leaves with its R
     (0 when nothing is reusable)."""
-    from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
+    from sglang.srt.managers.io_struct import (
+        TokenizedEmbeddingReqInput,
+        TokenizedGenerateReqInput,
+    )
 
+    if isinstance(result, TokenizedEmbeddingReqInput):
+        return _head_prompt(result)
     if not isinstance(result, TokenizedGenerateReqInput):
         return result
     params = result.sampling_params
@@ -124,6 +129,19 @@ def _after_create_tokenized_object(result, *args, **kwargs):
         # give it only what comes before the first (SGLang bounds a match by the logprob
         # start), and SGLang's own 0 would forbid the cache altogether.
         result.logprob_start_len = min(anchors)
+    return result
+
+
+def _head_prompt(result):
+    """A score prompt of a model with a classification head (SGLang sends those as
+    embedding requests): it leaves with its R as a label-token prompt does."""
+    query_ids = _SCORE_CALL.get()
+    if query_ids is None or result.input_ids is None:
+        return result
+    params = result.sampling_params
+    params.custom_params = with_reusable_len(
+        params.custom_params, reusable_prefix_len(query_ids, list(result.input_ids))
+    )
     return result
 
 
