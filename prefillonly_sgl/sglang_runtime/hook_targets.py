@@ -271,6 +271,14 @@ HOOK_TARGETS: dict[str, str] = {
         "wrapped per instance (request_recording.py): records each HTTP request's or "
         "Engine.score call's rids and meta_info (usage, cached_tokens)"
     ),
+    # -- classification heads as their checkpoints are (head_models.py) --
+    "sglang.srt.models.qwen2_classification.Qwen2ForSequenceClassification.load_weights": (
+        "AROUND: the score layer's bias zeroed where the checkpoint has none (SGLang's is "
+        "nn.Linear's random init)"
+    ),
+    "sglang.srt.models.qwen3_classification.Qwen3ForSequenceClassification.load_weights": (
+        "AROUND: as Qwen2's"
+    ),
     "sglang.srt.managers.tokenizer_manager.TokenizerManager._handle_batch_output": (
         "wrapped per instance (request_recording.py): an embedding batch output's "
         "cached_tokens (a classification head's score prompts) kept for its meta_info"

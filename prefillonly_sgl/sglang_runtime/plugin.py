@@ -26,7 +26,7 @@ from prefillonly_sgl.features import FEATURES
 from prefillonly_sgl.hooking import process_state
 from prefillonly_sgl.hooking.hooks import apply_hooks_now, register_hooks
 from prefillonly_sgl.machine import environment
-from prefillonly_sgl.sglang_runtime import embedding_salts, model_configs
+from prefillonly_sgl.sglang_runtime import embedding_salts, head_models, model_configs
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +99,8 @@ def load_plugin() -> None:
     # Every prefillonly process, whatever its features: configurations as transformers
     # writes them (model_configs.py).
     register_hooks("model_configs", model_configs.HOOKS)
+    # Every prefillonly scheduler: classification heads as their checkpoints are.
+    register_hooks(head_models.TABLE_NAME, head_models.HOOKS)
     # Every prefillonly scheduler: embeddings in their tenant's cache namespace.
     register_hooks(embedding_salts.TABLE_NAME, embedding_salts.HOOKS)
     for name in config.features:

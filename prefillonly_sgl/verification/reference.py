@@ -153,6 +153,44 @@ class TransformersReference:
                 rows.append(torch.softmax(logits, dim=-1)[label_token_ids].tolist())
         return rows
 
+    @cached_property
+    def head_model(self):
+        """The checkpoint under its classification head (AutoModelForSequenceClassification)."""
+        import torch
+        from transformers import AutoModelForSequenceClassification
+
+        model = AutoModelForSequenceClassification.from_pretrained(
+            self.model_path, dtype=getattr(torch, self.dtype)
+        )
+        return model.to(self.device).eval()
+
+    def class_scores(
+        self,
+        query,
+        items,
+        apply_softmax: bool = True,
+        item_first: bool = False,
+        temperature: float = 1.0,
+        hidden: bool = False,
+    ):
+        """A classification head's answer per item (Engine.score on a head model): the
+        head's logits at the prompt's last position (float64), their softmax over
+        temperature with apply_softmax; hidden=True: (rows, each prompt's last hidden
+        state under the head)."""
+        import torch
+
+        rows, states = [], []
+        for item in items:
+            ids = self._ids(self.prompt_ids(query, item, item_first))
+            with torch.no_grad():
+                out = self.head_model(input_ids=ids, output_hidden_states=True)
+            logits = out.logits[0].double().cpu()
+            if apply_softmax:
+                logits = torch.softmax((logits - logits.max()) / temperature, dim=-1)
+            rows.append(logits.tolist())
+            states.append(out.hidden_states[-1][0, -1].double().cpu())
+        return (rows, states) if hidden else rows
+
     def score_sequences(
         self,
         query,

@@ -1,0 +1,56 @@
+"""Tiny classification-head checkpoints (random weights) of the families whose heads the
+table lists (families.Family.heads): the family's tiny causal checkpoint
+(tiny_family_checkpoints.py) with its LM head replaced by a `score` head, in the shape
+Hugging Face publishes fine-tuned classifiers and reward models in
+(`*ForSequenceClassification`, `num_labels`, `id2label`; a reward model is one label).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from prefillonly_sgl.models.tiny_family_checkpoints import FAMILY_BUILDERS
+
+SENTIMENT = ("negative", "neutral", "positive")
+HEAD_CLASSES = {
+    "llama": "LlamaForSequenceClassification",
+    "qwen2": "Qwen2ForSequenceClassification",
+    "qwen3": "Qwen3ForSequenceClassification",
+}
+
+
+def build_tiny_head(
+    out_dir: str | Path,
+    family: str = "llama",
+    labels: tuple[str, ...] = SENTIMENT,
+    seed: int = 0,
+) -> Path:
+    """Write `family`'s tiny checkpoint under a classification head with these classes
+    (one label: a reward model's score); returns the folder."""
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    if family not in HEAD_CLASSES:
+        raise ValueError(f"no tiny head for {family!r}: choose from {sorted(HEAD_CLASSES)}")
+    out = Path(out_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        base = FAMILY_BUILDERS[family](Path(tmp) / "base", seed)
+        config = AutoConfig.from_pretrained(base)
+        config.architectures = [HEAD_CLASSES[family]]
+        config.num_labels = len(labels)
+        config.id2label = dict(enumerate(labels))
+        config.label2id = {label: i for i, label in enumerate(labels)}
+        # Prompts are scored one at a time: the head reads the last position (a pad id
+        # would make transformers read the last non-pad one instead).
+        config.pad_token_id = None
+        model = AutoModelForSequenceClassification.from_pretrained(
+            base, config=config, dtype=torch.float32
+        )
+        tokenizer = AutoTokenizer.from_pretrained(base)
+    torch.manual_seed(seed + 2)
+    with torch.no_grad():
+        model.score.weight.normal_(0.0, 0.5)  # classes visibly apart
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

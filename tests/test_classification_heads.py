@@ -1,0 +1,139 @@
+"""Classification heads through the prefill-only runtime (issue 76): tiny
+`*ForSequenceClassification` checkpoints of Llama, Qwen2 and Qwen3 (models/tiny_heads.py,
+float32) start with every feature on and answer Engine.score without labels, each item's
+class probabilities within 1e-4 of transformers' AutoModelForSequenceClassification; on
+the Llama head the query is computed once (its items packed behind it in one forward),
+kept by prefill-only KV and read from the cache the second time (cached_tokens), the
+items' own tokens never cached; temperature, raw logits, pooled hidden states and a reward
+model (one label) as SGLang answers them; labels and a reward model's softmax refused.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from conftest import max_abs_diff
+
+from prefillonly_sgl import Engine
+from prefillonly_sgl.hooking.events import read_events
+from prefillonly_sgl.machine.environment import FORWARD_LOG
+from prefillonly_sgl.models.tiny_heads import SENTIMENT, build_tiny_head
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.verification.reference import TransformersReference
+
+TOLERANCE = 1e-4  # float32 engine vs float32 transformers
+QUERY = list(range(20, 120))  # a shared 100-token prefix (token ids of the tiny vocabulary)
+ITEMS = [[130, 131], [140, 141, 142], [150]]
+
+
+def _engine(path, **kwargs):
+    return Engine(path, device="cpu", dtype="float32", max_total_tokens=4096, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    """The Llama head's engine, logging its forwards."""
+    path = build_tiny_head(tmp_path_factory.mktemp("head-llama"), "llama")
+    log = tmp_path_factory.mktemp("head-log") / "forwards.log"
+    saved = os.environ.get(FORWARD_LOG)
+    os.environ[FORWARD_LOG] = str(log)
+    try:
+        engine = _engine(path)
+    finally:
+        if saved is None:
+            os.environ.pop(FORWARD_LOG)
+        else:
+            os.environ[FORWARD_LOG] = saved
+    with engine:
+        yield engine, TransformersReference(str(path)), log
+
+
+def test_a_head_starts_with_the_features_and_names_its_classes(llama):
+    engine, _, _ = llama
+    assert engine.model_family == "llama"
+    assert engine.class_labels == SENTIMENT
+    assert {"prefill_kv", "jct_scheduler", "prefill_attention"} <= set(engine.features)
+    assert engine.prefill_only_kv_active
+
+
+def test_class_probabilities_equal_transformers_and_the_query_is_computed_once(llama):
+    """A cold query and its three items in one forward (the query computed once, the
+    others packed behind it), then the same call again reading the query from the cache
+    and computing only each item's own tokens."""
+    engine, ref, log = llama
+    want = ref.class_scores(QUERY, ITEMS)
+    for round_ in range(2):
+        before = len(read_events(log, "forward"))
+        result = engine.score(QUERY, ITEMS)
+        forwards = read_events(log, "forward")[before:]
+        assert max_abs_diff(result.scores, want) < TOLERANCE
+        assert all(sum(row) == pytest.approx(1.0, abs=1e-6) for row in result.scores)
+        assert len(forwards) == 1
+        if round_ == 0:
+            assert forwards[0]["prefix"] == [0, len(QUERY), len(QUERY)]
+            assert forwards[0]["packed"] == 2
+        else:
+            assert forwards[0]["prefix"] == [len(QUERY)] * 3  # never an item's own tokens
+            assert result.cached_tokens == 3 * len(QUERY)
+
+
+def test_logits_temperature_and_pooled_hidden_states(llama):
+    """apply_softmax=False: the head's logits; a temperature divides them before the
+    softmax; return_pooled_hidden_states: each item's last hidden state under the head."""
+    engine, ref, _ = llama
+    raw = engine.score(QUERY, ITEMS, apply_softmax=False, return_pooled_hidden_states=True)
+    rows, states = ref.class_scores(QUERY, ITEMS, apply_softmax=False, hidden=True)
+    assert max_abs_diff(raw.scores, rows) < TOLERANCE
+    assert len(raw.pooled_hidden_states) == len(ITEMS)
+    for got, want in zip(raw.pooled_hidden_states, states, strict=True):
+        assert torch.as_tensor(got).double().sub(want).abs().max() < TOLERANCE
+    warm = engine.score(QUERY, ITEMS, temperature=3.0)
+    assert max_abs_diff(warm.scores, ref.class_scores(QUERY, ITEMS, temperature=3.0)) < TOLERANCE
+
+
+def test_text_prompts_and_item_first(llama):
+    engine, ref, _ = llama
+    query, items = "Review: the medicine worked. Sentiment:", [" ok", " fine then"]
+    assert max_abs_diff(engine.score(query, items).scores, ref.class_scores(query, items)) < (
+        TOLERANCE
+    )
+    got = engine.score(query, items, item_first=True).scores
+    assert max_abs_diff(got, ref.class_scores(query, items, item_first=True)) < TOLERANCE
+
+
+def test_refusals_name_the_problem(llama):
+    engine, _, _ = llama
+    with pytest.raises(InvalidRequestError, match="give no label_token_ids"):
+        engine.score(QUERY, ITEMS, [5, 6])
+    with pytest.raises(InvalidRequestError, match="only supported for CausalLM"):
+        engine.score(QUERY, ITEMS, return_token_logprobs=True)
+    with pytest.raises(InvalidRequestError, match="temperature requires apply_softmax"):
+        engine.score(QUERY, ITEMS, apply_softmax=False, temperature=2.0)
+    assert engine.score(QUERY, []).scores == []
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3"])
+def test_the_other_families_heads_equal_transformers(family, tmp_path):
+    path = build_tiny_head(tmp_path / family, family)
+    ref = TransformersReference(str(path))
+    with _engine(path) as engine:
+        assert engine.model_family == family and engine.class_labels == SENTIMENT
+        for _ in range(2):  # cold, then the query from the cache
+            result = engine.score(QUERY, ITEMS)
+            assert max_abs_diff(result.scores, ref.class_scores(QUERY, ITEMS)) < TOLERANCE
+        assert result.cached_tokens == 3 * len(QUERY)
+
+
+def test_a_reward_model_answers_its_score(tmp_path):
+    """One label (a reward model's score, Skywork-Reward's shape): the logit per item with
+    apply_softmax=False; a softmax over one score (always 1.0) refused."""
+    path = build_tiny_head(tmp_path / "reward", "llama", labels=("reward",))
+    ref = TransformersReference(str(path))
+    with _engine(path) as engine:
+        assert engine.class_labels == ("reward",)
+        got = engine.score(QUERY, ITEMS, apply_softmax=False).scores
+        assert max_abs_diff(got, ref.class_scores(QUERY, ITEMS, apply_softmax=False)) < TOLERANCE
+        with pytest.raises(InvalidRequestError, match="one output"):
+            engine.score(QUERY, ITEMS)
