@@ -164,6 +164,35 @@ def classify_endpoint(function) -> EndpointSpec:
     )
 
 
+async def classify_with_head(request: ClassifyRequest, context, head) -> ClassifyResponse:
+    """vLLM's /classify on a head model: per input the softmax of the head's logits (with
+    use_activation false, or for a reward model's one score: the logits), and the most
+    probable class."""
+    tokenizer = context.tokenizer
+    texts, field = request_inputs(request, tokenizer, context.limits.vocab_size)
+    texts = fit_inputs(texts, field, context.limits.scoring_prompt_tokens, request, tokenizer)
+    activate = request.use_activation is not False and not head.is_reward_model
+    result = await context.score("", texts, None, apply_softmax=activate)
+    labels = list(head.labels)
+    return ClassifyResponse(
+        id=f"classify-{uuid.uuid4().hex}",
+        created=int(time.time()),
+        model=model_name(context, request.model),
+        data=[
+            ClassifyData(
+                index=i,
+                label=labels[max(range(len(row)), key=row.__getitem__)],
+                probs=row,
+                num_classes=len(labels),
+            )
+            for i, row in enumerate(result.scores)
+        ],
+        usage=call_usage(context),
+        function=f"{head.architecture} (the model's head)",
+        labels=labels,
+    )
+
+
 def scores(probability: float, use_activation: bool | None) -> float:
     """A label's probability, or with use_activation false its log-probability (clamped
     away from 0: JSON has no -infinity)."""
@@ -171,13 +200,19 @@ def scores(probability: float, use_activation: bool | None) -> float:
 
 
 def no_classifier_endpoint() -> EndpointSpec:
-    """/v1/classify on a server started without --classify: a 400 saying how to set one."""
+    """/v1/classify on a server started without --classify: the model's own classification
+    head when it has one (each input the whole prompt, its classes the checkpoint's
+    id2label), else a 400 saying how to set a classifier."""
 
     async def classify(body: object, context) -> ClassifyResponse:
-        raise InvalidRequestError(
-            "this server has no classifier for /v1/classify: start it with --app FILE "
-            "--classify NAME (a @prefillonly.classifier with one input parameter)"
-        )
+        head = context.class_head
+        if head is None:
+            raise InvalidRequestError(
+                "this server has no classifier for /v1/classify: start it with --app FILE "
+                "--classify NAME (a @prefillonly.classifier with one input parameter), or "
+                "serve a model with a classification head"
+            )
+        return await classify_with_head(parse_body(ClassifyRequest, body), context, head)
 
     return EndpointSpec("/v1/classify", ClassifyRequest, ClassifyResponse, classify,
                         summary="Classify texts (no classifier configured)",

@@ -72,11 +72,14 @@ class ServerContext(Protocol):
     @property
     def tokenizer_manager(self) -> Any: ...  # SGLang's TokenizerManager (escape hatch)
 
+    @property
+    def class_head(self) -> Any: ...  # scoring/class_head.ClassHead of a head model, or None
+
     async def score(
         self,
         query: Any,
         items: Any,
-        label_token_ids: list,  # per label a token id, or a list of them (several tokens)
+        label_token_ids: list | None = None,  # per label a token id or ids; None: a head's
         apply_softmax: bool = True,
         item_first: bool = False,
         length_normalize: bool = False,

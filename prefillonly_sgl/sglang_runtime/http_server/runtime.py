@@ -157,11 +157,16 @@ class ServerContext:
         record = CURRENT_REQUEST.get()
         return record.usage if record is not None else None
 
+    @property
+    def class_head(self):
+        """The served model's classification head (scoring/class_head.ClassHead), or None."""
+        return self._runtime.front.head
+
     async def score(
         self,
         query,
         items,
-        label_token_ids,
+        label_token_ids=None,
         apply_softmax=True,
         item_first=False,
         length_normalize=False,
