@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import requests
 import torch
 from conftest import max_abs_diff
 
@@ -137,3 +138,49 @@ def test_a_reward_model_answers_its_score(tmp_path):
         assert max_abs_diff(got, ref.class_scores(QUERY, ITEMS, apply_softmax=False)) < TOLERANCE
         with pytest.raises(InvalidRequestError, match="one output"):
             engine.score(QUERY, ITEMS)
+
+
+@pytest.fixture(scope="module")
+def head_server(tmp_path_factory):
+    """`prefillonly serve` on the tiny Llama head (no --app, no --classify)."""
+    from server_process import running_server
+
+    path = build_tiny_head(tmp_path_factory.mktemp("head-serve"), "llama")
+    log = tmp_path_factory.mktemp("head-serve-log") / "serve.log"
+    with running_server(path, log) as server:
+        yield server, TransformersReference(str(path))
+
+
+def test_v1_score_without_labels_answers_the_classes(head_server):
+    """SGLang's /v1/score on a head model (no label_token_ids): each item's class
+    probabilities, the query from the cache the second time (usage's cached_tokens)."""
+    server, ref = head_server
+    body = {"query": QUERY, "items": ITEMS, "apply_softmax": True}
+    for round_ in range(2):
+        answer = requests.post(f"{server.url}/v1/score", json=body, timeout=60)
+        assert answer.status_code == 200, answer.text
+        got = answer.json()
+        assert max_abs_diff(got["scores"], ref.class_scores(QUERY, ITEMS)) < TOLERANCE
+    assert got["usage"]["prompt_tokens_details"]["cached_tokens"] == 3 * len(QUERY)
+
+
+def test_v1_classify_answers_with_the_heads_classes(head_server):
+    """vLLM's /v1/classify on a head model with no --classify: per input the head's class
+    probabilities (the whole input the prompt), the label the most probable of id2label's;
+    use_activation false: the logits."""
+    server, ref = head_server
+    texts = ["the medicine worked", "terrible side effects"]
+    answer = requests.post(f"{server.url}/v1/classify", json={"input": texts}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    data = answer.json()
+    assert data["labels"] == list(SENTIMENT)
+    want = ref.class_scores("", texts)
+    assert max_abs_diff([d["probs"] for d in data["data"]], want) < TOLERANCE
+    for d, row in zip(data["data"], want, strict=True):
+        assert d["label"] == SENTIMENT[max(range(3), key=row.__getitem__)]
+        assert d["num_classes"] == 3
+    raw = requests.post(
+        f"{server.url}/v1/classify", json={"input": texts, "use_activation": False}, timeout=60
+    ).json()
+    want = ref.class_scores("", texts, apply_softmax=False)
+    assert max_abs_diff([d["probs"] for d in raw["data"]], want) < TOLERANCE
