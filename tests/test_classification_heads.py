@@ -17,7 +17,8 @@ import requests
 import torch
 from conftest import max_abs_diff
 
-from prefillonly_sgl import Engine
+import prefillonly_sgl as prefillonly
+from prefillonly_sgl import Engine, Prompt
 from prefillonly_sgl.hooking.events import read_events
 from prefillonly_sgl.machine.environment import FORWARD_LOG
 from prefillonly_sgl.models.tiny_heads import SENTIMENT, build_tiny_head
@@ -184,3 +185,46 @@ def test_v1_classify_answers_with_the_heads_classes(head_server):
     ).json()
     want = ref.class_scores("", texts, apply_softmax=False)
     assert max_abs_diff([d["probs"] for d in raw["data"]], want) < TOLERANCE
+
+
+def test_dsl_functions_run_on_the_head(llama):
+    """A @classifier declared with the head's classes (in its own order) runs on the head:
+    no labels sent, each probability the head's for that class; a batch sharing a prefix is
+    one request behind it; a @ranker sorts by a class's probability; labels that are not
+    the head's classes, and normalize=False, are refused naming the problem."""
+    engine, ref, _ = llama
+    prefix = "Review of a medicine. "
+
+    @prefillonly.classifier(labels=["positive", "negative", "neutral"])
+    def sentiment(review: str) -> Prompt:
+        return Prompt(prefix=prefix, item=review)
+
+    reviews = ["it worked", "awful", "fine I guess"]
+    results = sentiment.batch(reviews, engine=engine, progress=False)
+    want = ref.class_scores(prefix, reviews)
+    for result, row in zip(results, want, strict=True):
+        got = [result.probs[label] for label in SENTIMENT]
+        assert max_abs_diff([got], [row]) < TOLERANCE
+        assert result.label == SENTIMENT[max(range(3), key=row.__getitem__)]
+
+    @prefillonly.ranker(labels=list(SENTIMENT), score="positive")
+    def best(context: str, item: str) -> Prompt:
+        return Prompt(prefix=context, item=item)
+
+    ranking = best(prefix, items=reviews, engine=engine)
+    order = sorted(range(3), key=lambda i: -want[i][2])
+    assert [r.item for r in ranking.items] == [reviews[i] for i in order]
+
+    @prefillonly.classifier(labels=["good", "bad"])
+    def other(review: str) -> str:
+        return review
+
+    with pytest.raises(InvalidRequestError, match="are not the model's classes"):
+        other("it worked", engine=engine)
+
+    @prefillonly.classifier(labels=list(SENTIMENT), normalize=False)
+    def raw(review: str) -> str:
+        return review
+
+    with pytest.raises(InvalidRequestError, match="normalize=True"):
+        raw("it worked", engine=engine)

@@ -116,11 +116,12 @@ class ScoringFunction:
         return ids
 
     def compile_arguments(
-        self, tokenizer, arguments: list[dict], max_items: int | None
+        self, tokenizer, arguments: list[dict], max_items: int | None, head: bool = False
     ) -> CompiledCall:
         """The score requests for validated ``arguments`` (one dict per prompt): prompts
         sharing a prefix share a request, at most ``max_items`` items each (None: no
-        limit); see request.group_requests."""
+        limit); see request.group_requests. head: for a model with a classification head,
+        requests without labels (its classes answer: head_route.py)."""
         prompts = [self.prompt(tokenizer, **a) for a in arguments]
         if self.scores_continuation:
             return group_continuations(prompts)
@@ -129,7 +130,10 @@ class ScoringFunction:
                 f"{self.fn.__qualname__} returned a Prompt with a continuation: only a "
                 "likelihood ranker (@ranker(method='likelihood')) scores one"
             )
-        label_ids = [self.label_ids(tokenizer, p) for p in prompts]
+        if head:
+            label_ids = [()] * len(prompts)
+        else:
+            label_ids = [self.label_ids(tokenizer, p) for p in prompts]
         return group_requests(
             prompts,
             label_ids,

@@ -29,6 +29,12 @@ class ClassifyJob:
     def compile(self, tokenizer) -> CompiledCall:
         return self.function.compile_arguments(tokenizer, list(self.inputs), self.batch_size)
 
+    def compile_for_head(self, tokenizer) -> CompiledCall:
+        """The requests for a model with a classification head (no labels)."""
+        return self.function.compile_arguments(
+            tokenizer, list(self.inputs), self.batch_size, head=True
+        )
+
 
 @dataclass(frozen=True, eq=False)
 class RankJob:
@@ -44,6 +50,11 @@ class RankJob:
     def compile(self, tokenizer) -> CompiledCall:
         arguments = [{**self.shared, self.function.item_param: x} for x in self.items]
         return self.function.compile_arguments(tokenizer, arguments, None)
+
+    def compile_for_head(self, tokenizer) -> CompiledCall:
+        """The requests for a model with a classification head (no labels)."""
+        arguments = [{**self.shared, self.function.item_param: x} for x in self.items]
+        return self.function.compile_arguments(tokenizer, arguments, None, head=True)
 
 
 Job = ClassifyJob | RankJob

@@ -133,9 +133,16 @@ class Ranker(ScoringFunction):
         """The score request(s) for a call: one per distinct prefix (normally one)."""
         return self.job(*args, items=items, **kwargs).compile(tokenizer)
 
-    def compile_arguments(self, tokenizer, arguments: list[dict], max_items) -> CompiledCall:
+    def compile_arguments(
+        self, tokenizer, arguments: list[dict], max_items, head: bool = False
+    ) -> CompiledCall:
         if self.setwise is None:
-            return super().compile_arguments(tokenizer, arguments, max_items)
+            return super().compile_arguments(tokenizer, arguments, max_items, head)
+        if head:  # SGLang pools a head at each anchor with its radix cache off only
+            raise InvalidRequestError(
+                f"{self.fn.__qualname__}: a setwise ranker reads label tokens at each anchor; "
+                "on a model with a classification head, rank pointwise (no setwise=)"
+            )
         return self._compile_setwise(tokenizer, arguments)
 
     def _compile_setwise(self, tokenizer, arguments: list[dict]) -> CompiledCall:

@@ -28,6 +28,7 @@ import functools
 from typing import Any
 
 from prefillonly_sgl.dsl import contextual_calibration
+from prefillonly_sgl.dsl.head_route import HeadRoute
 from prefillonly_sgl.dsl.job import Job
 from prefillonly_sgl.dsl.request import ContinuationRequest, ScoreRequest
 from prefillonly_sgl.dsl.request_sending import DEFAULT_IN_FLIGHT, CompiledRoute, Progress, Route
@@ -43,6 +44,8 @@ class Backend:
 
     prompt_tokens = 0
     cached_tokens = 0
+    # The classes of the model's classification head (id2label), or None: it reads labels.
+    class_labels: tuple[str, ...] | None = None
 
     def count_usage(self, prompt_tokens: int, cached_tokens: int) -> None:
         self.prompt_tokens += prompt_tokens or 0
@@ -79,7 +82,10 @@ class Backend:
         return {}
 
     async def choose_route(self, function) -> Route:
-        """How ``function``'s jobs reach this backend (asked once per function)."""
+        """How ``function``'s jobs reach this backend (asked once per function): compiled
+        requests, without labels on a model with a classification head."""
+        if self.class_labels is not None and not function.scores_continuation:
+            return HeadRoute(self, function, self.class_labels)
         return CompiledRoute(self)
 
     async def run(

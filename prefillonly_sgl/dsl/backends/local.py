@@ -19,6 +19,10 @@ class LocalEngineBackend(Backend):
     def tokenizer(self):
         return self.engine.tokenizer
 
+    @property
+    def class_labels(self):
+        return self.engine.class_labels
+
     async def score(self, request: ScoreRequest) -> list[list[float]]:
         result = await request.sent_to(self.engine.async_score)
         self.count_usage(result.prompt_tokens, result.cached_tokens)

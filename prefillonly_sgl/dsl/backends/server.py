@@ -20,6 +20,11 @@ class ServerBackend(Backend):
     def tokenizer(self):
         return self.context.tokenizer
 
+    @property
+    def class_labels(self):
+        head = self.context.class_head
+        return None if head is None else head.labels
+
     async def score(self, request: ScoreRequest) -> list[list[float]]:
         return (await request.sent_to(self.context.score)).scores
 
