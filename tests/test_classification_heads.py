@@ -157,7 +157,7 @@ def test_v1_score_without_labels_answers_the_classes(head_server):
     probabilities, the query from the cache the second time (usage's cached_tokens)."""
     server, ref = head_server
     body = {"query": QUERY, "items": ITEMS, "apply_softmax": True}
-    for round_ in range(2):
+    for _ in range(2):
         answer = requests.post(f"{server.url}/v1/score", json=body, timeout=60)
         assert answer.status_code == 200, answer.text
         got = answer.json()
@@ -228,3 +228,17 @@ def test_dsl_functions_run_on_the_head(llama):
 
     with pytest.raises(InvalidRequestError, match="normalize=True"):
         raw("it worked", engine=engine)
+
+
+def test_verify_checks_a_head_by_its_class_scores(tmp_path):
+    """`prefillonly verify` on a head checkpoint compares its class logits (cold, long,
+    cached) with transformers' and marks the token probes as not applying."""
+    from prefillonly_sgl.verification.verify import verify
+
+    path = build_tiny_head(tmp_path / "verify", "qwen3")
+    report = verify(path, quick=True, variants=["all features"], progress=lambda line: None)
+    assert report.head and report.ok, report.table()
+    (result,) = report.results
+    assert {n for n, c in result.checks.items() if c.applies} == {"cold", "long", "cached"}
+    assert result.max_diff < TOLERANCE
+    assert "n/a" in report.table()

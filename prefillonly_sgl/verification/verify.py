@@ -66,6 +66,11 @@ class Check:
     max_diff: float | None = None
     ok: bool = False
     error: str | None = None
+    applies: bool = True  # False: the probe means nothing for this model (a head's labels)
+
+
+NOT_FOR_HEADS = "n/a: a classification head answers its classes, not tokens"
+HEAD_PROBES = ("cold", "long", "cached")  # what a classification head answers
 
 
 @dataclass
@@ -96,6 +101,7 @@ class Report:
     features_off: dict[str, str]
     results: list[VariantResult]
     skipped: dict[str, str]  # variant -> why it was not run
+    head: bool = False  # a classification head: its class scores are what is checked
 
     @property
     def judged(self) -> list[VariantResult]:
@@ -120,7 +126,11 @@ class Report:
             ]
             rows[key] = _summarise(ran, self.features_off.get(key), self.tolerance)
         for probe, label in (("labels", "several-token labels"), ("decisions", "decisions")):
-            rows[label] = _summarise(self.judged, None, self.tolerance, probe)
+            rows[label] = (
+                {"status": NOT_FOR_HEADS, "max_diff": None}
+                if self.head
+                else _summarise(self.judged, None, self.tolerance, probe)
+            )
         stock = [r for r in self.results if r.variant.name == STOCK]
         rows[STOCK] = _summarise(stock, None, self.tolerance)
         return rows
@@ -152,6 +162,7 @@ class Report:
             "model": self.model,
             "family": self.family,
             "architectures": self.architectures,
+            "head": self.head,
             "device": self.device,
             "dtype": self.dtype,
             "tolerance": self.tolerance,
@@ -190,6 +201,8 @@ def _summarise(results, off_reason, tolerance, probe=None) -> dict:
 def _cell(check: Check | None) -> str:
     if check is None:
         return "-"
+    if not check.applies:
+        return "n/a"
     if check.error:
         return "ERROR"
     text = "0" if not check.max_diff else f"{check.max_diff:.1e}"
@@ -270,9 +283,15 @@ class Expected:
         return replace(self, continuation=self.continuation_split)
 
 
-def reference_answers(reference, probes: Probes, split_at_query: bool = False) -> Expected:
+def reference_answers(
+    reference, probes: Probes, split_at_query: bool = False, head: bool = False
+) -> Expected:
     """split_at_query: also the continuation split where the query ends (a family whose
-    cold prompts prefill-only KV splits there, Family.splits_at_prefix)."""
+    cold prompts prefill-only KV splits there, Family.splits_at_prefix). head: a
+    classification head's logits are the scores, and nothing else is asked."""
+    if head:
+        scores = reference.class_scores(probes.query, probes.items, apply_softmax=False)
+        return Expected(scores=scores, sequences=[], echo=[], continuation=[])
     split = (
         reference.continuation_logprobs(
             probes.query, probes.items, probes.continuation, split_at_query=True
@@ -317,8 +336,11 @@ def _decision_probabilities(decision) -> list[float]:
     return [p.probability for answer in decision.answers for p in answer.probabilities]
 
 
-def run_probes(engine, probes: Probes, expected: Expected, tolerance: float, first_decision):
-    """Each probe's Check on one engine; returns (checks, the decision's probabilities)."""
+def run_probes(
+    engine, probes: Probes, expected: Expected, tolerance: float, first_decision, head=False
+):
+    """Each probe's Check on one engine; returns (checks, the decision's probabilities).
+    head: a classification head's class scores (cold, long, cached; no labels sent)."""
     from prefillonly_sgl.sglang_runtime.echo_logprobs import echo_prompt_logprobs
 
     checks: dict[str, Check] = {}
@@ -332,8 +354,10 @@ def run_probes(engine, probes: Probes, expected: Expected, tolerance: float, fir
         except Exception as e:  # a probe's failure is a result, not the end of the run
             checks[name] = Check(None, False, _first_line(e))
 
+    labels = None if head else probes.labels
+
     def cold():
-        got = engine.score(probes.query, probes.items, probes.labels, apply_softmax=False)
+        got = engine.score(probes.query, probes.items, labels, apply_softmax=False)
         cold_rows.extend(got.scores)
         return max_abs_diff(got.scores[:1], expected.scores[:1])
 
@@ -341,12 +365,12 @@ def run_probes(engine, probes: Probes, expected: Expected, tolerance: float, fir
         return max_abs_diff(cold_rows[1:], expected.scores[1:])
 
     def cached():
-        got = engine.score(probes.query, probes.items, probes.labels, apply_softmax=False)
+        got = engine.score(probes.query, probes.items, labels, apply_softmax=False)
         if got.cached_tokens <= 0:
             raise AssertionError("the repeated call took no token from the prefix cache")
         return max_abs_diff(got.scores, expected.scores)
 
-    def labels():
+    def several_token_labels():
         got = engine.score(probes.query, probes.items, probes.sequences)
         return max_abs_diff(got.scores, expected.sequences)
 
@@ -386,7 +410,11 @@ def run_probes(engine, probes: Probes, expected: Expected, tolerance: float, fir
     else:
         checks["long"] = Check(None, False, "the cold call failed")
     check("cached", cached)
-    check("labels", labels)
+    if head:
+        for name in PROBES:
+            checks.setdefault(name, Check(ok=True, applies=False))
+        return {name: checks[name] for name in PROBES}, None
+    check("labels", several_token_labels)
     check("echo", echo)
     check("continuation", continuation)
     check("decisions", decisions)
@@ -481,6 +509,7 @@ def verify(
     config_json = json.loads((Path(model) / "config.json").read_text())
     architectures = families.read_architectures(model)
     family = families.family_of(architectures)
+    head = families.has_head(architectures)
     features_off = family.features_off() if family else {}
     first, more, skipped = plan_variants(model, device, dtype, quick)
     if variants is not None:
@@ -495,7 +524,9 @@ def verify(
     started = time.perf_counter()
     reference = TransformersReference(model, dtype=dtype, device=device)
     probes = make_probes(reference.tokenizer, config_json)
-    expected = reference_answers(reference, probes, bool(family and family.splits_at_prefix()))
+    expected = reference_answers(
+        reference, probes, bool(family and family.splits_at_prefix()), head
+    )
     progress(
         f"[verify] transformers reference: {time.perf_counter() - started:.1f}s "
         f"(long prompt {probes.long_tokens} tokens)"
@@ -523,7 +554,9 @@ def verify(
             held_to = (
                 expected.for_engine_that_splits() if splits_at_prefix(family, variant) else expected
             )
-            result.checks, decision = run_probes(engine, probes, held_to, tolerance, first_decision)
+            result.checks, decision = run_probes(
+                engine, probes, held_to, tolerance, first_decision, head
+            )
             if first_decision is None and decision is not None:
                 first_decision = decision
         except Exception as e:
@@ -561,6 +594,7 @@ def verify(
         features_off=features_off,
         results=results,
         skipped=skipped,
+        head=head,
     )
 
 
