@@ -95,6 +95,7 @@ def table(reports: dict[str, dict]) -> str:
         "tiny checkpoint",
         "architecture",
         "kinds of layer",
+        "classification heads (docs/heads.md)",
         *[title for _, title in COLUMNS],
         "max diff",
     ]
@@ -106,6 +107,7 @@ def table(reports: dict[str, dict]) -> str:
         arch = ", ".join(report.get("architectures") or []) or "?"
         family = family_of(report.get("architectures") or [])
         arch += " | " + (", ".join(family.layers) if family else "?")
+        arch += " | " + (", ".join(family.heads) if family and family.heads else "-")
         if "features" not in report:
             cells = ["FAIL " + mark(_short(report.get("error", "no report")))] * len(COLUMNS)
             lines.append(f"| {name} | {arch} | " + " | ".join(cells) + " | |")

@@ -241,7 +241,7 @@ FAMILIES: dict[str, Family] = {
             "Qwen2",
             ("Qwen2ForCausalLM",),
             _LLAMA,
-            heads=("Qwen2ForSequenceClassification", "Qwen2ForRewardModel"),
+            heads=("Qwen2ForSequenceClassification",),
         ),
         # SGLang runs Mistral and Phi-3 with Llama's decoder layers (fused qkv / gate_up).
         Family("mistral", "Mistral", ("MistralForCausalLM",), _LLAMA),
@@ -251,7 +251,7 @@ FAMILIES: dict[str, Family] = {
             "Qwen3",
             ("Qwen3ForCausalLM",),
             _OTHER,  # q / k norms
-            heads=("Qwen3ForSequenceClassification", "Qwen3ForRewardModel"),
+            heads=("Qwen3ForSequenceClassification",),
         ),
         Family("qwen3_moe", "Qwen3-MoE", ("Qwen3MoeForCausalLM",), (*_OTHER, "moe")),
         Family("granite", "Granite", ("GraniteForCausalLM",), _OTHER),  # multipliers

@@ -1,6 +1,6 @@
 """ClassHead: what a model with a classification head answers (plain Python).
 
-A fine-tuned classifier or reward model (`*ForSequenceClassification`, `*ForRewardModel`)
+A fine-tuned classifier or reward model (`*ForSequenceClassification`; a reward model: one label)
 has a head over the decoder's last hidden state instead of reading label tokens: SGLang
 serves it as a scoring model whose score request takes no label_token_ids and answers each
 item's class scores (the head's logits; with apply_softmax their softmax, over a
