@@ -247,6 +247,7 @@ class Engine:
         query_embed_overrides: list | None = None,
         item_embed_overrides: list | None = None,
         return_pooled_hidden_states: bool = False,
+        lora_path: str | None = None,
     ) -> ScoreResult:
         """Probabilities of the labels after each query+item prompt (item+query with
         item_first). A label is a token id, or a list of token ids (a label of several
@@ -270,7 +271,9 @@ class Engine:
         row is the head's class scores in ``class_labels`` order (probabilities with
         apply_softmax; a reward model's one score needs apply_softmax=False), and
         return_pooled_hidden_states gives each item's hidden state under the head
-        (docs/heads.md)."""
+        (docs/heads.md). lora_path: the LoRA adapter (a name loaded with
+        ``enable_lora=True, lora_paths=[...]``) the call runs under: its prompts are
+        computed with it, and read only prefixes cached under it (docs/lora.md)."""
         call = self.async_score(
             query,
             items,
@@ -286,6 +289,7 @@ class Engine:
             query_embed_overrides=query_embed_overrides,
             item_embed_overrides=item_embed_overrides,
             return_pooled_hidden_states=return_pooled_hidden_states,
+            lora_path=lora_path,
         )
         return self.run_until_complete(call)
 
@@ -306,6 +310,7 @@ class Engine:
         query_embed_overrides: list | None = None,
         item_embed_overrides: list | None = None,
         return_pooled_hidden_states: bool = False,
+        lora_path: str | None = None,
     ) -> ScoreResult:
         """``score`` for asyncio code; must run on the event loop of the thread that
         created the engine (SGLang's tokenizer manager lives there): a RuntimeError
@@ -332,6 +337,7 @@ class Engine:
                     item_embed_overrides,
                     return_pooled_hidden_states,
                 ),
+                lora_path=lora_path,
             )
         )
 
@@ -342,6 +348,7 @@ class Engine:
         continuation: TextOrIds | list[TextOrIds],
         *,
         cache_salt: str | None = None,
+        lora_path: str | None = None,
     ) -> ContinuationResult:
         """The log-probability of each token of ``continuation`` after each query+item
         prompt: one prefill per prompt (the query computed once and kept in the prefix
@@ -351,7 +358,9 @@ class Engine:
         token (query likelihood's score); ``result.sums``: the continuation's
         log-probability (docs/reranking.md). cache_salt: as ``score``'s."""
         return self.run_until_complete(
-            self.async_continuation_logprobs(query, items, continuation, cache_salt=cache_salt)
+            self.async_continuation_logprobs(
+                query, items, continuation, cache_salt=cache_salt, lora_path=lora_path
+            )
         )
 
     async def async_continuation_logprobs(
@@ -361,13 +370,16 @@ class Engine:
         continuation: TextOrIds | list[TextOrIds],
         *,
         cache_salt: str | None = None,
+        lora_path: str | None = None,
     ) -> ContinuationResult:
         """``continuation_logprobs`` for asyncio code (on the engine's loop, as async_score)."""
         from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
 
         check_running_loop_is_served(self._require_running())
         return await self._watch.until_died(
-            self._front.continuation_logprobs(query, items, continuation, cache_salt=cache_salt)
+            self._front.continuation_logprobs(
+                query, items, continuation, cache_salt=cache_salt, lora_path=lora_path
+            )
         )
 
     def decide(

@@ -149,6 +149,7 @@ def classifier(
     batch_size: int = DEFAULT_BATCH_SIZE,
     calibrate=None,
     path: str | None = None,
+    lora_path: str | None = None,
 ):
     """Declare a classifier: the decorated function builds the prompt (a str, or a
     ``Prompt(prefix=..., item=...)`` to mark a prefix shared across calls).
@@ -173,6 +174,8 @@ def classifier(
         label probabilities of those (the model's prior lean) divided out of each answer.
     path: its endpoint under ``prefillonly serve --app`` (default ``/apps/<name>``;
         batches at ``<path>/batch``).
+    lora_path: the LoRA adapter (a name the engine or server loaded) every request of this
+        function runs under (docs/lora.md); None: the base model.
 
     Usable bare (``@classifier``) when the return annotation gives the labels.
     """
@@ -186,6 +189,7 @@ def classifier(
         batch_size=batch_size,
         calibrate=calibrate,
         path=path,
+        lora_path=lora_path,
     )
     if inspect.isfunction(labels):  # @classifier without parentheses
         return Classifier(labels, None, **options)

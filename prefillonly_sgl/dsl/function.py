@@ -12,6 +12,7 @@ import typing
 from prefillonly_sgl.dsl.prompt import ChatFormat, Prompt
 from prefillonly_sgl.dsl.request import CompiledCall, group_continuations, group_requests
 from prefillonly_sgl.dsl.signature import DeclarationError, Signature, type_hints
+from prefillonly_sgl.scoring.adapters import check_lora_path
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.scoring.labels import (
     NO_LABELS,
@@ -61,6 +62,7 @@ class ScoringFunction:
         reserved: tuple[str, ...],
         exclude: tuple[str, ...] = (),
         path: str | None = None,
+        lora_path: str | None = None,
     ) -> None:
         if system is not None and not chat:
             raise DeclarationError(f"{fn.__qualname__}: system= needs chat=True")
@@ -77,6 +79,10 @@ class ScoringFunction:
         self.normalize = normalize
         self.length_normalize = length_normalize  # per-token probability of a label
         self.temperature = _checked_temperature(temperature, normalize, fn.__qualname__)
+        try:
+            self.lora_path = check_lora_path(lora_path)  # its adapter (None: the base model)
+        except ValueError as e:
+            raise DeclarationError(f"{fn.__qualname__}: {e}") from None
         self.inputs = Signature(fn, reserved=reserved, exclude=exclude)
         self._label_ids: dict[tuple[int, str], tuple[object, list[LabelIds]]] = {}
         functools.update_wrapper(self, fn)
@@ -141,6 +147,7 @@ class ScoringFunction:
             max_items,
             self.length_normalize,
             self.temperature,
+            self.lora_path,
         )
 
 

@@ -173,6 +173,7 @@ class Ranker(ScoringFunction):
             label_token_ids=tuple(labels),
             apply_softmax=self.normalize,
             score_extraction_token=anchor,
+            lora_path=self.lora_path,
         )
         return CompiledCall(requests=(request,), where=tuple((0, i) for i in range(len(prompts))))
 
@@ -287,6 +288,7 @@ def ranker(
     path: str | None = None,
     method: str = "labels",
     setwise: str | None = None,
+    lora_path: str | None = None,
 ):
     """Declare a ranker. The decorated function takes the shared arguments and one item
     (the parameter named ``item``, else the last one, or the one named by ``item=``) and
@@ -302,6 +304,7 @@ def ranker(
     "mean" per token by default, or "sum"; see the module doc).
     setwise: a dedicated token of the model's tokenizer: every item in one prompt, each
     followed by it, one forward for the call (SGLang's setwise readout; module doc).
+    lora_path: the LoRA adapter its requests run under (as for ``classifier``).
     """
     options = dict(
         method=method,
@@ -314,6 +317,7 @@ def ranker(
         normalize=normalize,
         length_normalize=length_normalize,
         path=path,
+        lora_path=lora_path,
     )
     if inspect.isfunction(labels):
         return Ranker(labels, None, **options)

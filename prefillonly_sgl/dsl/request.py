@@ -31,6 +31,7 @@ class ScoreRequest:
     # in the (one) item, one row per occurrence (a setwise ranker's candidates, in order)
     score_extraction_token: str | None = None
     temperature: float = 1.0  # with apply_softmax: the labels' log-probabilities over it
+    lora_path: str | None = None  # the LoRA adapter it runs under (None: the base model)
 
     async def sent_to(self, score):
         """``score``'s answer to this request, for a function with Engine.async_score's
@@ -52,6 +53,8 @@ class ScoreRequest:
             fields["score_extraction_token"] = self.score_extraction_token
         if self.temperature != 1.0:
             fields["temperature"] = self.temperature
+        if self.lora_path is not None:  # Engine.score's keyword; a body field the guard takes
+            fields["lora_path"] = self.lora_path
         return fields
 
     def rows(self, scores: list) -> list[list[float]]:
@@ -100,6 +103,7 @@ def group_requests(
     max_items: int | None,
     length_normalize: bool = False,
     temperature: float = 1.0,
+    lora_path: str | None = None,
 ) -> CompiledCall:
     """Inputs sharing a prefix (and label ids) become the items of one request, at most
     ``max_items`` each (None: no limit), requests in order of first appearance. Inputs
@@ -137,7 +141,13 @@ def group_requests(
             items = tuple(item for _, item in chunk)
             requests.append(
                 ScoreRequest(
-                    prefix, items, ids, apply_softmax, length_normalize, temperature=temperature
+                    prefix,
+                    items,
+                    ids,
+                    apply_softmax,
+                    length_normalize,
+                    temperature=temperature,
+                    lora_path=lora_path,
                 )
             )
     return CompiledCall(requests=tuple(requests), where=tuple(where))

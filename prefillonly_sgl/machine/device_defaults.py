@@ -81,6 +81,9 @@ def sglang_defaults(device: str) -> dict:
             # CPU seconds in 8 idle seconds (a whole core), ~0.1 with this (two replicas on
             # a 2-core machine starved each other). Requests still wake it at once (zmq).
             sleep_on_idle=True,
+            # SGLang's default LoRA backends are Triton kernels (CUDA); its torch one runs
+            # on a CPU (with cpu_support's unpinned memory). Read only with --enable-lora.
+            lora_backend="torch_native",
         )
     if device == "cuda":
         return dict(attention_backend="flashinfer")

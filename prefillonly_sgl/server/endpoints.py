@@ -85,6 +85,7 @@ class ServerContext(Protocol):
         length_normalize: bool = False,
         score_extraction_token: str | int | None = None,  # the setwise readout
         temperature: float = 1.0,  # with apply_softmax (scoring/score_options.py)
+        lora_path: str | None = None,  # the LoRA adapter (scoring/adapters.py)
     ) -> Any: ...  # prefillonly_sgl.scoring.score_result.ScoreResult
 
     async def continuation_logprobs(

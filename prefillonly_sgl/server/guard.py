@@ -7,7 +7,8 @@ For each POST to a guarded path (the endpoints that run the model) it, in order:
    runtime's authorize (403: a custom logit processor without the admin key); on a path
    of body_salt_paths (SGLang's embedding routes, whose request models have no such
    field) it takes the body's `cache_salt` off and runs the request under that salt
-   (scoring/cache_salts.py);
+   (scoring/cache_salts.py), and on one of body_lora_paths (the scoring doors) its
+   `lora_path`, under that adapter (scoring/adapters.py);
 3. admits it under AdmissionControl or answers 503 with Retry-After;
 4. runs the endpoint with a RequestRecord in CURRENT_REQUEST (prefillonly_sgl/scoring/usage.py),
    through which the SGLang side records the request's rids and usage; the usage goes out as
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from prefillonly_sgl.scoring.adapters import REQUEST_LORA, take_body_lora
 from prefillonly_sgl.scoring.cache_salts import REQUEST_SALT, take_body_salt
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.scoring.usage import CURRENT_REQUEST, RequestRecord, RequestUsage
@@ -103,6 +105,7 @@ class GuardPolicy:
         default_factory=dict
     )  # path -> "openai" (scoring/errors.py)
     body_salt_paths: frozenset[str] = frozenset()  # the guard takes their `cache_salt`
+    body_lora_paths: frozenset[str] = frozenset()  # the guard takes their `lora_path`
 
 
 class _ClientGone(Exception):
@@ -156,9 +159,13 @@ class RequestGuard:
             authorize = getattr(self.runtime, "authorize", None)
             if authorize is not None:
                 await authorize(scope, parsed)
-            salt = None
+            salt = lora = None
             if path in self.policy.body_salt_paths:
                 without, salt = _body_salt(parsed)
+                if without is not parsed:
+                    body = json.dumps(without).encode()
+            if path in self.policy.body_lora_paths:
+                without, lora = _body_lora(parsed)
                 if without is not parsed:
                     body = json.dumps(without).encode()
         except _ClientGone:
@@ -195,7 +202,7 @@ class RequestGuard:
                 self.metrics.pending(admission.requests, admission.prompts)
 
         try:
-            await self._run(scope, receive, send, body, path, release, shape, salt)
+            await self._run(scope, receive, send, body, path, release, shape, salt, lora)
         finally:
             release()
 
@@ -224,7 +231,7 @@ class RequestGuard:
                 return b"".join(chunks)
 
     async def _run(
-        self, scope, receive, send, body: bytes, path: str, release, shape, salt=None
+        self, scope, receive, send, body: bytes, path: str, release, shape, salt=None, lora=None
     ) -> None:
         record = RequestRecord(path=path)
         started = time.perf_counter()
@@ -255,14 +262,18 @@ class RequestGuard:
 
         token = CURRENT_REQUEST.set(record)
         salt_token = REQUEST_SALT.set(salt) if salt is not None else None
+        lora_token = REQUEST_LORA.set(lora) if lora is not None else None
         try:
-            # Both tasks copy the context, so the endpoint sees `record` (and the salt).
+            # Both tasks copy the context, so the endpoint sees `record` (and the salt and
+            # the adapter).
             endpoint = asyncio.create_task(self.app(scope, replay_receive, send_with_usage))
             watcher = asyncio.create_task(receive())
         finally:
             CURRENT_REQUEST.reset(token)
             if salt_token is not None:
                 REQUEST_SALT.reset(salt_token)
+            if lora_token is not None:
+                REQUEST_LORA.reset(lora_token)
         stop = asyncio.create_task(self.policy.in_flight.wait_for_stop())
         try:
             await asyncio.wait({endpoint, watcher, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -295,6 +306,14 @@ class RequestGuard:
             self.metrics.finished(
                 path, response["status"], time.perf_counter() - started, record.usage
             )
+
+
+def _body_lora(parsed):
+    """take_body_lora, a bad adapter name as the 400 it is."""
+    try:
+        return take_body_lora(parsed)
+    except ValueError as e:
+        raise InvalidRequestError(str(e)) from None
 
 
 def _body_salt(parsed):

@@ -17,6 +17,7 @@ some route.
 
 from __future__ import annotations
 
+from prefillonly_sgl.scoring.adapters import lora_request
 from prefillonly_sgl.scoring.cache_salts import salt_request
 from prefillonly_sgl.scoring.usage import CURRENT_REQUEST, RequestRecord
 
@@ -49,6 +50,7 @@ def record_generate_requests(tm) -> None:
 
     def generate_request(obj, request=None):
         salt_request(obj)  # before SGLang normalises the batch's salts
+        lora_request(obj)  # the call's adapter (scoring/adapters.py), where none is named
         record = CURRENT_REQUEST.get()
         if record is None:
             return original(obj, request)

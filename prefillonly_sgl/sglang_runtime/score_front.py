@@ -34,6 +34,7 @@ from prefillonly_sgl.decisions.execution import decide
 from prefillonly_sgl.decisions.plan import plan_decision
 from prefillonly_sgl.features.prefill_kv.tokenizer_process import allow_setwise_with_cache
 from prefillonly_sgl.models.families import HEAD_ARCHITECTURES
+from prefillonly_sgl.scoring.adapters import REQUEST_LORA, check_lora_path
 from prefillonly_sgl.scoring.cache_salts import REQUEST_SALT, check_salt
 from prefillonly_sgl.scoring.class_head import ClassHead
 from prefillonly_sgl.scoring.continuations import (
@@ -94,14 +95,17 @@ class ScoringFront:
         cache_salt: str | None = None,
         score_extraction_token: str | int | None = None,
         options: ScoreOptions | None = None,
+        lora_path: str | None = None,
     ) -> ScoreResult:
         """prefillonly_sgl.Engine.score semantics. request: the HTTP request, if any (SGLang
         watches it for disconnects). cache_salt: the call's prefix-cache namespace (None:
         the enclosing one, scoring/cache_salts.py). score_extraction_token: the setwise
         readout (a dedicated token, by its text or id): labels read at every occurrence of
         it in each prompt, one [anchors x labels] matrix per item. options: SGLang's other
-        score fields, passed through (scoring/score_options.py). On a model with a
-        classification head (``head``): no label_token_ids, each item's class scores."""
+        score fields, passed through (scoring/score_options.py). lora_path: the LoRA adapter
+        the call runs under (scoring/adapters.py; None: the enclosing one, or the base
+        model). On a model with a classification head (``head``): no label_token_ids, each
+        item's class scores."""
         options = options or ScoreOptions()
         if self.head is not None:
             return await self._score_head(
@@ -114,6 +118,7 @@ class ScoringFront:
                 cache_salt,
                 score_extraction_token,
                 options,
+                lora_path,
             )
         if label_token_ids is None:
             raise InvalidRequestError(
@@ -135,7 +140,7 @@ class ScoringFront:
             extraction["score_extraction_token_id"] = self._extraction_token_id(
                 score_extraction_token
             )
-        with _sglang_call("score", cache_salt) as record:
+        with _sglang_call("score", cache_salt, lora_path) as record:
             if trie.single_token:  # per token, a length is 1: nothing to normalise
                 result = await self.tokenizer_manager.score_request(
                     query=query,
@@ -192,6 +197,7 @@ class ScoringFront:
         cache_salt: str | None,
         score_extraction_token,
         options: ScoreOptions,
+        lora_path: str | None = None,
     ) -> ScoreResult:
         """Each item's class scores from the head (SGLang's score_request without labels:
         an embedding request per prompt, the query computed once and cached as for label
@@ -209,7 +215,7 @@ class ScoringFront:
             extraction["score_extraction_token_id"] = self._extraction_token_id(
                 score_extraction_token
             )
-        with _sglang_call("score", cache_salt) as record:
+        with _sglang_call("score", cache_salt, lora_path) as record:
             result = await self.tokenizer_manager.score_request(
                 query=query,
                 items=items,
@@ -271,14 +277,20 @@ class ScoringFront:
             return await decide(plan, score, record.usage)
 
     async def continuation_logprobs(
-        self, query, items, continuation, request=None, cache_salt: str | None = None
+        self,
+        query,
+        items,
+        continuation,
+        request=None,
+        cache_salt: str | None = None,
+        lora_path: str | None = None,
     ) -> ContinuationResult:
         """Each continuation token's log-probability after query + item
         (prefillonly_sgl.Engine.continuation_logprobs semantics)."""
         plan = plan_continuations(
             query, items, continuation, self.limits, tokenizer_encode(self.tokenizer)
         )
-        with _sglang_call("continuation_logprobs", cache_salt) as record:
+        with _sglang_call("continuation_logprobs", cache_salt, lora_path) as record:
             rows, prompt_tokens = await continuation_logprobs(self.tokenizer_manager, plan, request)
         return ContinuationResult(
             token_logprobs=rows,
@@ -288,19 +300,21 @@ class ScoringFront:
 
 
 @contextlib.contextmanager
-def _sglang_call(name: str, cache_salt: str | None = None):
+def _sglang_call(name: str, cache_salt: str | None = None, lora_path: str | None = None):
     """One call into SGLang under its own usage record (yielded; an HTTP request's record,
-    the guard's, is its parent) and, when given, its own cache salt (else the enclosing
-    one: a decision's score calls share the decision's), SGLang's ValueError (its way of
-    refusing a request) as an InvalidRequestError."""
+    the guard's, is its parent) and, when given, its own cache salt and LoRA adapter (else
+    the enclosing ones: a decision's score calls share the decision's), SGLang's
+    ValueError (its way of refusing a request) as an InvalidRequestError."""
     try:
         salt = check_salt(cache_salt)
+        lora = check_lora_path(lora_path)
     except ValueError as e:
         raise InvalidRequestError(str(e)) from None
     outer = CURRENT_REQUEST.get()
     record = outer.child(name) if outer is not None else RequestRecord(name)
     token = CURRENT_REQUEST.set(record)  # SGLang's tasks below copy this context
     salt_token = REQUEST_SALT.set(salt) if salt is not None else None
+    lora_token = REQUEST_LORA.set(lora) if lora is not None else None
     try:
         yield record
     except InvalidRequestError:
@@ -308,6 +322,8 @@ def _sglang_call(name: str, cache_salt: str | None = None):
     except ValueError as e:
         raise InvalidRequestError(str(e)) from e
     finally:
+        if lora_token is not None:
+            REQUEST_LORA.reset(lora_token)
         if salt_token is not None:
             REQUEST_SALT.reset(salt_token)
         CURRENT_REQUEST.reset(token)

@@ -175,6 +175,8 @@ class RemoteBackend(Backend):
             temperature=request.temperature,
             **salt_fields(),
         )
+        if request.lora_path is not None:  # the guard takes it off (scoring/adapters.py)
+            body["lora_path"] = request.lora_path
         try:
             answer = self._request("POST", "/v1/score_labels", body)
         except _NotFound:

@@ -225,3 +225,47 @@ def varlen_attention_forward(
         logsumexp[:, q0:q1] = lse
     empty = query.new_empty(0)
     return output, logsumexp, empty, empty, empty
+
+
+def lora_without_pinned_memory(module) -> None:
+    """SGLang's LoRA modules (``lora.layers``, ``lora.mem_pool``,
+    ``lora.backend.torch_backend``) pin their host staging tensors (``pin_memory=True``,
+    ``.pin_memory()``) unconditionally (sglang #31894): on a machine without an accelerator
+    torch refuses, and a server started with --enable-lora exits. Pinned memory only speeds
+    copies to an accelerator, so without one the tensors stay ordinary host memory: the
+    module's ``torch`` drops the keyword, ``Tensor.pin_memory`` returns the tensor, and the
+    pool's availability check answers no."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    module.torch = _UnpinnedTorch(torch)
+    if hasattr(module, "is_pin_memory_available"):
+        module.is_pin_memory_available = lambda: False
+    if not getattr(torch.Tensor.pin_memory, "prefillonly_unpinned", False):
+        torch.Tensor.pin_memory = _tensor_itself
+
+
+def _tensor_itself(self, *args, **kwargs):
+    return self
+
+
+_tensor_itself.prefillonly_unpinned = True
+
+
+class _UnpinnedTorch:
+    """torch, with ``pin_memory=`` dropped from every call made through it."""
+
+    def __init__(self, torch) -> None:
+        self._torch = torch
+
+    def __getattr__(self, name):
+        value = getattr(self._torch, name)
+        if not callable(value) or isinstance(value, type):
+            return value
+
+        def call(*args, **kwargs):
+            kwargs.pop("pin_memory", None)
+            return value(*args, **kwargs)
+
+        return call

@@ -172,6 +172,7 @@ class ServerContext:
         length_normalize=False,
         score_extraction_token=None,
         temperature=1.0,
+        lora_path=None,
     ) -> ScoreResult:
         """prefillonly_sgl.Engine.score semantics, on the server's engine (the same
         ScoringFront, so the same checks, result and cached_tokens)."""
@@ -185,6 +186,7 @@ class ServerContext:
             length_normalize,
             score_extraction_token=score_extraction_token,
             options=ScoreOptions(temperature=temperature),
+            lora_path=lora_path,
         )
 
     async def continuation_logprobs(self, query, items, continuation):

@@ -1,0 +1,167 @@
+"""LoRA adapters per request through the prefill-only runtime (issue 76), on CPU: two r=8
+adapters made with `peft` on the tiny Llama (every projection of every layer, random A and
+B so each changes the answers), served by one engine (SGLang's --enable-lora with its
+torch backend; cpu_support keeps its host tensors unpinned). Each call's adapter
+(`lora_path`) gives label probabilities within 1e-4 of transformers with that adapter
+merged (peft's merge_and_unload), and the base model's without one; a query cached under
+one adapter is reported cached under it only (the radix cache keys by adapter); calls
+under both adapters sent at once are each exact; an unknown adapter is refused by name.
+The server: the body's `lora_path` on /v1/score and /v1/score_labels (doors whose request
+models have no such field: the guard takes it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import requests
+from conftest import max_abs_diff
+
+from prefillonly_sgl import Engine
+from prefillonly_sgl.verification.reference import TransformersReference
+
+TOLERANCE = 1e-4  # float32 engine vs float32 transformers (merged adapter)
+QUERY = list(range(20, 100))  # an 80-token shared prefix
+ITEMS = [[130, 131, 132], [140, 141], [150]]
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _adapter(base: str, out, seed: int):
+    """An r=8 adapter of every projection with random A and B (peft's
+    init_lora_weights=False), saved to `out`; and the base with it merged, saved beside."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    config = LoraConfig(r=8, lora_alpha=16, target_modules=TARGETS, init_lora_weights=False)
+    peft_model = get_peft_model(model, config)
+    peft_model.save_pretrained(out / "adapter")
+    merged = peft_model.merge_and_unload()
+    merged.save_pretrained(out / "merged")
+    AutoTokenizer.from_pretrained(base).save_pretrained(out / "merged")
+    return out / "adapter", TransformersReference(str(out / "merged"))
+
+
+@pytest.fixture(scope="module")
+def adapters(tiny_llama_path, tmp_path_factory):
+    made = {}
+    for seed, name in enumerate(("a", "b")):
+        made[name] = _adapter(str(tiny_llama_path), tmp_path_factory.mktemp(f"lora-{name}"), seed)
+    return made
+
+
+@pytest.fixture(scope="module")
+def lora_engine(tiny_llama_path, adapters):
+    with Engine(
+        tiny_llama_path,
+        device="cpu",
+        dtype="float32",
+        max_total_tokens=4096,
+        enable_lora=True,
+        lora_paths=[f"{name}={path}" for name, (path, _) in adapters.items()],
+        max_loras_per_batch=2,
+    ) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def labels(tiny_llama_path):
+    ref = TransformersReference(str(tiny_llama_path))
+    return [ref.tokenizer.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
+
+
+def test_each_adapter_equals_transformers_with_it_merged(
+    lora_engine, adapters, labels, tiny_llama_path
+):
+    base = TransformersReference(str(tiny_llama_path))
+    plain = lora_engine.score(QUERY, ITEMS, labels).scores
+    assert max_abs_diff(plain, base.score(QUERY, ITEMS, labels)) < TOLERANCE
+    for name, (_, merged) in adapters.items():
+        got = lora_engine.score(QUERY, ITEMS, labels, lora_path=name).scores
+        assert max_abs_diff(got, merged.score(QUERY, ITEMS, labels)) < TOLERANCE, name
+        assert max_abs_diff(got, plain) > 100 * TOLERANCE  # the adapter counts
+
+
+def test_a_prefix_cached_under_one_adapter_is_not_read_under_another(lora_engine, labels):
+    query = list(range(200, 290))
+    lora_engine.score(query, ITEMS, labels, lora_path="a")
+    again = lora_engine.score(query, ITEMS, labels, lora_path="a")
+    assert again.cached_tokens >= 3 * len(query)
+    other = lora_engine.score(query, ITEMS, labels, lora_path="b")
+    assert other.cached_tokens == 2 * len(query)  # its own query once, packed: none of a's
+    base = lora_engine.score(query, ITEMS[:1], labels)
+    assert base.cached_tokens == 0
+
+
+def test_calls_under_both_adapters_at_once(lora_engine, adapters, labels):
+    query = list(range(300, 380))
+
+    async def both():
+        return await asyncio.gather(
+            *(lora_engine.async_score(query, ITEMS, labels, lora_path=n) for n in ("a", "b"))
+        )
+
+    for name, result in zip(("a", "b"), lora_engine.run_until_complete(both()), strict=True):
+        want = adapters[name][1].score(query, ITEMS, labels)
+        assert max_abs_diff(result.scores, want) < TOLERANCE, name
+
+
+def test_an_unknown_adapter_is_refused(lora_engine, labels):
+    with pytest.raises(ValueError, match="nope"):
+        lora_engine.score(QUERY, ITEMS, labels, lora_path="nope")
+    with pytest.raises(ValueError, match="lora_path must be an adapter's name"):
+        lora_engine.score(QUERY, ITEMS, labels, lora_path=3)
+
+
+@pytest.fixture(scope="module")
+def lora_server(tiny_llama_path, adapters, tmp_path_factory):
+    from server_process import running_server
+
+    paths = [f"{name}={path}" for name, (path, _) in adapters.items()]
+    log = tmp_path_factory.mktemp("lora-serve") / "serve.log"
+    args = ("--enable-lora", "--lora-paths", *paths, "--max-loras-per-batch", "2")
+    with running_server(tiny_llama_path, log, *args) as server:
+        yield server
+
+
+def test_the_scoring_doors_take_lora_path(lora_server, adapters, labels):
+    """/v1/score (SGLang's request model has no lora_path) and /v1/score_labels: the
+    body's adapter; without one, the base model."""
+    for name, (_, merged) in adapters.items():
+        body = {"query": QUERY, "items": ITEMS, "label_token_ids": labels, "lora_path": name}
+        answer = requests.post(f"{lora_server.url}/v1/score", json=body, timeout=120)
+        assert answer.status_code == 200, answer.text
+        want = merged.score(QUERY, ITEMS, labels)
+        assert max_abs_diff(answer.json()["scores"], want) < TOLERANCE, name
+        body = {"query": "Q", "items": ["a", "b"], "label_token_ids": labels, "lora_path": name}
+        answer = requests.post(f"{lora_server.url}/v1/score_labels", json=body, timeout=120)
+        assert answer.status_code == 200, answer.text
+        want = merged.score("Q", ["a", "b"], labels)
+        assert max_abs_diff(answer.json()["rows"], want) < TOLERANCE, name
+    refused = requests.post(
+        f"{lora_server.url}/v1/score",
+        json={"query": QUERY, "items": ITEMS, "label_token_ids": labels, "lora_path": 7},
+        timeout=60,
+    )
+    assert refused.status_code == 400 and "lora_path" in refused.text
+
+
+def test_a_dsl_function_bound_to_an_adapter(lora_engine, adapters, labels):
+    """@classifier(lora_path=NAME): every request it sends runs under that adapter, on the
+    Engine as through a server (RemoteBackend sends the body's lora_path)."""
+    import prefillonly_sgl as prefillonly
+
+    @prefillonly.classifier(labels=["Yes", "No"], lora_path="b")
+    def relevant(text: str) -> str:
+        return text
+
+    (request,) = relevant.compile(lora_engine.tokenizer, "Item: socks. Relevant?").requests
+    assert request.lora_path == "b"
+    result = relevant("Item: socks. Relevant?", engine=lora_engine)
+    want = adapters["b"][1].score(request.query, list(request.items), request.label_token_ids)
+    assert max_abs_diff([[result.probs["Yes"], result.probs["No"]]], want) < TOLERANCE
+    with pytest.raises(Exception, match="lora_path must be an adapter's name"):
+        prefillonly.classifier(labels=["Yes", "No"], lora_path=5)(lambda text: text)
