@@ -132,6 +132,7 @@ def test_the_scoring_doors_take_lora_path(lora_server, adapters, labels):
     body's adapter; without one, the base model."""
     for name, (_, merged) in adapters.items():
         body = {"query": QUERY, "items": ITEMS, "label_token_ids": labels, "lora_path": name}
+        body["apply_softmax"] = True  # SGLang's default is false
         answer = requests.post(f"{lora_server.url}/v1/score", json=body, timeout=120)
         assert answer.status_code == 200, answer.text
         want = merged.score(QUERY, ITEMS, labels)
@@ -161,7 +162,23 @@ def test_a_dsl_function_bound_to_an_adapter(lora_engine, adapters, labels):
     (request,) = relevant.compile(lora_engine.tokenizer, "Item: socks. Relevant?").requests
     assert request.lora_path == "b"
     result = relevant("Item: socks. Relevant?", engine=lora_engine)
-    want = adapters["b"][1].score(request.query, list(request.items), request.label_token_ids)
+    want = adapters["b"][1].score(request.query, list(request.items), list(request.label_token_ids))
     assert max_abs_diff([[result.probs["Yes"], result.probs["No"]]], want) < TOLERANCE
     with pytest.raises(Exception, match="lora_path must be an adapter's name"):
         prefillonly.classifier(labels=["Yes", "No"], lora_path=5)(lambda text: text)
+
+
+def test_a_bound_function_through_remote_backend(lora_server, adapters, lora_engine):
+    """The same function on a RemoteBackend: its /v1/score body carries lora_path."""
+    import prefillonly_sgl as prefillonly
+    from prefillonly_sgl.dsl import RemoteBackend
+
+    @prefillonly.classifier(labels=["Yes", "No"], lora_path="a")
+    def relevant(text: str) -> str:
+        return text
+
+    text = "Item: a kettle. Relevant?"
+    (request,) = relevant.compile(lora_engine.tokenizer, text).requests
+    result = relevant(text, engine=RemoteBackend(lora_server.url))
+    want = adapters["a"][1].score(request.query, list(request.items), list(request.label_token_ids))
+    assert max_abs_diff([[result.probs["Yes"], result.probs["No"]]], want) < TOLERANCE
