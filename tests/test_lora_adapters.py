@@ -182,3 +182,24 @@ def test_a_bound_function_through_remote_backend(lora_server, adapters, lora_eng
     result = relevant(text, engine=RemoteBackend(lora_server.url))
     want = adapters["a"][1].score(request.query, list(request.items), list(request.label_token_ids))
     assert max_abs_diff([[result.probs["Yes"], result.probs["No"]]], want) < TOLERANCE
+
+
+def test_vllm_convention_the_model_names_the_adapter(lora_server, adapters, labels):
+    """vLLM's convention: `"model": "<adapter>"` runs the request under that adapter, on a
+    scoring door (/v1/score) and on OpenAI's completions (the greedy token's logprob)."""
+    for name, (_, merged) in adapters.items():
+        body = {"query": QUERY, "items": ITEMS, "label_token_ids": labels, "model": name}
+        body["apply_softmax"] = True
+        answer = requests.post(f"{lora_server.url}/v1/score", json=body, timeout=120)
+        assert answer.status_code == 200, answer.text
+        want = merged.score(QUERY, ITEMS, labels)
+        assert max_abs_diff(answer.json()["scores"], want) < TOLERANCE, name
+        prompt = "Item: a kettle. Relevant?"
+        body = {"model": name, "prompt": prompt, "max_tokens": 1, "temperature": 0}
+        answer = requests.post(
+            f"{lora_server.url}/v1/completions", json={**body, "logprobs": 1}, timeout=120
+        )
+        assert answer.status_code == 200, answer.text
+        got = answer.json()["choices"][0]["logprobs"]["token_logprobs"][0]
+        want = float(merged.next_token_logprobs(merged.tokenizer.encode(prompt)).max())
+        assert abs(got - want) < TOLERANCE, name

@@ -33,6 +33,23 @@ LORA_BODY_PATHS = frozenset(
     }
 )
 
+# vLLM's and OpenAI's doors: vLLM names an adapter as the request's `model` (SGLang's own
+# OpenAI handlers read only "base:adapter" and lora_path); the guard asks the runtime
+# whether the body's model is a loaded adapter's name.
+MODEL_ADAPTER_PATHS = frozenset(
+    {
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/v1/embeddings",
+        "/v1/score",
+        "/v1/rerank",
+        "/rerank",
+        "/v2/rerank",
+        "/v1/classify",
+        "/generative_scoring",
+    }
+)
+
 # The adapter of the call or request being run (None: the base model).
 REQUEST_LORA: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "prefillonly_lora_path", default=None

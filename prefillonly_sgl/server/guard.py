@@ -8,7 +8,8 @@ For each POST to a guarded path (the endpoints that run the model) it, in order:
    of body_salt_paths (SGLang's embedding routes, whose request models have no such
    field) it takes the body's `cache_salt` off and runs the request under that salt
    (scoring/cache_salts.py), and on one of body_lora_paths (the scoring doors) its
-   `lora_path`, under that adapter (scoring/adapters.py);
+   `lora_path`, under that adapter (scoring/adapters.py); on one of model_adapter_paths
+   (vLLM's and OpenAI's doors) a `model` naming a loaded adapter runs under it;
 3. admits it under AdmissionControl or answers 503 with Retry-After;
 4. runs the endpoint with a RequestRecord in CURRENT_REQUEST (prefillonly_sgl/scoring/usage.py),
    through which the SGLang side records the request's rids and usage; the usage goes out as
@@ -106,6 +107,7 @@ class GuardPolicy:
     )  # path -> "openai" (scoring/errors.py)
     body_salt_paths: frozenset[str] = frozenset()  # the guard takes their `cache_salt`
     body_lora_paths: frozenset[str] = frozenset()  # the guard takes their `lora_path`
+    model_adapter_paths: frozenset[str] = frozenset()  # `model` may name an adapter
 
 
 class _ClientGone(Exception):
@@ -168,6 +170,9 @@ class RequestGuard:
                 without, lora = _body_lora(parsed)
                 if without is not parsed:
                     body = json.dumps(without).encode()
+            adapter_named = getattr(self.runtime, "adapter_named", None)
+            if lora is None and path in self.policy.model_adapter_paths and adapter_named:
+                lora = adapter_named(parsed.get("model") if isinstance(parsed, dict) else None)
         except _ClientGone:
             return
         except RequestRefusedError as e:

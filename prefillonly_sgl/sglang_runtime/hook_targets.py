@@ -279,6 +279,18 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.models.qwen3_classification.Qwen3ForSequenceClassification.load_weights": (
         "AROUND: as Qwen2's"
     ),
+    # -- LoRA adapters per request (scoring/adapters.py) --
+    "sglang.srt.managers.io_struct.GenerateReqInput._normalize_lora_paths": (
+        "spreads the lora_path request_recording.py's wrapper writes (the call's adapter, "
+        "REQUEST_LORA, where the request names none) over a batch's prompts"
+    ),
+    "sglang.srt.managers.io_struct.EmbeddingReqInput._normalize_lora_paths": (
+        "as GenerateReqInput's (a classification head's score prompts)"
+    ),
+    "sglang.srt.lora.lora_registry.LoRARegistry": (
+        "its instance's _registry (name -> adapter) read by SGLangRuntime.adapter_named: "
+        "whether a body's model names a loaded adapter (tests/test_lora_adapters.py)"
+    ),
     "sglang.srt.managers.tokenizer_manager.TokenizerManager._handle_batch_output": (
         "wrapped per instance (request_recording.py): an embedding batch output's "
         "cached_tokens (a classification head's score prompts) kept for its meta_info"

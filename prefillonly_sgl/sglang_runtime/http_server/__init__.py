@@ -38,7 +38,7 @@ Then sglang.launch_server.run_server runs the server exactly as `sglang serve` w
 
 import os
 
-from prefillonly_sgl.scoring.adapters import LORA_BODY_PATHS
+from prefillonly_sgl.scoring.adapters import LORA_BODY_PATHS, MODEL_ADAPTER_PATHS
 from prefillonly_sgl.scoring.cache_salts import BODY_SALT_PATHS
 from prefillonly_sgl.server.admission import AdmissionControl
 from prefillonly_sgl.server.auth import short_key_refusal
@@ -142,6 +142,7 @@ def install(
         error_shapes=error_shapes,
         body_salt_paths=BODY_SALT_PATHS,
         body_lora_paths=LORA_BODY_PATHS,
+        model_adapter_paths=MODEL_ADAPTER_PATHS,
     )
     app.add_middleware(
         RequestGuard, policy=policy, runtime=runtime, metrics=_guard_metrics(enable_metrics)

@@ -106,6 +106,13 @@ class SGLangRuntime:
         if args.enable_custom_logit_processor:
             await self._processor_check.check(texts)
 
+    def adapter_named(self, model: object) -> str | None:
+        """The loaded LoRA adapter a body's `model` names (vLLM's convention: the
+        adapter's name as the model), or None: the base model, or not an adapter."""
+        registry = getattr(self.tokenizer_manager, "lora_registry", None)
+        loaded = getattr(registry, "_registry", None) or {}
+        return model if isinstance(model, str) and model in loaded else None
+
     def abort(self, record: RequestRecord) -> None:
         tm = self.tokenizer_manager
         for obj in record.sglang_requests:
