@@ -459,6 +459,24 @@ class Engine:
                     loop.run_until_complete(_completion_of(task, loop))
             raise
 
+    # -- LoRA adapters (docs/lora.md) ----------------------------------------------------
+    def load_lora_adapter(self, lora_name: str, lora_path: str, pinned: bool = False):
+        """Load a LoRA adapter on the running engine (started with enable_lora=True) under
+        ``lora_name``, the name ``score(..., lora_path=...)`` then takes: SGLang's
+        load_lora_adapter, its answer returned (``success``, ``error_message``)."""
+        from sglang.srt.managers.io_struct import LoadLoRAAdapterReqInput
+
+        request = LoadLoRAAdapterReqInput(lora_name=lora_name, lora_path=lora_path, pinned=pinned)
+        return self.run_until_complete(self.tokenizer_manager.load_lora_adapter(request, None))
+
+    def unload_lora_adapter(self, lora_name: str):
+        """Unload the adapter ``lora_name`` (SGLang's unload_lora_adapter, after the
+        requests using it finish); its answer returned."""
+        from sglang.srt.managers.io_struct import UnloadLoRAAdapterReqInput
+
+        request = UnloadLoRAAdapterReqInput(lora_name=lora_name)
+        return self.run_until_complete(self.tokenizer_manager.unload_lora_adapter(request, None))
+
     @property
     def tokenizer(self):
         """The Hugging Face tokenizer SGLang uses for text prompts."""

@@ -203,3 +203,37 @@ def test_vllm_convention_the_model_names_the_adapter(lora_server, adapters, labe
         got = answer.json()["choices"][0]["logprobs"]["token_logprobs"][0]
         want = float(merged.next_token_logprobs(merged.tokenizer.encode(prompt)).max())
         assert abs(got - want) < TOLERANCE, name
+
+
+def test_adapters_load_and_unload_at_run_time(lora_engine, adapters, labels, lora_server):
+    """Engine.load_lora_adapter / unload_lora_adapter, and the server's routes: an adapter
+    loaded under a new name answers as itself; SGLang 0.5.23 keeps an unloaded adapter's
+    reference and loads it again for the next request naming it (its "evicted adapter"
+    reload), which answers as before; a name never loaded is refused."""
+    path, merged = adapters["a"]
+    want = merged.score(QUERY, ITEMS, labels)
+    answer = lora_engine.load_lora_adapter("a2", str(path))
+    assert answer.success, answer.error_message
+    got = lora_engine.score(QUERY, ITEMS, labels, lora_path="a2").scores
+    assert max_abs_diff(got, want) < TOLERANCE
+    assert lora_engine.unload_lora_adapter("a2").success
+    again = lora_engine.score(QUERY, ITEMS, labels, lora_path="a2").scores
+    assert max_abs_diff(again, want) < TOLERANCE
+    with pytest.raises(ValueError, match="never been loaded: a4"):
+        lora_engine.score(QUERY, ITEMS, labels, lora_path="a4")
+    loaded = requests.post(
+        f"{lora_server.url}/load_lora_adapter",
+        json={"lora_name": "a3", "lora_path": str(path)},
+        timeout=120,
+    )
+    assert loaded.status_code == 200, loaded.text
+    body = {"query": QUERY, "items": ITEMS, "label_token_ids": labels, "lora_path": "a3"}
+    answer = requests.post(
+        f"{lora_server.url}/v1/score", json={**body, "apply_softmax": True}, timeout=120
+    )
+    assert answer.status_code == 200, answer.text
+    assert max_abs_diff(answer.json()["scores"], want) < TOLERANCE
+    unloaded = requests.post(
+        f"{lora_server.url}/unload_lora_adapter", json={"lora_name": "a3"}, timeout=120
+    )
+    assert unloaded.status_code == 200, unloaded.text
