@@ -237,3 +237,21 @@ def test_adapters_load_and_unload_at_run_time(lora_engine, adapters, labels, lor
         f"{lora_server.url}/unload_lora_adapter", json={"lora_name": "a3"}, timeout=120
     )
     assert unloaded.status_code == 200, unloaded.text
+
+
+def test_verify_checks_a_base_with_an_adapter(tiny_llama_path, adapters):
+    """`prefillonly verify MODEL --lora ADAPTER`: every probe under the adapter, against
+    transformers with it merged: the every-feature variant passes every probe."""
+    from prefillonly_sgl.verification.verify import verify
+
+    path, _ = adapters["b"]
+    report = verify(
+        tiny_llama_path,
+        quick=True,
+        variants=["all features"],
+        lora=str(path),
+        progress=lambda line: None,
+    )
+    assert report.ok and report.lora == str(path), report.table()
+    (result,) = report.results
+    assert all(check.ok and check.applies for check in result.checks.values())

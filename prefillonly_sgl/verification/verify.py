@@ -20,12 +20,18 @@ computed once. The report is the largest difference per probe and variant, and p
 variants that ran with it), pass / fail at the tolerance. `--quick` starts the
 every-feature engines and stock SGLang only, and each feature off in turn only when one
 of those fails while stock SGLang passes (to find which).
+
+A model with a classification head is checked by its class logits (cold, cached, long;
+the token probes do not apply). `--lora ADAPTER` loads a LoRA adapter in every variant's
+engine and runs every probe under it, against transformers with the adapter merged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -102,6 +108,7 @@ class Report:
     results: list[VariantResult]
     skipped: dict[str, str]  # variant -> why it was not run
     head: bool = False  # a classification head: its class scores are what is checked
+    lora: str | None = None  # a LoRA adapter every probe ran under (against it merged)
 
     @property
     def judged(self) -> list[VariantResult]:
@@ -163,6 +170,7 @@ class Report:
             "family": self.family,
             "architectures": self.architectures,
             "head": self.head,
+            "lora": self.lora,
             "device": self.device,
             "dtype": self.dtype,
             "tolerance": self.tolerance,
@@ -497,11 +505,14 @@ def verify(
     engines: dict | None = None,
     progress: Callable[[str], None] = print,
     engine_args: dict | None = None,
+    lora: str | Path | None = None,
 ) -> Report:
     """Check `model` against transformers (see the module docstring). variants: names to
     run (default: all, or --quick's); engines: {variant name: a running Engine} to use
     instead of starting one (it must have that variant's settings; it is not shut down);
-    engine_args: more Engine keyword arguments for every variant."""
+    engine_args: more Engine keyword arguments for every variant. lora: a LoRA adapter's
+    folder: every variant's engine loads it and every probe runs under it, against
+    transformers with the adapter merged (peft's merge_and_unload)."""
     from prefillonly_sgl.engine import Engine
     from prefillonly_sgl.verification.reference import TransformersReference
 
@@ -522,7 +533,20 @@ def verify(
     progress(f"[verify] {model}: {', '.join(architectures) or '?'} ({family_name})")
 
     started = time.perf_counter()
-    reference = TransformersReference(model, dtype=dtype, device=device)
+    merged = None
+    if lora is not None:
+        merged = tempfile.TemporaryDirectory(prefix="prefillonly-verify-lora-")
+        progress(f"[verify] the adapter {lora}, merged into the reference")
+        reference = TransformersReference(
+            merge_adapter(model, str(lora), merged.name, dtype), dtype=dtype, device=device
+        )
+        engine_args = {
+            **(engine_args or {}),
+            "enable_lora": True,
+            "lora_paths": [f"{LORA_NAME}={lora}"],
+        }
+    else:
+        reference = TransformersReference(model, dtype=dtype, device=device)
     probes = make_probes(reference.tokenizer, config_json)
     expected = reference_answers(
         reference, probes, bool(family and family.splits_at_prefix()), head
@@ -554,9 +578,10 @@ def verify(
             held_to = (
                 expected.for_engine_that_splits() if splits_at_prefix(family, variant) else expected
             )
-            result.checks, decision = run_probes(
-                engine, probes, held_to, tolerance, first_decision, head
-            )
+            with under_adapter(LORA_NAME if lora is not None else None):
+                result.checks, decision = run_probes(
+                    engine, probes, held_to, tolerance, first_decision, head
+                )
             if first_decision is None and decision is not None:
                 first_decision = decision
         except Exception as e:
@@ -584,6 +609,8 @@ def verify(
         why = "the variants above passed" if stock_ok else "stock SGLang fails too"
         for variant in more:
             skipped[variant.name] = f"--quick: {why}"
+    if merged is not None:
+        merged.cleanup()
     return Report(
         model=model,
         family=family.name if family else None,
@@ -595,7 +622,42 @@ def verify(
         results=results,
         skipped=skipped,
         head=head,
+        lora=None if lora is None else str(lora),
     )
+
+
+LORA_NAME = "verified-adapter"  # the name verify loads an adapter under
+
+
+@contextlib.contextmanager
+def under_adapter(name: str | None):
+    """Every request started inside runs under the adapter `name` (scoring/adapters.py:
+    the engine's calls copy this context into their tasks)."""
+    from prefillonly_sgl.scoring.adapters import REQUEST_LORA
+
+    token = REQUEST_LORA.set(name) if name is not None else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            REQUEST_LORA.reset(token)
+
+
+def merge_adapter(model: str, adapter: str, out: str, dtype: str) -> str:
+    """`model` with the LoRA adapter `adapter` merged (peft), saved to `out`."""
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise ValueError(
+            "verify --lora needs peft (it merges the adapter): pip install peft"
+        ) from None
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype))
+    PeftModel.from_pretrained(base, adapter).merge_and_unload().save_pretrained(out)
+    AutoTokenizer.from_pretrained(model).save_pretrained(out)
+    return out
 
 
 def add_parser(commands) -> None:
@@ -617,6 +679,12 @@ def add_parser(commands) -> None:
         "only where one of them fails",
     )
     parser.add_argument("--variant", action="append", dest="variants", help="run only these")
+    parser.add_argument(
+        "--lora",
+        metavar="ADAPTER",
+        help="a LoRA adapter's folder: every probe runs under it, against the model with it "
+        "merged (needs peft)",
+    )
     parser.add_argument(
         "--json", metavar="FILE", help="also write the report as JSON ('-': stdout)"
     )
@@ -640,6 +708,7 @@ def main(args) -> int:
             quick=args.quick,
             variants=args.variants,
             progress=progress,
+            lora=args.lora,
         )
     except (OSError, ValueError) as e:  # no model folder, an unknown variant
         print(f"prefillonly verify: {e}", file=sys.stderr)
@@ -651,7 +720,7 @@ def main(args) -> int:
         print(report.table())
         if args.json:
             Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-    if report.family is None:
+    if report.family is None and report.lora is None:
         _record_or_say_why_not(report, progress, chosen=bool(args.variants))
     return 0 if report.ok else 1
 
