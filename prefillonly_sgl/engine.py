@@ -210,9 +210,11 @@ class Engine:
         the same key. Its "decision_readout": how the model answers decisions (an LM head, or
         a decision checkpoint's own readout: decisions/checkpoints.py)."""
         info = dict(self._require_running().get_server_info())
+        head = self._front.head
         info["prefillonly"] = {
             **self.config.worker.info(),
             "decision_readout": self._front.readout.info(),
+            "class_head": None if head is None else head.info(),
         }
         return info
 

@@ -235,8 +235,15 @@ def test_remote_backend_falls_back_to_v1_score(server, via_score):
     backend = RecordingBackend(server.url, tokenizer=via_score.tokenizer)
     assert sentiment("ok", engine=backend).label in ("good", "bad")
     assert spam("win money", engine=backend).label in ("Yes", "No")
-    # /readiness once: the backend checks whether it talks to a gateway (gateway_client.py)
-    assert backend.paths == ["/openapi.json", "/readiness", "/v1/score", "/v1/score"]
+    # /readiness once: the backend checks whether it talks to a gateway (gateway_client.py);
+    # /server_info once: whether the model has a classification head (head_route.py)
+    assert backend.paths == [
+        "/openapi.json",
+        "/readiness",
+        "/server_info",
+        "/v1/score",
+        "/v1/score",
+    ]
     assert not via_score.serves(app.sentiment)  # typed_endpoints=False
 
 

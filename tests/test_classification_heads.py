@@ -242,3 +242,23 @@ def test_verify_checks_a_head_by_its_class_scores(tmp_path):
     assert {n for n, c in result.checks.items() if c.applies} == {"cold", "long", "cached"}
     assert result.max_diff < TOLERANCE
     assert "n/a" in report.table()
+
+
+def test_a_head_classifier_through_remote_backend(head_server):
+    """RemoteBackend reads the server's head classes from /server_info and sends the
+    function's prompts without labels: the same probabilities as the head's."""
+    from prefillonly_sgl.dsl import RemoteBackend
+
+    server, ref = head_server
+
+    @prefillonly.classifier(labels=["neutral", "positive", "negative"])
+    def sentiment(review: str) -> Prompt:
+        return Prompt(prefix="Review: ", item=review)
+
+    backend = RemoteBackend(server.url)
+    assert backend.class_labels == SENTIMENT
+    reviews = ["it worked", "awful"]
+    results = sentiment.batch(reviews, engine=backend, progress=False)
+    want = ref.class_scores("Review: ", reviews)
+    got = [[r.probs[label] for label in SENTIMENT] for r in results]
+    assert max_abs_diff(got, want) < TOLERANCE

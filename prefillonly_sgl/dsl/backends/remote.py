@@ -33,6 +33,7 @@ from typing import Any
 
 from prefillonly_sgl.dsl import app_client, gateway_client
 from prefillonly_sgl.dsl.backends.base import Backend
+from prefillonly_sgl.dsl.head_route import HeadRoute
 from prefillonly_sgl.dsl.request import ContinuationRequest, ScoreRequest
 from prefillonly_sgl.dsl.request_sending import CompiledRoute, Route
 from prefillonly_sgl.machine import environment
@@ -106,16 +107,33 @@ class RemoteBackend(Backend):
         return AutoTokenizer.from_pretrained(str(source))
 
     # -- where a function's jobs go (asked once per function: Backend.run) -------------
+    @functools.cached_property
+    def class_labels(self) -> tuple[str, ...] | None:
+        """The classes of the server's classification head (its /server_info's
+        prefillonly.class_head), or None: the model reads labels, or the server (stock
+        SGLang, a gateway) does not say."""
+        try:
+            info = self._request("GET", "/server_info")
+        except (InvalidRequestError, RemoteBackendError):
+            return None
+        ours = info.get("prefillonly") if isinstance(info, dict) else None
+        head = ours.get("class_head") if isinstance(ours, dict) else None
+        return tuple(head["labels"]) if isinstance(head, dict) else None
+
     async def choose_route(self, function) -> Route:
         """Its typed endpoint when the server serves it (``serves``), else the gateway's
-        standard route when ``base_url`` is SGLang's gateway, else /v1/score."""
-        if not self.typed_endpoints:
-            return CompiledRoute(self)
-        if await asyncio.to_thread(self.serves, function):  # reads /openapi.json once
-            return app_client.EndpointRoute(self.post)
-        if await asyncio.to_thread(lambda: self.is_gateway):
-            model = await asyncio.to_thread(lambda: self.gateway_model)
-            return gateway_client.GatewayRoute(self.post, model, self.count_usage)
+        standard route when ``base_url`` is SGLang's gateway, else /v1/score (without
+        labels on a server whose model has a classification head: head_route.py)."""
+        if self.typed_endpoints:
+            if await asyncio.to_thread(self.serves, function):  # reads /openapi.json once
+                return app_client.EndpointRoute(self.post)
+            if await asyncio.to_thread(lambda: self.is_gateway):
+                model = await asyncio.to_thread(lambda: self.gateway_model)
+                return gateway_client.GatewayRoute(self.post, model, self.count_usage)
+        if not function.scores_continuation:
+            labels = await asyncio.to_thread(lambda: self.class_labels)
+            if labels is not None:
+                return HeadRoute(self, function, labels)
         return CompiledRoute(self)
 
     def serves(self, function) -> bool:
@@ -152,10 +170,11 @@ class RemoteBackend(Backend):
         body = {
             "query": request.query,
             "items": list(request.items),
-            "label_token_ids": list(request.label_token_ids),
             "apply_softmax": request.apply_softmax,
             **salt_fields(),  # this thread runs in the call's context (asyncio.to_thread)
         }
+        if request.label_token_ids:  # none: a classification head's request (head_route.py)
+            body["label_token_ids"] = list(request.label_token_ids)
         body.update(request.sglang_fields())  # the setwise readout, temperature
         answer = self._request("POST", "/v1/score", body)
         usage = ScoreUsage.model_validate(answer.get("usage") or {})

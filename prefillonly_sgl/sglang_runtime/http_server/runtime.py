@@ -55,7 +55,12 @@ class SGLangRuntime:
             scheduler_info = get_global_state().scheduler_info
             limits = limits_from_scheduler_info(scheduler_info, tm.model_config.vocab_size)
             self._front = ScoringFront(tm, limits)
-            _add_our_info(scheduler_info, self._front.readout.info())
+            head = self._front.head
+            _add_our_info(
+                scheduler_info,
+                self._front.readout.info(),
+                None if head is None else head.info(),
+            )
         return self._front
 
     @property
@@ -122,17 +127,23 @@ class SGLangRuntime:
                     tm.abort_request(rid)
 
 
-def _add_our_info(scheduler_info: dict, decision_readout: dict) -> None:
+def _add_our_info(
+    scheduler_info: dict, decision_readout: dict, class_head: dict | None = None
+) -> None:
     """/server_info merges the scheduler's start-up info into its answer: ours joins it
     under "prefillonly" (the model family, the features running and those the family
-    switched off, with why; how the model answers decisions), as the Engine's
-    get_server_info() reports it. The configuration is this process's own (serve set it
-    before SGLang started)."""
+    switched off, with why; how the model answers decisions; a classification head's
+    architecture and classes, or null), as the Engine's get_server_info() reports it. The
+    configuration is this process's own (serve set it before SGLang started)."""
     from prefillonly_sgl.config.runtime_config import WorkerConfig
 
     worker = WorkerConfig.from_environment()
     if worker is not None:
-        scheduler_info["prefillonly"] = {**worker.info(), "decision_readout": decision_readout}
+        scheduler_info["prefillonly"] = {
+            **worker.info(),
+            "decision_readout": decision_readout,
+            "class_head": class_head,
+        }
 
 
 # The HTTP request a handler is answering (its disconnect aborts the scoring it started),
