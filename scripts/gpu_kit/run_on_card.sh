@@ -30,6 +30,12 @@ if [[ "${1:-}" == "--engine" ]]; then
     shift
     SCRIPT=benchmarks/gpu_engine.py
     NAME=gpu_engine
+elif [[ "${1:-}" == "--checks" ]]; then
+    # benchmarks/gpu_checks.py: heads, LoRA, gpt-oss sinks against transformers; carry
+    # ["build/gpu_kit", "build/gpu_checks"] (the adapters: gpu_checks.py --prepare)
+    shift
+    SCRIPT=benchmarks/gpu_checks.py
+    NAME=gpu_checks
 fi
 RESULTS=${OUT:-benchmarks/results}/$NAME
 mkdir -p "$RESULTS"
