@@ -466,18 +466,18 @@ class Engine:
         """Load a LoRA adapter on the running engine (started with enable_lora=True) under
         ``lora_name``, the name ``score(..., lora_path=...)`` then takes: SGLang's
         load_lora_adapter, its answer returned (``success``, ``error_message``)."""
-        from sglang.srt.managers.io_struct import LoadLoRAAdapterReqInput
+        from prefillonly_sgl.sglang_runtime.lora_adapters import load_adapter
 
-        request = LoadLoRAAdapterReqInput(lora_name=lora_name, lora_path=lora_path, pinned=pinned)
-        return self.run_until_complete(self.tokenizer_manager.load_lora_adapter(request, None))
+        return self.run_until_complete(
+            load_adapter(self.tokenizer_manager, lora_name, lora_path, pinned)
+        )
 
     def unload_lora_adapter(self, lora_name: str):
         """Unload the adapter ``lora_name`` (SGLang's unload_lora_adapter, after the
         requests using it finish); its answer returned."""
-        from sglang.srt.managers.io_struct import UnloadLoRAAdapterReqInput
+        from prefillonly_sgl.sglang_runtime.lora_adapters import unload_adapter
 
-        request = UnloadLoRAAdapterReqInput(lora_name=lora_name)
-        return self.run_until_complete(self.tokenizer_manager.unload_lora_adapter(request, None))
+        return self.run_until_complete(unload_adapter(self.tokenizer_manager, lora_name))
 
     @property
     def tokenizer(self):

@@ -287,6 +287,12 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.managers.io_struct.EmbeddingReqInput._normalize_lora_paths": (
         "as GenerateReqInput's (a classification head's score prompts)"
     ),
+    "sglang.srt.managers.io_struct.LoadLoRAAdapterReqInput": (
+        "built by lora_adapters.load_adapter (Engine.load_lora_adapter)"
+    ),
+    "sglang.srt.managers.io_struct.UnloadLoRAAdapterReqInput": (
+        "built by lora_adapters.unload_adapter (Engine.unload_lora_adapter)"
+    ),
     "sglang.srt.lora.lora_registry.LoRARegistry": (
         "its instance's _registry (name -> adapter) read by SGLangRuntime.adapter_named: "
         "whether a body's model names a loaded adapter (tests/test_lora_adapters.py)"
