@@ -1,8 +1,8 @@
 """Correctness on a card for what no card has run: classification heads, LoRA adapters per
 request, and gpt-oss's attention sinks through our FlashInfer backend (the opt-in
 PREFILLONLY_CUDA_SINKS=1). Tiny checkpoints (float32), each check in a child process of
-its own with a time limit, every number against a plain transformers forward on the
-same device; results.json / results.md written after each check (a check that fails or
+its own with a time limit, every number against a plain float32 transformers forward on
+the same device; results.json / results.md written after each check (a check that fails or
 runs out of time loses only itself).
 
     # here, once (needs peft): the two LoRA adapters the card cannot make
@@ -12,6 +12,12 @@ runs out of time loses only itself).
     # rehearsed here:
     PREFILLONLY_DEVICE=cpu PYTHON=.venv/bin/python bash scripts/gpu_kit/run_on_card.sh \
         --checks --device cpu
+
+On a card the engines run bfloat16 (FlashInfer has no float32 attention: KeyError
+torch.float32, seen on the H200), held to 5e-2 of the float32 reference. FlashInfer's
+smallest head_dim is 64: the tiny checkpoints' 16 stops its ragged prefill ("Invalid
+configuration: NUM_MMA_D_QK=1", seen on the H200 2026-11-28), so the next card run needs
+check models built with head_dim 64 (not done yet: the builders take no sizes).
 
 - heads: a tiny Qwen3ForSequenceClassification (the head whose score bias SGLang invents),
   three items behind a shared query, cold and again from the cache: class probabilities;
@@ -37,7 +43,10 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 CHECKS = ("heads", "lora", "sinks")
-TOLERANCE = 1e-4  # float32 engine vs float32 transformers
+# float32 engine vs float32 transformers; on a card the engine runs bfloat16 (FlashInfer
+# has no float32 attention) against the float32 reference: the round-3 card measured
+# 1e-2 - 2.3e-2 between them on label logprobs, stock and ours alike.
+TOLERANCES = {"float32": 1e-4, "bfloat16": 5e-2}
 QUERY = list(range(20, 120))
 ITEMS = [[130, 131, 132], [140, 141], [150]]
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -75,8 +84,14 @@ def prepare(out: Path) -> None:
 # ---------------------------------------------------------------- the checks (children)
 
 
+def dtype_of(device: str) -> str:
+    return "bfloat16" if device == "cuda" else "float32"
+
+
 def engine_settings(device: str) -> dict:
-    settings = dict(device=device, dtype="float32", max_total_tokens=8192, log_level="warning")
+    settings = dict(
+        device=device, dtype=dtype_of(device), max_total_tokens=8192, log_level="warning"
+    )
     if device == "cuda":
         settings.update(
             cuda_graph_backend_decode="disabled",
@@ -103,7 +118,8 @@ def check_heads(device: str, work: Path) -> dict:
                 "max_diff": max_abs_diff(result.scores, want),
                 "cached_tokens": result.cached_tokens,
             }
-    out["ok"] = all(out[n]["max_diff"] < TOLERANCE for n in ("cold", "cached"))
+    tolerance = TOLERANCES[dtype_of(device)]
+    out["ok"] = all(out[n]["max_diff"] < tolerance for n in ("cold", "cached"))
     out["ok"] = out["ok"] and out["cached"]["cached_tokens"] == 3 * len(QUERY)
     return out
 
@@ -174,7 +190,8 @@ def check_lora(device: str, work: Path, adapters: Path) -> dict:
         engine.score(fresh, ITEMS, labels, lora_path="a")
         other = engine.score(fresh, ITEMS, labels, lora_path="b")
         out["other adapter's cached tokens"] = other.cached_tokens
-    diffs_ok = all(v["max_diff"] < TOLERANCE for v in out.values() if isinstance(v, dict))
+    tolerance = TOLERANCES[dtype_of(device)]
+    diffs_ok = all(v["max_diff"] < tolerance for v in out.values() if isinstance(v, dict))
     out["ok"] = diffs_ok and out["other adapter's cached tokens"] <= 2 * len(fresh)
     return out
 
@@ -202,7 +219,8 @@ def check_sinks(device: str, work: Path) -> dict:
             out[name] = {"max_diff": max_abs_diff(got, want)}
         got = engine.continuation_logprobs(query, items, continuation).token_logprobs
         out["continuation"] = {"max_diff": max_abs_diff(got, want_cont)}
-    out["ok"] = all(v["max_diff"] < TOLERANCE for v in out.values() if isinstance(v, dict))
+    tolerance = TOLERANCES[dtype_of(device)]
+    out["ok"] = all(v["max_diff"] < tolerance for v in out.values() if isinstance(v, dict))
     return out
 
 

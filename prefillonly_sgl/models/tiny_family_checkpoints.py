@@ -290,6 +290,10 @@ def _gpt_oss(out_dir, seed):
             if name.endswith(".sinks"):
                 p.copy_(p.to(torch.bfloat16).float())
     model.config.dtype = "float32"
+    # The published configs carry swiglu_limit (7.0), which SGLang reads; transformers
+    # before 5.19 keeps it out of GptOssConfig (it clamps at 7.0 in the model code), so a
+    # checkpoint written there lacked it and SGLang's worker died at start (seen on a card).
+    model.config.swiglu_limit = getattr(model.config, "swiglu_limit", 7.0)
     model.save_pretrained(out_dir)  # not _save: it would widen (and unround) them again
     tok.save_pretrained(out_dir)
     return Path(out_dir)
