@@ -16,10 +16,12 @@ runs out of time loses only itself).
 On a card the engines run bfloat16 (FlashInfer has no float32 attention: KeyError
 torch.float32, seen on the H200), held to 5e-2 of the float32 reference. FlashInfer's
 smallest head_dim is 64: the tiny checkpoints' 16 stops its ragged prefill ("Invalid
-configuration: NUM_MMA_D_QK=1", seen on the H200 2026-11-28), so the next card run needs
-check models built with head_dim 64 (not done yet: the builders take no sizes).
+configuration: NUM_MMA_D_QK=1", seen on the H200 2026-11-28).
 
-- heads: a tiny Qwen3ForSequenceClassification (the head whose score bias SGLang invents),
+Every check model is 256 wide with heads of 64 (tiny.CARD_SIZES; FlashInfer's smallest),
+but gpt-oss's (its builder's head_dim 16: the sinks check still fails on FlashInfer there).
+
+- heads: a Qwen2ForSequenceClassification (a head whose score bias SGLang invents),
   three items behind a shared query, cold and again from the cache: class probabilities;
 - lora: the tiny Llama with two r=8 adapters (every projection), the base and each adapter,
   and both adapters' calls at once; the reference merges each adapter's B @ A by hand
@@ -69,10 +71,10 @@ def prepare(out: Path) -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from prefillonly_sgl.models.tiny import build_tiny_model
+    from prefillonly_sgl.models.tiny import CARD_SIZES, build_tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
-        base = build_tiny_model(Path(tmp) / "base", "llama")
+        base = build_tiny_model(Path(tmp) / "base", "llama", **CARD_SIZES)
         for seed, name in enumerate(("a", "b")):
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
@@ -103,10 +105,11 @@ def engine_settings(device: str) -> dict:
 
 def check_heads(device: str, work: Path) -> dict:
     from prefillonly_sgl import Engine
+    from prefillonly_sgl.models.tiny import CARD_SIZES
     from prefillonly_sgl.models.tiny_heads import build_tiny_head
     from prefillonly_sgl.verification.reference import TransformersReference
 
-    path = build_tiny_head(work / "head-qwen3", "qwen3")
+    path = build_tiny_head(work / "head-qwen2", "qwen2", **CARD_SIZES)
     ref = TransformersReference(str(path), device=device)
     want = ref.class_scores(QUERY, ITEMS)
     out = {}
@@ -154,10 +157,10 @@ def check_lora(device: str, work: Path, adapters: Path) -> dict:
     import asyncio
 
     from prefillonly_sgl import Engine
-    from prefillonly_sgl.models.tiny import build_tiny_model
+    from prefillonly_sgl.models.tiny import CARD_SIZES, build_tiny_model
     from prefillonly_sgl.verification.reference import TransformersReference
 
-    base = build_tiny_model(work / "llama", "llama")
+    base = build_tiny_model(work / "llama", "llama", **CARD_SIZES)
     ref = TransformersReference(str(base), device=device)
     labels = [ref.tokenizer.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
     refs = {n: merged_reference(base, adapters / n, work, device) for n in ("a", "b")}

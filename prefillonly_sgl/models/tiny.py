@@ -97,14 +97,19 @@ def common_sizes(tokenizer) -> dict:
     )
 
 
-def build_tiny_model(out_dir: str | Path, arch: str = "llama", seed: int = 0) -> Path:
-    """Write a random-weight model folder (config, safetensors, tokenizer); returns it."""
+# FlashInfer's smallest head_dim is 64 (16 stops its prefill): a card's tiny checkpoints
+CARD_SIZES = dict(hidden_size=256, intermediate_size=512, num_attention_heads=4)
+
+
+def build_tiny_model(out_dir: str | Path, arch: str = "llama", seed: int = 0, **sizes) -> Path:
+    """Write a random-weight model folder (config, safetensors, tokenizer); returns it.
+    sizes: config fields instead of common_sizes' (CARD_SIZES for FlashInfer)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     out = Path(out_dir)
     tokenizer = build_tokenizer()
-    common = dict(**common_sizes(tokenizer), torch_dtype="float32")
+    common = dict(**{**common_sizes(tokenizer), **sizes}, torch_dtype="float32")
     if arch == "llama":
         config, cls = LlamaConfig(**common), LlamaForCausalLM
     elif arch == "qwen2":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from prefillonly_sgl.models.tiny import build_tiny_model
 from prefillonly_sgl.models.tiny_family_checkpoints import FAMILY_BUILDERS
 
 SENTIMENT = ("negative", "neutral", "positive")
@@ -25,9 +26,11 @@ def build_tiny_head(
     family: str = "llama",
     labels: tuple[str, ...] = SENTIMENT,
     seed: int = 0,
+    **sizes,
 ) -> Path:
     """Write `family`'s tiny checkpoint under a classification head with these classes
-    (one label: a reward model's score); returns the folder."""
+    (one label: a reward model's score); returns the folder. sizes: the base's config
+    fields instead of the tiny ones (Llama and Qwen2 only: tiny.build_tiny_model's)."""
     import torch
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -35,7 +38,12 @@ def build_tiny_head(
         raise ValueError(f"no tiny head for {family!r}: choose from {sorted(HEAD_CLASSES)}")
     out = Path(out_dir)
     with tempfile.TemporaryDirectory() as tmp:
-        base = FAMILY_BUILDERS[family](Path(tmp) / "base", seed)
+        if sizes:
+            if family not in ("llama", "qwen2"):
+                raise ValueError(f"sizes for a {family} head: only llama and qwen2 take them")
+            base = build_tiny_model(Path(tmp) / "base", family, seed, **sizes)
+        else:
+            base = FAMILY_BUILDERS[family](Path(tmp) / "base", seed)
         config = AutoConfig.from_pretrained(base)
         config.architectures = [HEAD_CLASSES[family]]
         config.num_labels = len(labels)
@@ -50,7 +58,8 @@ def build_tiny_head(
         tokenizer = AutoTokenizer.from_pretrained(base)
     torch.manual_seed(seed + 2)
     with torch.no_grad():
-        model.score.weight.normal_(0.0, 0.5)  # classes visibly apart
+        # classes visibly apart, not saturated (the tiny models are 64 wide)
+        model.score.weight.normal_(0.0, 0.5 * (64 / model.config.hidden_size) ** 0.5)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
