@@ -255,3 +255,56 @@ def test_verify_checks_a_base_with_an_adapter(tiny_llama_path, adapters):
     assert report.ok and report.lora == str(path), report.table()
     (result,) = report.results
     assert all(check.ok and check.applies for check in result.checks.values())
+
+
+def _probabilities(value) -> list[float]:
+    """Every "probability" in a decisions answer, in order."""
+    if isinstance(value, dict):
+        found = [value["probability"]] if "probability" in value else []
+        return found + [p for v in value.values() for p in _probabilities(v)]
+    if isinstance(value, list):
+        return [p for v in value for p in _probabilities(v)]
+    return []
+
+
+def test_decisions_and_rerank_take_the_adapter(lora_server, lora_engine):
+    """/v1/decisions with lora_path answers as the Engine does under that adapter (and not
+    as the base model); /v1/rerank's scores under lora_path equal those under vLLM's
+    `"model": "<adapter>"` and differ from the base model's."""
+    from prefillonly_sgl.verification.verify import under_adapter
+
+    state = "Review: terrible side effects, I would not take it again."
+    questions = [
+        {"type": "predicate", "instructions": "Is the reviewer satisfied?"},
+        {
+            "type": "choice",
+            "instructions": "How does the reviewer feel?",
+            "choices": [{"value": "good"}, {"value": "very bad"}],
+        },
+    ]
+    body = {"model": "m", "input": state, "questions": questions}
+    url = f"{lora_server.url}/v1/decisions"
+    served = requests.post(url, json={**body, "lora_path": "a"}, timeout=120)
+    assert served.status_code == 200, served.text
+    with under_adapter("a"):
+        want = lora_engine.decide(state, questions).model_dump()
+    base = lora_engine.decide(state, questions).model_dump()
+    got = _probabilities(served.json())
+    assert max_abs_diff([got], [_probabilities(want)]) < TOLERANCE
+    assert max_abs_diff([got], [_probabilities(base)]) > 100 * TOLERANCE
+
+    rerank = {"query": "history books", "documents": ["a kettle", "a book on Rome", "socks"]}
+    url = f"{lora_server.url}/v1/rerank"
+
+    def scores(extra):
+        answer = requests.post(url, json={**rerank, **extra}, timeout=120)
+        assert answer.status_code == 200, answer.text
+        return [
+            r["relevance_score"] for r in sorted(answer.json()["results"], key=lambda r: r["index"])
+        ]
+
+    adapted = scores({"lora_path": "a"})
+    assert max_abs_diff([adapted], [scores({"model": "a"})]) < TOLERANCE
+    plain = scores({})
+    # the tiny model's relevance scores are ~1e-3: the adapter moves them by a third or more
+    assert max_abs_diff([adapted], [plain]) > 0.3 * max(plain)
