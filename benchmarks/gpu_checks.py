@@ -18,8 +18,8 @@ torch.float32, seen on the H200), held to 5e-2 of the float32 reference. FlashIn
 smallest head_dim is 64: the tiny checkpoints' 16 stops its ragged prefill ("Invalid
 configuration: NUM_MMA_D_QK=1", seen on the H200 2026-11-28).
 
-Every check model is 256 wide with heads of 64 (tiny.CARD_SIZES; FlashInfer's smallest),
-but gpt-oss's (its builder's head_dim 16: the sinks check still fails on FlashInfer there).
+Every check model has heads of 64 (FlashInfer's smallest): tiny.CARD_SIZES (256 wide) for
+the Llama and Qwen2 ones, the gpt-oss builder's head_dim=64.
 
 - heads: a Qwen2ForSequenceClassification (a head whose score bias SGLang invents),
   three items behind a shared query, cold and again from the cache: class probabilities;
@@ -202,10 +202,10 @@ def check_lora(device: str, work: Path, adapters: Path) -> dict:
 def check_sinks(device: str, work: Path) -> dict:
     from prefillonly_sgl import Engine
     from prefillonly_sgl.machine.environment import CUDA_SINKS
-    from prefillonly_sgl.models.tiny_family_checkpoints import build_family
+    from prefillonly_sgl.models.tiny_family_checkpoints import build_gpt_oss
     from prefillonly_sgl.verification.reference import TransformersReference
 
-    path = build_family("gpt_oss", work / "gpt_oss")
+    path = build_gpt_oss(work / "gpt_oss", 0, head_dim=64)  # FlashInfer's smallest
     ref = TransformersReference(str(path), device=device)
     labels = [ref.tokenizer.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
     query = "User profile: likes science fiction, history books and long walks.\n"

@@ -262,7 +262,9 @@ def _gemma3(out_dir, seed):
     return _save(Gemma3ForCausalLM(config), tok, out_dir, seed)
 
 
-def _gpt_oss(out_dir, seed):
+def build_gpt_oss(out_dir, seed: int = 0, head_dim: int = 16) -> Path:
+    """The tiny gpt-oss; head_dim 16 (the family row's), 64 for a card (FlashInfer's
+    smallest: benchmarks/gpu_checks.py)."""
     import torch
     from transformers import GptOssConfig, GptOssForCausalLM
 
@@ -273,7 +275,7 @@ def _gpt_oss(out_dir, seed):
     common.update(intermediate_size=32)
     config = GptOssConfig(
         **common,
-        head_dim=16,
+        head_dim=head_dim,
         sliding_window=SLIDING_WINDOW,
         layer_types=["sliding_attention", "full_attention"],
         num_local_experts=4,
@@ -434,7 +436,7 @@ FAMILY_BUILDERS: dict[str, Callable[[str | Path, int], Path]] = {
     "granite_hybrid": _granite_hybrid,
     "glm4": _glm4,
     "gemma3": _gemma3,
-    "gpt_oss": _gpt_oss,
+    "gpt_oss": build_gpt_oss,
     "qwen3_5": _qwen3_5,
     "qwen3_5_moe": _qwen3_5_moe,
     "qwen3_next": _qwen3_next,
