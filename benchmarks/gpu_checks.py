@@ -35,14 +35,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
+
+from gpu_engine import environment  # noqa: E402
+from harness.process_group import run_in_group  # noqa: E402
+
+from prefillonly_sgl.verification.verify import max_abs_diff  # noqa: E402
 
 CHECKS = ("heads", "lora", "sinks")
 # float32 engine vs float32 transformers; on a card the engine runs bfloat16 (FlashInfer
@@ -51,13 +56,6 @@ CHECKS = ("heads", "lora", "sinks")
 TOLERANCES = {"float32": 1e-4, "bfloat16": 5e-2}
 QUERY = list(range(20, 120))
 ITEMS = [[130, 131, 132], [140, 141], [150]]
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def max_abs_diff(a, b) -> float:
-    if isinstance(a, list | tuple):
-        return max((max_abs_diff(x, y) for x, y in zip(a, b, strict=True)), default=0.0)
-    return abs(float(a) - float(b))
 
 
 # ---------------------------------------------------------------- prepare (CPU, peft)
@@ -67,19 +65,13 @@ def prepare(out: Path) -> None:
     """The two adapters of the tiny Llama (seed 0, as build_tiny_model writes it)."""
     import tempfile
 
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
     from prefillonly_sgl.models.tiny import CARD_SIZES, build_tiny_model
+    from prefillonly_sgl.models.tiny_adapters import build_lora_adapter
 
     with tempfile.TemporaryDirectory() as tmp:
         base = build_tiny_model(Path(tmp) / "base", "llama", **CARD_SIZES)
         for seed, name in enumerate(("a", "b")):
-            torch.manual_seed(seed)
-            model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-            config = LoraConfig(r=8, lora_alpha=16, target_modules=TARGETS, init_lora_weights=False)
-            get_peft_model(model, config).save_pretrained(out / "adapters" / name)
+            build_lora_adapter(base, out / "adapters" / name, seed)
     print(f"wrote {out / 'adapters'}")
 
 
@@ -253,45 +245,6 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-def environment(device: str) -> dict:
-    import platform
-
-    import torch
-    import transformers
-
-    env = {"python": platform.python_version(), "torch": torch.__version__}
-    env["transformers"] = transformers.__version__
-    try:
-        import sglang
-
-        env["sglang"] = sglang.__version__
-    except ImportError:
-        pass
-    if device == "cuda":
-        env["device_name"] = torch.cuda.get_device_name()
-    return env
-
-
-def run_in_group(command: list[str], limit: float) -> tuple[int | None, str]:
-    """(exit code, or None when killed at ``limit``; its output) of a child run in a
-    process group of its own, so that a stuck check's engine dies with it."""
-    import signal
-    import tempfile
-
-    with tempfile.TemporaryFile("w+") as log:
-        child = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
-        )
-        try:
-            code = child.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-            code = None
-        log.seek(0)
-        return code, log.read()
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=HERE / "results" / "gpu_checks")
@@ -327,8 +280,10 @@ def main(argv=None) -> int:
         print(f"[{time.time() - started:6.1f} s] {name}", flush=True)
         command = [sys.executable, __file__, "--only", name, "--device", args.device]
         command += ["--out", str(args.out), "--prepared", str(args.prepared)]
-        code, output = run_in_group(command, args.limit)
-        (args.out / f"{name}.log").write_text(output)
+        log = args.out / f"{name}.log"
+        with log.open("w") as output:
+            code = run_in_group(command, args.limit, output, cwd=ROOT)
+        output = log.read_text()
         lines = [x for x in output.splitlines() if x.startswith("RESULT ")]
         if lines:
             entry = json.loads(lines[-1][7:])

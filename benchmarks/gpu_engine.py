@@ -124,7 +124,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from harness import engine_loadgen, stats  # noqa: E402
+from harness import engine_loadgen, process_group, stats  # noqa: E402
 from harness.engine_loadgen import ScoreCall  # noqa: E402
 from harness.loadgen import arrival_times  # noqa: E402
 
@@ -1381,16 +1381,9 @@ def run_in_group(command: list[str], limit: float) -> tuple[int | None, str]:
     """Runs a command in a process group of its own: one that runs past `limit` seconds
     (a hung engine) is killed with its engine's workers, which hold the card, and so is one
     the user interrupts. Returns its exit code (None: killed) and what to report."""
-    child = subprocess.Popen(command, start_new_session=True)
-    try:
-        code = child.wait(timeout=limit)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
+    code = process_group.run_in_group(command, limit)
+    if code is None:
         return None, f"the process ran past {limit:.0f} s and was killed"
-    except BaseException:
-        os.killpg(child.pid, signal.SIGKILL)
-        raise
     return code, f"the process ended with code {code} (the log has its error)"
 
 

@@ -24,25 +24,20 @@ from prefillonly_sgl.verification.reference import TransformersReference
 TOLERANCE = 1e-4  # float32 engine vs float32 transformers (merged adapter)
 QUERY = list(range(20, 100))  # an 80-token shared prefix
 ITEMS = [[130, 131, 132], [140, 141], [150]]
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 def _adapter(base: str, out, seed: int):
-    """An r=8 adapter of every projection with random A and B (peft's
-    init_lora_weights=False), saved to `out`; and the base with it merged, saved beside."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """A random r=8 adapter of every projection (models/tiny_adapters.py), saved to `out`;
+    and the base with it merged (peft's merge_and_unload), saved beside."""
+    from transformers import AutoTokenizer
 
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    config = LoraConfig(r=8, lora_alpha=16, target_modules=TARGETS, init_lora_weights=False)
-    peft_model = get_peft_model(model, config)
-    peft_model.save_pretrained(out / "adapter")
+    from prefillonly_sgl.models.tiny_adapters import build_lora_adapter
+
+    path, peft_model = build_lora_adapter(base, out / "adapter", seed)
     merged = peft_model.merge_and_unload()
     merged.save_pretrained(out / "merged")
     AutoTokenizer.from_pretrained(base).save_pretrained(out / "merged")
-    return out / "adapter", TransformersReference(str(out / "merged"))
+    return path, TransformersReference(str(out / "merged"))
 
 
 @pytest.fixture(scope="module")

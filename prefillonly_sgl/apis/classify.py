@@ -128,23 +128,11 @@ def classify_endpoint(function) -> EndpointSpec:
             except InvalidRequestError as e:
                 raise InvalidRequestError(f"{field}[{i}]: {e}") from None
         rows = await server_backend(context).run(ClassifyJob(function, tuple(inputs)))
-        return ClassifyResponse(
-            id=f"classify-{uuid.uuid4().hex}",
-            created=int(time.time()),
-            model=model_name(context, request.model),
-            data=[
-                ClassifyData(
-                    index=i,
-                    label=r.label_text,
-                    probs=[scores(r.probs[label], request.use_activation) for label in labels],
-                    num_classes=len(labels),
-                )
-                for i, r in enumerate(function.results(rows))
-            ],
-            usage=call_usage(context),
-            function=function.fn.__name__,
-            labels=labels,
-        )
+        answers = [
+            (r.label_text, [scores(r.probs[label], request.use_activation) for label in labels])
+            for r in function.results(rows)
+        ]
+        return _response(request, context, answers, function.fn.__name__, labels)
 
     return EndpointSpec(
         "/v1/classify",
@@ -153,14 +141,33 @@ def classify_endpoint(function) -> EndpointSpec:
         classify,
         summary=f"Classify texts ({function.fn.__name__}: {', '.join(labels)})",
         tags=("prefillonly",),
-        count_prompts=lambda body: (
-            len(body["input"])
-            if isinstance(body.get("input"), list)
-            and not all(type(v) is int for v in body["input"])
-            else 1
-        ),
+        count_prompts=_count_inputs,
         raw_body=True,
         error_shape=ERROR_SHAPE,
+    )
+
+
+def _count_inputs(body: dict) -> int:
+    """Prompts a /v1/classify body costs for admission control: one per input text."""
+    value = body.get("input")
+    if isinstance(value, list) and not all(type(v) is int for v in value):
+        return len(value)
+    return 1
+
+
+def _response(request, context, answers, function: str, labels) -> ClassifyResponse:
+    """The response of (label, probs) per input, in input order."""
+    return ClassifyResponse(
+        id=f"classify-{uuid.uuid4().hex}",
+        created=int(time.time()),
+        model=model_name(context, request.model),
+        data=[
+            ClassifyData(index=i, label=label, probs=probs, num_classes=len(labels))
+            for i, (label, probs) in enumerate(answers)
+        ],
+        usage=call_usage(context),
+        function=function,
+        labels=labels,
     )
 
 
@@ -174,23 +181,8 @@ async def classify_with_head(request: ClassifyRequest, context, head) -> Classif
     activate = request.use_activation is not False and not head.is_reward_model
     result = await context.score("", texts, None, apply_softmax=activate)
     labels = list(head.labels)
-    return ClassifyResponse(
-        id=f"classify-{uuid.uuid4().hex}",
-        created=int(time.time()),
-        model=model_name(context, request.model),
-        data=[
-            ClassifyData(
-                index=i,
-                label=labels[max(range(len(row)), key=row.__getitem__)],
-                probs=row,
-                num_classes=len(labels),
-            )
-            for i, row in enumerate(result.scores)
-        ],
-        usage=call_usage(context),
-        function=f"{head.architecture} (the model's head)",
-        labels=labels,
-    )
+    answers = [(labels[max(range(len(row)), key=row.__getitem__)], row) for row in result.scores]
+    return _response(request, context, answers, f"{head.architecture} (the model's head)", labels)
 
 
 def scores(probability: float, use_activation: bool | None) -> float:
@@ -215,6 +207,6 @@ def no_classifier_endpoint() -> EndpointSpec:
         return await classify_with_head(parse_body(ClassifyRequest, body), context, head)
 
     return EndpointSpec("/v1/classify", ClassifyRequest, ClassifyResponse, classify,
-                        summary="Classify texts (no classifier configured)",
-                        tags=("prefillonly",), raw_body=True,
+                        summary="Classify texts (the model's head, or no classifier)",
+                        tags=("prefillonly",), count_prompts=_count_inputs, raw_body=True,
                         error_shape=ERROR_SHAPE)  # fmt: skip

@@ -31,12 +31,8 @@ def build_tiny_head(
     """Write `family`'s tiny checkpoint under a classification head with these classes
     (one label: a reward model's score); returns the folder. sizes: the base's config
     fields instead of the tiny ones (Llama and Qwen2 only: tiny.build_tiny_model's)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
-
     if family not in HEAD_CLASSES:
         raise ValueError(f"no tiny head for {family!r}: choose from {sorted(HEAD_CLASSES)}")
-    out = Path(out_dir)
     with tempfile.TemporaryDirectory() as tmp:
         if sizes:
             if family not in ("llama", "qwen2"):
@@ -44,22 +40,34 @@ def build_tiny_head(
             base = build_tiny_model(Path(tmp) / "base", family, seed, **sizes)
         else:
             base = FAMILY_BUILDERS[family](Path(tmp) / "base", seed)
-        config = AutoConfig.from_pretrained(base)
-        config.architectures = [HEAD_CLASSES[family]]
-        config.num_labels = len(labels)
-        config.id2label = dict(enumerate(labels))
-        config.label2id = {label: i for i, label in enumerate(labels)}
-        # Prompts are scored one at a time: the head reads the last position (a pad id
-        # would make transformers read the last non-pad one instead).
-        config.pad_token_id = None
-        model = AutoModelForSequenceClassification.from_pretrained(
-            base, config=config, dtype=torch.float32
-        )
-        tokenizer = AutoTokenizer.from_pretrained(base)
+        return add_head(base, out_dir, HEAD_CLASSES[family], labels, seed)
+
+
+def add_head(
+    base: str | Path, out_dir: str | Path, architecture: str, labels, seed: int = 0
+) -> Path:
+    """`base` (a causal LM folder) under a classification head of `architecture` with
+    these classes, random, written to out_dir (the benchmarks' heads are the default
+    model's this way)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(base)
+    config.architectures = [architecture]
+    config.num_labels = len(labels)
+    config.id2label = dict(enumerate(labels))
+    config.label2id = {label: i for i, label in enumerate(labels)}
+    # Prompts are scored one at a time: the head reads the last position (a pad id would
+    # make transformers read the last non-pad one instead).
+    config.pad_token_id = None
+    model = AutoModelForSequenceClassification.from_pretrained(
+        base, config=config, dtype=torch.float32
+    )
     torch.manual_seed(seed + 2)
     with torch.no_grad():
         # classes visibly apart, not saturated (the tiny models are 64 wide)
         model.score.weight.normal_(0.0, 0.5 * (64 / model.config.hidden_size) ** 0.5)
+    out = Path(out_dir)
     model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    AutoTokenizer.from_pretrained(base).save_pretrained(out)
     return out

@@ -130,16 +130,12 @@ class ScoringFront:
             return ScoreResult(scores=[], prompt_tokens=0)
         trie = build_trie(labels)
         options.check(apply_softmax, trie.single_token, len(items))
-        extraction = options.sglang_kwargs()
-        if score_extraction_token is not None:
-            if not trie.single_token:
-                raise InvalidRequestError(
-                    "score_extraction_token reads labels of one token each at every anchor; "
-                    "labels of several tokens are read after the whole prompt only"
-                )
-            extraction["score_extraction_token_id"] = self._extraction_token_id(
-                score_extraction_token
+        if score_extraction_token is not None and not trie.single_token:
+            raise InvalidRequestError(
+                "score_extraction_token reads labels of one token each at every anchor; "
+                "labels of several tokens are read after the whole prompt only"
             )
+        fields = self._sglang_fields(options, score_extraction_token)
         with _sglang_call("score", cache_salt, lora_path) as record:
             if trie.single_token:  # per token, a length is 1: nothing to normalise
                 result = await self.tokenizer_manager.score_request(
@@ -149,7 +145,7 @@ class ScoringFront:
                     apply_softmax=apply_softmax,
                     item_first=item_first,
                     request=request,
-                    **extraction,
+                    **fields,
                 )
                 scores, prompt_tokens = result.scores, result.prompt_tokens
                 token_logprobs = result.token_logprobs
@@ -210,11 +206,7 @@ class ScoringFront:
         if not items:
             return ScoreResult(scores=[], prompt_tokens=0)
         options.check(apply_softmax, True, len(items))
-        extraction = options.sglang_kwargs()
-        if score_extraction_token is not None:
-            extraction["score_extraction_token_id"] = self._extraction_token_id(
-                score_extraction_token
-            )
+        fields = self._sglang_fields(options, score_extraction_token)
         with _sglang_call("score", cache_salt, lora_path) as record:
             result = await self.tokenizer_manager.score_request(
                 query=query,
@@ -223,7 +215,7 @@ class ScoringFront:
                 apply_softmax=apply_softmax,
                 item_first=item_first,
                 request=request,
-                **extraction,
+                **fields,
             )
         return ScoreResult(
             scores=result.scores,
@@ -231,6 +223,14 @@ class ScoringFront:
             cached_tokens=record.usage.cached_tokens,
             pooled_hidden_states=result.pooled_hidden_states,
         )
+
+    def _sglang_fields(self, options: ScoreOptions, score_extraction_token) -> dict:
+        """score_request's keywords beyond the prompts and labels: the options SGLang takes
+        as they are, and the setwise anchor as its token id."""
+        fields = options.sglang_kwargs()
+        if score_extraction_token is not None:
+            fields["score_extraction_token_id"] = self._extraction_token_id(score_extraction_token)
+        return fields
 
     def _extraction_token_id(self, token: str | int) -> int:
         """The setwise anchor's token id: an id below the vocabulary, or a token's text

@@ -254,18 +254,20 @@ _tensor_itself.prefillonly_unpinned = True
 
 
 class _UnpinnedTorch:
-    """torch, with ``pin_memory=`` dropped from every call made through it."""
+    """torch, with ``pin_memory=`` dropped from every call made through it. Each name is
+    looked up once and kept on the instance (the LoRA layers call torch per forward)."""
 
     def __init__(self, torch) -> None:
         self._torch = torch
 
     def __getattr__(self, name):
         value = getattr(self._torch, name)
-        if not callable(value) or isinstance(value, type):
-            return value
+        if callable(value) and not isinstance(value, type):
+            function = value
 
-        def call(*args, **kwargs):
-            kwargs.pop("pin_memory", None)
-            return value(*args, **kwargs)
+            def value(*args, **kwargs):
+                kwargs.pop("pin_memory", None)
+                return function(*args, **kwargs)
 
-        return call
+        setattr(self, name, value)  # found on the instance from now on
+        return value
