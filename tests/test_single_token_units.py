@@ -154,7 +154,8 @@ def test_choice_chunk_events():
 
 def test_chat_prefix_ids_render_the_history_once_or_nothing():
     from prefillonly_sgl.models.tiny import build_tokenizer
-    from prefillonly_sgl.sglang_runtime.single_token import ChatRequest, chat_prefix_ids
+    from prefillonly_sgl.sglang_runtime.single_token import ChatRequest
+    from prefillonly_sgl.single_token.prefix import chat_prefix_ids
 
     tok = build_tokenizer()
     messages = [{"role": "system", "content": "Label it."},

@@ -66,17 +66,22 @@ def build_trie(labels: Sequence[Sequence[int]]) -> LabelTrie:
     return LabelTrie(labels, nodes, {node: tuple(next_tokens[node]) for node in nodes})
 
 
-def sequence_logprobs(trie: LabelTrie, node_logprobs: dict[Label, Sequence[float]]) -> list[float]:
-    """Each label's summed log-probability. node_logprobs[node][i]: the log-prob (over the
-    vocabulary) of trie.next_tokens[node][i] at that node's forward."""
+def label_token_logprobs(
+    trie: LabelTrie, node_logprobs: dict[Label, Sequence[float]]
+) -> list[list[float]]:
+    """Each label's log-probability per token (the factors of the chain rule, in order).
+    node_logprobs[node][i]: the log-prob (over the vocabulary) of trie.next_tokens[node][i]
+    at that node's forward."""
     by_token = {
         node: dict(zip(trie.next_tokens[node], node_logprobs[node], strict=True))
         for node in trie.nodes
     }
-    return [
-        math.fsum(by_token[label[:j]][token] for j, token in enumerate(label))
-        for label in trie.labels
-    ]
+    return [[by_token[label[:j]][token] for j, token in enumerate(label)] for label in trie.labels]
+
+
+def sequence_logprobs(trie: LabelTrie, node_logprobs: dict[Label, Sequence[float]]) -> list[float]:
+    """Each label's summed log-probability (node_logprobs as label_token_logprobs reads it)."""
+    return [math.fsum(row) for row in label_token_logprobs(trie, node_logprobs)]
 
 
 def label_scores(

@@ -50,3 +50,17 @@ class ScoreResult(Sequence):
         return NotImplemented
 
     __hash__ = None  # holds lists: not hashable
+
+
+@dataclass(frozen=True)
+class LabelTokenLogprobs:
+    """Per item, per label, each of the label's tokens' log-probability (over the
+    vocabulary) where it follows the prompt and the label's earlier tokens: the factors of
+    the chain rule (ScoringFront.label_token_logprobs; choice requests read their answer
+    from them). prompt_tokens / cached_tokens: every forward of the call; prompt_cached_tokens:
+    the prompts' own prefix-cache hits (the first round's)."""
+
+    rows: list[list[list[float]]]
+    prompt_tokens: int
+    cached_tokens: int
+    prompt_cached_tokens: int

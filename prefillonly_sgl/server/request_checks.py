@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from prefillonly_sgl.choices.constraints import is_choice_request
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.scoring.validation import (
     ModelLimits,
@@ -22,6 +23,7 @@ from prefillonly_sgl.single_token.allowed_tokens import check_allowed_token_ids
 from prefillonly_sgl.single_token.requests import (
     CHAT_PATH,
     COMPLETIONS_PATH,
+    check_shared_prefix,
     check_single_token_body,
     is_loglikelihood,
     is_single_token,
@@ -269,6 +271,10 @@ def _check_openai_extensions(path: str, body: dict, limits: ModelLimits) -> bool
             "logprob_token_ids: no output tokens are generated with max_tokens: 0 (echo "
             "gives the prompt's own logprobs; ask max_tokens: 1 for the named ids)"
         )
+    if given == ["shared_prefix"] and path == COMPLETIONS_PATH and is_choice_request(False, body):
+        # a choice request is scored behind its prefix too (choices/, docs/openai.md)
+        check_shared_prefix(body["shared_prefix"], body.get("prompt"), limits.vocab_size)
+        return False
     if given:
         raise InvalidRequestError(
             f"{given[0]} applies to single-token requests (max_tokens: 1"

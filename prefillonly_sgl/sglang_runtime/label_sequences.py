@@ -22,9 +22,10 @@ continuations run, which then recompute them: slower, never different.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from prefillonly_sgl.features.prefill_kv.tokenizer_process import keep_whole_prompts
-from prefillonly_sgl.scoring.label_trie import LabelTrie, label_scores, sequence_logprobs
+from prefillonly_sgl.scoring.label_trie import Label, LabelTrie, label_scores, sequence_logprobs
 from prefillonly_sgl.scoring.validation import TextOrIds
 
 
@@ -37,6 +38,56 @@ def prompt_token_ids(
         texts = [f"{item}{query}" if item_first else f"{query}{item}" for item in items]
         return [list(tokenizer.encode(text)) for text in texts]
     return [list(item) + list(query) if item_first else list(query) + list(item) for item in items]
+
+
+async def root_logprobs(
+    tokenizer_manager,
+    query: TextOrIds,
+    items: list[TextOrIds],
+    trie: LabelTrie,
+    item_first: bool,
+    request=None,
+) -> tuple[list[list[float]], int]:
+    """Round 1: per item, the log-probabilities of the labels' first tokens (the trie
+    root's next tokens) after the prompt, and the prompt tokens sent. With labels of
+    several tokens each prompt's KV is kept whole for round 2."""
+    keep = contextlib.nullcontext() if trie.single_token else keep_whole_prompts()
+    with keep:
+        roots = await tokenizer_manager.score_request(
+            query=query,
+            items=items,
+            label_token_ids=list(trie.next_tokens[()]),
+            apply_softmax=False,
+            item_first=item_first,
+            request=request,
+            return_token_logprobs=True,
+        )
+    return roots.token_logprobs, roots.prompt_tokens
+
+
+async def node_logprobs(
+    tokenizer_manager, prompts: list[list[int]], trie: LabelTrie, request=None
+) -> tuple[list[dict[Label, list[float]]], int]:
+    """Round 2, all at once: per prompt (token ids, as SGLang built them in round 1), each
+    continuation node's next-token log-probabilities, and the prompt tokens sent."""
+    nodes = trie.continuations
+    if not nodes:
+        return [{} for _ in prompts], 0
+    continued = await asyncio.gather(
+        *(
+            tokenizer_manager.score_request(
+                query=prompt,
+                items=[list(node) for node in nodes],
+                label_token_ids=[list(trie.next_tokens[node]) for node in nodes],
+                apply_softmax=False,
+                request=request,
+                return_token_logprobs=True,
+            )
+            for prompt in prompts
+        )
+    )
+    by_prompt = [dict(zip(nodes, more.token_logprobs, strict=True)) for more in continued]
+    return by_prompt, sum(c.prompt_tokens for c in continued)
 
 
 async def score_label_sequences(
@@ -52,37 +103,15 @@ async def score_label_sequences(
 ) -> tuple[list[list[float]], int, list[list[float]]]:
     """(scores per item in label order, prompt tokens of every request sent, each
     label's sequence log-probability per item: the token_logprobs of several tokens)."""
-    prompts = prompt_token_ids(tokenizer_manager.tokenizer, query, items, item_first)
-    with keep_whole_prompts():
-        roots = await tokenizer_manager.score_request(
-            query=query,
-            items=items,
-            label_token_ids=list(trie.next_tokens[()]),
-            apply_softmax=False,
-            item_first=item_first,
-            request=request,
-            return_token_logprobs=True,
-        )
-    nodes = trie.continuations
-    continued = await asyncio.gather(
-        *(
-            tokenizer_manager.score_request(
-                query=prompt,
-                items=[list(node) for node in nodes],
-                label_token_ids=[list(trie.next_tokens[node]) for node in nodes],
-                apply_softmax=False,
-                request=request,
-                return_token_logprobs=True,
-            )
-            for prompt in prompts
-        )
+    roots, root_tokens = await root_logprobs(
+        tokenizer_manager, query, items, trie, item_first, request
     )
+    prompts = prompt_token_ids(tokenizer_manager.tokenizer, query, items, item_first)
+    nodes, node_tokens = await node_logprobs(tokenizer_manager, prompts, trie, request)
     lengths = [len(label) for label in trie.labels]
     scores, sequences = [], []
-    for root_logprobs, more in zip(roots.token_logprobs, continued, strict=True):
-        by_node = {(): root_logprobs, **dict(zip(nodes, more.token_logprobs, strict=True))}
-        logprobs = sequence_logprobs(trie, by_node)
+    for root, more in zip(roots, nodes, strict=True):
+        logprobs = sequence_logprobs(trie, {(): root, **more})
         sequences.append(logprobs)
         scores.append(label_scores(logprobs, lengths, apply_softmax, length_normalize, temperature))
-    prompt_tokens = roots.prompt_tokens + sum(c.prompt_tokens for c in continued)
-    return scores, prompt_tokens, sequences
+    return scores, root_tokens + node_tokens, sequences

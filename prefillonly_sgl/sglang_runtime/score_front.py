@@ -43,9 +43,9 @@ from prefillonly_sgl.scoring.continuations import (
     tokenizer_encode,
 )
 from prefillonly_sgl.scoring.errors import InvalidRequestError
-from prefillonly_sgl.scoring.label_trie import build_trie
+from prefillonly_sgl.scoring.label_trie import build_trie, label_token_logprobs
 from prefillonly_sgl.scoring.score_options import ScoreOptions
-from prefillonly_sgl.scoring.score_result import ScoreResult
+from prefillonly_sgl.scoring.score_result import LabelTokenLogprobs, ScoreResult
 from prefillonly_sgl.scoring.usage import CURRENT_REQUEST, RequestRecord
 from prefillonly_sgl.scoring.validation import (
     ModelLimits,
@@ -55,7 +55,12 @@ from prefillonly_sgl.scoring.validation import (
     validate_score_request,
 )
 from prefillonly_sgl.sglang_runtime.continuation_logprobs import continuation_logprobs
-from prefillonly_sgl.sglang_runtime.label_sequences import score_label_sequences
+from prefillonly_sgl.sglang_runtime.label_sequences import (
+    node_logprobs,
+    prompt_token_ids,
+    root_logprobs,
+    score_label_sequences,
+)
 from prefillonly_sgl.sglang_runtime.request_recording import record_generate_requests
 
 
@@ -167,6 +172,37 @@ class ScoringFront:
             prompt_tokens=prompt_tokens,
             cached_tokens=record.usage.cached_tokens,
             token_logprobs=token_logprobs,
+        )
+
+    async def label_token_logprobs(
+        self,
+        query,
+        items,
+        label_token_ids,
+        request=None,
+        cache_salt: str | None = None,
+        lora_path: str | None = None,
+    ) -> LabelTokenLogprobs:
+        """Each label's per-token log-probabilities after each query + item (the chain
+        rule's factors; labels of several tokens through the prefix cache, as ``score``
+        reads them): what a choice request's answer is picked from."""
+        query, items, labels = self.check(query, items, label_token_ids)
+        trie = build_trie(labels)
+        tm = self.tokenizer_manager
+        with _sglang_call("label_token_logprobs", cache_salt, lora_path) as record:
+            with _sglang_call("label_token_logprobs.prompts") as prompts_record:
+                roots, _ = await root_logprobs(tm, query, items, trie, False, request)
+            prompts = prompt_token_ids(self.tokenizer, query, items, False)
+            nodes, _ = await node_logprobs(tm, prompts, trie, request)
+        rows = [
+            label_token_logprobs(trie, {(): root, **more})
+            for root, more in zip(roots, nodes, strict=True)
+        ]
+        return LabelTokenLogprobs(
+            rows=rows,
+            prompt_tokens=record.usage.prompt_tokens,
+            cached_tokens=record.usage.cached_tokens,
+            prompt_cached_tokens=prompts_record.usage.cached_tokens,
         )
 
     @functools.cached_property

@@ -26,9 +26,7 @@ this module adds (decisions in prefillonly_sgl/single_token/):
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
 
 import orjson
 from fastapi import Depends, Request
@@ -38,10 +36,16 @@ from pydantic import PrivateAttr, field_validator, model_validator
 from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
 
 from prefillonly_sgl.scoring.reusable_prefix import with_prefix_ids, with_whole_prompt
-from prefillonly_sgl.single_token.allowed_tokens import finish_of, mask_bias, restricted_choice
+from prefillonly_sgl.sglang_runtime.choice_requests import route_choice_request
+from prefillonly_sgl.single_token.allowed_tokens import (
+    finish_of,
+    mask_bias,
+    resolved_sampling,
+    restricted_choice,
+)
 from prefillonly_sgl.single_token.logprobs import text_offsets, tokens_as_ids, top_rows
 from prefillonly_sgl.single_token.prefix import (
-    chat_prefix_messages,
+    chat_prefix_ids,
     completion_prefix,
     prefix_token_ids,
 )
@@ -58,9 +62,15 @@ _COMPLETION_SERVING = "sglang.srt.entrypoints.openai.serving_completions.OpenAIS
 
 
 class ChatRequest(ChatCompletionRequest):
-    """SGLang's chat request with vLLM's `logprob_token_ids`, `allowed_token_ids` and
-    `return_tokens_as_token_ids`."""
+    """SGLang's chat request with vLLM's `logprob_token_ids`, `allowed_token_ids`,
+    `return_tokens_as_token_ids` and output constraints (`structured_outputs`, the legacy
+    `guided_*`)."""
 
+    structured_outputs: dict | None = None
+    guided_choice: list | None = None
+    guided_regex: str | None = None
+    guided_json: dict | str | None = None
+    guided_grammar: str | None = None
     logprob_token_ids: list[int] | None = None
     allowed_token_ids: list[int] | None = None
     return_tokens_as_token_ids: bool | None = None
@@ -73,8 +83,13 @@ class CompletionsRequest(CompletionRequest):
     `shared_prefix`, and
     `max_tokens: 0` with `echo` (the prompt's own logprobs only, as OpenAI's API allows
     and older lm-evaluation-harness versions send; SGLang refuses 0), and vLLM's
-    `return_tokens_as_token_ids`."""
+    `return_tokens_as_token_ids` and output constraints (as ChatRequest)."""
 
+    structured_outputs: dict | None = None
+    guided_choice: list | None = None
+    guided_regex: str | None = None
+    guided_json: dict | str | None = None
+    guided_grammar: str | None = None
     logprob_token_ids: list[int] | None = None
     allowed_token_ids: list[int] | None = None
     return_tokens_as_token_ids: bool | None = None
@@ -112,66 +127,7 @@ def _loglikelihood(request) -> bool:
 
 
 # -- marking: prefix and label ids (executor thread) --------------------------------------
-class _PrefixCache:
-    """Token ids of rendered chat histories (a system prompt and few-shot turns recur
-    across many requests): rendered once, LRU-bounded; thread-safe."""
-
-    def __init__(self, size: int = 512) -> None:
-        self._ids: OrderedDict[bytes, list[int]] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()
-
-    def get(self, key: bytes, compute) -> list[int]:
-        with self._lock:
-            ids = self._ids.get(key)
-            if ids is not None:
-                self._ids.move_to_end(key)
-                return ids
-        ids = compute()
-        with self._lock:
-            self._ids[key] = ids
-            if len(self._ids) > self._size:
-                self._ids.popitem(last=False)
-        return ids
-
-
-_CHAT_PREFIXES = _PrefixCache()
 _MARK_PREFIXES = {"on": True}  # serve turns it off when no feature reads R
-
-
-def _message_dict(message) -> dict:
-    data = message.model_dump(exclude_none=True) if hasattr(message, "model_dump") else message
-    content = data.get("content")
-    if isinstance(content, list) and all(
-        isinstance(p, dict) and p.get("type") == "text" for p in content
-    ):
-        data = {**data, "content": "".join(p.get("text", "") for p in content)}
-    return data
-
-
-def chat_prefix_ids(tokenizer, request) -> list[int]:
-    """The token ids of the chat history before the last message ([] when there is none
-    or the template cannot render it alone: then only cached tokens are reused)."""
-    messages = [_message_dict(m) for m in chat_prefix_messages(request.messages)]
-    if not messages:
-        return []
-    tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
-    kwargs = dict(request.chat_template_kwargs or {})
-    try:
-        key = orjson.dumps([messages, tools, kwargs], option=orjson.OPT_SORT_KEYS)
-    except TypeError:
-        return []
-
-    def render() -> list[int]:
-        try:
-            text = tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=False, tools=tools, **kwargs
-            )
-            return list(tokenizer.encode(text, add_special_tokens=False))
-        except Exception:  # a template that needs the whole conversation: nothing marked
-            return []
-
-    return _CHAT_PREFIXES.get(key, render)
 
 
 def _mark(adapted, request, prefix_ids: list[int]) -> None:
@@ -181,20 +137,10 @@ def _mark(adapted, request, prefix_ids: list[int]) -> None:
         # after the forward (_before_build_response), as vLLM's sampler would pick it.
         ids += [t for t in request.allowed_token_ids if t not in ids]
         adapted.return_logprob = True
-        request._restricted = _resolved_sampling(adapted)
+        request._restricted = resolved_sampling(adapted.sampling_params)
     if ids:
         adapted.token_ids_logprob = ids
     _mark_custom_params(adapted, lambda custom: with_prefix_ids(custom, prefix_ids))
-
-
-def _resolved_sampling(adapted) -> dict:
-    """The first prompt's sampling parameters as SGLang resolved them (the model's
-    defaults filled in): what the restricted choice samples with."""
-    params = adapted.sampling_params
-    first = params[0] if isinstance(params, list) else params
-    keys = ("temperature", "top_p", "top_k", "min_p", "sampling_seed", "stop_token_ids",
-            "ignore_eos", "skip_special_tokens")  # fmt: skip
-    return {key: first.get(key) for key in keys}
 
 
 def _mask_generation(self, adapted, request) -> None:
@@ -328,8 +274,9 @@ def install_in_this_process(mark_prefixes: bool) -> None:
 
 
 # -- routes -------------------------------------------------------------------------------
-def install_routes(app) -> None:
-    """Our /v1/chat/completions and /v1/completions in place of SGLang's (same handlers)."""
+def install_routes(app, runtime) -> None:
+    """Our /v1/chat/completions and /v1/completions in place of SGLang's (same handlers;
+    choice requests answered by scoring on ``runtime``'s front: choice_requests.py)."""
     # Imported here: SGLang's server module builds its app at import.
     from sglang.srt.entrypoints.http_server import model_json_response, validate_json_request
 
@@ -338,11 +285,13 @@ def install_routes(app) -> None:
 
     async def chat(request: ChatRequest, raw_request: Request):
         serving = raw_request.app.state.openai_serving_chat
-        return model_json_response(await _handle(serving, CHAT_PATH, request, raw_request))
+        answer = await _handle(serving, CHAT_PATH, request, raw_request, runtime.front)
+        return model_json_response(answer)
 
     async def completions(request: CompletionsRequest, raw_request: Request):
         serving = raw_request.app.state.openai_serving_completion
-        return model_json_response(await _handle(serving, COMPLETIONS_PATH, request, raw_request))
+        answer = await _handle(serving, COMPLETIONS_PATH, request, raw_request, runtime.front)
+        return model_json_response(answer)
 
     for path, endpoint in ((CHAT_PATH, chat), (COMPLETIONS_PATH, completions)):
         stock = [r for r in app.router.routes if isinstance(r, APIRoute) and r.path == path]
@@ -358,7 +307,17 @@ def install_routes(app) -> None:
         )
 
 
-async def _handle(serving, path: str, request, raw_request):
+async def _handle(serving, path: str, request, raw_request, front):
+    routed = await route_choice_request(serving, path, request, raw_request, front)
+    if routed.answer is not None:
+        if not isinstance(routed.answer, dict):  # SGLang's error response
+            return routed.answer
+        if not request.stream:
+            return routed.answer
+        include_usage = bool(request.stream_options and request.stream_options.include_usage)
+        events = choice_chunk_events(path, routed.answer, include_usage)
+        return StreamingResponse(iter(events), media_type="text/event-stream")
+    request = routed.request
     if not (request.stream and _single_token(path, request)):
         return await serving.handle_request(request, raw_request)
     # One token: run it unstreamed, answer with one chunk per choice (SSE).
@@ -392,6 +351,8 @@ def choice_chunk_events(path: str, answer: dict, include_usage: bool) -> list[st
             one["text"] = choice.get("text", "")
         one["logprobs"] = choice.get("logprobs")
         one["finish_reason"] = choice.get("finish_reason")
+        if "choice_probabilities" in choice:  # a choice request's (choice_requests.py)
+            one["choice_probabilities"] = choice["choice_probabilities"]
         events.append({**base, "choices": [one]})
     if include_usage and answer.get("usage") is not None:
         events.append({**base, "choices": [], "usage": answer["usage"]})

@@ -56,6 +56,16 @@ def mask_bias(
     return bias
 
 
+def resolved_sampling(sampling_params) -> dict:
+    """The first prompt's sampling parameters as SGLang resolved them (a GenerateReqInput's
+    sampling_params: the model's defaults filled in): what a restricted or choice answer
+    samples with."""
+    first = sampling_params[0] if isinstance(sampling_params, list) else sampling_params
+    keys = ("temperature", "top_p", "top_k", "min_p", "sampling_seed", "stop_token_ids",
+            "ignore_eos", "skip_special_tokens")  # fmt: skip
+    return {key: (first or {}).get(key) for key in keys}
+
+
 def is_greedy(sampling: Mapping) -> bool:
     temperature = sampling.get("temperature")
     return (temperature is not None and temperature < SAMPLING_EPS) or sampling.get("top_k") == 1

@@ -20,7 +20,11 @@ The prefix travels from the HTTP handler to the tokenizer hook inside the reques
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
+
+import orjson
 
 
 def chat_prefix_messages(messages: Sequence[dict]) -> list[dict]:
@@ -56,3 +60,73 @@ def prefix_token_ids(
     if isinstance(prefix, str):
         return list(encode(prefix))
     return list(prefix)
+
+
+class _PrefixCache:
+    """Token ids of rendered chat histories (a system prompt and few-shot turns recur
+    across many requests): rendered once, LRU-bounded; thread-safe."""
+
+    def __init__(self, size: int = 512) -> None:
+        self._ids: OrderedDict[bytes, list[int]] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, key: bytes, compute) -> list[int]:
+        with self._lock:
+            ids = self._ids.get(key)
+            if ids is not None:
+                self._ids.move_to_end(key)
+                return ids
+        ids = compute()
+        with self._lock:
+            self._ids[key] = ids
+            if len(self._ids) > self._size:
+                self._ids.popitem(last=False)
+        return ids
+
+
+_CHAT_PREFIXES = _PrefixCache()
+
+
+def _message_dict(message) -> dict:
+    data = message.model_dump(exclude_none=True) if hasattr(message, "model_dump") else message
+    content = data.get("content")
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" for p in content
+    ):
+        data = {**data, "content": "".join(p.get("text", "") for p in content)}
+    return data
+
+
+def chat_prefix_ids(tokenizer, request) -> list[int]:
+    """The token ids of a chat request's history before the last message (its `messages`,
+    `tools` and `chat_template_kwargs` rendered by the tokenizer's template; [] when there
+    is none or the template cannot render it alone: then only cached tokens are reused)."""
+    messages = [_message_dict(m) for m in chat_prefix_messages(request.messages)]
+    if not messages:
+        return []
+    tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
+    kwargs = dict(request.chat_template_kwargs or {})
+    try:
+        key = orjson.dumps([messages, tools, kwargs], option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return []
+
+    def render() -> list[int]:
+        try:
+            text = tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=False, tools=tools, **kwargs
+            )
+            return list(tokenizer.encode(text, add_special_tokens=False))
+        except Exception:  # a template that needs the whole conversation: nothing marked
+            return []
+
+    return _CHAT_PREFIXES.get(key, render)
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n

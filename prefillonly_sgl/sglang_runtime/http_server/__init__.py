@@ -120,7 +120,7 @@ def install(
         raise ValueError("EndpointSpec.claims is supported on /v1/score only")
     _replace_score_route(app, runtime, peers)
     _replace_models_route(app, runtime)
-    single_token.install_routes(app)
+    single_token.install_routes(app, runtime)
     single_token.install_in_this_process(mark_reusable_prefixes)
     tokenizer_endpoints.install(app, lambda: runtime.tokenizer_manager)
     for spec in specs:
