@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).parent))
 from harness.servers import Server  # noqa: E402
+from harness.stats import spread  # noqa: E402
 
 from prefillonly_sgl.data.drug_reviews import load_drug_reviews  # noqa: E402
 from prefillonly_sgl.models.default_model import default_model_path  # noqa: E402
@@ -42,7 +42,9 @@ INSTRUCTIONS = (
 )
 
 
-def workload(tokenizer, n: int, system_tokens: int):
+def workload(tokenizer, n: int, system_tokens: int, review_chars: int | None = None):
+    """(chats, a /v1/score body of the same prompts, the system prompt's tokens); each
+    user message a whole review, or its first ``review_chars`` characters."""
     reviews = [r for r in load_drug_reviews("test") if r.sentiment in ("positive", "negative")]
     shots, parts = reviews[n:], [INSTRUCTIONS]
     for r in shots:
@@ -51,7 +53,10 @@ def workload(tokenizer, n: int, system_tokens: int):
         parts.append(f"Review: {r.text[:600]}\nLabel: {r.sentiment}\n\n")
     system = "".join(parts)
     chats = [
-        [{"role": "system", "content": system}, {"role": "user", "content": f"Review: {r.text}"}]
+        [
+            {"role": "system", "content": system},
+            {"role": "user", "content": f"Review: {r.text[:review_chars]}"},
+        ]
         for r in reviews[:n]
     ]
     history = tokenizer.apply_chat_template(chats[0][:1], tokenize=False)
@@ -165,9 +170,9 @@ def main() -> None:
                 server.stop()
             ratios = [c / s for c, s in zip(chat_s, score_s)]
             row.update(chat_s=chat_s, score_s=score_s, chat_over_score=ratios)
-            print(f"[bench] {system}: {args.requests} chat requests {_spread(chat_s)} s, "
-                  f"the same prompts in one /v1/score call {_spread(score_s)} s, chat/score "
-                  f"{_spread(ratios, 2)}")  # fmt: skip
+            print(f"[bench] {system}: {args.requests} chat requests {spread(chat_s)} s, "
+                  f"the same prompts in one /v1/score call {spread(score_s)} s, chat/score "
+                  f"{spread(ratios, 2)}")  # fmt: skip
         if "longest" in parts:
             log = logs / f"{system}-long.log"
             server = Server.start(system, model, args.dtype, args.long_pool, log)
@@ -183,11 +188,6 @@ def main() -> None:
     name = "results.json" if len(parts) > 1 else f"results-{parts[0]}.json"
     (out / name).write_text(json.dumps(results, indent=1))
     print(f"[bench] wrote {out / name}")
-
-
-def _spread(values: list[float], places: int = 2) -> str:
-    med = statistics.median(values)
-    return f"{med:.{places}f} ({min(values):.{places}f}-{max(values):.{places}f})"
 
 
 if __name__ == "__main__":

@@ -114,3 +114,9 @@ def counter_share(before: tuple | None, after: tuple | None) -> float | None:
 def percent(share: float | None) -> str:
     """A share as a whole percentage, "n/r" when it was not reported."""
     return "n/r" if share is None else f"{share:.0%}"
+
+
+def spread(values: list[float], places: int = 2) -> str:
+    """The median and the range of repeated timings: "1.23 (1.10-1.40)"."""
+    med = statistics.median(values)
+    return f"{med:.{places}f} ({min(values):.{places}f}-{max(values):.{places}f})"

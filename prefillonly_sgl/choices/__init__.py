@@ -6,4 +6,6 @@ grammar (docs/openai.md, "Choice requests"). Plain Python: which requests qualif
 the answer's shape (constraints.py, shapes.py, regex_literals.py), how the answer is
 picked from the choices' token log-probabilities (selection.py) and how it is written
 in OpenAI's formats (rendering.py). The SGLang side is sglang_runtime/choice_requests.py.
+Imports scoring/ and single_token/; imported by server/ (the guard's check) and
+sglang_runtime/.
 """

@@ -498,7 +498,9 @@ HOOK_TARGETS: dict[str, str] = {
         "called by our /v1/completions route (app.state.openai_serving_completion)"
     ),
     "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._convert_to_internal_request": (
-        "AFTER: a single-token request's prefix ids in custom_params, token_ids_logprob"
+        "AFTER: a single-token request's prefix ids in custom_params, token_ids_logprob; "
+        "called (choice_requests.py, as for completions' below): a choice request's prompt "
+        "as SGLang renders it (template, tools, LoRA, cache salt)"
     ),
     "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion"
     "._convert_to_internal_request": (
@@ -515,6 +517,19 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.entrypoints.http_server.model_json_response": (
         "how SGLang's OpenAI routes answer; ours keep it"
+    ),
+    "sglang.srt.entrypoints.openai.serving_base.OpenAIServingBase._validate_request": (
+        "called (choice_requests.py): a choice request gets SGLang's own checks, as "
+        "handle_request runs them, before it is answered by scoring"
+    ),
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._validate_request": (
+        "called (choice_requests.py): chat's own checks (messages, tools)"
+    ),
+    "sglang.srt.entrypoints.openai.serving_base.OpenAIServingBase.create_error_response": (
+        "called (choice_requests.py): a refused choice request in SGLang's error shape"
+    ),
+    "sglang.srt.entrypoints.openai.protocol.ResponseFormat": (
+        "built (choice_requests.py): vLLM's `json` constraint as SGLang's response_format"
     ),
     "sglang.srt.managers.tp_worker.TpModelWorker.get_worker_info": (
         "AFTER: records the context-bound input limit (stock one is also pool-bound)"
