@@ -75,7 +75,7 @@ async def route_choice_request(serving, path: str, request, raw_request, front) 
         answered = await _answer(serving, chat, request, raw_request, front, constraint)
     except (InvalidRequestError, ValueError) as e:
         return Routed(request, serving.create_error_response(str(e)))
-    if answered is None:  # max_tokens too short for an answer: SGLang truncates it
+    if answered is None:  # a short max_tokens (SGLang truncates) or a multimodal prompt
         return Routed(_on_sglang_path(request, constraint))
     return Routed(request, answered)
 
@@ -99,7 +99,8 @@ def _on_sglang_path(request, constraint: Constraint):
 
 
 async def _answer(serving, chat: bool, request, raw_request, front, constraint) -> dict | None:
-    """The response to a choice request (None: its max_tokens cannot hold an answer)."""
+    """The response to a choice request (None: it runs on SGLang's path after all: its
+    max_tokens cannot hold an answer, or its prompt carries images, video or audio)."""
     error = serving._validate_request(request)  # SGLang's own checks, as its handler runs
     if error:
         raise InvalidRequestError(error)
@@ -107,6 +108,8 @@ async def _answer(serving, chat: bool, request, raw_request, front, constraint) 
     adapted, _ = await loop.run_in_executor(
         None, serving._convert_to_internal_request, request, raw_request
     )
+    if any(getattr(adapted, f, None) for f in ("image_data", "video_data", "audio_data")):
+        return None  # a multimodal prompt: its media go with SGLang's own request only
     tokenizer = front.tokenizer
 
     def encode(text: str) -> list[int]:
