@@ -166,6 +166,17 @@ def test_response_format_schema_fields_in_order(client, reference):
     got = choice.model_extra["choice_probabilities"]
     assert_close(got["sentiment"], sentiment)
     assert_close(got["side_effects"], effects)
+    again = client.chat.completions.parse(
+        model="m", messages=messages, temperature=0, response_format=Review
+    )
+    assert again.choices[0].message.content == text
+    usage = again.usage
+    assert usage.prompt_tokens == len(prompt)
+    assert usage.completion_tokens == len(
+        reference.tokenizer.encode(text, add_special_tokens=False)
+    )
+    assert usage.prompt_tokens_details.cached_tokens == len(prompt)  # the first one's prompt
+    assert usage.model_extra["computed_tokens"] < len(prompt)  # the fields' tokens, a few
 
 
 def test_regex_alternation_and_a_bare_enum_schema(client, reference):

@@ -142,7 +142,7 @@ async def _answer(serving, chat: bool, request, raw_request, front, constraint) 
                     prompt[:shared], [prompt[shared:] + written], [list(x) for x in labels],
                     request=raw_request, cache_salt=salt, lora_path=lora,
                 )  # fmt: skip
-                tally.add(result, first=not written)
+                tally.add(result, first=not memo)  # the prompt's own hits: its first call
                 memo[key] = result.rows[0]
             return memo[key]
 
