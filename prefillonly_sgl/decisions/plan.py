@@ -28,6 +28,7 @@ from prefillonly_sgl.decisions.prompts import PromptSlot, render_prompts
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.scoring.labels import LabelError, compile_labels, label_set
 from prefillonly_sgl.scoring.priors import CONTENT_FREE
+from prefillonly_sgl.scoring.reusable_prefix import common_prefix_len
 
 Ids = tuple[int, ...]
 
@@ -77,14 +78,6 @@ def content_free_state(messages: tuple[Message, ...], text: str) -> tuple[Messag
     """The state with what the user said replaced by a content-free text (the system
     messages kept): the prior's context."""
     return tuple(Message(m.role, text) if m.role == "user" else m for m in messages)
-
-
-def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def shared_prefix_len(state_ids: Sequence[int], prompts: list[list[int]]) -> int:

@@ -14,6 +14,15 @@ PREFIX_IDS_KEY = "prefillonly_prefix_ids"
 WHOLE_PROMPT = "whole"  # PREFIX_IDS_KEY's value for "all of the prompt" (loglikelihoods)
 
 
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading token ids two sequences share."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
 def with_prefix_ids(custom_params: dict | None, prefix_ids: Sequence[int]) -> dict:
     return {**(custom_params or {}), PREFIX_IDS_KEY: list(prefix_ids)}
 

@@ -35,10 +35,10 @@ from prefillonly_sgl.choices.rendering import (
 )
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.scoring.labels import compile_labels, label_set
+from prefillonly_sgl.scoring.reusable_prefix import common_prefix_len
 from prefillonly_sgl.single_token.allowed_tokens import resolved_sampling
 from prefillonly_sgl.single_token.prefix import (
     chat_prefix_ids,
-    common_prefix_length,
     completion_prefix,
     prefix_token_ids,
 )
@@ -131,7 +131,7 @@ async def _answer(serving, chat: bool, request, raw_request, front, constraint) 
         return [tuple(i) if isinstance(i, tuple) else (i,) for i in ids]
 
     async def one_prompt(prompt: list[int]) -> list[Answer]:
-        shared = common_prefix_length(prefix, prompt) if prefix else 0
+        shared = common_prefix_len(prefix, prompt) if prefix else 0
         shared = min(shared, len(prompt) - 1)  # the item is never empty
         memo: dict = {}
 

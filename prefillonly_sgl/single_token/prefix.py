@@ -122,11 +122,3 @@ def chat_prefix_ids(tokenizer, request) -> list[int]:
             return []
 
     return _CHAT_PREFIXES.get(key, render)
-
-
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n

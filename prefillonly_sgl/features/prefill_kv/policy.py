@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from prefillonly_sgl.scoring.reusable_prefix import common_prefix_len
+
 # The pool slot of every token whose KV is dropped: SGLang's dummy slot 0, which its token
 # allocator never hands out (padded tokens write there). Its rows in req_to_token and
 # out_cache_loc say "no KV kept" to the scheduler and to the attention backends.
@@ -39,14 +41,6 @@ def runs_one_forward(max_new_tokens: int | None) -> bool:
     single-token request. Only these carry R (the tokenizer hooks attach it to nothing
     else); a request of more tokens keeps every token's KV for its decode steps."""
     return max_new_tokens in (0, 1)
-
-
-def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 def reusable_prefix_len(query_ids: Sequence[int] | None, prompt_ids: Sequence[int]) -> int:
