@@ -83,6 +83,17 @@ VALID = {
     "/v1/completions": {"model": "m", "prompt": [QUERY + ITEM, QUERY + "Item: socks."],
                         "max_tokens": 1, "temperature": 0, "logprobs": 2,
                         "shared_prefix": QUERY, "logprob_token_ids": [287, 286]},
+    # Choice requests answered by scoring (docs/openai.md, "Choice requests").
+    "/v1/chat/completions#choice": {"model": "m", "messages": [{"role": "user", "content": ITEM}],
+                                    "temperature": 0, "logprobs": True, "top_logprobs": 2,
+                                    "structured_outputs": {"choice": ["Yes", "No", "Maybe not"]}},
+    "/v1/completions#choice": {"model": "m", "prompt": [QUERY + ITEM, QUERY + "Item: socks."],
+                               "temperature": 0, "logprobs": 1, "shared_prefix": QUERY,
+                               "guided_choice": [" Yes", " No"], "n": 2},
+    "/v1/chat/completions#schema": {"model": "m", "temperature": 0, "messages": [
+        {"role": "user", "content": ITEM}], "response_format": {"type": "json_schema",
+        "json_schema": {"name": "r", "schema": {"type": "object", "required": ["like", "genre"],
+            "properties": {"like": {"type": "boolean"}, "genre": {"enum": ["history", 3]}}}}}},
     # Typed decisions: OpenAI's shape, SGLang's own body on the same path, System One's.
     "/v1/decisions": {"model": "m", "input": QUERY, "debias": "reverse", "questions": [
         {"type": "predicate", "instructions": "Does the user like books?", "name": "books"},

@@ -77,6 +77,20 @@ class ChatRequest(ChatCompletionRequest):
     # the resolved sampling parameters of a restricted single-token request (convert hook)
     _restricted: dict | None = PrivateAttr(default=None)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _response_format_is_an_object(cls, values):
+        """Runs before SGLang's own set_json_schema, which calls .get on response_format
+        and its schema and so answered a string there with a 500."""
+        if isinstance(values, dict):
+            response_format = values.get("response_format")
+            if response_format and not isinstance(response_format, dict):
+                raise ValueError("response_format must be an object")
+            schema = response_format.get("schema") if response_format else None
+            if schema and not isinstance(schema, dict):
+                raise ValueError("response_format.schema must be an object")
+        return values
+
 
 class CompletionsRequest(CompletionRequest):
     """SGLang's completions request with `logprob_token_ids`, `allowed_token_ids` and
