@@ -61,6 +61,10 @@ class Routed:
 
 
 async def route_choice_request(serving, path: str, request, raw_request, front) -> Routed:
+    """A chat or completions request answered here (a choice request, or a refusal of
+    its constraint), or handed on to SGLang's handler (see the module docstring)."""
+    from fastapi import HTTPException
+
     chat = path == CHAT_PATH
     fields = _fields(request)
     try:
@@ -73,8 +77,11 @@ async def route_choice_request(serving, path: str, request, raw_request, front) 
         return Routed(_on_sglang_path(request, constraint))
     try:
         answered = await _answer(serving, chat, request, raw_request, front, constraint)
-    except (InvalidRequestError, ValueError) as e:
+    except (InvalidRequestError, ValueError) as e:  # as SGLang's handle_request answers them
         return Routed(request, serving.create_error_response(str(e)))
+    except HTTPException as e:
+        error = serving.create_error_response(e.detail, str(e.status_code), e.status_code)
+        return Routed(request, error)
     if answered is None:  # a short max_tokens (SGLang truncates) or a multimodal prompt
         return Routed(_on_sglang_path(request, constraint))
     return Routed(request, answered)
