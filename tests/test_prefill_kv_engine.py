@@ -456,3 +456,23 @@ def test_the_setwise_readout_keeps_the_prefix_cache(setup):
         ours.score(query, items, labels, score_extraction_token=10**9)
     with pytest.raises(InvalidRequestError, match="labels of one token each"):
         ours.score(query, items, [[11, 12], [13]], score_extraction_token=anchor)
+
+
+def test_a_text_call_with_labels_of_several_tokens_computes_its_cold_query_once(setup):
+    """A text query and items (sent to SGLang as token ids, so its prompts reach the
+    scheduler together: scoring/text_prompts.py) with labels of several tokens (whose
+    prompts are kept whole for their continuations, yet grouped by the query they share:
+    prefill_kv/messages.py's shared length): the first round is one forward, the leader
+    computing the query and the other items riding behind it; the scores exact."""
+    ours, _, ref, labels, log_path = setup
+    query = "User profile: reads history, science and travel books every week. " * 4
+    items = [f"Item {i}: a book about the {w}. Relevant?" for i, w in enumerate(
+        ("moon landing", "roman empire", "alps", "printing press"))]  # fmt: skip
+    several = [[labels[0], labels[1]], [labels[1]]]  # " Yes No", " No"
+    before = len(read_events(log_path, "forward"))
+    result = ours.score(query, items, several)
+    want = ref.score_sequences(query, items, several)
+    assert max_abs_diff(result.scores, want) < TOLERANCE
+    first = read_events(log_path, "forward")[before]
+    assert len(first["new"]) == len(items)  # the query and all of its items: one forward
+    assert first["packed"] == len(items) - 1  # the others behind the leader

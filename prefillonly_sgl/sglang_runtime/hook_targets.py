@@ -357,6 +357,14 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool.set_kv_buffer": "saves new KV",
     "sglang.srt.layers.radix_attention.AttentionType.ENCODER_ONLY": "left to stock",
     "sglang.srt.runtime_context.get_spec": "speculative decoding -> stock flashinfer factory",
+    "sglang.srt.runtime_context.get_exec": (
+        "called (score_front.py): under multi-item scoring (--enable-mis) a text score "
+        "call keeps SGLang's text path (its delimiter is text there)"
+    ),
+    "sglang.srt.managers.tokenizer_manager.TokenizerManager._send_batch_request": (
+        "relied on: a batch without text goes to the scheduler as one message, which is "
+        "why ScoringFront sends a text call as token ids (scoring/text_prompts.py)"
+    ),
     # -- attention sinks and sliding windows (gpt-oss; features/prefill_attention/) --
     "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_decode": (
         "overridden for layers with attention sinks (stock has none); stock otherwise"

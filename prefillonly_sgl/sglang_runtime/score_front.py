@@ -46,6 +46,7 @@ from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.scoring.label_trie import build_trie, label_token_logprobs
 from prefillonly_sgl.scoring.score_options import ScoreOptions
 from prefillonly_sgl.scoring.score_result import LabelTokenLogprobs, ScoreResult
+from prefillonly_sgl.scoring.text_prompts import joined_token_ids
 from prefillonly_sgl.scoring.usage import CURRENT_REQUEST, RequestRecord
 from prefillonly_sgl.scoring.validation import (
     ModelLimits,
@@ -141,6 +142,8 @@ class ScoringFront:
                 "labels of several tokens are read after the whole prompt only"
             )
         fields = self._sglang_fields(options, score_extraction_token)
+        if self._text_as_ids(query, items, item_first, score_extraction_token, options):
+            query, items = joined_token_ids(self.tokenizer.encode, query, items)
         with _sglang_call("score", cache_salt, lora_path) as record:
             if trie.single_token:  # per token, a length is 1: nothing to normalise
                 result = await self.tokenizer_manager.score_request(
@@ -203,6 +206,22 @@ class ScoringFront:
             prompt_tokens=record.usage.prompt_tokens,
             cached_tokens=record.usage.cached_tokens,
             prompt_cached_tokens=prompts_record.usage.cached_tokens,
+        )
+
+    def _text_as_ids(self, query, items, item_first, score_extraction_token, options) -> bool:
+        """A text call sent as token ids (scoring/text_prompts.py: SGLang then dispatches
+        its prompts together); the setwise readout, embedding overrides, item-first
+        prompts and multi-item scoring keep SGLang's text path."""
+        from sglang.srt.runtime_context import get_exec
+
+        return (
+            isinstance(query, str)
+            and all(isinstance(item, str) for item in items)
+            and not item_first
+            and score_extraction_token is None
+            and options.embed_override_token_id is None
+            and self.tokenizer is not None
+            and not get_exec().features.enable_mis
         )
 
     @functools.cached_property

@@ -58,7 +58,7 @@ from prefillonly_sgl.features.jct_scheduler.eviction import (
 from prefillonly_sgl.features.jct_scheduler.policy import JctPolicy
 from prefillonly_sgl.features.jct_scheduler.prefix_marks import prefix_marks
 from prefillonly_sgl.features.jct_scheduler.settings import JctSettings
-from prefillonly_sgl.features.prefill_kv.messages import reusable_len_in
+from prefillonly_sgl.features.prefill_kv.messages import grouping_len_in
 from prefillonly_sgl.hooking import process_state
 from prefillonly_sgl.hooking.events import append_event
 
@@ -159,7 +159,7 @@ class JctSchedulePolicy(SchedulePolicy):
                 ids = req.origin_input_ids
                 marks = prefix_marks(
                     ids,
-                    reusable_len_in(req.sampling_params.custom_params),
+                    grouping_len_in(req.sampling_params.custom_params),
                     _namespace(req),
                 )
                 entered = req.time_stats.wait_queue_entry_time or now

@@ -3,7 +3,11 @@ crosses a process boundary is written and read here, and nowhere else.
 
 - tokenizer process -> scheduler, per request: the reusable-prefix length R (policy.py),
   in SamplingParams.custom_params, SGLang's per-request JSON dict that travels with the
-  request; absent for every request that is not a score prompt (those stay stock).
+  request; absent for every request that is not a score prompt (those stay stock). Where
+  a prompt keeps more than the prefix it shares with its call's other prompts (labels of
+  several tokens keep whole prompts for their continuations), also that shared length,
+  by which the JCT scheduler groups it (the call's prompts then run as one group: one
+  computes the query, the others ride behind it in the same forward).
 - scheduler -> main process, once at start-up: the longest score prompt this scheduler
   accepts, in SGLang's start-up handshake (Scheduler.get_init_info), present only where
   prefill-only KV is active. The Engine and the server validate with it. Where the
@@ -14,6 +18,7 @@ crosses a process boundary is written and read here, and nowhere else.
 from __future__ import annotations
 
 REUSABLE_LEN_KEY = "prefillonly_reusable_len"
+SHARED_LEN_KEY = "prefillonly_shared_len"
 SCORING_LIMIT_KEY = "prefillonly_max_scoring_input_len"
 OFF_REASON_KEY = "prefillonly_kv_off_because"
 
@@ -28,6 +33,20 @@ def reusable_len_in(custom_params: object) -> int | None:
     if not isinstance(custom_params, dict) or REUSABLE_LEN_KEY not in custom_params:
         return None
     return int(custom_params[REUSABLE_LEN_KEY])
+
+
+def with_shared_len(custom_params: dict | None, shared_len: int) -> dict:
+    """custom_params (a copy) carrying the prefix the prompt shares with its call's others,
+    where it keeps more (R > shared_len)."""
+    return {**(custom_params or {}), SHARED_LEN_KEY: int(shared_len)}
+
+
+def grouping_len_in(custom_params: object) -> int | None:
+    """The prefix the JCT scheduler groups a prompt by: the shared length where one was
+    sent, else R; None: not a score prompt."""
+    if isinstance(custom_params, dict) and SHARED_LEN_KEY in custom_params:
+        return int(custom_params[SHARED_LEN_KEY])
+    return reusable_len_in(custom_params)
 
 
 def with_scoring_limit(init_info: dict, max_input_len: int) -> dict:

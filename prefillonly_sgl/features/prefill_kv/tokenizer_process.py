@@ -32,7 +32,7 @@ import contextlib
 import contextvars
 import inspect
 
-from prefillonly_sgl.features.prefill_kv.messages import with_reusable_len
+from prefillonly_sgl.features.prefill_kv.messages import with_reusable_len, with_shared_len
 from prefillonly_sgl.features.prefill_kv.policy import reusable_prefix_len, runs_one_forward
 from prefillonly_sgl.scoring.reusable_prefix import WHOLE_PROMPT, prefix_ids_in, without_prefix_ids
 
@@ -118,11 +118,11 @@ def _after_create_tokenized_object(result, *args, **kwargs):
         return result
     if result.input_ids is None or params.max_new_tokens != 0:
         return result
-    if _KEEP_WHOLE.get():
-        r = len(result.input_ids)
-    else:
-        r = reusable_prefix_len(query_ids, result.input_ids)
+    shared = reusable_prefix_len(query_ids, result.input_ids)
+    r = len(result.input_ids) if _KEEP_WHOLE.get() else shared
     params.custom_params = with_reusable_len(params.custom_params, r)
+    if r > shared:  # kept whole: grouped with the call's other prompts by the query
+        params.custom_params = with_shared_len(params.custom_params, shared)
     anchors = getattr(result, "token_indices_to_pool", None)
     if anchors and args and getattr(args[0], SETWISE_WITH_CACHE, False):
         # A setwise prompt: its labels are read at every anchor, so the prefix cache may
