@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness.profile_bursts import LABELS, Bursts, add_shape_arguments  # noqa: E402
+from harness.stats import spread  # noqa: E402
 
 
 def main() -> None:
@@ -54,10 +55,7 @@ def main() -> None:
         f"{args.rounds} rounds:"
     )
     for (model, system), times in results.items():
-        print(
-            f"- {model}, {system}: {statistics.median(times):.2f} s "
-            f"({min(times):.2f}-{max(times):.2f})"
-        )
+        print(f"- {model}, {system}: {spread(times)} s")
     for model in ("label tokens", "classification head"):
         stock = statistics.median(results[(model, "stock")])
         ours = statistics.median(results[(model, "ours")])

@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness.profile_bursts import LABELS, Bursts, add_shape_arguments  # noqa: E402
+from harness.stats import spread  # noqa: E402
 
 
 def main() -> None:
@@ -67,7 +68,7 @@ def main() -> None:
         f"{args.rounds} rounds:"
     )
     for kind, values in times.items():
-        print(f"- {kind}: {statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})")
+        print(f"- {kind}: {spread(values)} s")
     many, one = (statistics.median(times[k]) for k in list(kinds)[:2])
     print(f"- {args.requests} adapters / 1 adapter: {many / one:.2f}x")
     print(f"- 1 adapter / base: {one / statistics.median(times['base']):.2f}x")

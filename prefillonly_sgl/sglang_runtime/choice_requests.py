@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+from pydantic import BaseModel
+
 from prefillonly_sgl.choices.answering import Answer, answer, longest_answer_tokens
 from prefillonly_sgl.choices.constraints import Constraint, find_constraint, scorable
 from prefillonly_sgl.choices.rendering import (
@@ -44,10 +46,19 @@ from prefillonly_sgl.single_token.prefix import (
 )
 from prefillonly_sgl.single_token.requests import CHAT_PATH
 
-# vLLM's constraint fields our request models take (SGLang's would drop them)
-VLLM_FIELDS = (
-    "structured_outputs", "guided_choice", "guided_regex", "guided_json", "guided_grammar",
-)  # fmt: skip
+
+class VLLMConstraints(BaseModel):
+    """vLLM's output constraints, which our chat and completions request models take
+    (single_token.py; SGLang's would drop them and the request would run unconstrained)."""
+
+    structured_outputs: dict | None = None
+    guided_choice: list | None = None
+    guided_regex: str | None = None
+    guided_json: dict | str | None = None
+    guided_grammar: str | None = None
+
+
+VLLM_FIELDS = tuple(VLLMConstraints.model_fields)
 _PROMPT_TAIL_TOKENS = 16  # what the first choice is tokenized after (labels.TAIL_CHARS)
 
 

@@ -90,6 +90,31 @@ async def node_logprobs(
     return by_prompt, sum(c.prompt_tokens for c in continued)
 
 
+async def read_nodes(
+    tokenizer_manager,
+    query: TextOrIds,
+    items: list[TextOrIds],
+    trie: LabelTrie,
+    item_first: bool = False,
+    request=None,
+    first_round=contextlib.nullcontext,
+) -> tuple[list[dict[Label, list[float]]], int]:
+    """Both rounds: per item, every trie node's next-token log-probabilities (the root
+    ``()`` included), what label_trie combines; and the prompt tokens of every request
+    sent. first_round: a context manager factory round 1 runs inside (the front's usage
+    record of the prompts' own forwards)."""
+    with first_round():
+        roots, tokens = await root_logprobs(
+            tokenizer_manager, query, items, trie, item_first, request
+        )
+    nodes = [{} for _ in items]
+    if trie.continuations:
+        prompts = prompt_token_ids(tokenizer_manager.tokenizer, query, items, item_first)
+        nodes, more_tokens = await node_logprobs(tokenizer_manager, prompts, trie, request)
+        tokens += more_tokens
+    return [{(): root, **more} for root, more in zip(roots, nodes, strict=True)], tokens
+
+
 async def score_label_sequences(
     tokenizer_manager,
     query: TextOrIds,
@@ -103,15 +128,13 @@ async def score_label_sequences(
 ) -> tuple[list[list[float]], int, list[list[float]]]:
     """(scores per item in label order, prompt tokens of every request sent, each
     label's sequence log-probability per item: the token_logprobs of several tokens)."""
-    roots, root_tokens = await root_logprobs(
+    by_item, prompt_tokens = await read_nodes(
         tokenizer_manager, query, items, trie, item_first, request
     )
-    prompts = prompt_token_ids(tokenizer_manager.tokenizer, query, items, item_first)
-    nodes, node_tokens = await node_logprobs(tokenizer_manager, prompts, trie, request)
     lengths = [len(label) for label in trie.labels]
     scores, sequences = [], []
-    for root, more in zip(roots, nodes, strict=True):
-        logprobs = sequence_logprobs(trie, {(): root, **more})
+    for by_node in by_item:
+        logprobs = sequence_logprobs(trie, by_node)
         sequences.append(logprobs)
         scores.append(label_scores(logprobs, lengths, apply_softmax, length_normalize, temperature))
-    return scores, root_tokens + node_tokens, sequences
+    return scores, prompt_tokens, sequences

@@ -56,12 +56,7 @@ from prefillonly_sgl.scoring.validation import (
     validate_score_request,
 )
 from prefillonly_sgl.sglang_runtime.continuation_logprobs import continuation_logprobs
-from prefillonly_sgl.sglang_runtime.label_sequences import (
-    node_logprobs,
-    prompt_token_ids,
-    root_logprobs,
-    score_label_sequences,
-)
+from prefillonly_sgl.sglang_runtime.label_sequences import read_nodes, score_label_sequences
 from prefillonly_sgl.sglang_runtime.request_recording import record_generate_requests
 
 
@@ -191,21 +186,25 @@ class ScoringFront:
         reads them): what a choice request's answer is picked from."""
         query, items, labels = self.check(query, items, label_token_ids)
         trie = build_trie(labels)
-        tm = self.tokenizer_manager
-        with _sglang_call("label_token_logprobs", cache_salt, lora_path) as record:
+        first: list[RequestRecord] = []  # round 1's own record: the prompts' cache hits
+
+        @contextlib.contextmanager
+        def first_round():
             with _sglang_call("label_token_logprobs.prompts") as prompts_record:
-                roots, _ = await root_logprobs(tm, query, items, trie, False, request)
-            prompts = prompt_token_ids(self.tokenizer, query, items, False)
-            nodes, _ = await node_logprobs(tm, prompts, trie, request)
-        rows = [
-            label_token_logprobs(trie, {(): root, **more})
-            for root, more in zip(roots, nodes, strict=True)
-        ]
+                first.append(prompts_record)
+                yield
+
+        with _sglang_call("label_token_logprobs", cache_salt, lora_path) as record:
+            by_item, _ = await read_nodes(
+                self.tokenizer_manager, query, items, trie, request=request,
+                first_round=first_round,
+            )  # fmt: skip
+        rows = [label_token_logprobs(trie, by_node) for by_node in by_item]
         return LabelTokenLogprobs(
             rows=rows,
             prompt_tokens=record.usage.prompt_tokens,
             cached_tokens=record.usage.cached_tokens,
-            prompt_cached_tokens=prompts_record.usage.cached_tokens,
+            prompt_cached_tokens=first[0].usage.cached_tokens,
         )
 
     def _text_as_ids(self, query, items, item_first, score_extraction_token, options) -> bool:

@@ -36,7 +36,7 @@ from pydantic import PrivateAttr, field_validator, model_validator
 from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
 
 from prefillonly_sgl.scoring.reusable_prefix import with_prefix_ids, with_whole_prompt
-from prefillonly_sgl.sglang_runtime.choice_requests import route_choice_request
+from prefillonly_sgl.sglang_runtime.choice_requests import VLLMConstraints, route_choice_request
 from prefillonly_sgl.single_token.allowed_tokens import (
     finish_of,
     mask_bias,
@@ -61,16 +61,11 @@ _CHAT_SERVING = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
 _COMPLETION_SERVING = "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion"
 
 
-class ChatRequest(ChatCompletionRequest):
+class ChatRequest(ChatCompletionRequest, VLLMConstraints):
     """SGLang's chat request with vLLM's `logprob_token_ids`, `allowed_token_ids`,
     `return_tokens_as_token_ids` and output constraints (`structured_outputs`, the legacy
     `guided_*`)."""
 
-    structured_outputs: dict | None = None
-    guided_choice: list | None = None
-    guided_regex: str | None = None
-    guided_json: dict | str | None = None
-    guided_grammar: str | None = None
     logprob_token_ids: list[int] | None = None
     allowed_token_ids: list[int] | None = None
     return_tokens_as_token_ids: bool | None = None
@@ -92,18 +87,13 @@ class ChatRequest(ChatCompletionRequest):
         return values
 
 
-class CompletionsRequest(CompletionRequest):
+class CompletionsRequest(CompletionRequest, VLLMConstraints):
     """SGLang's completions request with `logprob_token_ids`, `allowed_token_ids` and
     `shared_prefix`, and
     `max_tokens: 0` with `echo` (the prompt's own logprobs only, as OpenAI's API allows
     and older lm-evaluation-harness versions send; SGLang refuses 0), and vLLM's
     `return_tokens_as_token_ids` and output constraints (as ChatRequest)."""
 
-    structured_outputs: dict | None = None
-    guided_choice: list | None = None
-    guided_regex: str | None = None
-    guided_json: dict | str | None = None
-    guided_grammar: str | None = None
     logprob_token_ids: list[int] | None = None
     allowed_token_ids: list[int] | None = None
     return_tokens_as_token_ids: bool | None = None
