@@ -51,8 +51,6 @@ FALL_THROUGH_FIELDS = {
 @dataclass(frozen=True)
 class Constraint:
     source: str  # the field it came from, as the client wrote it ("guided_choice")
-    kind: str  # choice | regex | json | grammar | json_object
-    value: object  # the list, pattern, schema (parsed) or grammar text
     shape: ChoiceShape | None  # answered by scoring; None: SGLang's path
     # SGLang's fields that carry the constraint on its path (vLLM's translated)
     sglang_fields: dict = field(default_factory=dict)
@@ -75,7 +73,7 @@ def find_constraint(fields: dict, chat: bool) -> Constraint | None:
     shape = _shape(source, kind, value)
     if shape is not None and not shape.slots:
         shape = None  # a schema of consts only: nothing to choose, SGLang writes it
-    return Constraint(source, kind, value, shape, _sglang_fields(source, kind, value, chat))
+    return Constraint(source, shape, _sglang_fields(source, kind, value, chat))
 
 
 def scorable(constraint: Constraint | None, fields: dict) -> bool:
