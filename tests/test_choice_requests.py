@@ -258,6 +258,8 @@ def test_outside_the_shape_keeps_sglang_grammar_path(client):
         ({"structured_outputs": {"choice": []}}, "non-empty list"),
         ({"guided_choice": ["a", "a"]}, "repeated: ['a']"),
         ({"guided_choice": ["a", " "]}, "blank"),
+        ({"response_format": "json"}, "response_format must be an object"),  # was SGLang's 500
+        ({"response_format": {"type": "json_schema", "schema": 3}}, "schema must be an object"),
     ],
 )
 def test_bad_choice_requests_are_400s_naming_the_problem(client, extra, message):
