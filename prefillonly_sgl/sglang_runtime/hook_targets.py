@@ -727,7 +727,18 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.model_executor.forward_batch_info.ForwardMode.is_extend": "probe: extends only",
     # -- forward profile (sglang_runtime/forward_profile/scheduler_process.py, benchmarks) --
     "sglang.srt.managers.scheduler.Scheduler.run_batch": (
-        "AROUND: wall time of an extend step (forward, then the label logprobs)"
+        "AROUND: wall time of an extend step (forward, then the label logprobs); the "
+        "forward log's timing events recorded around it on the stream it launches the "
+        "forward on (its enable_overlap, forward_stream and schedule_stream read: the "
+        "model runner's forward stream when overlapping, the current stream otherwise)"
+    ),
+    "sglang.srt.managers.scheduler.Scheduler.process_batch_result": (
+        "AFTER: a batch's results are on the host, so its forward has ended: the forward "
+        "log's held lines whose end event has completed are written (no wait)"
+    ),
+    "sglang.srt.managers.scheduler.Scheduler.on_idle": (
+        "BEFORE: the scheduler has nothing to run: every held forward-log line is written, "
+        "waiting on its end event"
     ),
     "sglang.srt.mem_cache.common.release_kv_cache": (
         "stock; caches and frees [0, kv_committed_len), hence the boundary above; BEFORE "

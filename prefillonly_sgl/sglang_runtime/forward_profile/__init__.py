@@ -6,7 +6,13 @@ the forward itself, of the attention plan, and of each kind of module inside the
 benchmarks/forward_profile.py, in an engine of its own; the module timers add ~1 ms per
 forward.
 
-    scheduler_process.py     the hooks around Scheduler.run_batch and ModelRunner.forward
+The forward log (PREFILLONLY_FORWARD_LOG) rides on the same hooks: one line per extend
+forward, with its device time on CUDA (scheduler_process.py's docstring has the shape).
+
+    scheduler_process.py     the hooks around Scheduler.run_batch and ModelRunner.forward,
+                             after process_batch_result, before on_idle
+    device_time.py           forward-log lines held until their forward's end event has
+                             completed on the device (query() only), flushed at idle
 """
 
 from __future__ import annotations
