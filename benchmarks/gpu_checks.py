@@ -44,7 +44,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from gpu_engine import environment  # noqa: E402
+from card_engine.report import environment  # noqa: E402
 from harness.process_group import run_in_group  # noqa: E402
 
 from prefillonly_sgl.verification.verify import max_abs_diff  # noqa: E402

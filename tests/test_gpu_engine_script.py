@@ -1,7 +1,7 @@
-"""benchmarks/gpu_engine.py's plain pieces (no engine): its arguments, workloads, warm-ups,
-the systems' settings on a card (resolved here, nothing started), the multi-item scoring
-reference and the report. The script itself runs end to end, on the engine kit, in
-tests/test_gpu_kit.py (tiny shapes, CPU)."""
+"""benchmarks/gpu_engine.py's plain pieces (no engine; its modules in benchmarks/card_engine/):
+its arguments, workloads, warm-ups, the systems' settings on a card (resolved here, nothing
+started), the multi-item scoring reference and the report. The script itself runs end to
+end, on the engine kit, in tests/test_gpu_kit.py (tiny shapes, CPU)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import gpu_engine  # noqa: E402
+from card_engine import model, orchestration, parts, report, systems, workloads  # noqa: E402
 from harness import stats  # noqa: E402
 
 
@@ -29,7 +30,7 @@ def test_unknown_parts_and_systems_are_refused_by_name(capsys):
     assert "unknown models ['gpt-9']" in capsys.readouterr().err
     args = gpu_engine.parse_args(["--tiny", "--device", "cpu", "--systems", "ours"])
     assert args.systems == ["ours"] and args.dtype == "float32" and args.models == ["tiny"]
-    assert args.parts == list(gpu_engine.PARTS) and args.overlap
+    assert args.parts == list(systems.PARTS) and args.overlap
     assert gpu_engine.parse_args([]).dtype == "bfloat16"  # the card's
 
 
@@ -37,11 +38,11 @@ def test_quick_is_the_first_card_call_and_ends_within_420_s():
     args = gpu_engine.parse_args(["--quick"])
     assert args.models == ["qwen3-0.6b"]
     assert args.parts == ["correctness", "items", "recommendation"]
-    assert args.deadline == gpu_engine.QUICK_DEADLINE and args.graphs_check
+    assert args.deadline == systems.QUICK_DEADLINE and args.graphs_check
     # the quick call ends by itself within 420 s, the kit's install (~15-20 s) included;
     # a full run's call is 540 s at most
-    assert gpu_engine.QUICK_DEADLINE + gpu_engine.GRACE <= 420 - 20
-    assert gpu_engine.DEADLINE + gpu_engine.GRACE <= 540 - 15
+    assert systems.QUICK_DEADLINE + systems.GRACE <= 420 - 20
+    assert systems.DEADLINE + systems.GRACE <= 540 - 15
     assert not gpu_engine.parse_args(["--quick", "--device", "cpu"]).graphs_check
     sizes = args.sizes
     assert sizes["hold_seconds"] >= 15 and sizes["hold_requests"] >= 300  # p99s of hundreds
@@ -51,12 +52,12 @@ def test_quick_is_the_first_card_call_and_ends_within_420_s():
     assert gpu_engine.parse_args(["--model", "llama-3.2-1b"]).models == ["llama-3.2-1b"]
     # its CPU rehearsal: a tiny model of the same family
     tiny = gpu_engine.parse_args(["--quick", "--tiny", "--device", "cpu"])
-    assert [gpu_engine.SHAPES[m]["arch"] for m in tiny.models] == ["qwen3"]
-    assert tiny.deadline == gpu_engine.TINY_DEADLINE < 900  # the kit test's limit on the run
+    assert [systems.SHAPES[m]["arch"] for m in tiny.models] == ["qwen3"]
+    assert tiny.deadline == systems.TINY_DEADLINE < 900  # the kit test's limit on the run
 
 
 def test_a_rate_is_held_its_seconds_or_its_requests_whichever_comes_first():
-    sizes = gpu_engine.FULL
+    sizes = systems.FULL
     held = [
         stats.held_requests(rate, sizes["hold_seconds"], sizes["hold_requests"], 24)
         for rate in (0.5, 10.0, 20.0, 40.0)
@@ -65,11 +66,11 @@ def test_a_rate_is_held_its_seconds_or_its_requests_whichever_comes_first():
 
 
 def test_multi_item_scoring_is_skipped_off_cuda_with_its_reason():
-    reason = gpu_engine.skip_reason("stock-mis", "cpu")
+    reason = systems.skip_reason("stock-mis", "cpu")
     assert "FlashInfer" in reason and "--enable-mis" in reason and "device is cpu" in reason
-    assert gpu_engine.skip_reason("stock", "cpu") is None
-    assert gpu_engine.skip_reason("ours", "cuda") is None
-    assert gpu_engine.SYSTEM_PARTS["stock-mis"] == ("correctness", "items")
+    assert systems.skip_reason("stock", "cpu") is None
+    assert systems.skip_reason("ours", "cuda") is None
+    assert systems.SYSTEM_PARTS["stock-mis"] == ("correctness", "items")
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
@@ -78,13 +79,11 @@ def test_the_systems_settings_on_a_card(tmp_path, arch):
     as a user of --enable-mis would ask, decode graphs off everywhere, prefill graphs
     SGLang's, ours' buckets stopped at its layer chunk where it runs whole layers."""
     shape = "tiny" if arch == "llama" else "tiny-qwen3"
-    folder = gpu_engine.build_model(shape, tmp_path / arch, "cpu", "float32")
+    folder = model.build_model(shape, tmp_path / arch, "cpu", "float32")
     args = gpu_engine.parse_args(["--tiny", "--device", "cuda"])
     asked = {}
-    for system in gpu_engine.SYSTEMS:
-        config, sglang_args, info = gpu_engine.engine_config(
-            system, folder, args, args.sizes, "auto"
-        )
+    for system in systems.SYSTEMS:
+        config, sglang_args, info = systems.engine_config(system, folder, args, args.sizes, "auto")
         asked[system] = (sglang_args, info, config.settings("hybrid_prefill"))
         if system == "stock":
             assert config.schedule_policy == "lpm" and not config.features
@@ -105,7 +104,7 @@ def test_the_systems_settings_on_a_card(tmp_path, arch):
     assert hybrid is not None and hybrid.whole_up_to is None
     assert "cuda_graph_max_bs_prefill" not in ours_args
     assert "as stock's" in ours_info["prefill"]
-    _, off, _ = gpu_engine.engine_config("ours", folder, args, args.sizes, "off")
+    _, off, _ = systems.engine_config("ours", folder, args, args.sizes, "off")
     assert "cuda_graph_max_bs_prefill" not in off
     assert off["cuda_graph_backend_prefill"] == "disabled"
 
@@ -115,41 +114,41 @@ def test_the_multi_item_reference_is_the_sequence_sglang_scores(tmp_path, monkey
     position, the item after the query as if the delimiter were not there)."""
     from sglang.srt.constants import MIS_DELIMITER_TOKEN_ID
 
-    ids, positions = gpu_engine.mis_prompt([5, 6, 7], [8, 9])
+    ids, positions = model.mis_prompt([5, 6, 7], [8, 9])
     assert ids == [5, 6, 7, MIS_DELIMITER_TOKEN_ID, 8, 9]
     assert positions == [0, 1, 2, 2, 3, 4]
     # a forward of it (the delimiter must be inside the model's vocabulary)
-    shape = {**gpu_engine.SHAPES["tiny"], "vocab_size": MIS_DELIMITER_TOKEN_ID + 16}
-    monkeypatch.setitem(gpu_engine.SHAPES, "tiny-vocab", shape)
-    folder = gpu_engine.build_model("tiny-vocab", tmp_path / "m", "cpu", "float32")
+    shape = {**systems.SHAPES["tiny"], "vocab_size": MIS_DELIMITER_TOKEN_ID + 16}
+    monkeypatch.setitem(systems.SHAPES, "tiny-vocab", shape)
+    folder = model.build_model("tiny-vocab", tmp_path / "m", "cpu", "float32")
     cases = [("cold", [5, 6, 7], [8, 9])]
-    plain = gpu_engine.reference_logprobs(folder, cases, [1, 2], "cpu")
-    mis = gpu_engine.reference_logprobs(folder, cases, [1, 2], "cpu", mis=True)
+    plain = model.reference_logprobs(folder, cases, [1, 2], "cpu")
+    mis = model.reference_logprobs(folder, cases, [1, 2], "cpu", mis=True)
     assert len(mis["cold"]) == 2 and all(v < 0 for v in mis["cold"])
     assert mis["cold"] != plain["cold"]  # the delimiter is attended
 
 
 def test_the_workloads_have_the_shapes_they_claim():
-    sizes = gpu_engine.FULL
-    calls = gpu_engine.items_calls(sizes, 400, [1, 2], n=3, seed=0)
+    sizes = systems.FULL
+    calls = workloads.items_calls(sizes, 400, [1, 2], n=3, seed=0)
     assert [len(c.query) for c in calls] == [120] * 3
     assert all(len(c.items) == 10 and {len(i) for i in c.items} == {180} for c in calls)
     assert len({tuple(c.query) for c in calls}) == 3  # no prefix shared across requests
-    rec = gpu_engine.recommendation_calls(sizes, 400, [1, 2], n=200, seed=1)
+    rec = workloads.recommendation_calls(sizes, 400, [1, 2], n=200, seed=1)
     profiles = {tuple(c.query) for c in rec}
     assert 1 < len(profiles) <= sizes["rec"]["users"]  # users come back
     assert all(1024 <= len(p) <= 2048 for p in profiles)
     assert all(len(c.items) == 8 and {len(i) for i in c.items} == {150} for c in rec)
     # the same users in every run of the script (a second call, another seed)
-    again = gpu_engine.recommendation_calls(sizes, 400, [1, 2], n=50, seed=2)
+    again = workloads.recommendation_calls(sizes, 400, [1, 2], n=50, seed=2)
     assert {tuple(c.query) for c in again} <= _all_profiles(sizes)
     assert {tuple(c.query) for c in again} & profiles
-    ids = gpu_engine.random_ids(random.Random(0), 1000, 7)
+    ids = workloads.random_ids(random.Random(0), 1000, 7)
     assert min(ids) >= 1 and max(ids) < 7
 
 
 def _all_profiles(sizes) -> set:
-    found = {tuple(p) for p in gpu_engine.user_profiles(sizes, 400)}
+    found = {tuple(p) for p in workloads.user_profiles(sizes, 400)}
     assert len(found) == sizes["rec"]["users"]
     return found
 
@@ -158,21 +157,21 @@ def test_the_warm_ups_are_each_shape_without_the_measured_requests():
     """A burst, a second burst and a single request of each load part's shape; the
     recommendation's with users of their own (a miss, then hits), so that the warm-up
     caches none of the measured profiles."""
-    sizes, n = gpu_engine.FULL, gpu_engine.FULL["warmup_requests"]
+    sizes, n = systems.FULL, systems.FULL["warmup_requests"]
     ctx = {"sizes": sizes, "vocab": 400, "labels": [1, 2]}
-    for part in gpu_engine.LOAD_PARTS:
-        passes = gpu_engine.warmup_passes(part, sizes, 400, [1, 2])
+    for part in systems.LOAD_PARTS:
+        passes = workloads.warmup_passes(part, sizes, 400, [1, 2])
         assert [len(p) for p in passes] == [n, n, 1]
-        measured = gpu_engine.part_calls(part, ctx)(4, 5)
+        measured = parts.part_calls(part, ctx)(4, 5)
         item_shapes = {(len(c.items), len(c.items[0])) for c in measured}
         for calls in passes:
             assert {(len(c.items), len(c.items[0])) for c in calls} == item_shapes
-    items = gpu_engine.warmup_passes("items", sizes, 400, [1, 2])
+    items = workloads.warmup_passes("items", sizes, 400, [1, 2])
     queries = {tuple(c.query) for calls in items for c in calls}
     assert len(queries) == 2 * n + 1 and {len(q) for q in queries} == {120}
-    measured = gpu_engine.items_calls(sizes, 400, [1], 50, 1)
+    measured = workloads.items_calls(sizes, 400, [1], 50, 1)
     assert not queries & {tuple(c.query) for c in measured}
-    rec = gpu_engine.warmup_passes("recommendation", sizes, 400, [1, 2])
+    rec = workloads.warmup_passes("recommendation", sizes, 400, [1, 2])
     assert [tuple(c.query) for c in rec[0]] == [tuple(c.query) for c in rec[1]]  # hits
     assert len({tuple(c.query) for c in rec[0]}) == n
     assert not {tuple(c.query) for c in rec[0]} & _all_profiles(sizes)
@@ -197,12 +196,12 @@ def test_the_report_shows_each_part_its_ratio_and_failures():
             "cache_hit_share": 0.5,
         },
     ]
-    off = gpu_engine.DECODE_GRAPHS_OFF
+    off = systems.DECODE_GRAPHS_OFF
     results = {
         "environment": {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3"},
         "model": "qwen3-0.6b",
         "command": "benchmarks/gpu_engine.py",
-        "sizes": gpu_engine.FULL,
+        "sizes": systems.FULL,
         "correctness": {
             "reference": {},
             "rows": [
@@ -264,7 +263,7 @@ def test_the_report_shows_each_part_its_ratio_and_failures():
         "graph_check": {"tolerance": 0.1, "stock": {"max_diff": 0.002, "case": "cold"},
                         "decision": "prefill graphs on: each checked system answered the same"},
     }  # fmt: skip
-    text = gpu_engine.markdown(results)
+    text = report.markdown(results)
     assert "# The engine on NVIDIA H100 80GB HBM3" in text
     assert "| ours | cold | 72 | 0 |  | 1.48e-02 |" in text
     assert "| ours | packed item 1 | 324 | 0 | 1 (4) | 2.01e-02 |" in text
@@ -301,7 +300,7 @@ def test_a_hung_child_is_killed_with_its_own_children(tmp_path):
         "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
         f"open({str(pid_file)!r}, 'w').write(str(g.pid)); time.sleep(600)"
     )
-    code, ended = gpu_engine.run_in_group([sys.executable, "-c", hang], limit=3)
+    code, ended = orchestration.run_in_group([sys.executable, "-c", hang], limit=3)
     assert code is None and "ran past 3 s and was killed" in ended
     grandchild = int(pid_file.read_text())
     deadline = 50
@@ -309,7 +308,7 @@ def test_a_hung_child_is_killed_with_its_own_children(tmp_path):
         deadline -= 1
         time.sleep(0.1)
     assert deadline, f"the grandchild {grandchild} outlived the kill"
-    code, ended = gpu_engine.run_in_group([sys.executable, "-c", "raise SystemExit(3)"], 30)
+    code, ended = orchestration.run_in_group([sys.executable, "-c", "raise SystemExit(3)"], 30)
     assert code == 3 and "ended with code 3" in ended
 
 
@@ -343,7 +342,7 @@ class _FakeChild:
         report = {
             "start_s": 1.0,
             "graphs": {"prefill": self.graphs, "decode": "disabled"},
-            "warmup": {p: {"seconds": 0.5} for p in self.parts if p in gpu_engine.LOAD_PARTS},
+            "warmup": {p: {"seconds": 0.5} for p in self.parts if p in systems.LOAD_PARTS},
             "correctness_rows": (
                 [_row(self.label, logprobs)] if "correctness" in self.parts else []
             ),
@@ -354,7 +353,7 @@ class _FakeChild:
 
     def run_turn(self, part, rates, ends_at, hard_end):
         self.turns.append((self.label, part, rates))
-        if part == gpu_engine.LATE_CORRECTNESS:
+        if part == parts.LATE_CORRECTNESS:
             return {"part": part, "rows": []}
         out = {"part": part, "entry": {"rows": [], "rate_at_p99": 1.0, "rate_exact": True}}
         if rates is None:
@@ -384,15 +383,15 @@ SYSTEM_PARTS = [
 def _fake_run(tmp_path, monkeypatch, failing=(), different=(), argv=("--device", "cuda")):
     import time
 
-    monkeypatch.setattr(gpu_engine, "Child", _FakeChild)
-    monkeypatch.setattr(gpu_engine, "environment", lambda device: {"device": device})
+    monkeypatch.setattr(orchestration, "Child", _FakeChild)
+    monkeypatch.setattr(orchestration, "environment", lambda device: {"device": device})
     monkeypatch.setattr(_FakeChild, "failing", set(failing))
     monkeypatch.setattr(_FakeChild, "different", set(different))
     monkeypatch.setattr(_FakeChild, "turns", [])
     monkeypatch.setattr(_FakeChild, "started", [])
     args = gpu_engine.parse_args([*argv, "--work", str(tmp_path)])
     args.argv, args.ends_at = [], time.time() + 600
-    run = gpu_engine.ModelRun(args, "tiny", tmp_path / "out", 0.0, args.ends_at, lambda m: None)
+    run = orchestration.ModelRun(args, "tiny", tmp_path / "out", 0.0, args.ends_at, lambda m: None)
     run.engines(SYSTEM_PARTS)
     return run
 
@@ -407,7 +406,7 @@ def test_the_parent_runs_stock_then_ours_then_multi_item_scoring_and_checks_the_
     engine is measured instead of a restart."""
     run = _fake_run(tmp_path, monkeypatch, failing={("ours", "auto")})
     items, rec = [len("items"), 9], [len("recommendation"), 9]
-    late = gpu_engine.LATE_CORRECTNESS
+    late = parts.LATE_CORRECTNESS
     assert _FakeChild.turns == [
         ("stock", "items", None),
         ("ours-nographs", "items", items),
@@ -468,7 +467,7 @@ def test_without_the_graph_check_a_failed_start_is_retried_without_graphs(tmp_pa
     assert ("ours", "items", [len("items"), 9]) in _FakeChild.turns
     # past the model's deadline: no engine starts, and the results say so
     monkeypatch.setattr(_FakeChild, "started", [])
-    late = gpu_engine.ModelRun(run.args, "tiny", tmp_path / "late", 0.0, time.time(), print)
+    late = orchestration.ModelRun(run.args, "tiny", tmp_path / "late", 0.0, time.time(), print)
     late.engines([("stock", ["items"])])
     assert _FakeChild.started == []
     assert late.results["errors"] == {"stock items": "not started: past the deadline"}
@@ -477,20 +476,20 @@ def test_without_the_graph_check_a_failed_start_is_retried_without_graphs(tmp_pa
 def test_a_turn_reserves_what_its_rates_need():
     """The first system's turn reserves one hold; later ones their burst and first rate
     at the rates set (300 requests at 50/s: 6 s, not the 15 s hold)."""
-    sizes = dict(gpu_engine.FULL)
-    assert gpu_engine.turn_seconds(sizes, None) == sizes["hold_seconds"] + sizes["drain_seconds"]
-    need = gpu_engine.turn_seconds(sizes, [50.0, 93.75])  # capacity 62.5/s
+    sizes = dict(systems.FULL)
+    assert orchestration.turn_seconds(sizes, None) == sizes["hold_seconds"] + sizes["drain_seconds"]
+    need = orchestration.turn_seconds(sizes, [50.0, 93.75])  # capacity 62.5/s
     assert need == pytest.approx(48 / 62.5 + 4 + 300 / 50 + 4)
 
 
 def test_the_correctness_calls_put_the_packed_items_in_one_call_and_the_long_case_last():
     cases = [("cold", [1], [2]), ("longer than a batch", [3], [4])]
-    cases += [(f"{gpu_engine.PACKED} {k}", [5] * 80, [k]) for k in (1, 2, 3)]
-    early = gpu_engine.correctness_calls(cases, late=False)
+    cases += [(f"{parts.PACKED} {k}", [5] * 80, [k]) for k in (1, 2, 3)]
+    early = parts.correctness_calls(cases, late=False)
     assert [[c[0] for c in call] for call in early] == [
         ["cold"], ["packed item 1", "packed item 2", "packed item 3"]
     ]  # fmt: skip
-    assert gpu_engine.correctness_calls(cases, late=True) == [[cases[1]]]
+    assert parts.correctness_calls(cases, late=True) == [[cases[1]]]
     rows = [_row("stock"), _row("stock-nographs", (-1.25, -2.0))]
-    assert gpu_engine.graph_difference(rows, "stock", "stock-nographs") == (0.25, "cold")
-    assert gpu_engine.graph_difference(rows, "ours", "ours-nographs") == (None, "")
+    assert orchestration.graph_difference(rows, "stock", "stock-nographs") == (0.25, "cold")
+    assert orchestration.graph_difference(rows, "ours", "ours-nographs") == (None, "")
