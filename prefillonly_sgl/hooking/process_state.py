@@ -35,6 +35,13 @@ class PrefillKvState:
     # followers read their leader's prefix in the same forward (prefill_kv/packing.py):
     # active, no recurrent state, and not switched off (PREFILLONLY_PACK_FOLLOWERS=0)
     packs_followers: bool = False
+    # the one-pass attention on CUDA (prefill_attention/one_pass.py) reserved scratch slots
+    # for dropped rows, and reads which request each follower of a forward reads its
+    # prefix from: request-table row -> its leader's row, set for every request of a
+    # batch when its slots are allocated (a row reused by a request that follows nobody
+    # loses its entry then)
+    one_pass: bool = False
+    leaders: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -40,6 +40,10 @@ CUDA_QUERY_CHUNKS = "PREFILLONLY_CUDA_QUERY_CHUNKS"
 # applies the sinks (features/prefill_attention/sink_models.py), instead of SGLang's fa3 /
 # triton without our features; opt-in until a card has run its parity check.
 CUDA_SINKS = "PREFILLONLY_CUDA_SINKS"
+# "1": on CUDA, an extend batch's attention runs as ONE FlashInfer paged pass per layer,
+# each prefix group one sequence under the item mask (features/prefill_attention/
+# one_pass.py), instead of ragged + paged + merge; opt-in until a card has checked it.
+CUDA_ONE_PASS = "PREFILLONLY_CUDA_ONE_PASS"
 # "0": a prefix group's followers wait for their leader's prefix to be cached (a forward
 # later) instead of reading it from the leader in the same forward (A/B runs;
 # features/prefill_kv/packing.py).
@@ -66,6 +70,7 @@ VARIABLES = (
     SHARED_PREFIX_ATTENTION,
     CUDA_QUERY_CHUNKS,
     CUDA_SINKS,
+    CUDA_ONE_PASS,
     PACK_FOLLOWERS,
     WORKER_START,
     API_KEY,
@@ -99,6 +104,7 @@ class ProcessSwitches:
     shared_prefix_attention: bool = True  # False: each request attends to its prefix alone
     cuda_query_chunks: bool = False  # hybrid layer mode through FlashInfer on CUDA
     cuda_sinks: bool = False  # attention-sink models through our FlashInfer backend on CUDA
+    cuda_one_pass: bool = False  # an extend batch's attention in one paged pass on CUDA
     pack_followers: bool = True  # False: followers run a forward after their leader
 
     @classmethod
@@ -112,5 +118,6 @@ class ProcessSwitches:
             shared_prefix_attention=read(SHARED_PREFIX_ATTENTION, environ) != "0",
             cuda_query_chunks=read(CUDA_QUERY_CHUNKS, environ) == "1",
             cuda_sinks=read(CUDA_SINKS, environ) == "1",
+            cuda_one_pass=read(CUDA_ONE_PASS, environ) == "1",
             pack_followers=read(PACK_FOLLOWERS, environ) != "0",
         )

@@ -28,6 +28,17 @@ until tests/test_flashinfer_query_chunk.py has passed on a GPU: scores must not 
 a kernel path nobody has run; without it the layers keep SGLang's forward (with the
 token-wise chunks of mode "token").
 
+One pass per layer (PREFILLONLY_CUDA_ONE_PASS=1, opt-in until a card has checked it
+against the three-pass path: issue 83): an extend batch's attention as ONE FlashInfer
+paged prefill per layer, each prefix group one sequence under multi-item scoring's item
+mask (one_pass.py, flashinfer_one_pass.py), instead of a ragged pass, a paged pass over
+the prefixes and their merge. Every key is then read from the pool, so the batch's
+dropped rows (prefill-only KV) are written to scratch slots this backend reserves at
+start (prefill_kv/scheduler_process.py takes them from the allocator once and reports
+the pool that much smaller) instead of the dummy slot; kept rows go to their real
+slots as before. A forward with more new tokens than the scratch holds, or one this
+path does not cover (query chunks, sinks, a paged-only configuration), runs as before.
+
 Not run on a GPU yet (no GPU was lent to this project's sessions); the decision logic
 is tested on CPU (tests/test_prefill_kv_backend_support.py) and tests/test_gpu_engine.py
 runs the parity checks wherever CUDA is present.
@@ -35,7 +46,8 @@ runs the parity checks wherever CUDA is present.
 
 from __future__ import annotations
 
-from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
+import torch
+from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend, PrefillMetadata
 from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
@@ -44,7 +56,14 @@ from prefillonly_sgl.features.prefill_attention.flashinfer_chunk import (
     FlashInferQueryChunk,
     with_sinks,
 )
+from prefillonly_sgl.features.prefill_attention.flashinfer_one_pass import (
+    PAGED_BACKEND,
+    OnePassAttention,
+)
+from prefillonly_sgl.features.prefill_attention.one_pass import Member
+from prefillonly_sgl.features.prefill_attention.one_pass import plan as plan_one_pass
 from prefillonly_sgl.features.prefill_attention.plan import Span, plan_query_chunk
+from prefillonly_sgl.features.prefill_kv.policy import DROPPED_SLOT
 from prefillonly_sgl.hooking import process_state
 
 # The forward modes prefill-only KV requests run in (no speculative / dLLM modes here).
@@ -84,10 +103,34 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
         """prefill_kv's question to the prefill backend (see the module docstring)."""
         return flashinfer_pool_reads(self, _prefill_graph_backend())
 
+    def one_pass_scratch_tokens(self, max_forward_tokens: int) -> int:
+        """prefill_kv's question at start-up: how many scratch slots the one-pass path
+        wants reserved in the pool (0: the path is off here). One per new token of the
+        largest forward it runs (SGLang's max_prefill_tokens)."""
+        if not process_state.current().switches.cuda_one_pass:
+            return 0
+        if flashinfer_pool_reads(self, _prefill_graph_backend()) is not None:
+            return 0
+        return max(0, int(max_forward_tokens))
+
+    def use_scratch(self, slots) -> None:
+        """The reserved slots (a device tensor), in the order rows use them."""
+        self._scratch = slots
+
     def init_forward_metadata(self, forward_batch) -> None:
-        super().init_forward_metadata(forward_batch)
+        self._one_pass = self._one_pass_for(forward_batch)
         self._query_chunks = {}
         self._chunk_spans = None
+        if self._one_pass is not None:
+            # Stock's plan (its ragged and paged wrappers) is not made: nothing of this
+            # forward runs them. use_ragged False keeps query chunks off it.
+            self.forward_metadata = PrefillMetadata(
+                self.prefill_wrappers_paged, use_ragged=False, extend_no_prefix=False
+            )
+            if not hasattr(self, "_chunk_wrappers"):
+                self._chunk_wrappers = {}
+            return
+        super().init_forward_metadata(forward_batch)
         # FlashInfer wrappers per chunk position in a forward, kept across forwards (a
         # wrapper allocates its own workspace; each chunk plans its own once per forward).
         if not hasattr(self, "_chunk_wrappers"):
@@ -111,6 +154,20 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
         sinks (gpt-oss, opt-in on CUDA: sink_models.py) the whole extend is one query
         chunk, whose gathered keys take each layer's window and whose log-sum-exp takes
         the sinks (flashinfer_chunk.py); stock FlashInfer has no sinks."""
+        one_pass = getattr(self, "_one_pass", None)
+        if one_pass is not None and sinks is None:
+            if (
+                k is None
+                or layer.is_cross_attention
+                or layer.attn_type == AttentionType.ENCODER_ONLY
+            ):
+                # stock's wrappers were not planned for this forward (init_forward_metadata)
+                raise RuntimeError(
+                    "prefillonly's one-pass attention cannot run a layer without its own "
+                    "k / v, a cross-attention or an encoder-only layer; unset "
+                    "PREFILLONLY_CUDA_ONE_PASS for this model"
+                )
+            return self._forward_one_pass(one_pass, q, k, v, layer)
         if sinks is not None:
             n = q.shape[0]
             if k is None:
@@ -139,6 +196,67 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
             )
             save_kv_cache = False
         return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
+
+    def _forward_one_pass(self, one_pass, q, k, v, layer):
+        """The batch's k / v written first (dropped rows to scratch slots), then one paged
+        pass over the pool (module docstring)."""
+        write_loc = one_pass.write_loc
+        n = write_loc.shape[0]  # q / k may carry a CUDA graph's padding past the batch
+        k = k.view(-1, layer.tp_k_head_num, layer.qk_head_dim)[:n]
+        v = v.view(-1, layer.tp_v_head_num, layer.v_head_dim)[:n]
+        # Written even where SGLang would not save this layer's KV: the pass reads it here.
+        self._write_kv(layer, KVWriteLoc(write_loc, None), k, v)
+        k_pool, v_pool = self.token_to_kv_pool.get_kv_buffer(layer.layer_id)
+        o = one_pass.attention(
+            q.view(-1, layer.tp_q_head_num, layer.head_dim),
+            k_pool,
+            v_pool,
+            layer.scaling,
+            layer.logit_cap or 0.0,
+        )
+        return o.view(-1, layer.tp_q_head_num * layer.v_head_dim)
+
+    def _one_pass_for(self, forward_batch):
+        """This forward's one-pass attention, or None where it runs as before."""
+        scratch = getattr(self, "_scratch", None)
+        if scratch is None or forward_batch.forward_mode not in _PLAIN_EXTEND:
+            return None
+        pool_rows = getattr(forward_batch, "req_pool_indices_cpu", None)
+        if pool_rows is None or forward_batch.out_cache_loc is None:
+            return None
+        prefix_lens = list(forward_batch.extend_prefix_lens_cpu)
+        new_lens = list(forward_batch.extend_seq_lens_cpu)
+        n = sum(new_lens)
+        if n > scratch.shape[0] or forward_batch.out_cache_loc.shape[0] != n:
+            return None
+        pool_rows = [int(r) for r in pool_rows.tolist()]
+        members = _members(pool_rows, prefix_lens, new_lens, process_state.current())
+        loc = forward_batch.out_cache_loc
+        # Dropped rows hold the dummy slot (prefill-only KV's allocation); here each
+        # gets its own scratch slot (row i -> scratch[i]), without reading `loc` back.
+        write_loc = torch.where(loc == DROPPED_SLOT, scratch[:n].to(loc.dtype), loc)
+        wrapper = self._one_pass_wrapper()
+        attention = OnePassAttention(
+            plan_one_pass(members),
+            write_loc,
+            self.req_to_token_pool.req_to_token,
+            pool_rows,
+            wrapper,
+        )
+        return _OnePass(write_loc, attention)
+
+    def _one_pass_wrapper(self):
+        """The paged wrapper of the one-pass path, made once (it allocates its own
+        buffers; the float workspace is the backend's, as its other wrappers')."""
+        wrapper = getattr(self, "_one_pass_paged", None)
+        if wrapper is None:
+            import flashinfer
+
+            wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+                self.workspace_buffer, "NHD", backend=PAGED_BACKEND
+            )
+            self._one_pass_paged = wrapper
+        return wrapper
 
     def forward_decode(
         self, q, k, v, layer, forward_batch, save_kv_cache=True, sinks=None, **kwargs
@@ -244,6 +362,26 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
                 row += n
             self._chunk_spans = (spans, slots)
         return self._chunk_spans
+
+
+class _OnePass:
+    """One forward's one-pass state: where its rows are written, and its attention."""
+
+    def __init__(self, write_loc, attention) -> None:
+        self.write_loc = write_loc
+        self.attention = attention
+
+
+def _members(pool_rows, prefix_lens, new_lens, state) -> list[Member]:
+    """The batch's requests for one_pass.plan: each follower's leader by its request row
+    (prefill_kv records them per forward: PrefillKvState.leaders), as a batch index."""
+    position = {row: i for i, row in enumerate(pool_rows)}
+    leaders = state.prefill_kv.leaders
+    members = []
+    for row, p, n in zip(pool_rows, prefix_lens, new_lens):
+        leader = position.get(leaders.get(row, -1))
+        members.append(Member(int(p), int(n), leader))
+    return members
 
 
 def _drops_kv() -> bool:

@@ -132,7 +132,50 @@ def _after_get_worker_info(result, self, *args, **kwargs):
     table_len = runner.req_to_token_pool.max_context_len
     # Same margins as the stock limit (TpModelWorker.get_worker_info), minus the pool bound.
     STATE.max_scoring_input_len = min(context_len - 1, table_len - 1) - 5
+    if STATE.active and not STATE.recurrent_state:
+        result = _reserve_one_pass_scratch(runner, result)
     return result
+
+
+def _reserve_one_pass_scratch(runner, result):
+    """The one-pass attention's scratch slots (prefill_attention/one_pass.py: dropped rows
+    are written there so one paged pass reads every key from the pool), taken from the
+    allocator once, before any request, and never freed. The scheduler is told a pool
+    that much smaller (get_worker_info's first field, and the request limits bound by
+    it), so its accounting and its idle leak check stay exact."""
+    backend = _prefill_backend(runner.attn_backend)
+    ask = getattr(backend, "one_pass_scratch_tokens", None)
+    total, max_prefill_tokens = result[0], result[1]
+    wanted = ask(max_prefill_tokens) if ask is not None else 0
+    if wanted <= 0:
+        return result
+    if wanted > total // 2:
+        logger.warning(
+            "prefillonly: one-pass attention off: its %d scratch slots would take more than "
+            "half of the %d-token KV pool",
+            wanted,
+            total,
+        )
+        return result
+    slots = runner.token_to_kv_pool_allocator.alloc(wanted)
+    if slots is None:
+        logger.warning("prefillonly: one-pass attention off: the pool has no %d free slots", wanted)
+        return result
+    backend.use_scratch(slots)
+    STATE.one_pass = True
+    logger.info("prefillonly: one-pass attention on, %d scratch slots reserved", wanted)
+    return shrunk_worker_info(result, wanted)
+
+
+def shrunk_worker_info(result: tuple, reserved: int) -> tuple:
+    """get_worker_info's answer for a pool `reserved` tokens smaller: its capacity, and
+    the request limits it bounds (max_req_len <= capacity - 1, max_req_input_len =
+    max_req_len - 5, as TpModelWorker.get_worker_info derives them)."""
+    values = list(result)
+    values[0] = result[0] - reserved
+    values[4] = min(result[4], values[0] - 1)
+    values[5] = min(result[5], values[4] - 5)
+    return tuple(values)
 
 
 def _unsupported_here(worker, runner) -> str | None:
@@ -151,17 +194,30 @@ def _unsupported_here(worker, runner) -> str | None:
     return _prefill_backend_check(runner.attn_backend, HybridAttnBackend, HybridLinearAttnBackend)
 
 
-def _prefill_backend_check(backend, hybrid_type, hybrid_linear_type) -> str | None:
-    """Why the backend that runs score prompts' full attention cannot drop suffix KV.
-    Wrappers are unwrapped by type, not by attribute: FlashInfer's own backend has a
-    `prefill_backend` too, the name of its kernel ("fa2"), which made every CUDA engine
-    report "attention backend str" (the H200 run of 2026-11-26)."""
+def _prefill_backend(backend):
+    """The backend that runs score prompts' full attention. Wrappers are unwrapped by
+    type, not by attribute: FlashInfer's own backend has a `prefill_backend` too, the
+    name of its kernel ("fa2"), which made every CUDA engine report "attention backend
+    str" (the H200 run of 2026-11-26)."""
+    from sglang.srt.layers.attention.hybrid_attn_backend import HybridAttnBackend
+    from sglang.srt.layers.attention.hybrid_linear_attn_backend import HybridLinearAttnBackend
+
+    return _unwrapped(backend, HybridAttnBackend, HybridLinearAttnBackend)
+
+
+def _unwrapped(backend, hybrid_type, hybrid_linear_type):
     if isinstance(backend, hybrid_type):  # prefill and decode backends: the prefill side
         backend = backend.prefill_backend
     # HybridLinearAttnBackend: its full-attention layers' backend (the linear-attention
     # layers keep no per-token KV; their state is split at R instead, _split_at_prefix)
     if isinstance(backend, hybrid_linear_type):
         backend = backend.full_attn_backend
+    return backend
+
+
+def _prefill_backend_check(backend, hybrid_type, hybrid_linear_type) -> str | None:
+    """Why the backend that runs score prompts' full attention cannot drop suffix KV."""
+    backend = _unwrapped(backend, hybrid_type, hybrid_linear_type)
     check = getattr(backend, "prefill_only_kv_unsupported", None)
     if check is None:  # stock backends read new tokens back from the pool
         return f"attention backend {type(backend).__name__} is not prefillonly's"
@@ -453,8 +509,15 @@ def _read_leaders_slots(batch) -> None:
     and a leader precedes its followers). [0, S) is then protected: the leader, or the
     cache, owns it."""
     req_to_token = batch.req_to_token_pool.req_to_token
+    leaders = STATE.leaders if STATE.one_pass else None
     for req in batch.reqs:
         follower = getattr(req, FOLLOWER_MARK, None)
+        if leaders is not None:
+            # the one-pass attention's view of this forward (PrefillKvState.leaders)
+            if follower is None:
+                leaders.pop(req.kv.req_pool_idx, None)
+            else:
+                leaders[req.kv.req_pool_idx] = follower.leader.kv.req_pool_idx
         if follower is None:
             continue
         lo, hi = follower.matched, follower.packed
