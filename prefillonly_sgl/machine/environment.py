@@ -2,9 +2,10 @@
 
 One carries the runtime configuration to SGLang's worker processes (set by prefillonly
 while SGLang starts, never by hand: sglang_runtime/plugin.runtime_enabled); the others are
-for people: where caches live, the device, the forward profile, debugging logs and an
-opt-in for an untested path. No setting passes between prefillonly's own modules through
-the environment, and this module is the only one that reads it (tests/test_package_shape.py).
+for people: where caches live, the device, the instruments (forward profile, forward log,
+kernel profile), debugging logs and an opt-in for an untested path. No setting passes
+between prefillonly's own modules through the environment, and this module is the only
+one that reads it (tests/test_package_shape.py).
 Modules read them through `read(NAME)` so that this table stays the whole list
 (tests/test_package_shape.py checks that no other module names a PREFILLONLY_ variable);
 SGLang's processes read the ones their hooks act on once, as ProcessSwitches.
@@ -27,6 +28,10 @@ FORWARD_PROFILE = "PREFILLONLY_FORWARD_PROFILE"
 # An instrument without timers: a file the scheduler appends one line per extend forward
 # to (its requests' cached and new tokens): how many forwards a workload took.
 FORWARD_LOG = "PREFILLONLY_FORWARD_LOG"
+# An instrument on request: a file the scheduler appends a stage table per profiled extend
+# forward to (torch.profiler), once `<file>.arm` names how many to profile
+# (sglang_runtime/forward_profile/kernel_profile.py).
+KERNEL_PROFILE = "PREFILLONLY_KERNEL_PROFILE"
 # Debugging logs (a file to append to) of one feature each.
 ATTENTION_LOG = "PREFILLONLY_ATTENTION_LOG"
 SCHEDULER_LOG = "PREFILLONLY_SCHEDULER_LOG"
@@ -64,6 +69,7 @@ VARIABLES = (
     DEVICE,
     FORWARD_PROFILE,
     FORWARD_LOG,
+    KERNEL_PROFILE,
     ATTENTION_LOG,
     SCHEDULER_LOG,
     HYBRID_LOG,
@@ -101,6 +107,7 @@ class ProcessSwitches:
     hybrid_log: str | None = None
     forward_profile: str | None = None  # the file the forward profile appends to
     forward_log: str | None = None  # the file one line per extend forward goes to
+    kernel_profile: str | None = None  # the file armed kernel profiles go to
     shared_prefix_attention: bool = True  # False: each request attends to its prefix alone
     cuda_query_chunks: bool = False  # hybrid layer mode through FlashInfer on CUDA
     cuda_sinks: bool = False  # attention-sink models through our FlashInfer backend on CUDA
@@ -115,6 +122,7 @@ class ProcessSwitches:
             hybrid_log=read(HYBRID_LOG, environ),
             forward_profile=read(FORWARD_PROFILE, environ),
             forward_log=read(FORWARD_LOG, environ),
+            kernel_profile=read(KERNEL_PROFILE, environ),
             shared_prefix_attention=read(SHARED_PREFIX_ATTENTION, environ) != "0",
             cuda_query_chunks=read(CUDA_QUERY_CHUNKS, environ) == "1",
             cuda_sinks=read(CUDA_SINKS, environ) == "1",

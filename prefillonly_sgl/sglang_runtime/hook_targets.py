@@ -740,6 +740,14 @@ HOOK_TARGETS: dict[str, str] = {
         "BEFORE: the scheduler has nothing to run: every held forward-log line is written, "
         "waiting on its end event"
     ),
+    "sglang.srt.layers.logits_processor.LogitsProcessor": (
+        "kernel profile (forward_profile/kernel_profile.py): a profiler range around each "
+        "instance's forward while a forward is profiled (found by class name among "
+        "scheduler.tp_worker.model_runner.model's modules, with RadixAttention, RMSNorm, "
+        "the *Linear and *RotaryEmbedding layers, SiluAndMul), and around the pool's "
+        "set_kv_buffer (wrapped per instance, then restored): the LM head's GEMM and the "
+        "KV writes told apart from other kernels"
+    ),
     "sglang.srt.mem_cache.common.release_kv_cache": (
         "stock; caches and frees [0, kv_committed_len), hence the boundary above; BEFORE "
         "(features/prompt_logprobs/scheduler_process.py): an echo request's KV slots, read before "

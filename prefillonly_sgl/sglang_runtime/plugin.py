@@ -33,8 +33,9 @@ logger = logging.getLogger(__name__)
 # Instruments: measuring hooks, installed (whatever the features) in a prefillonly engine
 # that asks for them: the memory probe when its configuration names a file
 # (WorkerConfig.memory_probe: the memory calibration's engine), the forward profile when
-# its variable is set (ProcessSwitches.forward_profile: benchmarks/forward_profile.py), or
-# the forward log's (ProcessSwitches.forward_log: one line per extend forward, no timers).
+# its variable is set (ProcessSwitches.forward_profile: benchmarks/forward_profile.py), the
+# forward log's (ProcessSwitches.forward_log: one line per extend forward, no timers), or
+# the kernel profile's (ProcessSwitches.kernel_profile: stage tables when armed).
 INSTRUMENTS: dict[str, str] = {
     "memory_probe": "prefillonly_sgl.sglang_runtime.memory_probe:register",
     "forward_profile": "prefillonly_sgl.sglang_runtime.forward_profile:register",
@@ -108,7 +109,7 @@ def load_plugin() -> None:
         logger.info("prefillonly: applied runtime feature %s", name)
     if config.memory_probe:
         _call(INSTRUMENTS["memory_probe"])
-    if switches.forward_profile or switches.forward_log:
+    if switches.forward_profile or switches.forward_log or switches.kernel_profile:
         _call(INSTRUMENTS["forward_profile"])
 
 

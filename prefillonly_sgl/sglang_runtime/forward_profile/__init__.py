@@ -8,11 +8,15 @@ forward.
 
 The forward log (PREFILLONLY_FORWARD_LOG) rides on the same hooks: one line per extend
 forward, with its device time on CUDA (scheduler_process.py's docstring has the shape).
+So does the kernel profile (PREFILLONLY_KERNEL_PROFILE): when `<file>.arm` names a count,
+that many extend forwards under torch.profiler, one stage table each (kernel_profile.py).
 
     scheduler_process.py     the hooks around Scheduler.run_batch and ModelRunner.forward,
                              after process_batch_result, before on_idle
     device_time.py           forward-log lines held until their forward's end event has
                              completed on the device (query() only), flushed at idle
+    kernel_profile.py        the kernel profile: arming, module ranges, the profiled step
+    stages.py                kernel and op names by stage, one forward's summary (plain)
 """
 
 from __future__ import annotations

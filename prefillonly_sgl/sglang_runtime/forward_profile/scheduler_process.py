@@ -36,7 +36,11 @@ each:
   scheduler goes idle (Scheduler.on_idle, where it waits on the event) or the process
   exits (atexit; a worker killed with SIGKILL mid-run loses its held lines). On a CPU
   there are no events: the line is written at once, without device_ms. Lines keep the
-  forwards' launch order."""
+  forwards' launch order.
+
+The kernel profile (PREFILLONLY_KERNEL_PROFILE, kernel_profile.py): at each extend
+forward, one os.path.exists of `<file>.arm`; when it is there, the next N extend steps
+run under torch.profiler and their stage table goes to the file (stages.py)."""
 
 from __future__ import annotations
 
@@ -47,24 +51,9 @@ import time
 from prefillonly_sgl.features.prefill_kv.packing import FOLLOWER_MARK
 from prefillonly_sgl.hooking import process_state
 from prefillonly_sgl.hooking.events import append_event
+from prefillonly_sgl.sglang_runtime.forward_profile import kernel_profile
 from prefillonly_sgl.sglang_runtime.forward_profile.device_time import HeldForwards
-
-# SGLang module class name -> kind. Leaves only (a linear layer inside an MLP is timed as
-# "linear", the MLP itself not at all).
-KIND_OF_CLASS = {
-    "QKVParallelLinear": "linear",
-    "RowParallelLinear": "linear",
-    "MergedColumnParallelLinear": "linear",
-    "ColumnParallelLinear": "linear",
-    "ReplicatedLinear": "linear",
-    "RadixAttention": "attention",
-    "RMSNorm": "norm",
-    "RotaryEmbedding": "rotary",
-    "Llama3RotaryEmbedding": "rotary",
-    "SiluAndMul": "activation",
-    "LogitsProcessor": "logits",
-    "VocabParallelEmbedding": "embedding",
-}
+from prefillonly_sgl.sglang_runtime.forward_profile.stages import KIND_OF_CLASS
 
 _state = {"installed": False, "times": {}, "plan": 0.0}
 
@@ -194,15 +183,24 @@ def _around_run_batch(original, self, batch, *args, **kwargs):
     path = switches.forward_profile
     if not batch.forward_mode.is_extend():
         return original(self, batch, *args, **kwargs)
+
+    def step():
+        return original(self, batch, *args, **kwargs)
+
+    kernels = switches.kernel_profile
+    if kernels and kernel_profile.armed(kernels):  # one os.path.exists when not armed
+        run = step
+
+        def step():
+            return kernel_profile.profile_step(kernels, self, batch, run)
+
     if not path:
         if not switches.forward_log:
-            return original(self, batch, *args, **kwargs)
-        return _logged_step(
-            switches.forward_log, self, batch, lambda: original(self, batch, *args, **kwargs)
-        )
+            return step()
+        return _logged_step(switches.forward_log, self, batch, step)
     _state.pop("last", None)
     start = time.perf_counter()
-    result = original(self, batch, *args, **kwargs)
+    result = step()
     step = time.perf_counter() - start
     record = _state.pop("last", None)
     if record is not None:
