@@ -67,6 +67,10 @@ class Engine:
     jct_eviction: "queue" (default): under memory pressure the cached prefixes waiting
         requests will hit are evicted last, and those hits run before a batch would evict
         them; "lru": SGLang's least-recently-used eviction (for A/B runs).
+    jct_batch_tokens: new tokens per planned batch of whole scoring prompts, up to
+        SGLang's max_prefill_tokens (default on CUDA: max_prefill_tokens, 16384 unless
+        set, with the prefill CUDA graphs' buckets to match; on CPU stock's
+        min(max_prefill_tokens, chunked_prefill_size)). docs/scheduler.md.
     hybrid_prefill: run long prompts in chunks of hybrid_prefill_chunk_size tokens: a long
         prompt's peak activation memory drops, its scores stay the same
         (docs/hybrid_prefill.md). hybrid_prefill_mode "layer" (default): whole decoder

@@ -107,9 +107,13 @@ def test_memory_budget_rules_in_one_place(model):
     cuda, _ = _engine(model, device="cuda", memory_budget="1GiB")
     assert cuda.sglang_defaults()["mem_fraction_static"] == BUDGET_MEM_FRACTION_STATIC
     # prefill CUDA graphs never capture a batch hybrid prefilling would run in chunks:
-    # by default only forwards past stock's largest batch chunk (SGLang's buckets stay);
-    # an explicit limit (or chunk size) caps the buckets at it
-    assert "cuda_graph_max_bs_prefill" not in _engine(model, device="cuda")[0].sglang_defaults()
+    # by default only forwards past the scheduler's largest batch chunk; the JCT
+    # scheduler's batches of whole scoring prompts reach max_prefill_tokens on CUDA
+    # (jct_scheduler/batch_budget.py), so the buckets follow them (SGLang's own stay
+    # under stock's policy); an explicit limit (or chunk size) caps the buckets at it
+    assert _engine(model, device="cuda")[0].sglang_defaults()["cuda_graph_max_bs_prefill"] == 16384
+    stock_policy = _engine(model, device="cuda", schedule_policy="lpm")[0]
+    assert "cuda_graph_max_bs_prefill" not in stock_policy.sglang_defaults()
     # under a budget every forward past a chunk chunks, as its measurement assumes
     assert cuda.settings("hybrid_prefill").whole_up_to == 2048
     assert cuda.sglang_defaults()["cuda_graph_max_bs_prefill"] == 2048

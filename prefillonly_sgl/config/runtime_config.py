@@ -228,6 +228,18 @@ class RuntimeConfig:
             # an explicit limit the scheduler's limit is the largest bucket or more
             # (hybrid_prefill/settings.whole_limit): stock's graphs stay as they are.
             defaults["cuda_graph_max_bs_prefill"] = hybrid.whole_up_to
+        jct = self.settings("jct_scheduler")
+        if (
+            self.device == "cuda"
+            and jct is not None
+            and jct.batch_tokens is not None
+            and "cuda_graph_max_bs_prefill" not in defaults
+        ):
+            # The JCT scheduler's batches of whole scoring prompts reach past the chunk
+            # size (jct_scheduler/batch_budget.py): the prefill graphs' buckets follow, so
+            # those forwards replay a graph instead of running eager (and hybrid
+            # prefilling, whose limit is the largest bucket or more, leaves them whole).
+            defaults["cuda_graph_max_bs_prefill"] = jct.batch_tokens
         return defaults
 
     def planned(self, plan: MemoryPlan) -> RuntimeConfig:

@@ -150,6 +150,15 @@ FEATURES: dict[str, Feature] = {
                         "lru",
                     ),  # features/jct_scheduler/eviction.py: EVICTION_POLICIES
                 ),
+                Option(
+                    "jct_batch_tokens",
+                    "--jct-batch-tokens",
+                    "JCT scheduler: new tokens per batch of whole scoring prompts, up to "
+                    "max_prefill_tokens (default: max_prefill_tokens on CUDA, 16384 unless "
+                    "set; elsewhere stock's min(max_prefill_tokens, chunked_prefill_size))",
+                    positive_int,
+                    "TOKENS",
+                ),
             ),
             settings="prefillonly_sgl.features.jct_scheduler.settings:JctSettings",
             reads_reusable_len=True,

@@ -11,7 +11,9 @@ extension points:
   the radix cache holds of them, asks for the next batch and moves it to the queue's head.
 - Scheduler.get_prefill_adder_class (AFTER): the PrefillAdder SGLang builds for the batch
   admits only the planned requests (the first other request ends the batch), still under
-  SGLang's own memory and token budgets.
+  SGLang's own memory and token budgets; a planned batch of whole one-forward prompts may
+  pass the chunk budget up to the batch budget (batch_budget.py: on CUDA,
+  max_prefill_tokens).
 - RadixCache.evict (AFTER): counts evictions, so the cache is matched again in full only
   after one. SGLang 0.5.23 builds a UnifiedRadixCache instead unless asked otherwise,
   which is not counted: then every group is matched each step (which also refreshes the
@@ -50,6 +52,7 @@ from sglang.srt.mem_cache.base_prefix_cache import EvictParams, EvictResult, Mat
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
+from prefillonly_sgl.features.jct_scheduler.batch_budget import batch_token_budget, chunk_lift
 from prefillonly_sgl.features.jct_scheduler.eviction import (
     defer_for_hits,
     evict_protected_last,
@@ -59,6 +62,7 @@ from prefillonly_sgl.features.jct_scheduler.policy import JctPolicy
 from prefillonly_sgl.features.jct_scheduler.prefix_marks import prefix_marks
 from prefillonly_sgl.features.jct_scheduler.settings import JctSettings
 from prefillonly_sgl.features.prefill_kv.messages import grouping_len_in
+from prefillonly_sgl.features.prefill_kv.policy import runs_one_forward
 from prefillonly_sgl.hooking import process_state
 from prefillonly_sgl.hooking.events import append_event
 
@@ -89,11 +93,17 @@ class JctSchedulePolicy(SchedulePolicy):
             scheduler.enable_priority_scheduling,
             scheduler.schedule_low_priority_values_first,
         )
-        budgets = [scheduler.max_prefill_tokens, scheduler.chunked_prefill_size]
+        budget = batch_token_budget(
+            settings.batch_tokens, scheduler.max_prefill_tokens, scheduler.chunked_prefill_size
+        )
+        # how far a batch of whole one-forward prompts reaches past SGLang's chunk budget
+        # (batch_budget.py); `lift` is this step's, read by the planned adder
+        self.chunk_lift = chunk_lift(budget, scheduler.chunked_prefill_size)
+        self.lift = 0
         self.jct = JctPolicy(
             settings.model,
             aging=settings.aging,
-            token_budget=min(b for b in budgets if b and b > 0),
+            token_budget=budget,
             long_factor=settings.long_factor,
             size_ratio=settings.size_ratio,
         )
@@ -124,6 +134,7 @@ class JctSchedulePolicy(SchedulePolicy):
     def calc_priority(self, waiting_queue, running_batch=None, processed_tokens=0) -> None:
         if not waiting_queue:
             self.planned = None
+            self.lift = 0
             return
         now = time.perf_counter()
         changed = self.jct.groups_sharing(rid for batch in self._recent_batches for rid in batch)
@@ -141,6 +152,8 @@ class JctSchedulePolicy(SchedulePolicy):
         head = sorted((r for r in waiting_queue if r.rid in members), key=lambda r: position[r.rid])
         waiting_queue[:] = head + [r for r in waiting_queue if r.rid not in members]
         self.planned = members
+        whole = head and all(runs_one_forward(r.sampling_params.max_new_tokens) for r in head)
+        self.lift = self.chunk_lift if whole else 0
         self._recent_batches = [*self._recent_batches[-1:], list(plan.batch)]
         _log_plan(plan)
 
@@ -282,6 +295,14 @@ def _planned_adder(base):
 
     class PlannedPrefillAdder(base):
         plan: JctSchedulePolicy | None = None
+
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            # a planned batch of whole one-forward prompts may pass the chunk budget
+            # (batch_budget.py); SGLang's own max_prefill_tokens budget still bounds it
+            lift = self.plan.lift if self.plan is not None else 0
+            if lift and self.rem_chunk_tokens is not None:
+                self.rem_chunk_tokens += lift
 
         def add_one_req(self, req, has_chunked_req, truncation_align_size):
             planned = self.plan.planned if self.plan is not None else None

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from prefillonly_sgl.features import JCT_POLICY  # noqa: F401  (re-exported)
+from prefillonly_sgl.features.jct_scheduler.batch_budget import default_batch_tokens
 from prefillonly_sgl.features.jct_scheduler.device_model import card_model, decoder_shape
 from prefillonly_sgl.features.jct_scheduler.eviction import DEFAULT_EVICTION, EVICTION_POLICIES
 from prefillonly_sgl.features.jct_scheduler.jct_model import DEFAULT, JctModel, default_model
@@ -29,8 +30,17 @@ class JctSettings:
     long_factor: float = DEFAULT_LONG_FACTOR
     size_ratio: float = DEFAULT_SIZE_RATIO
     eviction: str = DEFAULT_EVICTION  # eviction.py
+    # new tokens per planned batch of whole one-forward prompts (batch_budget.py); None:
+    # stock's min(max_prefill_tokens, chunked_prefill_size)
+    batch_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        if self.batch_tokens is not None and (
+            type(self.batch_tokens) is not int or self.batch_tokens < 1
+        ):
+            raise ValueError(
+                f"JCT batch tokens must be a positive number of tokens, got {self.batch_tokens!r}"
+            )
         if self.eviction not in EVICTION_POLICIES:
             raise ValueError(
                 f"JCT eviction must be one of {', '.join(EVICTION_POLICIES)}, got {self.eviction!r}"
@@ -52,7 +62,12 @@ class JctSettings:
 
     @classmethod
     def resolve(
-        cls, context, jct_aging: float | None = None, jct_profile=None, jct_eviction=None
+        cls,
+        context,
+        jct_aging: float | None = None,
+        jct_profile=None,
+        jct_eviction=None,
+        jct_batch_tokens: int | None = None,
     ) -> JctSettings:
         """The feature registry's resolver (features/__init__.py): `context` is runtime_config's
         FeatureContext (model, device, dtype, features)."""
@@ -64,6 +79,7 @@ class JctSettings:
             jct_aging,
             jct_profile,
             jct_eviction,
+            jct_batch_tokens,
         )
 
 
@@ -90,11 +106,13 @@ def resolve_settings(
     aging: float | None = None,
     profile: str | Path | None = None,
     eviction: str | None = None,
+    batch_tokens: int | None = None,
 ) -> JctSettings:
     """The settings an engine starts with: the profile given, else the saved profile of
     this model / device / dtype / runtime features (`prefillonly profile` writes it), else
     the built-in model (built_in_model: the card's estimate on CUDA, the CPU's per
-    dtype); aging None: DEFAULT_AGING; eviction None: DEFAULT_EVICTION."""
+    dtype); aging None: DEFAULT_AGING; eviction None: DEFAULT_EVICTION; batch_tokens
+    None: the device's default (batch_budget.py)."""
     if profile is not None:
         model = load_profile(profile)
     else:
@@ -105,4 +123,5 @@ def resolve_settings(
         model=model,
         aging=DEFAULT_AGING if aging is None else aging,
         eviction=eviction or DEFAULT_EVICTION,
+        batch_tokens=batch_tokens if batch_tokens is not None else default_batch_tokens(device),
     )
