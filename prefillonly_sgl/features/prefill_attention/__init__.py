@@ -5,6 +5,8 @@ only, against the cached prefix read from the pool (docs/prefill_attention.md).
     cpu_extend.py                    the CPU kernel: new tokens only, fused SDPA (torch)
     query_chunk.py                   one query chunk of a batch (hybrid prefilling's layers)
     flashinfer_chunk.py              the same with FlashInfer's ragged prefill on CUDA
+    one_pass.py                      a packed batch as one paged pass per layer (plain)
+    flashinfer_one_pass.py           ... made into FlashInfer's paged prefill on CUDA
     scheduler_torch_backend.py       the CPU backend (under torch_native's name, and
                                      intel_amx's / triton's for the models below), in the
                                      scheduler process; registers the GPU one too
