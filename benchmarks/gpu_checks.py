@@ -9,6 +9,8 @@ runs out of time loses only itself).
     .venv/bin/python benchmarks/gpu_checks.py --prepare build/gpu_checks
     # on the card (device run, carry ["build/gpu_kit", "build/gpu_checks"]):
     bash scripts/gpu_kit/run_on_card.sh --checks
+    # or as side jobs of the engine's quick call (gpu_engine.py --parts ...,checks):
+    bash scripts/gpu_kit/run_on_card.sh --engine --quick
     # rehearsed here:
     PREFILLONLY_DEVICE=cpu PYTHON=.venv/bin/python bash scripts/gpu_kit/run_on_card.sh \
         --checks --device cpu
@@ -45,7 +47,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 from card_engine.report import environment  # noqa: E402
-from harness.process_group import run_in_group  # noqa: E402
+from harness.process_group import end_group, run_in_group, start_in_group  # noqa: E402
 
 from prefillonly_sgl.verification.verify import max_abs_diff  # noqa: E402
 
@@ -254,11 +256,23 @@ def main(argv=None) -> int:
     parser.add_argument("--prepare", type=Path, help="write the adapters there (CPU, peft)")
     parser.add_argument("--limit", type=float, default=150, help="seconds per check")
     parser.add_argument("--deadline", type=float, default=400, help="no check starts after")
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="every check's process at once (each its --limit; gpu_engine.py's side job)",
+    )
     parser.add_argument("--only", help=argparse.SUPPRESS)  # a child: one check, JSON out
     args = parser.parse_args(argv)
     if args.prepare is not None:
         prepare(args.prepare)
         return 0
+    names = [c for c in args.checks.split(",") if c]
+    if "lora" in names and args.only is None and not (args.prepared / "adapters").exists():
+        # not carried: written here where peft imports (the card's image has it)
+        try:
+            prepare(args.prepared)
+        except Exception as e:  # the lora check then says what is missing
+            print(f"no adapters at {args.prepared}: {type(e).__name__}: {e}", flush=True)
     if args.only:
         started = time.time()
         try:
@@ -273,17 +287,17 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     results = {"device": args.device, "environment": environment(args.device), "checks": {}}
     started = time.time()
-    for name in [c for c in args.checks.split(",") if c]:
-        if time.time() - started > args.deadline:
-            results["checks"][name] = {"ok": False, "error": "not started: past the deadline"}
-            continue
-        print(f"[{time.time() - started:6.1f} s] {name}", flush=True)
-        command = [sys.executable, __file__, "--only", name, "--device", args.device]
-        command += ["--out", str(args.out), "--prepared", str(args.prepared)]
-        log = args.out / f"{name}.log"
-        with log.open("w") as output:
-            code = run_in_group(command, args.limit, output, cwd=ROOT)
-        output = log.read_text()
+
+    def command(name: str) -> list[str]:
+        return [sys.executable, __file__, "--only", name, "--device", args.device] + [
+            "--out",
+            str(args.out),
+            "--prepared",
+            str(args.prepared),
+        ]
+
+    def record(name: str, code: int | None) -> None:
+        output = (args.out / f"{name}.log").read_text(errors="replace")
         lines = [x for x in output.splitlines() if x.startswith("RESULT ")]
         if lines:
             entry = json.loads(lines[-1][7:])
@@ -295,6 +309,26 @@ def main(argv=None) -> int:
         print(f"[{time.time() - started:6.1f} s] {name}: {json.dumps(entry)[:600]}", flush=True)
         (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
         (args.out / "results.md").write_text(markdown(results))
+
+    if args.parallel:
+        print(f"[{time.time() - started:6.1f} s] {', '.join(names)} at once", flush=True)
+        running = {}
+        for name in names:
+            output = (args.out / f"{name}.log").open("w")
+            running[name] = (start_in_group(command(name), output, cwd=ROOT), output)
+        for name, (child, output) in running.items():
+            code = end_group(child, started + args.limit - time.time())
+            output.close()
+            record(name, code)
+        return 0
+    for name in names:
+        if time.time() - started > args.deadline:
+            results["checks"][name] = {"ok": False, "error": "not started: past the deadline"}
+            continue
+        print(f"[{time.time() - started:6.1f} s] {name}", flush=True)
+        with (args.out / f"{name}.log").open("w") as output:
+            code = run_in_group(command(name), args.limit, output, cwd=ROOT)
+        record(name, code)
     return 0
 
 
