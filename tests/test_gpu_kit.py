@@ -215,17 +215,33 @@ def test_builder_trims_flashinfer_and_keeps_the_size_limit(tmp_path):
     assert results["engines"]["ours"]["prefill_only_kv_active"] is True
     assert "jct_model" in results["engines"]["ours"]
     assert (results_dir / "diagnostics.tar.gz").exists()
-    for workload in ("items", "recommendation"):
-        entry = results[workload]
-        assert entry["capacity_measured_on"] == "ours" and len(entry["rates"]) == 2
-        runs = entry["systems"]["ours"]["rows"]
-        assert [r["rate"] for r in runs] == entry["rates"]
+    # items: ours' bursts, then the grid from its capacity, twice; the figure the worse pass
+    items = results["items"]
+    assert items["capacity_measured_on"] == "ours" and len(items["rates"]) >= 7
+    ours = items["systems"]["ours"]
+    assert len(ours["bursts"]) == 2 and [p["pass"] for p in ours["passes"]] == [1, 2]
+    for grid_pass in ours["passes"]:
+        runs = grid_pass["rows"]
+        assert [r["rate"] for r in runs] == items["rates"][: len(runs)]
         assert all(r["completed"] == r["requests"] > 0 and r["held_s"] > 0 for r in runs)
-    assert results["recommendation"]["systems"]["ours"]["rows"][-1]["cache_hit_share"] > 0
+    assert ours["rate_at_p99"] == min(p["rate_at_p99"] for p in ours["passes"])
+    rec = results["recommendation"]
+    assert rec["capacity_measured_on"] == "ours" and len(rec["rates"]) == 2
+    runs = rec["systems"]["ours"]["rows"]
+    assert [r["rate"] for r in runs] == rec["rates"]
+    assert all(r["completed"] == r["requests"] > 0 and r["held_s"] > 0 for r in runs)
+    assert runs[-1]["cache_hit_share"] > 0
+    # the profile (the engine's kernel profile, CPU ops here) and the forwards per part
+    profile = results["profile"]["systems"]["ours"]
+    assert profile["lines"] and profile["summary"]["stages_ms"]
+    forwards = results["forwards"]["engines"]["ours"]
+    assert forwards["items"]["forwards"] > 0 and not forwards["items"]["device_timing"]
     long = results["long"]["systems"]["ours"]
     assert long["forwards"] >= 1 and long["peak_above_resident_mib"] > 0
     markdown = (results_dir / "results.md").read_text()
     assert "## Recommendation" in markdown and "## A cold 1200-token prompt" in markdown
+    assert "**The figure is a system's worse pass.**" in markdown
+    assert "no device timing" in markdown and "## Where a forward's time goes" in markdown
     assert "- stock-mis: skipped: SGLang's multi-item scoring" in markdown
     assert "installed sitecustomize.py" in (results_dir / "log.txt").read_text()
     # the limit is enforced: the same kit against a 1 MiB limit fails

@@ -6,16 +6,21 @@ import argparse
 from pathlib import Path
 
 from card_engine.systems import (
+    CHECKS_LIMIT,
     DEADLINE,
+    DEFAULT_PARTS,
     FULL,
+    FUSED_OPS,
     MODELS,
     PARTS,
+    QUICK_AB,
     QUICK_DEADLINE,
     QUICK_MODELS,
     QUICK_PARTS,
     SHAPES,
     SYSTEMS,
     TINY,
+    TINY_CHECKS_LIMIT,
     TINY_DEADLINE,
     TINY_QUICK_MODELS,
 )
@@ -45,13 +50,51 @@ def parse_args(argv, description: str = __doc__):
         default=None,
         help="a second engine of stock and of ours with prefill graphs off answers the "
         "correctness cases beside each (sglang #37606); if either system's answers differ, "
-        "both run their load parts without graphs (default: on CUDA)",
+        "both run their load parts without graphs (default: on CUDA, but not with --quick)",
     )
-    parser.add_argument("--parts", default=None, help=f"default {','.join(PARTS)}")
+    parser.add_argument(
+        "--parts",
+        default=None,
+        help=f"of {','.join(PARTS)} (default {','.join(DEFAULT_PARTS)}; --quick: "
+        f"{','.join(QUICK_PARTS)})",
+    )
     parser.add_argument(
         "--systems",
         default=",".join(SYSTEMS),
-        help="of stock,stock-mis,ours (stock first: its burst sets the rates)",
+        help=f"of {','.join(SYSTEMS)} (their turns in this order)",
+    )
+    parser.add_argument(
+        "--fused-ops",
+        choices=sorted(FUSED_OPS),
+        default="torch",
+        help="SGLang's fused elementwise ops in every system: on their torch paths (the "
+        "kit's default) or each under torch.compile (SGLANG_FORCE_FUSED_OP_BACKEND="
+        "torch_compile)",
+    )
+    parser.add_argument(
+        "--fused-ops-ab",
+        default=None,
+        help="systems that also run an engine with the other --fused-ops (correctness, the "
+        f"items bursts, the profile), comma-separated; 'none' for none (--quick: "
+        f"{','.join(QUICK_AB)})",
+    )
+    parser.add_argument(
+        "--grid-factors",
+        help="the items grid's rates, of the best system's burst capacity, comma-separated "
+        "(0.6,0.7,0.8,0.9,1.0,1.2,1.5)",
+    )
+    parser.add_argument("--passes", type=int, help="passes of the items grid (2)")
+    parser.add_argument(
+        "--grid-requests",
+        help="requests per rate of the items grid, LEAST-MOST (100-300; sized to fit the call)",
+    )
+    parser.add_argument("--bursts", type=int, help="items bursts per system (2)")
+    parser.add_argument(
+        "--checks-limit",
+        type=float,
+        default=None,
+        help=f"seconds for each card check, started with the engines; the timed parts wait "
+        f"for them ({CHECKS_LIMIT:.0f}, --tiny {TINY_CHECKS_LIMIT:.0f})",
     )
     parser.add_argument(
         "--deadline",
@@ -95,7 +138,7 @@ def parse_args(argv, description: str = __doc__):
         parser.error(f"unknown models {unknown}: choose from {', '.join(sorted(SHAPES))}")
     args.models = models
     args.model = models[0]
-    default_parts = QUICK_PARTS if args.quick else PARTS
+    default_parts = QUICK_PARTS if args.quick else DEFAULT_PARTS
     parts = [p for p in (args.parts or ",".join(default_parts)).split(",") if p]
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
@@ -105,6 +148,8 @@ def parse_args(argv, description: str = __doc__):
     if not args.systems or set(args.systems) - set(SYSTEMS):
         parser.error(f"--systems: choose from {', '.join(SYSTEMS)}")
     sizes = dict(TINY if args.tiny else FULL)
+    if args.quick:
+        sizes.update(sizes["quick_rec"])
     for key, value in (
         ("hold_seconds", args.hold_seconds),
         ("hold_requests", args.hold_requests),
@@ -115,10 +160,29 @@ def parse_args(argv, description: str = __doc__):
             sizes[key] = value
     if args.rate_factors:
         sizes["rate_factors"] = tuple(float(f) for f in args.rate_factors.split(","))
+    grid = dict(sizes["grid"])
+    if args.grid_factors:
+        grid["factors"] = tuple(sorted(float(f) for f in args.grid_factors.split(",")))
+    if args.passes is not None:
+        grid["passes"] = max(1, args.passes)
+    if args.bursts is not None:
+        grid["bursts"] = max(1, args.bursts)
+    if args.grid_requests:
+        least, _, most = args.grid_requests.partition("-")
+        grid["least"], grid["most"] = int(least), int(most or least)
+    sizes["grid"] = grid
     args.sizes = sizes
+    ab = args.fused_ops_ab
+    if ab is None:
+        ab = ",".join(QUICK_AB) if args.quick else ""
+    args.fused_ops_ab = [x for x in ab.split(",") if x and x != "none"]
+    if set(args.fused_ops_ab) - set(SYSTEMS):
+        parser.error(f"--fused-ops-ab: choose from {', '.join(SYSTEMS)}")
+    if args.checks_limit is None:
+        args.checks_limit = TINY_CHECKS_LIMIT if args.tiny else CHECKS_LIMIT
     if args.deadline is None:
         args.deadline = TINY_DEADLINE if args.tiny else QUICK_DEADLINE if args.quick else DEADLINE
     if args.graphs_check is None:
-        args.graphs_check = args.device == "cuda"
+        args.graphs_check = args.device == "cuda" and not args.quick
     args.dtype = "bfloat16" if args.device == "cuda" else "float32"
     return args

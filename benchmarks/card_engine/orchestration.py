@@ -18,28 +18,43 @@ from pathlib import Path
 
 from harness import process_group, stats
 
-from card_engine.diagnostics import engine_facts, save_diagnostics, set_forward_log
+from card_engine.diagnostics import (
+    engine_facts,
+    forward_report,
+    peak_tflops,
+    save_diagnostics,
+    set_forward_log,
+    summarize_profiles,
+)
 from card_engine.model import build_model, reference_logprobs
 from card_engine.parts import (
     LATE_CORRECTNESS,
     context,
     load_turn,
     part_correctness,
+    part_profile,
     run_long,
     warm_up,
 )
 from card_engine.report import environment, write
 from card_engine.systems import (
+    AB_PARTS,
+    FUSED_OPS,
+    FUSED_OPS_VARIABLE,
     GRACE,
     GRAPH_CHECK_TOLERANCE,
     GRAPH_CHECKED,
     LOAD_PARTS,
     NO_GRAPHS,
+    SHAPES,
     SYSTEM_PARTS,
     SYSTEMS,
+    ab_label,
     resolved_settings,
     skip_reason,
     start_engine,
+    system_env,
+    system_note,
 )
 
 # The script each child runs (its own arguments: --system, --turns, ...).
@@ -68,8 +83,9 @@ def run_system(args) -> int:
     timed) and the warm-ups of its load parts, says it is ready (LABEL.status.json in
     args.turns), then runs the turns the parent gives it (LABEL.turnK.json ->
     LABEL.outK.json), one at a time, until told to exit. LABEL: the system, or
-    SYSTEM-nographs for a graph check's second engine. Its forward and hybrid logs are
-    LABEL.forwards.jsonl and LABEL.hybrid.jsonl beside them (the run's diagnostics)."""
+    SYSTEM-nographs for a graph check's second engine, SYSTEM-compile (-torch) for a
+    fused-ops A/B's. Its forward, hybrid and kernel-profile logs are LABEL.forwards.jsonl,
+    LABEL.hybrid.jsonl and LABEL.kernels.jsonl beside them (the run's diagnostics)."""
     started = time.perf_counter()
     system, turns, label = args.system, args.turns, args.label or args.system
     status_path = turns / f"{label}.status.json"
@@ -80,11 +96,30 @@ def run_system(args) -> int:
     def log(message: str) -> None:
         print(f"[{label} {time.perf_counter() - started:6.1f} s] {message}", flush=True)
 
+    # the fused ops' backend and the variant's switches, for the engine's processes
+    os.environ.update(system_env(system, args.fused_ops))
+    if args.fused_ops == "compile":
+        # inductor compiles in-process: a pool of compile workers per engine would crowd
+        # the card machine's 16 cores while every engine starts
+        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     if args.parts == ["long"]:
         _write_json(status_path, {"phase": "done", "report": run_long(args, folder, ctx, log)})
         return 0
     _write_json(status_path, {"phase": "starting"})
     from prefillonly_sgl.machine.environment import FORWARD_LOG, HYBRID_LOG
+
+    profile_path = None
+    if "profile" in args.parts:
+        # the engine's kernel profile (issue 83, item 2: forward_profile/kernel_profile.py),
+        # armed by the profile part
+        from prefillonly_sgl.machine import environment
+
+        profile_path = turns / f"{label}.kernels.jsonl"
+        profile_path.unlink(missing_ok=True)
+        Path(f"{profile_path}.arm").unlink(missing_ok=True)
+        os.environ[getattr(environment, "KERNEL_PROFILE", "PREFILLONLY_KERNEL_PROFILE")] = str(
+            profile_path
+        )
 
     forward_log = turns / f"{label}.forwards.jsonl"
     forward_log.unlink(missing_ok=True)
@@ -133,10 +168,10 @@ def run_system(args) -> int:
             try:
                 if part == LATE_CORRECTNESS:
                     out = {"part": part, "rows": part_correctness(engine, label, ctx, log, True)}
+                elif part == "profile":
+                    out = part_profile(engine, ctx, profile_path, log)
                 else:
-                    out = load_turn(
-                        engine, system, part, ctx, turn.get("rates"), turn["ends_at"], log
-                    )
+                    out = load_turn(engine, label, part, ctx, turn, log)
             except Exception:
                 out = {"part": part, "error": traceback.format_exc()}
                 log(out["error"])
@@ -171,8 +206,10 @@ class Child:
         turns: Path,
         graphs: str,
         label: str | None = None,
+        fused_ops: str | None = None,
     ):
         self.system, self.parts, self.turns, self.graphs = system, parts, turns, graphs
+        self.fused_ops = fused_ops or args.fused_ops
         self.label = label = label or system
         self.status_path = turns / f"{label}.status.json"
         self.status_path.unlink(missing_ok=True)
@@ -189,6 +226,8 @@ class Child:
         command += ["--hold-seconds", str(args.sizes["hold_seconds"])]
         command += ["--hold-requests", str(args.sizes["hold_requests"])]
         command += ["--rate-factors", ",".join(str(f) for f in args.sizes["rate_factors"])]
+        command += ["--bursts", str(args.sizes["grid"]["bursts"])]
+        command += ["--fused-ops", self.fused_ops]
         command += ["--tiny"] if args.tiny else []
         self.process = subprocess.Popen(command, start_new_session=True)
         self.turn = 0
@@ -210,10 +249,10 @@ class Child:
             time.sleep(0.2)
         return "late"
 
-    def run_turn(self, part: str, rates, ends_at: float, hard_end: float) -> dict | None:
+    def run_turn(self, turn: dict, hard_end: float) -> dict | None:
+        """Hands it a turn ({"part", "ends_at", ...}) and waits for its result."""
         k = self.turn
         self.turn += 1
-        turn = {"part": part, "rates": rates, "ends_at": ends_at}
         _write_json(self.turns / f"{self.label}.turn{k}.json", turn)
         out_path = self.turns / f"{self.label}.out{k}.json"
         while time.time() < hard_end and self.alive():
@@ -318,6 +357,34 @@ def turn_seconds(sizes: dict, rates) -> float:
     return sizes["burst"] / capacity + drain + held / rates[0] + drain
 
 
+def grid_requests(rates: list[float], capacities: list[float], grid: dict, seconds: float) -> int:
+    """Requests per rate of the items grid, so that its passes fit `seconds`: a rate's run
+    lasts its arrivals (n / rate) or, past a system's capacity, its service (n /
+    capacity), plus grid["overhead_s"]; clamped to [least, most] (a rate that still
+    cannot end in time is not started: rate_runs)."""
+    per_request = sum(max(1 / r, 1 / c) for r in rates for c in capacities)
+    overhead = grid["overhead_s"] * len(rates) * len(capacities)
+    fit = (seconds / grid["passes"] - overhead) / per_request if per_request else grid["most"]
+    return int(max(grid["least"], min(grid["most"], fit)))
+
+
+def worst_of_passes(system: dict, passes: int) -> None:
+    """A system's items figure: the lower of its passes' crossings (a pass that did not
+    run counts as missing, and the figure says so)."""
+    done = [p for p in system.get("passes", []) if p.get("rows")]
+    if not done:
+        system.update(rate_at_p99=0.0, rate_exact=False, worst_pass=None)
+        return
+    worst = min(done, key=lambda p: (p["rate_at_p99"], p["rate_exact"]))
+    system.update(
+        rate_at_p99=worst["rate_at_p99"],
+        rate_exact=worst["rate_exact"],
+        worst_pass=worst["pass"],
+        passes_run=len(done),
+        passes_asked=passes,
+    )
+
+
 class ModelRun:
     """One model's systems: started (together, or one after another without --overlap),
     then their timed parts, part by part, then the long prompt's engines."""
@@ -344,7 +411,16 @@ class ModelRun:
             "warmup": {},
             "correctness": {},
             "engines": {},
+            "notes": {},
+            "fused_ops": {
+                "backend": args.fused_ops,
+                FUSED_OPS_VARIABLE: FUSED_OPS[args.fused_ops],
+                "ab": list(args.fused_ops_ab),
+            },
         }
+        # the card checks (side jobs of the call, started by main): waited for before
+        # the timed parts
+        self.side = None
 
     def save(self) -> None:
         write(self.results, self.out)
@@ -362,6 +438,9 @@ class ModelRun:
                 self.log(f"{system}: skipped: {reason}")
             elif parts:
                 systems.append((system, parts))
+                note = system_note(system, args.device)
+                if note:
+                    results["notes"][system] = note
         references = {}
         ctx = context(args, folder, {})
         if "correctness" in args.parts:
@@ -383,9 +462,24 @@ class ModelRun:
         for system, parts in systems:
             if "long" in parts:
                 self.long(system)
+        self.forward_report()
         self.save()
-        save_diagnostics(self.turns, self.out)
+        save_diagnostics(self.turns, self.out, self.side.folder if self.side else None)
         return results
+
+    def forward_report(self) -> None:
+        """Each engine's forwards per part, from its forward log and the parts' windows
+        (diagnostics.forward_report), and each system's kernel-profile summary."""
+        try:
+            shape = SHAPES[self.model]
+            peak = peak_tflops(self.results["environment"].get("device_name", ""))
+            self.results["forwards"] = forward_report(
+                self.results, self.turns, shape, self.args.sizes["items"], peak
+            )
+            if self.results.get("profile", {}).get("systems"):
+                summarize_profiles(self.results["profile"])
+        except Exception:  # an instrument: never the run's end
+            self.results["errors"]["forward report"] = traceback.format_exc()
 
     def engines(self, systems: list[tuple[str, list[str]]], graphs: str = "auto") -> None:
         """Starts these systems' engines together (with a graph check's second engine,
@@ -414,6 +508,17 @@ class ModelRun:
                     checks[system] = Child(
                         self.args, self.model, system, parts, self.turns, "off", label
                     )
+        variants = {}
+        if graphs == "auto":
+            for system, parts in systems:
+                ab_parts = [p for p in parts if p in AB_PARTS]
+                if system in self.args.fused_ops_ab and ab_parts:
+                    label = ab_label(system, self.args.fused_ops)
+                    other = label.rsplit("-", 1)[1]
+                    self.log(f"starting {label} (the fused-ops A/B: {other})")
+                    variants[label] = Child(
+                        self.args, self.model, system, ab_parts, self.turns, graphs, label, other
+                    )
         ready, retry = {}, []
         for system, child in children.items():
             if self._wait(child):
@@ -427,13 +532,25 @@ class ModelRun:
             if child not in active.values():
                 child.request_exit()  # not measured: its memory back to the card now
         self.save()
-        order = [s for s in SYSTEMS if s in active]
-        for part in LOAD_PARTS:
-            for system in [s for s in order if part in active[s].parts]:
-                self.turn(active[system], part)
-        for system in [s for s in order if "correctness" in active[s].parts]:
-            self.late_correctness(active[system])
-        everyone = [*ready.values(), *checked.values()]
+        self.wait_side()
+        order = [active[s] for s in SYSTEMS if s in active]
+        # the items figure first: every system's bursts, the grid from the best, its passes
+        self.items_grid([c for c in order if "items" in c.parts], variants)
+        for part in [p for p in LOAD_PARTS if p != "items"]:
+            for child in [c for c in order if part in c.parts]:
+                self.turn(child, part)
+        # the fused-ops A/B engines (started with the others, waited for only now)
+        measured = list(order)
+        for child in variants.values():
+            if self._wait(child, until=min(self.ends, time.time() + 30)):
+                measured.append(child)
+                if "items" in child.parts:
+                    self.items_bursts(child, self.results.setdefault("items", {}), True)
+        for child in [c for c in measured if "profile" in c.parts]:
+            self.profile(child)
+        for child in [c for c in order if "correctness" in c.parts]:
+            self.late_correctness(child)
+        everyone = [*ready.values(), *checked.values(), *variants.values()]
         for child in everyone:  # every engine shuts down at once
             child.request_exit()
         for child in everyone:
@@ -447,10 +564,10 @@ class ModelRun:
             retried.append(system)
             self.engines([(system, parts)], graphs="off")
 
-    def _wait(self, child: Child) -> bool:
-        """Waits for a child's engine; its start-up report into the results. False (and
-        the child killed) when it is not ready."""
-        phase = child.wait_ready(self.ends)
+    def _wait(self, child: Child, until: float | None = None) -> bool:
+        """Waits for a child's engine (until its model's deadline, or `until`); its start-up
+        report into the results. False (and the child killed) when it is not ready."""
+        phase = child.wait_ready(self.ends if until is None else until)
         merge_ready(self.results, child.label, child.status().get("report", {}))
         if phase == "ready":
             return True
@@ -508,11 +625,152 @@ class ModelRun:
             return
         self.log(f"{child.label}: {part}")
         t0 = time.perf_counter()
-        out = child.run_turn(part, rates, self.ends, self.args.ends_at + GRACE)
+        out = child.run_turn(
+            {"part": part, "rates": rates, "ends_at": self.ends}, self.args.ends_at + GRACE
+        )
         results["part_seconds"][f"{child.label} {part}"] = time.perf_counter() - t0
         why = "the process ended" if not child.alive() else "past the deadline"
         merge_turn(results, child.label, part, out, why)
         self.save()
+
+    def wait_side(self) -> None:
+        """The card checks (side jobs) end, or are killed at their limit, before the
+        first timed turn: a check's engine beside a measured one would share the card."""
+        if self.side is not None:
+            t0 = time.perf_counter()
+            if self.side.wait(self.log):
+                self.results["part_seconds"]["waiting for the card checks"] = (
+                    time.perf_counter() - t0
+                )
+                self.results["checks"] = self.side.collect(self.out)
+                self.save()
+
+    def reserve_after_items(self, children: list[Child], variants: dict) -> float:
+        """The seconds the parts after the items grid are expected to take (sizes'
+        reserve): kept out of the grid's sizing, so that they still run."""
+        r = self.args.sizes["reserve"]
+        every = [*children, *variants.values()]
+        rec = sum("recommendation" in c.parts for c in children)
+        late = sum("correctness" in c.parts for c in children)
+        profile = sum("profile" in c.parts for c in every)
+        bursts = sum("items" in c.parts for c in variants.values())
+        return (
+            rec * r["rec_turn"]
+            + bursts * r["burst_turn"]
+            + profile * r["profile_turn"]
+            + (r["late_first"] + late * r["late_turn"] if late else 0.0)
+            + r["exit"]
+        )
+
+    def items_grid(self, children: list[Child], variants: dict) -> None:
+        """The items figure (issue 83, item 8): every system's bursts (grid["bursts"], the
+        same requests in every system), then the grid's rates from the best system's
+        capacity, then the grid run `passes` times over every system (pass 1 on each, then
+        pass 2 on each), each rate's requests sized so that the grid and the parts after it
+        fit the call. Per system the figure is its worse pass (results: rate_at_p99,
+        worst_pass; both passes beside it)."""
+        if not children:
+            return
+        results, sizes = self.results, self.args.sizes
+        grid = sizes["grid"]
+        entry = results.setdefault("items", {})
+        entry.update(p99_bound_s=sizes["items"]["p99"], systems=entry.get("systems", {}))
+        capacities = {}
+        for child in children:
+            capacity = self.items_bursts(child, entry)
+            if capacity:
+                capacities[child.label] = capacity
+        if not capacities:
+            return
+        best = max(capacities, key=capacities.get)
+        rates = [round(capacities[best] * f, 3) for f in grid["factors"]]
+        measured = [c for c in children if c.label in capacities]
+        available = self.ends - time.time() - self.reserve_after_items(measured, variants)
+        requests = grid_requests(rates, [capacities[c.label] for c in measured], grid, available)
+        entry.update(
+            capacity_measured_on=best,
+            burst_capacity_per_s=capacities[best],
+            burst_requests=sizes["burst"],
+            rates=rates,
+            grid={
+                "factors": list(grid["factors"]),
+                "rates": rates,
+                "passes": grid["passes"],
+                "requests_per_rate": requests,
+                "held_s": [round(requests / r, 2) for r in rates],
+                "sized_for_s": round(available, 1),
+                "figure": "a system's worse pass (the lower items/s at the p99 bound)",
+            },
+        )
+        self.log(
+            f"items grid from {best}'s capacity {capacities[best]:.2f}/s: rates {rates}, "
+            f"{requests} requests each, {grid['passes']} passes (~{available:.0f} s for it)"
+        )
+        self.save()
+        for k in range(1, grid["passes"] + 1):
+            for child in measured:
+                system = entry["systems"][child.label]
+                turn = {"part": "items", "phase": "grid", "rates": rates, "pass": k}
+                turn["requests"] = requests
+                need = requests / rates[0] + sizes["drain_seconds"]
+                out = self.timed_turn(child, f"items pass {k}", turn, need)
+                if out is not None:
+                    system["passes"].append(out)
+                worst_of_passes(system, grid["passes"])
+                self.save()
+
+    def items_bursts(self, child: Child, entry: dict, only: bool = False) -> float | None:
+        """One system's items bursts into the items entry (only: a fused-ops A/B engine,
+        measured on its bursts alone); its capacity (None: failed)."""
+        out = self.timed_turn(
+            child, "items bursts", {"part": "items", "phase": "burst"}, self.burst_need()
+        )
+        if out is None:
+            return None
+        entry.setdefault("systems", {})[child.label] = {
+            "bursts": out["bursts"],
+            "capacity": out["capacity"],
+            "passes": [],
+            "fused_ops": child.fused_ops,
+            **({"bursts_only": True} if only else {}),
+        }
+        self.save()
+        return out["capacity"]
+
+    def burst_need(self) -> float:
+        return self.args.sizes["reserve"]["burst_turn"]
+
+    def profile(self, child: Child) -> None:
+        out = self.timed_turn(
+            child, "profile", {"part": "profile"}, self.args.sizes["reserve"]["profile_turn"]
+        )
+        if out is not None:
+            entry = self.results.setdefault("profile", {"systems": {}})
+            entry["target_tokens"] = self.args.sizes["profile"]["target_tokens"]
+            entry["systems"][child.label] = {k: v for k, v in out.items() if k != "part"}
+            self.save()
+
+    def timed_turn(self, child: Child, what: str, turn: dict, need: float) -> dict | None:
+        """A turn that needs ~`need` s (not started past the deadline); its result, or
+        None (the error in the results)."""
+        results = self.results
+        key = f"{child.label} {what}"
+        if time.time() + need > self.ends:
+            results["errors"][key] = f"not started: past its model's deadline (~{need:.0f} s)"
+            self.log(f"{key}: not started (deadline)")
+            return None
+        self.log(f"{key}")
+        t0 = time.perf_counter()
+        out = child.run_turn({**turn, "ends_at": self.ends}, self.args.ends_at + GRACE)
+        results["part_seconds"][key] = time.perf_counter() - t0
+        if out is None:
+            why = "the process ended" if not child.alive() else "past the deadline"
+            results["errors"][key] = f"no result: {why}"
+            return None
+        if "error" in out:
+            results["errors"][key] = out["error"]
+            return None
+        return out
 
     def late_correctness(self, child: Child) -> None:
         """Correctness's late cases (first-time kernel paths) on a measured engine."""
@@ -522,7 +780,9 @@ class ModelRun:
             return
         self.log(f"{child.label}: {LATE_CORRECTNESS}")
         t0 = time.perf_counter()
-        out = child.run_turn(LATE_CORRECTNESS, None, self.ends, self.args.ends_at + GRACE)
+        out = child.run_turn(
+            {"part": LATE_CORRECTNESS, "ends_at": self.ends}, self.args.ends_at + GRACE
+        )
         results["part_seconds"][f"{child.label} {LATE_CORRECTNESS}"] = time.perf_counter() - t0
         if out is None or "error" in out:
             why = "the process ended" if not child.alive() else "past the deadline"

@@ -7,23 +7,52 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-PARTS = ("correctness", "items", "recommendation", "long")
+# Parts of a system's engine (long: an engine of its own per system) and "checks": the card
+# checks that never ran on a card (gpu_checks.py's heads, LoRA per request and gpt-oss
+# sinks, tests/test_flashinfer_query_chunk.py), side jobs of the call (orchestration.py).
+PARTS = ("correctness", "items", "recommendation", "profile", "long", "checks")
+# A run without --parts or --quick: every part but the checks (a call of their own:
+# run_on_card.sh --checks, or --parts ...,checks).
+DEFAULT_PARTS = ("correctness", "items", "recommendation", "profile", "long")
 LOAD_PARTS = ("items", "recommendation")
-# The order each part's turns run in: stock first (its burst sets the rates), ours next
-# (a deadline cuts the last turn, and ours is the one this run exists to measure), then
-# stock's multi-item scoring.
-SYSTEMS = ("stock", "ours", "stock-mis")
+# The order each part's turns run in: stock first, ours next (a deadline cuts the last
+# turn, and ours is the one this run exists to measure), then stock's multi-item scoring,
+# then ours' A/B variants (issue 83): ours-8k, ours at today's 8,192-token forward cap
+# (Engine(jct_batch_tokens=8192); ours' default on CUDA becomes max_prefill_tokens,
+# 16,384), and ours-1pass, ours with PREFILLONLY_CUDA_ONE_PASS=1 in its processes (a packed
+# group's attention in one FlashInfer paged pass under the item mask).
+SYSTEMS = ("stock", "ours", "stock-mis", "ours-8k", "ours-1pass")
 # What each system is measured on: multi-item scoring is stock's alternative on the
 # items shape (a query and its items in one forward); it keeps no prefix cache, so the
-# recommendation shape and the memory probe's long prompt are lpm's and ours'.
+# recommendation shape and the memory probe's long prompt are lpm's and ours'. ours'
+# variants: the load parts and the profile (the long prompt is ours').
 SYSTEM_PARTS = {
-    "stock": PARTS,
-    "ours": PARTS,
-    "stock-mis": ("correctness", "items"),
+    "stock": DEFAULT_PARTS,
+    "ours": DEFAULT_PARTS,
+    "stock-mis": ("correctness", "items", "profile"),
+    "ours-8k": ("correctness", "items", "recommendation", "profile"),
+    "ours-1pass": ("correctness", "items", "recommendation", "profile"),
 }
+# The Engine arguments and the environment of each variant of ours, beside the defaults.
+VARIANT_SETTINGS = {"ours-8k": {"jct_batch_tokens": 8192}}
+VARIANT_ENV = {"ours-1pass": {"PREFILLONLY_CUDA_ONE_PASS": "1"}}
+# SGLang's fused elementwise ops (RMSNorm, SiLU-and-mul, rotary: sglang.kernels.fused_op.
+# BaseFusedOp) are forced onto one backend in every process of every system by SGLang's
+# own switch, SGLANG_FORCE_FUSED_OP_BACKEND (its values: sglang.kernels.spec.KernelBackend):
+# the kit has no sgl-kernel, so "torch" (forward_native, the kit's boot's default) or
+# "torch_compile" (torch.compile(forward_native), each op compiled on its own: SGLang
+# 0.5.23's only torch.compile route for a prefill; its --enable-torch-compile compiles
+# decode graphs only, and its piecewise "tc_piecewise" prefill backend is not selectable).
+FUSED_OPS = {"torch": "torch", "compile": "torch_compile"}
+FUSED_OPS_VARIABLE = "SGLANG_FORCE_FUSED_OP_BACKEND"
+# The fused-ops A/B in one call: each system named by --fused-ops-ab also runs an engine
+# with the other backend, labelled SYSTEM-compile (or SYSTEM-torch), measured on what fits
+# beside the grid: correctness's early cases, the items burst (twice) and the profile.
+AB_PARTS = ("correctness", "items", "profile")
 # Systems whose prefill CUDA graphs are checked: a second engine of each with graphs off
 # answers the correctness cases beside it (sglang #37606: breakable graphs gave wrong
-# greedy output when a bucket's memory was reused). stock-mis runs without graphs.
+# greedy output when a bucket's memory was reused). stock-mis runs without graphs. Off by
+# default in the quick call since round 3 (two H200 runs: 1.95e-2 for both, well within).
 GRAPH_CHECKED = ("stock", "ours")
 # Two engines of one system, graphs on and off, are "the same" when no label log-probability
 # of any case differs by more than this (nats): both run the same bf16 kernels, the graph
@@ -32,23 +61,33 @@ GRAPH_CHECKED = ("stock", "ours")
 GRAPH_CHECK_TOLERANCE = 0.1
 NO_GRAPHS = "nographs"  # a graph check's second engine: label SYSTEM-nographs
 MODELS = ("qwen3-0.6b", "llama-3.2-1b")
-# --quick: the card call that comes first (issue 73): Qwen3-0.6B (SGLang #9748's model and
-# Prelude's), correctness, the items shape (stock's best in question: lpm or multi-item
-# scoring) and recommendation, ending by itself within 420 s with the kit's install.
+# --quick: the card call that comes first (issues 73, 83): Qwen3-0.6B (SGLang #9748's model
+# and Prelude's), correctness, the items figure (first), recommendation, the profile per
+# stage and the card checks, ending by itself within 540 s with the kit's install.
 QUICK_MODELS = ("qwen3-0.6b",)
 # --quick --tiny (the CPU rehearsal of the card's call): a tiny model of the same family.
 TINY_QUICK_MODELS = ("tiny-qwen3",)
-QUICK_PARTS = ("correctness", "items", "recommendation")
+QUICK_PARTS = ("correctness", "items", "recommendation", "profile", "checks")
+QUICK_AB = ("stock", "ours")  # --quick's fused-ops A/B
 # Seconds after the script's start by which it is done (run_on_card.sh installs the kit
-# for ~15-20 s before it starts): a full run's device call has 540 s, the quick one 420 s.
+# for ~15-20 s before it starts; a child alive GRACE s later is killed): the device call
+# ends within 540 s, the per-call limit 600.
 DEADLINE = 490.0
-QUICK_DEADLINE = 370.0
+QUICK_DEADLINE = 490.0
 # --tiny runs on a CPU, where an engine starts in 15 s on an idle 2-core machine and in
 # over 100 s when other test runs share it: its own, longer default (below the kit test's
 # 900 s limit on the run).
 TINY_DEADLINE = 840.0
 # A child still alive this long after the deadline is killed with its engine's workers.
 GRACE = 20.0
+# The side jobs (the card checks) start with the engines and end, or are killed, within
+# this many seconds; the timed parts wait for them (a check's engine on the card would
+# share it with a measurement).
+CHECKS_LIMIT = 150.0
+TINY_CHECKS_LIMIT = 420.0
+# The card's dense bf16 peak, TFLOP/s (NVIDIA's datasheets, without sparsity): the
+# roofline column's denominator. Matched against the device name.
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0}
 # Published shapes (config.json of Qwen/Qwen3-0.6B and meta-llama/Llama-3.2-1B).
 SHAPES = {
     "qwen3-0.6b": dict(
@@ -120,6 +159,40 @@ FULL = dict(
     hold_requests=300,
     least_requests=24,
     drain_seconds=4.0,
+    # The items figure (issue 83, item 8): every system's burst (twice, the same requests
+    # in every system), then a grid of rates from the best system's capacity (the mean of
+    # its bursts): six between 0.7x and 1.5x, with 0.6x below them for a system whose
+    # crossing lies lower; the whole grid twice (new requests each pass); the figure is a
+    # system's worse pass. Each rate `requests` sized to fit the call (least-most; a p99
+    # of 100 requests is its 99th), a system's pass stopped past stop_p99 x the bound.
+    # overhead_s: a rate's time beyond its arrivals and the queue it leaves (its last
+    # requests' latency, the forward log's settling), in the sizing.
+    grid=dict(
+        factors=(0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5),
+        passes=2,
+        bursts=2,
+        least=100,
+        most=300,
+        stop_p99=2.0,
+        overhead_s=0.8,
+    ),
+    # The recommendation's rates in --quick: held 6 s or 150 requests (the items grid
+    # takes the call's time first).
+    quick_rec=dict(hold_seconds=6.0, hold_requests=150),
+    # The profile part: N forwards armed, bursts of `requests` items-shaped requests (the
+    # same in every system: 4 x 1,920 = 7,680 tokens for ours, one forward).
+    profile=dict(requests=4, forwards=3, target_tokens=7680),
+    # What the parts after the items grid take (s), kept out of the grid's sizing: a
+    # recommendation turn, a fused-ops A/B burst turn, a profile turn, a late correctness
+    # turn (the first one compiles the query-chunk path), the engines' exit.
+    reserve=dict(
+        rec_turn=10.0,
+        burst_turn=4.0,
+        profile_turn=5.0,
+        late_turn=4.0,
+        late_first=20.0,
+        exit=10.0,
+    ),
     long_tokens=32768,
     context=40960,
     # Each engine's KV pool on a card: the three engines of a model share it. The load
@@ -142,6 +215,20 @@ TINY = dict(
     hold_requests=8,
     least_requests=4,
     drain_seconds=20.0,
+    grid=dict(
+        factors=(0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5),
+        passes=2,
+        bursts=2,
+        least=6,
+        most=8,
+        stop_p99=2.0,
+        overhead_s=1.5,
+    ),
+    quick_rec=dict(hold_seconds=2.0, hold_requests=8),
+    profile=dict(requests=4, forwards=3, target_tokens=4 * (24 + 4 * 36)),
+    reserve=dict(
+        rec_turn=25.0, burst_turn=8.0, profile_turn=15.0, late_turn=8.0, late_first=10.0, exit=15.0
+    ),
     long_tokens=1200,
     context=2048,
     pool_tokens=4096,
@@ -153,6 +240,25 @@ TINY = dict(
 
 def skip_reason(system: str, device: str) -> str | None:
     """Why `system` cannot run here (None: it can)."""
+    if system == "ours-8k":
+        from prefillonly_sgl.features import OPTIONS
+
+        if "jct_batch_tokens" not in OPTIONS:
+            return (
+                "this tree's Engine takes no jct_batch_tokens argument (no such option in "
+                "prefillonly_sgl.features.OPTIONS): ours' forward cap is not a setting yet, "
+                "so ours-8k would be ours"
+            )
+        return None
+    if system == "ours-1pass":
+        from prefillonly_sgl.machine import environment
+
+        if "PREFILLONLY_CUDA_ONE_PASS" not in environment.VARIABLES:
+            return (
+                "this tree's engine reads no PREFILLONLY_CUDA_ONE_PASS (not in "
+                "prefillonly_sgl/machine/environment.py): ours-1pass would be ours"
+            )
+        return None
     if system != "stock-mis":
         return None
     if device != "cuda":
@@ -164,6 +270,30 @@ def skip_reason(system: str, device: str) -> str | None:
     if importlib.util.find_spec("flashinfer") is None:
         return "SGLang's multi-item scoring needs FlashInfer, which this interpreter cannot import"
     return None
+
+
+def system_note(system: str, device: str) -> str | None:
+    """What a system's results mean here beyond its name (None: nothing to add)."""
+    if system == "ours-1pass" and device != "cuda":
+        return (
+            "PREFILLONLY_CUDA_ONE_PASS acts on CUDA only (FlashInfer's paged pass): on "
+            f"{device} ours-1pass runs ours' path"
+        )
+    if system == "ours-8k" and device != "cuda":
+        return "on a CPU ours' forward cap is already 8,192 tokens or less: ours-8k is ours"
+    return None
+
+
+def system_env(system: str, fused_ops: str) -> dict[str, str]:
+    """The environment a system's child sets before its engine starts (its SGLang
+    processes inherit it): the fused ops' backend, and a variant's switches."""
+    return {FUSED_OPS_VARIABLE: FUSED_OPS[fused_ops], **VARIANT_ENV.get(system, {})}
+
+
+def ab_label(system: str, fused_ops: str) -> str:
+    """The label of a system's fused-ops A/B engine: its other backend's name."""
+    other = "compile" if fused_ops == "torch" else "torch"
+    return f"{system}-{other}"
 
 
 DECODE_GRAPHS_OFF = (
@@ -183,7 +313,7 @@ def system_settings(system: str) -> dict:
         # the radix cache, chunked prefill and CUDA graphs off itself). The policy stays
         # SGLang's default: lpm has no prefix cache to match here.
         return {**STOCK_SGLANG, "enable_mis": True, "attention_backend": "flashinfer"}
-    return {}
+    return dict(VARIANT_SETTINGS.get(system, {}))
 
 
 def engine_config(system: str, folder: Path, args, sizes: dict, graphs: str, memory_probe=None):
@@ -225,7 +355,12 @@ def engine_config(system: str, folder: Path, args, sizes: dict, graphs: str, mem
         **settings,
     )
     hybrid = config.settings("hybrid_prefill")
-    if args.device == "cuda" and graphs != "off" and system == "ours" and hybrid is not None:
+    if (
+        args.device == "cuda"
+        and graphs != "off"
+        and system.startswith("ours")
+        and hybrid is not None
+    ):
         # The engine's own rule (runtime_config.sglang_defaults, hybrid_prefill/settings.py):
         # a forward runs in chunks only past stock's largest batch, so its graphs are stock's.
         info["prefill"] += (
@@ -250,6 +385,7 @@ RESOLVED_KEYS = (
     "enable_mis",
     "disable_radix_cache",
     "chunked_prefill_size",
+    "max_prefill_tokens",
     "max_total_tokens",
 )
 
@@ -279,13 +415,16 @@ def _field(value, key: str):
     return value.get(key) if isinstance(value, dict) else getattr(value, key, None)
 
 
-def pool_for_the_card(pool_tokens: int) -> int:
-    """Five engines share the card during start-up with the graph check (three systems
-    and two second engines): Qwen3-0.6B keeps 112 KiB a token, so 131,072-token pools
-    take 70 GiB, which an H200 (139 GiB) holds and an H100 (80 GiB) does not; there each
-    pool is three quarters (the load parts' working sets still fit, FULL's note)."""
+def pool_for_the_card(pool_tokens: int, engines: int = 5) -> int:
+    """Each engine's KV pool when `engines` share the card during start-up (the systems,
+    a graph check's second engines, the fused-ops A/B's): Qwen3-0.6B keeps 112 KiB a
+    token, so five 131,072-token pools take 70 GiB, which an H200 (139 GiB) holds and an
+    H100 (80 GiB) does not; there each pool is three quarters. More than five engines share
+    70 GiB (seven: 93,622 tokens each, still above the load parts' working sets, FULL's
+    note); every engine gets the same pool."""
     import torch
 
+    tokens = pool_tokens * 5 // max(5, engines)
     if torch.cuda.get_device_properties(0).total_memory < 100 * 2**30:
-        return pool_tokens * 3 // 4
-    return pool_tokens
+        return tokens * 3 // 4
+    return tokens

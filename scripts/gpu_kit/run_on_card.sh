@@ -10,15 +10,19 @@
 # Extra arguments go to gpu_prefill.py (e.g. --layers 16, --parts hybrid,kv); PYTHON names
 # the interpreter that has torch (default python3).
 #
-# --engine first: the engine kit's run (issues 57, 62) instead, benchmarks/gpu_engine.py
-# (the Engine, stock SGLang and stock with --enable-mis on the card) -> $OUT/gpu_engine:
+# --engine first: the engine kit's run (issues 57, 62, 73, 83) instead,
+# benchmarks/gpu_engine.py (the Engine, its variants, stock SGLang and stock with
+# --enable-mis on the card) -> $OUT/gpu_engine:
 #   device run: command "bash scripts/gpu_kit/run_on_card.sh --engine --quick", carry
-#               ["build/gpu_kit"], timeout_s 450 (Qwen3-0.6B: correctness, items and
-#               recommendation; the script is done by 390 s after its start, the kit's
-#               install ~15-20 s before: 420 s in all)
-# (--engine --model llama-3.2-1b: one model, every part, 540 s.) Rehearsed on CPU as
-# PREFILLONLY_DEVICE=cpu PYTHON=.venv/bin/python bash scripts/gpu_kit/run_on_card.sh
-# --engine --quick --tiny --device cpu --graphs-check (benchmarks/README.md).
+#               ["build/gpu_kit", "build/gpu_checks"], timeout_s 570 (Qwen3-0.6B: the
+#               items grid first, recommendation, the profile, correctness, and the card
+#               checks as side jobs; the script is done by 490 s after its start, its
+#               children killed by 510, the kit's install ~15-20 s before: <= 540 s in all)
+#   -> $OUT/gpu_engine/{results.json, results.md, log.txt, diagnostics.tar.gz,
+#      checks.json, checks.md, query_chunk_test.txt}
+# (--engine --model llama-3.2-1b: one model, every part but the checks, 540 s.) Rehearsed
+# on CPU as PREFILLONLY_DEVICE=cpu PYTHON=.venv/bin/python OUT=/tmp/reh bash
+# scripts/gpu_kit/run_on_card.sh --engine --quick --tiny --device cpu (benchmarks/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 KIT=${KIT:-build/gpu_kit}
