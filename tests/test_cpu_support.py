@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from prefillonly_sgl.sglang_runtime.cpu_support import sgl_kernel_shim
@@ -125,3 +126,39 @@ def test_weak_ref_tensor_describes_the_memory_and_passes_cpu_tensors_through():
     described = sgl_kernel_shim._BorrowedCudaMemory(tensor, typestr).__cuda_array_interface__
     assert described["shape"] == (4, 3) and described["strides"] == (2, 8)
     assert described["data"] == (tensor.data_ptr(), False) and described["version"] == 2
+
+
+def test_lora_host_tensors_unpinned_only_inside_the_hooked_call():
+    """SGLang's LoRA pins host tensors (sglang #31894): under the hook its calls leave them
+    unpinned; outside it (and on other threads) torch is torch: nothing patched."""
+    import threading
+
+    from prefillonly_sgl.sglang_runtime.cpu_support import lora_host_tensors
+
+    original = torch.Tensor.pin_memory
+
+    def pins():
+        a = torch.tensor([0, 4], dtype=torch.int32, device="cpu", pin_memory=True)
+        b = torch.zeros((3,), dtype=torch.int32, pin_memory=True)
+        return a, b, a.cpu().pin_memory()
+
+    def other_thread():
+        seen.append(torch._C._is_torch_function_mode_enabled())
+
+    seen = []
+
+    def hooked():
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join()
+        return pins()
+
+    a, b, c = lora_host_tensors.with_host_tensors_unpinned(hooked)
+    assert a.tolist() == [0, 4] and b.tolist() == [0, 0, 0] and c is a
+    assert seen == [False]  # the mode is this thread's, for the call
+    assert torch.Tensor.pin_memory is original
+    assert not torch._C._is_torch_function_mode_enabled()
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="pin"):
+            pins()
+    assert set(lora_host_tensors.HOOKS) == set(lora_host_tensors.PINNING_FUNCTIONS)

@@ -82,7 +82,7 @@ def sglang_defaults(device: str) -> dict:
             # a 2-core machine starved each other). Requests still wake it at once (zmq).
             sleep_on_idle=True,
             # SGLang's default LoRA backends are Triton kernels (CUDA); its torch one runs
-            # on a CPU (with cpu_support's unpinned memory). Read only with --enable-lora.
+            # on a CPU (with cpu_support's host tensors unpinned). Read only with --enable-lora.
             lora_backend="torch_native",
         )
     if device == "cuda":

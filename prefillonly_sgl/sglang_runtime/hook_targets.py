@@ -297,6 +297,41 @@ HOOK_TARGETS: dict[str, str] = {
         "its instance's _registry (name -> adapter) read by SGLangRuntime.adapter_named: "
         "whether a body's model names a loaded adapter (tests/test_lora_adapters.py)"
     ),
+    # -- LoRA on a CPU (cpu_support/lora_host_tensors.py: a CPU install without CUDA) --
+    # SGLang pins these host staging tensors unconditionally (sglang #31894); torch refuses
+    # pinned memory without an accelerator. AROUND each: the function runs under a torch
+    # function mode (per thread, for the call) that drops pin_memory= and answers
+    # Tensor.pin_memory() with the tensor. The memory pool asks is_pin_memory_available
+    # (False on SGLang's CPU platform) and needs nothing.
+    "sglang.srt.lora.layers.VocabParallelEmbeddingWithLoRA.__init__": (
+        "AROUND: output_offset_cpu built with pin_memory=True"
+    ),
+    "sglang.srt.lora.layers.ParallelLMHeadWithLoRA.__init__": (
+        "AROUND: output_offset_cpu built with pin_memory=True"
+    ),
+    "sglang.srt.lora.layers.ColumnParallelLinearWithLoRA.__init__": (
+        "AROUND: output_offset_cpu built with pin_memory=True (the merged and QKV column "
+        "layers run it through super())"
+    ),
+    "sglang.srt.lora.layers.MergedColumnParallelLinearWithLoRA.set_lora_info": (
+        "AROUND: output_offset_cpu as output_offset.cpu().pin_memory()"
+    ),
+    "sglang.srt.lora.layers.QKVParallelLinearWithLoRA.__init__": (
+        "AROUND: output_offset_cpu built with pin_memory=True"
+    ),
+    "sglang.srt.lora.layers.RowParallelLinearWithLoRA.set_lora_info": (
+        "AROUND: output_offset_cpu built with pin_memory=True"
+    ),
+    "sglang.srt.lora.backend.torch_backend.TorchNativeLoRABackend.prepare_lora_batch": (
+        "AROUND: every batch's segment lengths, indices, ranks and scalings pinned (the "
+        "torch backend: a CPU's, machine/device_defaults.py)"
+    ),
+    "sglang.srt.lora.mem_pool.LoRAMemoryPool.__init__": (
+        "relied on: pins only where is_pin_memory_available() (its pin_memory_available)"
+    ),
+    "sglang.srt.platforms.cpu.CpuSRTPlatform.is_pin_memory_available": (
+        "relied on: False, so the LoRA memory pool copies weights unpinned on a CPU"
+    ),
     "sglang.srt.managers.tokenizer_manager.TokenizerManager._handle_batch_output": (
         "wrapped per instance (request_recording.py): an embedding batch output's "
         "cached_tokens (a classification head's score prompts) kept for its meta_info"

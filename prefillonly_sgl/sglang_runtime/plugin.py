@@ -104,6 +104,10 @@ def load_plugin() -> None:
     register_hooks(head_models.TABLE_NAME, head_models.HOOKS)
     # Every prefillonly scheduler: embeddings in their tenant's cache namespace.
     register_hooks(embedding_salts.TABLE_NAME, embedding_salts.HOOKS)
+    # A CPU install without CUDA: SGLang's LoRA with its host tensors unpinned.
+    from prefillonly_sgl.sglang_runtime.cpu_support import lora_host_tensors
+
+    lora_host_tensors.register()
     for name in config.features:
         _call(FEATURES[name].register)
         logger.info("prefillonly: applied runtime feature %s", name)

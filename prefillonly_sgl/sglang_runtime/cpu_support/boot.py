@@ -70,9 +70,6 @@ POST_IMPORT_PATCHES = {
     "sglang.srt.layers.joint_schema_head": "flash_attention_on_cpu",
     "sglang.srt.layers.attention.mamba.causal_conv1d": "short_conv_in_torch",
     "sglang.srt.layers.attention.mamba.mamba": "mamba2_in_torch",
-    "sglang.srt.lora.layers": "lora_without_pinned_memory",
-    "sglang.srt.lora.mem_pool": "lora_without_pinned_memory",
-    "sglang.srt.lora.backend.torch_backend": "lora_without_pinned_memory",
 }
 
 
