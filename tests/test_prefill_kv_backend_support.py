@@ -177,16 +177,18 @@ def test_flashinfer_refuses_a_paged_only_plan_under_prefill_only_kv(monkeypatch)
     backend.init_forward_metadata(paged)
 
 
-def test_the_setwise_readout_keeps_the_cache_for_causal_lms_only():
-    """prefill_kv/tokenizer_process.py: where prefill-only KV runs, SGLang's setwise check
-    sees the radix cache off and chunked prefill off (what it requires; ours meets both
-    otherwise) during the call only, and only for a causal LM: a classification head's
-    setwise request is an embedding request whose pooling positions nothing moves, so its
-    check reads SGLang's real settings; so does every engine without prefill-only KV."""
+def test_the_setwise_readout_keeps_the_cache_for_causal_lms_only(monkeypatch):
+    """prefill_kv/tokenizer_process.py: where prefill-only KV runs, a causal LM's setwise
+    request is checked without SGLang's conditions on the radix cache and chunked prefill
+    (ours meets both otherwise) but with its other two (item_first, auto-truncation) and
+    their messages; a classification head's setwise request (an embedding request whose
+    pooling positions nothing moves) and every engine without prefill-only KV get SGLang's
+    whole check. No SGLang global is changed on the way."""
     from types import SimpleNamespace as NS
 
     from sglang.srt.managers import tokenizer_manager_score_mixin as mixin
 
+    from prefillonly_sgl.features.prefill_kv import setwise
     from prefillonly_sgl.features.prefill_kv.tokenizer_process import (
         _around_validate_score_extraction as around,
     )
@@ -195,19 +197,48 @@ def test_the_setwise_readout_keeps_the_cache_for_causal_lms_only():
     real = mixin.get_memory, mixin.get_schedule
     seen = []
 
-    def check(self, is_generation, item_first):
-        if (mixin.get_memory, mixin.get_schedule) == real:
-            seen.append("SGLang's settings")
-        else:
-            seen.append(
-                (mixin.get_memory().disable_radix_cache, mixin.get_schedule().chunked_prefill_size)
-            )
+    def sglangs_check(self, is_generation, item_first):
+        seen.append("SGLang's check")
 
+    serving = NS(allow_auto_truncate=False)
+    monkeypatch.setattr("sglang.srt.runtime_context.get_serving", lambda: serving)
     ours, stock = NS(), NS()
     allow_setwise_with_cache(ours, True)
     allow_setwise_with_cache(stock, False)
-    around(check, ours, True, False)
-    around(check, ours, False, False)
-    around(check, stock, True, False)
-    assert seen == [(True, -1), "SGLang's settings", "SGLang's settings"]
-    assert (mixin.get_memory, mixin.get_schedule) == real  # restored
+    around(sglangs_check, ours, True, False)  # passes without SGLang's cache conditions
+    around(sglangs_check, ours, False, False)  # a head: SGLang's
+    around(sglangs_check, stock, True, False)  # no prefill-only KV: SGLang's
+    assert seen == ["SGLang's check", "SGLang's check"]
+    with pytest.raises(ValueError, match="item_first is not supported"):
+        around(sglangs_check, ours, True, True)
+    with pytest.raises(ValueError, match="item_first is not supported"):
+        around(sglangs_check, ours, True, item_first=True)
+    serving.allow_auto_truncate = True
+    with pytest.raises(ValueError, match="--allow-auto-truncate"):
+        around(sglangs_check, ours, True, False)
+    assert setwise.setwise_refusal(False, False) is None
+    assert (mixin.get_memory, mixin.get_schedule) == real  # SGLang's globals untouched
+
+
+def test_the_setwise_messages_are_sglangs_own(monkeypatch):
+    """features/prefill_kv/setwise.py's two messages, word for word SGLang's: its real check
+    run with its cache and chunk conditions met (a test may patch SGLang's module; the
+    engine never does)."""
+    from types import SimpleNamespace as NS
+
+    from sglang.srt.managers import tokenizer_manager_score_mixin as mixin
+
+    from prefillonly_sgl.features.prefill_kv import setwise
+
+    monkeypatch.setattr(mixin, "get_memory", lambda: NS(disable_radix_cache=True))
+    monkeypatch.setattr(mixin, "get_schedule", lambda: NS(chunked_prefill_size=-1))
+    serving = NS(allow_auto_truncate=False)
+    monkeypatch.setattr(mixin, "get_serving", lambda: serving)
+    check = mixin.TokenizerManagerScoreMixin._validate_score_extraction
+    with pytest.raises(ValueError) as refused:
+        check(NS(), True, True)
+    assert str(refused.value) == setwise.ITEM_FIRST
+    serving.allow_auto_truncate = True
+    with pytest.raises(ValueError) as refused:
+        check(NS(), True, False)
+    assert str(refused.value) == setwise.AUTO_TRUNCATE

@@ -293,9 +293,10 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.managers.io_struct.UnloadLoRAAdapterReqInput": (
         "built by lora_adapters.unload_adapter (Engine.unload_lora_adapter)"
     ),
-    "sglang.srt.lora.lora_registry.LoRARegistry": (
-        "its instance's _registry (name -> adapter) read by SGLangRuntime.adapter_named: "
-        "whether a body's model names a loaded adapter (tests/test_lora_adapters.py)"
+    "sglang.srt.lora.lora_registry.LoRARegistry.get_all_adapters": (
+        "the loaded adapters by name (TokenizerManager.lora_registry's, through "
+        "sglang_state.loaded_adapter_names): whether a body's model names a loaded adapter "
+        "(SGLangRuntime.adapter_named; tests/test_lora_adapters.py)"
     ),
     # -- LoRA on a CPU (cpu_support/lora_host_tensors.py: a CPU install without CUDA) --
     # SGLang pins these host staging tensors unconditionally (sglang #31894); torch refuses
@@ -364,7 +365,12 @@ HOOK_TARGETS: dict[str, str] = {
     "sglang.srt.plugins.hook_registry.HookRegistry.register": "how runtime patches attach",
     # -- prefill-only attention (features/prefill_attention/scheduler_torch_backend.py) --
     "sglang.srt.layers.attention.attention_registry.register_attention_backend": (
-        "re-registers the names torch_native and flashinfer with our backend factories"
+        "re-registers SGLang's names torch_native, flashinfer, intel_amx and triton with "
+        "our factories (scheduler_torch_backend.register), never a name of our own: the "
+        "registry would take one, but SGLang's resolution keys on names it lists "
+        "(handle_model_specific_adjustments' GptOssForCausalLM list, local to it; "
+        "arg_groups.choices.ATTENTION_BACKEND_CHOICES; handle_page_major_kv_layout's and "
+        "the KV4 checks' sets), which only patching SGLang would extend (sink_models.py)"
     ),
     "sglang.srt.layers.attention.attention_registry.ATTENTION_BACKENDS": (
         "name -> factory; the stock factories are kept for MLA / speculative decoding"
@@ -421,8 +427,10 @@ HOOK_TARGETS: dict[str, str] = {
         "registered under intel_amx serves models with sinks"
     ),
     "sglang.srt.layers.attention.attention_registry.create_triton_backend": (
-        "kept (as ATTENTION_BACKENDS['triton']) for GPU runners; ours registered under "
-        "triton serves CPU runners (window_models.py asks for it for EXAONE 4's windows)"
+        "kept (as ATTENTION_BACKENDS['triton']) for every other runner; ours registered "
+        "under triton serves CPU runners (window_models.py asks for it for EXAONE 4's "
+        "windows) and, on CUDA with PREFILLONLY_CUDA_SINKS=1, sink models (our FlashInfer "
+        "backend: sink_models.py asks for triton, which SGLang's gpt-oss check allows)"
     ),
     "sglang.srt.arg_groups.model_overrides.exaone._exaone_overrides": (
         "relied on: picks triton on a CPU when no backend is given, and sets "
@@ -442,7 +450,9 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.arg_groups.model_hook.handle_model_specific_adjustments": (
         "relied on: refuses torch_native for GptOssForCausalLM, accepts intel_amx; holds "
-        "EXAONE 4 with windows to fa3 / triton / trtllm_mha; runs after handle_cpu_backends"
+        "EXAONE 4 with windows to fa3 / triton / trtllm_mha; runs after handle_cpu_backends. "
+        "Its gpt-oss list is a literal inside it: why a sink model runs ours under "
+        "intel_amx / triton, not a name of our own (sink_models.py)"
     ),
     "sglang.srt.arg_groups.overrides._attention_backend_platform_fallbacks": (
         "relied on: intel_amx becomes torch_native where SGLang's AMX kernels are absent "
@@ -481,20 +491,15 @@ HOOK_TARGETS: dict[str, str] = {
     ),
     "sglang.srt.managers.tokenizer_manager_score_mixin.TokenizerManagerScoreMixin"
     "._validate_score_extraction": (
-        "AROUND: where prefill-only KV runs, the setwise readout's conditions on the radix "
-        "cache and chunked prefill are met without turning them off (its other checks "
-        "stand, with SGLang's messages)"
+        "AROUND: where prefill-only KV runs, a causal LM's setwise check is SGLang's "
+        "item_first and auto-truncation conditions with its messages (features/prefill_kv/"
+        "setwise.py); the radix-cache and chunked-prefill ones are met by prefill-only KV"
     ),
+    "sglang.srt.runtime_context.get_serving": ("read by that check: SGLang's allow_auto_truncate"),
     "sglang.srt.managers.tokenizer_manager_score_mixin.TokenizerManagerScoreMixin"
     "._resolve_score_extraction_token_id": (
         "called by ScoringFront: Engine.score's score_extraction_token text resolved to a "
         "dedicated token id as SGLang's /v1/score resolves it"
-    ),
-    "sglang.srt.managers.tokenizer_manager_score_mixin.get_memory": (
-        "replaced during _validate_score_extraction only (its disable_radix_cache read)"
-    ),
-    "sglang.srt.managers.tokenizer_manager_score_mixin.get_schedule": (
-        "replaced during _validate_score_extraction only (its chunked_prefill_size read)"
     ),
     "sglang.srt.managers.schedule_batch.ScheduleBatch.prepare_for_extend": (
         "AFTER: a setwise request's anchors (token_indices_to_pool) as rows of its extend, "
@@ -839,5 +844,40 @@ HOOK_TARGETS: dict[str, str] = {
         "(/scale_elastic_ep); ours searches them. Also called by --tenant-keys' key check "
         "(http_server/tenant_requests.py) with decide_request_auth: SGLang's decision, one "
         "tenant's key standing for --api-key"
+    ),
+}
+
+
+# SGLang's private instance attributes we read or write (set in an __init__, by a
+# decorator or by prepare_server_args, so a class lookup cannot resolve them), each as
+# "<the SGLang class or function whose code sets it>.<attribute>": (the one module of ours
+# that names it, why). tests/test_sglang_hook_targets.py checks that code still sets it and
+# that no other module of prefillonly_sgl names it. Private methods are in HOOK_TARGETS.
+PRIVATE_ATTRIBUTES: dict[str, tuple[str, str]] = {
+    "sglang.srt.managers.tokenizer_manager.TokenizerManager._subprocess_watchdog": (
+        "prefillonly_sgl.sglang_runtime.sglang_state",
+        "the SubprocessWatchdog the Engine sets after start: an Engine of ours stops it "
+        "(offline_engine.py: its answer to a dead worker is a SIGQUIT to the caller)",
+    ),
+    "sglang.srt.utils.auth.auth_level._auth_level": (
+        "prefillonly_sgl.sglang_runtime.sglang_state",
+        "a route's level, which SGLang's API-key middleware reads from its endpoint "
+        "function: declared on every route serve adds (set with SGLang's auth_level "
+        "decorator), read back by http_server/access.py",
+    ),
+    "sglang.srt.server_args.prepare_server_args._radix_eviction_policy_explicitly_set": (
+        "prefillonly_sgl.sglang_runtime.sglang_state",
+        "set on the parsed flags before ServerArgs is built, as prepare_server_args sets "
+        "it (server_flags.server_args)",
+    ),
+    "sglang.srt.server_args.prepare_server_args._launch_command": (
+        "prefillonly_sgl.sglang_runtime.sglang_state",
+        "the redacted command line kept on ServerArgs (its launch_command), as "
+        "prepare_server_args keeps it (server_flags.server_args)",
+    ),
+    "sglang.srt.arg_groups.model_override_base.model_config_of._model_config": (
+        "prefillonly_sgl.features.prefill_attention.tokenizer_process",
+        "SGLang's memoized ModelConfig on the arguments, used where present while they "
+        "resolve (tokenizer_process._model_config, its one reader)",
     ),
 }

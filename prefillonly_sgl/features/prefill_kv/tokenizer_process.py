@@ -34,6 +34,7 @@ import inspect
 
 from prefillonly_sgl.features.prefill_kv.messages import with_reusable_len, with_shared_len
 from prefillonly_sgl.features.prefill_kv.policy import reusable_prefix_len, runs_one_forward
+from prefillonly_sgl.features.prefill_kv.setwise import setwise_refusal
 from prefillonly_sgl.scoring.reusable_prefix import WHOLE_PROMPT, prefix_ids_in, without_prefix_ids
 
 # The query tokens of the score call being tokenized in this task ([]: nothing reusable);
@@ -159,32 +160,20 @@ def allow_setwise_with_cache(tokenizer_manager, prefill_only_kv_active: bool) ->
     setattr(tokenizer_manager, SETWISE_WITH_CACHE, bool(prefill_only_kv_active))
 
 
-class _SetwiseConditions:
-    """What SGLang's setwise check reads of its settings (get_memory / get_schedule), as it
-    requires them: the radix cache off, chunked prefill off."""
-
-    disable_radix_cache = True
-    chunked_prefill_size = -1
-
-
 def _around_validate_score_extraction(original, self, is_generation, *args, **kwargs):
-    """SGLang's own check (a classification model without a per-position head, item_first,
-    auto-truncation: refused with its messages), its two conditions on the prefix cache
-    and chunked prefill met by prefill-only KV instead (allow_setwise_with_cache). Causal
-    LMs only: a classification head's setwise request is an embedding request, whose
-    pooling positions nothing here moves, so SGLang's conditions stand for it."""
+    """SGLang's own check, except for a causal LM where prefill-only KV runs
+    (allow_setwise_with_cache): there its conditions on the prefix cache and chunked
+    prefill are met by prefill-only KV instead, and its other two conditions are checked
+    with its messages (setwise.py). A classification head's setwise request keeps SGLang's
+    whole check."""
     if not is_generation or not getattr(self, SETWISE_WITH_CACHE, False):
         return original(self, is_generation, *args, **kwargs)
-    from sglang.srt.managers import tokenizer_manager_score_mixin as mixin
+    from sglang.srt.runtime_context import get_serving
 
-    # The check reads the settings through these two names of its module; they answer as
-    # the setwise readout needs during the call (synchronous: no other request runs).
-    saved = mixin.get_memory, mixin.get_schedule
-    mixin.get_memory = mixin.get_schedule = _SetwiseConditions
-    try:
-        return original(self, is_generation, *args, **kwargs)
-    finally:
-        mixin.get_memory, mixin.get_schedule = saved
+    item_first = kwargs["item_first"] if "item_first" in kwargs else bool(args and args[0])
+    why = setwise_refusal(item_first, get_serving().allow_auto_truncate)
+    if why is not None:
+        raise ValueError(why)
 
 
 _SCORE_MIXIN = "sglang.srt.managers.tokenizer_manager_score_mixin.TokenizerManagerScoreMixin"
