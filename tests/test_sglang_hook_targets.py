@@ -117,3 +117,48 @@ def test_every_feature_names_a_register_function_that_exists():
     for feature in features.FEATURES.values():
         module_name, function_name = feature.register.split(":")
         assert callable(getattr(importlib.import_module(module_name), function_name)), feature
+
+
+def _names(attribute: str):
+    """`attribute` named as one: `x._name` or the string "_name" (not `_name_more`)."""
+    import re
+
+    return re.compile(rf"""[."']{re.escape(attribute)}\b""")
+
+
+def test_private_attributes_are_still_set_where_listed():
+    """SGLang's private instance attributes we read or write (hook_targets.PRIVATE_ATTRIBUTES):
+    the SGLang code named for each still sets it, under that name."""
+    import inspect
+
+    from prefillonly_sgl.sglang_runtime.hook_targets import PRIVATE_ATTRIBUTES
+
+    assert PRIVATE_ATTRIBUTES
+    for entry, (module, why) in PRIVATE_ATTRIBUTES.items():
+        owner, attribute = entry.rsplit(".", 1)
+        source = inspect.getsource(_resolve(owner))
+        assert f".{attribute} = " in source, entry
+        assert importlib.import_module(module) and why
+
+
+def test_each_private_attribute_is_named_by_one_module_of_ours():
+    """No module of prefillonly_sgl names a listed private SGLang attribute but the one its
+    entry names (sglang_state.py, its accessors), so an SGLang change is one place to fix."""
+    from pathlib import Path
+
+    import prefillonly_sgl
+    from prefillonly_sgl.sglang_runtime.hook_targets import PRIVATE_ATTRIBUTES
+
+    root = Path(prefillonly_sgl.__file__).parent
+    sources = {
+        "prefillonly_sgl." + ".".join(path.relative_to(root).with_suffix("").parts): path
+        for path in root.rglob("*.py")
+    }
+    for entry, (owner_module, _) in PRIVATE_ATTRIBUTES.items():
+        pattern = _names(entry.rsplit(".", 1)[1])
+        naming = {
+            module
+            for module, path in sources.items()
+            if not module.endswith(".hook_targets") and pattern.search(path.read_text())
+        }
+        assert naming == {owner_module}, entry

@@ -60,7 +60,7 @@ import psutil
 from prefillonly_sgl.hooking.hooks import apply_hooks_now
 from prefillonly_sgl.scoring.errors import EngineDiedError, EngineStartError
 from prefillonly_sgl.scoring.validation import ModelLimits
-from prefillonly_sgl.sglang_runtime import redacted_settings, worker_forkserver
+from prefillonly_sgl.sglang_runtime import redacted_settings, sglang_state, worker_forkserver
 
 # The processes of the engine this thread is shutting down; None outside a shutdown.
 _SHUTTING_DOWN: contextvars.ContextVar[list[psutil.Process] | None] = contextvars.ContextVar(
@@ -147,7 +147,7 @@ def start_sglang_engine(engine_args: dict, worker_start: str = worker_forkserver
     tokenizer_manager = engine.tokenizer_manager
     # Our WorkerWatch replaces SGLang's watchdog, whose answer to a dead worker is a
     # SIGQUIT to this process.
-    sglang_watchdog = getattr(tokenizer_manager, "_subprocess_watchdog", None)
+    sglang_watchdog = sglang_state.subprocess_watchdog(tokenizer_manager)
     if sglang_watchdog is not None:
         sglang_watchdog.stop()
     tokenizer_manager._prefillonly_caller_survives = True  # read by _keep_caller_alive

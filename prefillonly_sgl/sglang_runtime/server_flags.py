@@ -15,6 +15,7 @@ import argparse
 import logging
 
 from prefillonly_sgl.server.options import SGLangFlags
+from prefillonly_sgl.sglang_runtime import sglang_state
 
 
 def sglang_parser(prog: str = "prefillonly serve", parser=None) -> argparse.ArgumentParser:
@@ -52,9 +53,12 @@ def server_args(flags: SGLangFlags):
     from sglang.srt.server_args import ServerArgs
 
     raw = argparse.Namespace(**flags.values)
-    raw._radix_eviction_policy_explicitly_set = any(
-        arg == "--radix-eviction-policy" or arg.startswith("--radix-eviction-policy=")
-        for arg in flags.argv
+    sglang_state.mark_radix_eviction_policy_given(
+        raw,
+        any(
+            arg == "--radix-eviction-policy" or arg.startswith("--radix-eviction-policy=")
+            for arg in flags.argv
+        ),
     )
     logging.basicConfig(
         level=getattr(logging, raw.log_level.upper()),
@@ -63,5 +67,7 @@ def server_args(flags: SGLangFlags):
         force=True,
     )
     args = ServerArgs.from_cli_args(raw)
-    args._launch_command = redact_watermark_command_line(list(flags.argv), raw.watermark_config)
+    sglang_state.record_launch_command(
+        args, redact_watermark_command_line(list(flags.argv), raw.watermark_config)
+    )
     return args

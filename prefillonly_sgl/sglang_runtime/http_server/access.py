@@ -16,6 +16,7 @@ import logging
 
 from prefillonly_sgl.server.auth import ADMIN_FORCE, ADMIN_OPTIONAL, NORMAL, admin_key_opens
 from prefillonly_sgl.server.redaction import redact, redact_text
+from prefillonly_sgl.sglang_runtime import sglang_state
 
 _ENUM = {NORMAL: "NORMAL", ADMIN_OPTIONAL: "ADMIN_OPTIONAL", ADMIN_FORCE: "ADMIN_FORCE"}
 
@@ -34,8 +35,7 @@ def declare(endpoint, level: str):
     NORMAL, ADMIN_OPTIONAL, ADMIN_FORCE), where the route is added; returns it."""
     from sglang.srt.utils.auth import AuthLevel
 
-    endpoint._auth_level = AuthLevel[_ENUM[level]]
-    return endpoint
+    return sglang_state.set_auth_level(endpoint, AuthLevel[_ENUM[level]])
 
 
 def check_auth_levels(app, before: set[int]) -> dict[str, str]:
@@ -46,7 +46,7 @@ def check_auth_levels(app, before: set[int]) -> dict[str, str]:
         endpoint = getattr(route, "endpoint", None)
         if endpoint is None or id(endpoint) in before:
             continue
-        level = getattr(endpoint, "_auth_level", None)
+        level = sglang_state.auth_level(endpoint)
         if level is None:
             raise RuntimeError(f"serve adds {route.path} without an auth level (access.declare)")
         declared[route.path] = getattr(level, "value", level)
@@ -82,8 +82,7 @@ def _redacted(original, secrets: list[str]):
         return redact(answer, secrets)  # serialised as SGLang's own answer was
 
     endpoint.__doc__ = original.__doc__
-    endpoint._auth_level = getattr(original, "_auth_level", None) or _normal()
-    return endpoint
+    return sglang_state.set_auth_level(endpoint, sglang_state.auth_level(original) or _normal())
 
 
 def _normal():
@@ -112,7 +111,7 @@ def _auth_level_of_route(original, app, scope):
     if getattr(level, "value", level) != NORMAL:
         return level
     endpoint = _matching_endpoint(app.router.routes, scope)
-    found = getattr(endpoint, "_auth_level", None)
+    found = sglang_state.auth_level(endpoint)
     return found if found is not None else level
 
 

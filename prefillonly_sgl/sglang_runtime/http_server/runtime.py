@@ -13,6 +13,7 @@ from prefillonly_sgl.server.endpoints import EndpointSpec
 from prefillonly_sgl.server.options import ServeOptions
 from prefillonly_sgl.server.request_checks import custom_logit_processors
 from prefillonly_sgl.server.route_checks import CheckContext, check_request, route_checks
+from prefillonly_sgl.sglang_runtime import sglang_state
 from prefillonly_sgl.sglang_runtime.http_server.processor_check import ProcessorLoadCheck
 from prefillonly_sgl.sglang_runtime.score_front import ScoringFront
 
@@ -114,8 +115,7 @@ class SGLangRuntime:
     def adapter_named(self, model: object) -> str | None:
         """The loaded LoRA adapter a body's `model` names (vLLM's convention: the
         adapter's name as the model), or None: the base model, or not an adapter."""
-        registry = getattr(self.tokenizer_manager, "lora_registry", None)
-        loaded = getattr(registry, "_registry", None) or {}
+        loaded = sglang_state.loaded_adapter_names(self.tokenizer_manager)
         return model if isinstance(model, str) and model in loaded else None
 
     def abort(self, record: RequestRecord) -> None:
