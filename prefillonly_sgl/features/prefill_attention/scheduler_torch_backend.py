@@ -11,9 +11,13 @@ Registration: SGLang's attention-backend registry (`register_attention_backend`)
 backend *name* to a factory. We re-register the names "torch_native" (CPU) and
 "flashinfer" (GPU) with our factories instead of adding a new name, because SGLang keys
 many decisions on these names (server-args validation, CUDA-graph and triton switches,
-KV-allocation paths); a new name would need those patched too. Only processes whose
-runtime configuration lists "prefill_attention" are affected (see plugin.py), so stock
-SGLang in the same environment stays stock.
+KV-allocation paths); a new name would need those patched too. For the same reason the
+models SGLang's checks hold to other backends get ours under the names those checks allow:
+"intel_amx" (a sink model on a CPU) and "triton" (EXAONE 4's windows on a CPU; a sink
+model on CUDA, opt-in), each factory choosing ours by model and device and SGLang's own
+otherwise (sink_models.py says precisely which checks refuse a name of our own). Only
+processes whose runtime configuration lists "prefill_attention" are affected (see
+plugin.py), so stock SGLang in the same environment stays stock.
 
 What falls back to the stock implementation (unchanged behaviour): decode (except in
 layers with attention sinks, which stock torch_native lacks: forward_decode here), forward

@@ -18,6 +18,24 @@ attention registers our FlashInfer backend for sink models
 FlashInfer's log-sum-exp in prefill (one query chunk over the whole extend,
 flashinfer_chunk.py) and decode.
 
+Why SGLang's names and not one of our own (checked against SGLang 0.5.23): the registry
+itself would take any name (``attention_registry.register_attention_backend`` adds to
+``ATTENTION_BACKENDS``, which the scheduler's model runner looks the resolved name up in),
+but the name must first pass SGLang's argument resolution in the main process, which keys
+on names it lists: ``arg_groups.model_hook.handle_model_specific_adjustments`` asserts
+that a GptOssForCausalLM's prefill and decode backends are in a list local to that
+function (triton, trtllm_mha, fa3, fa4, ascend, intel_amx, intel_xpu, aiter), which no
+registration can extend; the ``--attention-backend`` field takes ``ATTENTION_BACKEND_CHOICES``
+(extendable only by appending to that module-level list, ``add_attention_backend_choices``);
+and later steps hold the resolved name to more literal sets
+(``kv_cache_hook.handle_page_major_kv_layout``'s allowed backends, the KV4 checks,
+speculative decoding's draft backends). A name of ours would pass only by replacing
+SGLang's check or by rewriting the resolved backend after it (a resolution hook), which
+leaves the steps before it deciding for one name and those after for another. So ours is
+registered under the names SGLang's check allows, its factory choosing by the model
+(``has_attention_sinks``) and device, and SGLang's own factory kept for everything else
+(scheduler_torch_backend.register).
+
 It also needs every layer's KV in one pool: SGLang's hybrid sliding-window pool keeps the
 sliding layers in a second pool that frees tokens outside the window, which the
 prefill-only kernels do not read (they fall back to the stock forward there, which has no
