@@ -308,15 +308,17 @@ class Counted:
     engine's own usage records: prefillonly_sgl/scoring/usage.py)."""
 
     def __enter__(self):
-        from prefillonly_sgl.scoring.usage import CURRENT_REQUEST, RequestRecord
+        from prefillonly_sgl.scoring.call_context import carrying, current
+        from prefillonly_sgl.scoring.usage import RequestRecord
 
         self.record = RequestRecord("rerank_quality")
-        self._var = CURRENT_REQUEST
-        self._token = CURRENT_REQUEST.set(self.record)  # engine tasks copy this context
+        # engine calls made inside start from this context: their records are children
+        self._carrying = carrying(current().replace(record=self.record))
+        self._carrying.__enter__()
         return self
 
     def __exit__(self, *exc):
-        self._var.reset(self._token)
+        self._carrying.__exit__(*exc)
 
     def counts(self) -> dict[str, int]:
         usage = self.record.usage

@@ -19,8 +19,8 @@ _LAZY = {
     "EngineClosedError": "prefillonly_sgl.scoring.errors",
     "EngineStartError": "prefillonly_sgl.scoring.errors",
     "EngineDiedError": "prefillonly_sgl.scoring.errors",
-    # prefix-cache namespaces: `with cache_salt("tenant-a"): ...` (scoring/cache_salts.py)
-    "cache_salt": "prefillonly_sgl.scoring.cache_salts",
+    # prefix-cache namespaces: `with cache_salt("tenant-a"): ...` (scoring/call_context.py)
+    "cache_salt": "prefillonly_sgl.scoring.call_context",
     # the scoring DSL (prefillonly_sgl/dsl)
     "classifier": "prefillonly_sgl.dsl",
     "ranker": "prefillonly_sgl.dsl",

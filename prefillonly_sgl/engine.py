@@ -29,6 +29,7 @@ from prefillonly_sgl.features import STOCK_SGLANG  # noqa: F401  (re-exported)
 from prefillonly_sgl.features.hybrid_prefill.settings import HybridSettings
 from prefillonly_sgl.features.jct_scheduler.settings import JctSettings
 from prefillonly_sgl.memory.budget import MemoryPlan
+from prefillonly_sgl.scoring.call_context import CallContext, current
 from prefillonly_sgl.scoring.continuations import ContinuationResult
 from prefillonly_sgl.scoring.errors import EngineClosedError, EngineDiedError
 from prefillonly_sgl.scoring.score_options import ScoreOptions
@@ -214,20 +215,14 @@ class Engine:
         the same key. Its "decision_readout": how the model answers decisions (an LM head, or
         a decision checkpoint's own readout: decisions/checkpoints.py)."""
         info = dict(self._require_running().get_server_info())
-        head = self._front.head
-        info["prefillonly"] = {
-            **self.config.worker.info(),
-            "decision_readout": self._front.readout.info(),
-            "class_head": None if head is None else head.info(),
-        }
+        info["prefillonly"] = {**self.config.worker.info(), **self._front.facts.info()}
         return info
 
     @property
     def class_labels(self) -> tuple[str, ...] | None:
         """A model with a classification head: its classes in id order (the checkpoint's
         id2label), what each score row holds; None for a model that reads label tokens."""
-        head = self._front.head
-        return None if head is None else head.labels
+        return self._front.facts.class_labels
 
     @property
     def prefill_only_kv_active(self) -> bool:
@@ -324,16 +319,16 @@ class Engine:
         from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
 
         check_running_loop_is_served(self._require_running())
+        ctx = _call_context(cache_salt, lora_path)
         return await self._watch.until_died(
             self._front.score(
+                ctx,
                 query,
                 items,
                 label_token_ids,
                 apply_softmax,
                 item_first,
-                None,
                 length_normalize,
-                cache_salt=cache_salt,
                 score_extraction_token=score_extraction_token,
                 options=ScoreOptions(
                     temperature,
@@ -343,7 +338,6 @@ class Engine:
                     item_embed_overrides,
                     return_pooled_hidden_states,
                 ),
-                lora_path=lora_path,
             )
         )
 
@@ -382,10 +376,9 @@ class Engine:
         from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
 
         check_running_loop_is_served(self._require_running())
+        ctx = _call_context(cache_salt, lora_path)
         return await self._watch.until_died(
-            self._front.continuation_logprobs(
-                query, items, continuation, cache_salt=cache_salt, lora_path=lora_path
-            )
+            self._front.continuation_logprobs(ctx, query, items, continuation)
         )
 
     def decide(
@@ -395,6 +388,7 @@ class Engine:
         *,
         model: str | None = None,
         cache_salt: str | None = None,
+        lora_path: str | None = None,
         **options,
     ):
         """Typed questions about a state, each answered with every option's probability:
@@ -403,10 +397,17 @@ class Engine:
         ``options``: debias, calibrate, min_label_mass, chat_template_kwargs) answered
         with what the server's /v1/decisions returns (wire.openai.Decision).
         The state is computed once for every question and stays in the prefix cache for
-        the next call about it (docs/decisions.md), under the call's ``cache_salt`` (as
-        ``score``'s)."""
+        the next call about it (docs/decisions.md), under the call's ``cache_salt`` and
+        ``lora_path`` (as ``score``'s)."""
         return self.run_until_complete(
-            self.async_decide(input, questions, model=model, cache_salt=cache_salt, **options)
+            self.async_decide(
+                input,
+                questions,
+                model=model,
+                cache_salt=cache_salt,
+                lora_path=lora_path,
+                **options,
+            )  # fmt: skip
         )
 
     async def async_decide(
@@ -416,6 +417,7 @@ class Engine:
         *,
         model: str | None = None,
         cache_salt: str | None = None,
+        lora_path: str | None = None,
         **options,
     ):
         """``decide`` for asyncio code (on the engine's loop, as async_score)."""
@@ -427,15 +429,19 @@ class Engine:
         body = {"model": model or Path(str(self.model_path)).name, "input": input}
         request = parse(openai_wire.DecisionsRequest, {**body, "questions": questions, **options})
         call = openai_wire.to_call(request)
-        outcome = await self._watch.until_died(self._front.decide(call, cache_salt=cache_salt))
+        ctx = _call_context(cache_salt, lora_path)
+        outcome = await self._watch.until_died(self._front.decide(ctx, call))
         return openai_wire.to_response(request.model, outcome)
 
-    async def async_decide_call(self, call, cache_salt: str | None = None):
+    async def async_decide_call(
+        self, call, cache_salt: str | None = None, lora_path: str | None = None
+    ):
         """A decisions.call.DecisionCall's outcome (what the DSL's decision functions send)."""
         from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
 
         check_running_loop_is_served(self._require_running())
-        return await self._watch.until_died(self._front.decide(call, cache_salt=cache_salt))
+        ctx = _call_context(cache_salt, lora_path)
+        return await self._watch.until_died(self._front.decide(ctx, call))
 
     def run_until_complete(self, coroutine):
         """Run a coroutine that awaits this engine (``async_score``, a DSL job) to the end
@@ -521,6 +527,13 @@ class Engine:
     def __repr__(self) -> str:
         state = "running" if self._sgl is not None else "shut down"
         return f"Engine(model={self.model_path!r}, device={self.device!r}, {state})"
+
+
+def _call_context(cache_salt: str | None, lora_path: str | None) -> CallContext:
+    """An Engine call's context (scoring/call_context.py): the caller's (the DSL's
+    `with cache_salt(...)`, a batch job's) with this call's own salt and adapter where
+    given; InvalidRequestError naming a bad one."""
+    return current().entering(salt=cache_salt, adapter=lora_path)
 
 
 def _warn_at_start(config: RuntimeConfig) -> None:

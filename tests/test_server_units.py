@@ -9,6 +9,7 @@ import types
 import pytest
 from pydantic import BaseModel
 
+from prefillonly_sgl.scoring.call_context import current
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.scoring.usage import RequestUsage
 from prefillonly_sgl.scoring.validation import ModelLimits
@@ -19,7 +20,7 @@ from prefillonly_sgl.server.endpoints import (
     collect_endpoints,
     load_app_endpoints,
 )
-from prefillonly_sgl.server.guard import CURRENT_REQUEST, GuardPolicy, RequestGuard
+from prefillonly_sgl.server.guard import GuardPolicy, RequestGuard
 from prefillonly_sgl.server.options import parse_serve_argv
 from prefillonly_sgl.server.request_checks import (
     RequestTooLargeError,
@@ -352,7 +353,7 @@ def run_guard(runtime, app, body: bytes, admission=None, disconnect_after: float
 
 
 async def ok_app(scope, receive, send):
-    record = CURRENT_REQUEST.get()
+    record = current().record
     record.usage.add_output({"meta_info": {"id": "r", "prompt_tokens": 3, "cached_tokens": 1}})
     await send({"type": "http.response.start", "status": 200, "headers": []})
     await send({"type": "http.response.body", "body": b"{}"})

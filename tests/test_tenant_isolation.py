@@ -16,7 +16,8 @@ import requests
 from conftest import TESTS, tiny_server
 
 from prefillonly_sgl.features.jct_scheduler.prefix_marks import prefix_marks
-from prefillonly_sgl.scoring.cache_salts import cache_salt, effective_salt
+from prefillonly_sgl.scoring.cache_salts import effective_salt
+from prefillonly_sgl.scoring.call_context import cache_salt
 from prefillonly_sgl.server.tenant_keys import TenantKeysError, parse_tenant_keys
 
 KEY_A = "tenant-a-key-0123456789"

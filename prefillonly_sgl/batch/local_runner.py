@@ -32,7 +32,7 @@ from prefillonly_sgl.batch.sinks import ResultWriter
 from prefillonly_sgl.batch.sources import check_source, count_records, read_records
 from prefillonly_sgl.batch.tasks import Prepared, task_for
 from prefillonly_sgl.dsl.backends import resolve_backend
-from prefillonly_sgl.scoring.cache_salts import cache_salt as salted
+from prefillonly_sgl.scoring.call_context import cache_salt as salted
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 __all__ = ["BatchAborted", "BatchReport", "run_batch"]

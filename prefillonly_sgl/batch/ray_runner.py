@@ -59,7 +59,7 @@ from prefillonly_sgl.batch.sources import (
 from prefillonly_sgl.batch.tasks import Prepared, task_for
 from prefillonly_sgl.dsl.backends import resolve_backend
 from prefillonly_sgl.engine import Engine
-from prefillonly_sgl.scoring.cache_salts import cache_salt as salted
+from prefillonly_sgl.scoring.call_context import cache_salt as salted
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 DEFAULT_BUCKET = 512  # records per bucket (a Ray Data task's unit of work and retry)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from prefillonly_sgl.dsl.app_models import MARKER, app_models
 from prefillonly_sgl.dsl.job import Job, RankJob
-from prefillonly_sgl.scoring.cache_salts import REQUEST_SALT
+from prefillonly_sgl.scoring.call_context import current
 
 Post = Callable[[str, dict], dict]  # (path, JSON body) -> JSON answer
 
@@ -55,8 +55,8 @@ def _posts(job: Job) -> list[_Post]:
     path = job.function.path
     models = app_models(job.function)
     model = models.request
-    # The call's cache salt (cache_salts.cache_salt), where the endpoint takes one.
-    salt = REQUEST_SALT.get()
+    # The call's cache salt (call_context.cache_salt), where the endpoint takes one.
+    salt = current().salt
     takes_salt = "cache_salt" not in job.function.inputs.model.model_fields  # else a parameter
     salted = {"cache_salt": salt} if salt is not None and takes_salt else {}
     if isinstance(job, RankJob):

@@ -55,6 +55,7 @@ from prefillonly_sgl.decisions.call import (
     QuestionResult,
 )
 from prefillonly_sgl.dsl.signature import DeclarationError, Signature, type_hints
+from prefillonly_sgl.scoring.adapters import check_lora_path
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 RESERVED = ("engine",)
@@ -211,7 +212,13 @@ class DecisionFunction:
     ``batch`` for many; ``call(...)`` builds the DecisionCall without running it."""
 
     def __init__(
-        self, fn, *, debias: str = "none", calibrate: bool = False, path: str | None = None
+        self,
+        fn,
+        *,
+        debias: str = "none",
+        calibrate: bool = False,
+        path: str | None = None,
+        lora_path: str | None = None,
     ):
         self.fn = fn
         self.name = fn.__name__
@@ -220,6 +227,10 @@ class DecisionFunction:
         self.fields = questions_of(self.model)
         self.debias, self.calibrate = debias, calibrate
         self.path = path or f"/decisions/{self.name}"
+        try:
+            self.lora_path = check_lora_path(lora_path)  # its adapter (None: the base model)
+        except ValueError as e:
+            raise DeclarationError(str(e)) from None
         inspect.signature(fn)  # a clear error for builtins, now rather than at the first call
 
     def call(self, *args, **kwargs) -> DecisionCall:
@@ -247,13 +258,13 @@ class DecisionFunction:
 
     async def adecide(self, *args, engine=None, **kwargs) -> Decided:
         target = decider(engine)
-        results, usage = await target.decide(self.call(*args, **kwargs))
+        results, usage = await target.decide(self.call(*args, **kwargs), self.lora_path)
         return self.decided(results, usage)
 
     def __call__(self, *args, engine=None, **kwargs) -> Decided:
         target = decider(engine)
         call = self.call(*args, **kwargs)
-        results, usage = target.run(target.decide(call))
+        results, usage = target.run(target.decide(call, self.lora_path))
         return self.decided(results, usage)
 
     def batch(
@@ -272,7 +283,7 @@ class DecisionFunction:
 
             async def one(call):
                 async with gate:
-                    out = await target.decide(call)
+                    out = await target.decide(call, self.lora_path)
                 bar.update(1)
                 return out
 
@@ -308,13 +319,25 @@ def _field_answer(f: FieldQuestion, r: QuestionResult) -> FieldAnswer:
     return FieldAnswer(value, probabilities, r.confidence, r.label_mass, r.refusal)
 
 
-def decision(fn=None, *, debias: str = "none", calibrate: bool = False, path: str | None = None):
+def decision(
+    fn=None,
+    *,
+    debias: str = "none",
+    calibrate: bool = False,
+    path: str | None = None,
+    lora_path: str | None = None,
+):
     """Declare a decision function (see the module docstring). ``debias``: "none",
     "reverse" or "cyclic" (choice questions asked in other option orders too); ``calibrate``:
-    divide out the content-free prior; ``path``: its typed endpoint under serve --app."""
+    divide out the content-free prior; ``path``: its typed endpoint under serve --app;
+    ``lora_path``: the LoRA adapter (a name the engine or server loaded) its questions run
+    under, as a classifier's. The call's cache salt is the caller's (``with
+    prefillonly.cache_salt(...)``), as for every DSL call."""
 
     def wrap(f):
-        return DecisionFunction(f, debias=debias, calibrate=calibrate, path=path)
+        return DecisionFunction(
+            f, debias=debias, calibrate=calibrate, path=path, lora_path=lora_path
+        )
 
     return wrap(fn) if fn is not None else wrap
 
@@ -324,8 +347,8 @@ class _EngineDecider:
     def __init__(self, engine) -> None:
         self.engine = engine
 
-    async def decide(self, call: DecisionCall):
-        outcome: DecisionOutcome = await self.engine.async_decide_call(call)
+    async def decide(self, call: DecisionCall, lora_path: str | None = None):
+        outcome: DecisionOutcome = await self.engine.async_decide_call(call, lora_path=lora_path)
         u = outcome.usage
         usage = {"input_tokens": u.input_tokens, "cached_tokens": u.cached_tokens}
         return list(outcome.results), usage

@@ -22,7 +22,7 @@ def decision_function_endpoint(function) -> EndpointSpec:
 
     async def handler(request, context):
         call = function.call(**request.model_dump())
-        outcome = await context.decide(call)
+        outcome = await context.decide(call, lora_path=function.lora_path)
         decided = function.decided(outcome.results)
         return answer_model(
             value=decided.value,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 
 from prefillonly_sgl.decisions.call import DecisionCall, Question, QuestionResult
+from prefillonly_sgl.scoring.call_context import salt_fields
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 PROTOCOLS = ("openai", "systemone")
@@ -54,9 +55,17 @@ class DecisionServer:
         asked = {_key(i, q): _systemone_question(q) for i, q in enumerate(call.questions)}
         return {"model": self.model, "state": _state_text(call), "questions": asked, **extras}
 
-    async def decide(self, call: DecisionCall) -> tuple[list[QuestionResult], dict]:
+    async def decide(
+        self, call: DecisionCall, lora_path: str | None = None
+    ) -> tuple[list[QuestionResult], dict]:
+        """The call's answers and usage. The caller's cache salt (``with
+        prefillonly.cache_salt(...)``) and the function's adapter go in the body where
+        given (`cache_salt`, `lora_path`: fields our server takes on both paths)."""
         path = "/v1/decisions" if self.protocol == "openai" else "/v1/systemone"
-        answer = await asyncio.to_thread(self._http.post, path, self.body(call))
+        body = {**self.body(call), **salt_fields()}
+        if lora_path is not None:
+            body["lora_path"] = lora_path
+        answer = await asyncio.to_thread(self._http.post, path, body)
         if self.protocol == "openai":
             answers = answer.get("answers") or []
             if len(answers) != len(call.questions):

@@ -130,7 +130,7 @@ class ScoringFunction:
         requests without labels (its classes answer: head_route.py)."""
         prompts = [self.prompt(tokenizer, **a) for a in arguments]
         if self.scores_continuation:
-            return group_continuations(prompts)
+            return group_continuations(prompts, self.lora_path)
         if any(p.continuation for p in prompts):
             raise InvalidRequestError(
                 f"{self.fn.__qualname__} returned a Prompt with a continuation: only a "

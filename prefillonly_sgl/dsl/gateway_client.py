@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pydantic import ValidationError
 
 from prefillonly_sgl.dsl.job import ClassifyJob, Job, RankJob
-from prefillonly_sgl.scoring.cache_salts import salt_fields
+from prefillonly_sgl.scoring.call_context import salt_fields
 from prefillonly_sgl.scoring.errors import InvalidRequestError, PrefillOnlyError
 from prefillonly_sgl.wire.cohere import RerankRequest
 from prefillonly_sgl.wire.fields import request_body

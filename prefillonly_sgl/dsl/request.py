@@ -78,10 +78,14 @@ class ContinuationRequest:
     query: str
     items: tuple[str, ...]
     continuations: tuple[str, ...]  # one per item
+    lora_path: str | None = None  # the LoRA adapter it runs under (None: the base model)
 
     async def sent_to(self, continuation_logprobs):
         """The answer of a function with Engine.async_continuation_logprobs's signature."""
-        return await continuation_logprobs(self.query, list(self.items), list(self.continuations))
+        adapter = {} if self.lora_path is None else {"lora_path": self.lora_path}
+        return await continuation_logprobs(
+            self.query, list(self.items), list(self.continuations), **adapter
+        )
 
 
 @dataclass(frozen=True)
@@ -153,9 +157,10 @@ def group_requests(
     return CompiledCall(requests=tuple(requests), where=tuple(where))
 
 
-def group_continuations(prompts: list[Prompt]) -> CompiledCall:
+def group_continuations(prompts: list[Prompt], lora_path: str | None = None) -> CompiledCall:
     """Prompts sharing a prefix become the items of one ContinuationRequest (each with its
-    continuation), requests in order of first appearance."""
+    continuation, all under the function's adapter), requests in order of first
+    appearance."""
     groups: dict[str, list[int]] = {}
     for i, prompt in enumerate(prompts):
         if not prompt.text:
@@ -172,5 +177,5 @@ def group_continuations(prompts: list[Prompt]) -> CompiledCall:
             where[i] = (len(requests), position)
         items = tuple(prompts[i].item for i in members)
         continuations = tuple(prompts[i].continuation for i in members)
-        requests.append(ContinuationRequest(prefix, items, continuations))
+        requests.append(ContinuationRequest(prefix, items, continuations, lora_path))
     return CompiledCall(requests=tuple(requests), where=tuple(where))

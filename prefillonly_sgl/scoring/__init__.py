@@ -7,7 +7,10 @@ back, in plain Python (no SGLang, no torch at import).
     score_result.py            ScoreResult, what one score call returns
     priors.py                  contextual calibration's arithmetic
     usage.py                   per-request usage (its wire views: wire/prefillonly.py)
+    call_context.py            one call's settings (tenant, salt, adapter, usage record),
+                               built where it enters, and their one carrier
     cache_salts.py             prefix-cache namespaces (tenants)
+    adapters.py                LoRA adapters per call: names, the doors that take them
     reusable_prefix.py         how a request carries its reusable prefix to the tokenizer hook
     errors.py                  the exceptions every caller sees (PrefillOnlyError and kin)
 

@@ -4,9 +4,10 @@ prompts run under.
 SGLang 0.5.23 takes `lora_path` (an adapter's name, as loaded with --lora-paths NAME=PATH or
 its /load_lora_adapter route) on /generate, completions, chat and embeddings, but its score
 API has no such field: its score_request builds the prompts' requests itself. Here the
-adapter of a call travels like its cache salt: REQUEST_LORA, set per Engine.score call
-(`lora_path=`) or per HTTP request by the server's guard (the body's `lora_path` on the
-scoring doors, LORA_BODY_PATHS, whose request models have no such field), and
+adapter of a call travels like its cache salt, in the call's context
+(scoring/call_context.py): set per Engine call (`lora_path=`), per DSL function, or per
+HTTP request by the server's guard (the body's `lora_path` on the scoring doors,
+LORA_BODY_PATHS, whose request models have no such field), and
 sglang_runtime/request_recording.py writes it into every request that reaches SGLang's
 generate_request without an adapter of its own. SGLang resolves the name to its adapter
 id, which it puts in the request's radix-cache key (a prefix computed under one adapter is
@@ -14,8 +15,6 @@ never read under another), and which the JCT scheduler and packing group by.
 """
 
 from __future__ import annotations
-
-import contextvars
 
 MAX_NAME_CHARS = 256
 # The scoring doors: their request models (SGLang's ScoringRequest, ours) have no lora_path.
@@ -50,11 +49,6 @@ MODEL_ADAPTER_PATHS = frozenset(
     }
 )
 
-# The adapter of the call or request being run (None: the base model).
-REQUEST_LORA: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "prefillonly_lora_path", default=None
-)
-
 
 def check_lora_path(value: object) -> str | None:
     """`value` as an adapter name (None or "" for the base model); ValueError naming the
@@ -76,8 +70,7 @@ def take_body_lora(body: object) -> tuple[object, str | None]:
     return rest, check_lora_path(body["lora_path"])
 
 
-def lora_request(obj) -> None:
-    """Gives SGLang's request `obj` the call's adapter where it names none itself."""
-    name = REQUEST_LORA.get()
+def lora_request(obj, name: str | None) -> None:
+    """Gives SGLang's request `obj` the call's adapter `name` where it names none itself."""
     if name is not None and hasattr(obj, "lora_path") and obj.lora_path is None:
         obj.lora_path = name

@@ -8,13 +8,14 @@ decided here from two parts:
 - the tenant (`prefillonly serve --tenant-keys`): the name its API key belongs to, set
   per HTTP request by the key check (sglang_runtime/http_server/tenant_requests.py);
 - the caller's own `cache_salt` (a route's body field, Engine.score(cache_salt=...), the
-  DSL's `with cache_salt(...)`), set per request or call.
+  DSL's `with cache_salt(...)`: scoring/call_context.py), set per request or call.
 
 With a tenant, the salt is a hash of both: a tenant's own salt only splits its own cache
 further, and no salt a tenant sends can name another tenant's namespace. Without one, the
 caller's salt goes to SGLang as is (SGLang's meaning; a server without tenants trusts its
-callers). sglang_runtime/request_recording.py writes the result into every request that
-reaches SGLang's generate_request (score, continuations, chat, completions, generate).
+callers). Both travel in the call's context (scoring/call_context.py), and
+sglang_runtime/request_recording.py writes the result into every request that reaches
+SGLang's generate_request (score, continuations, chat, completions, generate).
 
 Embedding requests (/v1/embeddings, /encode, SGLang's /classify) reach the same prefix
 cache, but SGLang 0.5.23 gives them no salt field (EmbeddingReqInput, its tokenized form
@@ -28,8 +29,6 @@ SGLang's request models have no such field) and set as the request's salt.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import hashlib
 import json
 
@@ -37,15 +36,6 @@ MAX_SALT_CHARS = 1024  # a salt is a name, not a payload
 SALT_PARAM = "prefillonly_cache_salt"  # an embedding request's salt in its custom_params
 # SGLang's embedding routes: their request models have no cache_salt (the guard takes it).
 BODY_SALT_PATHS = frozenset({"/v1/embeddings", "/encode", "/classify"})
-
-# The tenant of the HTTP request being answered (None: no tenant keys, or not a request).
-TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "prefillonly_tenant", default=None
-)
-# The caller's own salt for the request or call being run (None: none given).
-REQUEST_SALT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "prefillonly_cache_salt", default=None
-)
 
 
 def check_salt(salt: object) -> str | None:
@@ -69,29 +59,6 @@ def effective_salt(tenant: str | None, salt: str | None) -> str | None:
     return "tenant-" + hashlib.sha256(pair).hexdigest()
 
 
-@contextlib.contextmanager
-def cache_salt(salt: str | None):
-    """Calls made inside use `salt` as their cache salt (None: keep the enclosing one):
-    the DSL's and the batch runner's way to salt a call, as `cache_salt=` is the
-    Engine's."""
-    salt = check_salt(salt)
-    if salt is None:
-        yield
-        return
-    token = REQUEST_SALT.set(salt)
-    try:
-        yield
-    finally:
-        REQUEST_SALT.reset(token)
-
-
-def salt_fields() -> dict:
-    """{"cache_salt": the salt of the enclosing call} ({} for none): what a client adds to
-    a body it posts, so the call's salt reaches the server (the DSL's remote backends)."""
-    salt = REQUEST_SALT.get()
-    return {} if salt is None else {"cache_salt": salt}
-
-
 def take_body_salt(body: object) -> tuple[object, str | None]:
     """(the body without its `cache_salt`, that salt checked) for a route whose SGLang
     request model has no such field (BODY_SALT_PATHS); ValueError naming a bad salt."""
@@ -101,23 +68,22 @@ def take_body_salt(body: object) -> tuple[object, str | None]:
     return rest, check_salt(body["cache_salt"])
 
 
-def salt_request(obj) -> None:
-    """Writes the effective salt into SGLang's request `obj`. The request's own
-    `cache_salt` (a chat or generate body's, one per prompt for a batch) is the caller's
-    salt where given; else the call's (REQUEST_SALT). A request without the field
+def salt_request(obj, tenant: str | None, salt: str | None) -> None:
+    """Writes the effective salt of `tenant` and the call's `salt` into SGLang's request
+    `obj`. The request's own `cache_salt` (a chat or generate body's, one per prompt for a
+    batch) is the caller's salt where given; else the call's. A request without the field
     (SGLang's EmbeddingReqInput) gets it in its sampling parameters (SALT_PARAM)."""
-    tenant = TENANT.get()
     if not hasattr(obj, "cache_salt"):
-        salt = effective_salt(tenant, REQUEST_SALT.get())
-        if salt is not None and hasattr(obj, "sampling_params"):
-            obj.sampling_params = with_salt_param(obj.sampling_params, salt)
+        effective = effective_salt(tenant, salt)
+        if effective is not None and hasattr(obj, "sampling_params"):
+            obj.sampling_params = with_salt_param(obj.sampling_params, effective)
         return
     own = obj.cache_salt
     if isinstance(own, list):
         # SGLang wants a string per prompt in a list ("" for none).
-        obj.cache_salt = [effective_salt(tenant, s or REQUEST_SALT.get()) or "" for s in own]
+        obj.cache_salt = [effective_salt(tenant, s or salt) or "" for s in own]
     else:
-        obj.cache_salt = effective_salt(tenant, own or REQUEST_SALT.get())
+        obj.cache_salt = effective_salt(tenant, own or salt)
 
 
 def with_salt_param(sampling_params, salt: str):

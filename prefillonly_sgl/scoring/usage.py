@@ -18,7 +18,6 @@ first prompt entering a forward batch to the last one finishing.
 
 from __future__ import annotations
 
-import contextvars
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,8 +111,3 @@ class RequestRecord:
             records.append(record)
             record = record.parent
         return records
-
-
-CURRENT_REQUEST: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
-    "prefillonly_current_request", default=None
-)

@@ -89,10 +89,12 @@ class ServerContext(Protocol):
     ) -> Any: ...  # prefillonly_sgl.scoring.score_result.ScoreResult
 
     async def continuation_logprobs(
-        self, query: Any, items: Any, continuation: Any
+        self, query: Any, items: Any, continuation: Any, lora_path: str | None = None
     ) -> Any: ...  # prefillonly_sgl.scoring.continuations.ContinuationResult
 
-    async def decide(self, call: Any) -> Any: ...  # decisions.call: DecisionCall -> DecisionOutcome
+    async def decide(
+        self, call: Any, lora_path: str | None = None
+    ) -> Any: ...  # decisions.call: DecisionCall -> DecisionOutcome
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ For each POST to a guarded path (the endpoints that run the model) it, in order:
    `lora_path`, under that adapter (scoring/adapters.py); on one of model_adapter_paths
    (vLLM's and OpenAI's doors) a `model` naming a loaded adapter runs under it;
 3. admits it under AdmissionControl or answers 503 with Retry-After;
-4. runs the endpoint with a RequestRecord in CURRENT_REQUEST (prefillonly_sgl/scoring/usage.py),
-   through which the SGLang side records the request's rids and usage; the usage goes out as
-   x-prefillonly-* response headers;
+4. runs the endpoint under the request's context (scoring/call_context.py: the tenant the
+   key check set, that salt and adapter, and a RequestRecord, through which the SGLang
+   side records the request's rids and usage); the usage goes out as x-prefillonly-*
+   response headers;
 5. watches the connection: if the client goes away before the response is complete, the
    request's work is aborted in SGLang (runtime.abort) and the endpoint task cancelled,
    instead of SGLang noticing only every few seconds, and only for one prompt of a batch;
@@ -33,10 +34,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from prefillonly_sgl.scoring.adapters import REQUEST_LORA, take_body_lora
-from prefillonly_sgl.scoring.cache_salts import REQUEST_SALT, take_body_salt
+from prefillonly_sgl.scoring.adapters import take_body_lora
+from prefillonly_sgl.scoring.cache_salts import take_body_salt
+from prefillonly_sgl.scoring.call_context import carrying, current
 from prefillonly_sgl.scoring.errors import InvalidRequestError
-from prefillonly_sgl.scoring.usage import CURRENT_REQUEST, RequestRecord, RequestUsage
+from prefillonly_sgl.scoring.usage import RequestRecord, RequestUsage
 from prefillonly_sgl.server.admission import AdmissionControl
 from prefillonly_sgl.server.auth import RequestRefusedError
 from prefillonly_sgl.server.error_bodies import send_json_error
@@ -265,20 +267,12 @@ class RequestGuard:
             if response["complete"]:
                 release()
 
-        token = CURRENT_REQUEST.set(record)
-        salt_token = REQUEST_SALT.set(salt) if salt is not None else None
-        lora_token = REQUEST_LORA.set(lora) if lora is not None else None
-        try:
-            # Both tasks copy the context, so the endpoint sees `record` (and the salt and
-            # the adapter).
+        # The request's context (the tenant the key check set) with its salt, adapter and
+        # record; both tasks copy it, so the endpoint and SGLang's tasks below it see it.
+        ctx = current().entering(salt=salt, adapter=lora).replace(record=record)
+        with carrying(ctx):
             endpoint = asyncio.create_task(self.app(scope, replay_receive, send_with_usage))
             watcher = asyncio.create_task(receive())
-        finally:
-            CURRENT_REQUEST.reset(token)
-            if salt_token is not None:
-                REQUEST_SALT.reset(salt_token)
-            if lora_token is not None:
-                REQUEST_LORA.reset(lora_token)
         stop = asyncio.create_task(self.policy.in_flight.wait_for_stop())
         try:
             await asyncio.wait({endpoint, watcher, stop}, return_when=asyncio.FIRST_COMPLETED)

@@ -4,22 +4,21 @@ Every way into SGLang's scheduler (score, generate, completions) goes through th
 TokenizerManager's generate_request, whose outputs carry each prompt's meta_info
 (prompt_tokens, cached_tokens, timings; an embedding output's cached_tokens are copied in
 from its batch output by the _handle_batch_output wrapper). We wrap it per TokenizerManager
-instance; while
-a caller has a RequestRecord in CURRENT_REQUEST (the server's guard per HTTP request,
-ScoringFront per score call; asyncio tasks copy the context, so SGLang's own tasks see
-it), the rids and meta_info land in that record and its parents. Without a record the
-wrapper only salts.
-
-The same wrapper gives every request its prefix-cache salt (scoring/cache_salts.py: the tenant's
-and the caller's), which is why it is the one way in: a salt set anywhere else would miss
-some route.
+instance. This is the one module that writes a call's context (scoring/call_context.py,
+carried to here through SGLang's own stack: asyncio tasks copy it) into SGLang's
+requests: its prefix-cache salt (scoring/cache_salts.py: the tenant's and the caller's),
+its LoRA adapter where the request names none (scoring/adapters.py), and, while the call
+has a usage record (the server's guard per HTTP request, ScoringFront per call into
+SGLang), the rids and meta_info land in that record and its parents. A salt or an
+adapter set anywhere else would miss some route.
 """
 
 from __future__ import annotations
 
 from prefillonly_sgl.scoring.adapters import lora_request
 from prefillonly_sgl.scoring.cache_salts import salt_request
-from prefillonly_sgl.scoring.usage import CURRENT_REQUEST, RequestRecord
+from prefillonly_sgl.scoring.call_context import current
+from prefillonly_sgl.scoring.usage import RequestRecord
 
 _WRAPPED = "_prefillonly_records_requests"
 # SGLang 0.5.23 leaves cached_tokens out of an embedding output's meta_info (a
@@ -49,9 +48,10 @@ def record_generate_requests(tm) -> None:
             await stream.aclose()
 
     def generate_request(obj, request=None):
-        salt_request(obj)  # before SGLang normalises the batch's salts
-        lora_request(obj)  # the call's adapter (scoring/adapters.py), where none is named
-        record = CURRENT_REQUEST.get()
+        ctx = current()
+        salt_request(obj, ctx.tenant, ctx.salt)  # before SGLang normalises the batch's salts
+        lora_request(obj, ctx.adapter)  # the call's adapter, where the request names none
+        record = ctx.record
         if record is None:
             return original(obj, request)
         records = record.lineage()

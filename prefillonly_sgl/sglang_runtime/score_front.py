@@ -18,6 +18,11 @@ TokenizerManager, return a ScoreResult with its usage.
 SGLang's own /v1/score handler still answers /v1/score (its response format, with every
 SGLang field), after the guard has run its checks on the body.
 
+Every method takes the call's context (scoring/call_context.py: salt, adapter, the HTTP
+request, the enclosing usage record), built by the door the call came in through, and runs
+each call into SGLang under a copy of it with its own usage record (_sglang_call): that
+context is what request_recording.py writes into SGLang's requests.
+
 Labels of one token each go to score_request as one call (one forward per prompt);
 labels of several tokens go through label_sequences.py (the prompts, then the label
 prefixes as cache hits of them).
@@ -26,16 +31,13 @@ prefixes as cache hits of them).
 from __future__ import annotations
 
 import contextlib
-import functools
 
 from prefillonly_sgl.decisions.call import DecisionCall, DecisionOutcome
-from prefillonly_sgl.decisions.checkpoints import CHECKPOINT_REFUSAL, Readout, readout_of
+from prefillonly_sgl.decisions.checkpoints import CHECKPOINT_REFUSAL, Readout
 from prefillonly_sgl.decisions.execution import decide
 from prefillonly_sgl.decisions.plan import plan_decision
 from prefillonly_sgl.features.prefill_kv.tokenizer_process import allow_setwise_with_cache
-from prefillonly_sgl.models.families import HEAD_ARCHITECTURES
-from prefillonly_sgl.scoring.adapters import REQUEST_LORA, check_lora_path
-from prefillonly_sgl.scoring.cache_salts import REQUEST_SALT, check_salt
+from prefillonly_sgl.scoring.call_context import CallContext, carrying
 from prefillonly_sgl.scoring.class_head import ClassHead
 from prefillonly_sgl.scoring.continuations import (
     ContinuationResult,
@@ -47,7 +49,7 @@ from prefillonly_sgl.scoring.label_trie import build_trie, label_token_logprobs
 from prefillonly_sgl.scoring.score_options import ScoreOptions
 from prefillonly_sgl.scoring.score_result import LabelTokenLogprobs, ScoreResult
 from prefillonly_sgl.scoring.text_prompts import joined_token_ids
-from prefillonly_sgl.scoring.usage import CURRENT_REQUEST, RequestRecord
+from prefillonly_sgl.scoring.usage import RequestRecord
 from prefillonly_sgl.scoring.validation import (
     ModelLimits,
     TextOrIds,
@@ -57,6 +59,7 @@ from prefillonly_sgl.scoring.validation import (
 )
 from prefillonly_sgl.sglang_runtime.continuation_logprobs import continuation_logprobs
 from prefillonly_sgl.sglang_runtime.label_sequences import read_nodes, score_label_sequences
+from prefillonly_sgl.sglang_runtime.model_facts import model_facts
 from prefillonly_sgl.sglang_runtime.request_recording import record_generate_requests
 
 
@@ -66,6 +69,8 @@ class ScoringFront:
     def __init__(self, tokenizer_manager, limits: ModelLimits) -> None:
         self.tokenizer_manager = tokenizer_manager
         self.limits = limits
+        # what the model is, decided once here; every door reads it (model_facts.py)
+        self.facts = model_facts(tokenizer_manager.model_config, limits)
         self.count_prompt_tokens = prompt_token_counter(tokenizer_manager.tokenizer)
         record_generate_requests(tokenizer_manager)  # cached tokens and rids per call
         # the setwise readout keeps the prefix cache where prefill-only KV runs
@@ -86,40 +91,34 @@ class ScoringFront:
 
     async def score(
         self,
+        ctx: CallContext,
         query,
         items,
         label_token_ids,
         apply_softmax: bool = True,
         item_first: bool = False,
-        request=None,
         length_normalize: bool = False,
-        cache_salt: str | None = None,
         score_extraction_token: str | int | None = None,
         options: ScoreOptions | None = None,
-        lora_path: str | None = None,
     ) -> ScoreResult:
-        """prefillonly_sgl.Engine.score semantics. request: the HTTP request, if any (SGLang
-        watches it for disconnects). cache_salt: the call's prefix-cache namespace (None:
-        the enclosing one, scoring/cache_salts.py). score_extraction_token: the setwise
-        readout (a dedicated token, by its text or id): labels read at every occurrence of
-        it in each prompt, one [anchors x labels] matrix per item. options: SGLang's other
-        score fields, passed through (scoring/score_options.py). lora_path: the LoRA adapter
-        the call runs under (scoring/adapters.py; None: the enclosing one, or the base
-        model). On a model with a classification head (``head``): no label_token_ids, each
-        item's class scores."""
+        """prefillonly_sgl.Engine.score semantics, under the call's context `ctx` (its
+        salt, adapter and HTTP request, which SGLang watches for disconnects).
+        score_extraction_token: the setwise readout (a dedicated token, by its text or
+        id): labels read at every occurrence of it in each prompt, one [anchors x labels]
+        matrix per item. options: SGLang's other score fields, passed through
+        (scoring/score_options.py). On a model with a classification head (``head``): no
+        label_token_ids, each item's class scores."""
         options = options or ScoreOptions()
         if self.head is not None:
             return await self._score_head(
+                ctx,
                 query,
                 items,
                 label_token_ids,
                 apply_softmax,
                 item_first,
-                request,
-                cache_salt,
                 score_extraction_token,
                 options,
-                lora_path,
             )
         if label_token_ids is None:
             raise InvalidRequestError(
@@ -139,7 +138,8 @@ class ScoringFront:
         fields = self._sglang_fields(options, score_extraction_token)
         if self._text_as_ids(query, items, item_first, score_extraction_token, options):
             query, items = joined_token_ids(self.tokenizer.encode, query, items)
-        with _sglang_call("score", cache_salt, lora_path) as record:
+        request = ctx.http_request
+        with _sglang_call("score", ctx) as call:
             if trie.single_token:  # per token, a length is 1: nothing to normalise
                 result = await self.tokenizer_manager.score_request(
                     query=query,
@@ -168,37 +168,34 @@ class ScoringFront:
         return ScoreResult(
             scores=scores,
             prompt_tokens=prompt_tokens,
-            cached_tokens=record.usage.cached_tokens,
+            cached_tokens=call.record.usage.cached_tokens,
             token_logprobs=token_logprobs,
         )
 
     async def label_token_logprobs(
-        self,
-        query,
-        items,
-        label_token_ids,
-        request=None,
-        cache_salt: str | None = None,
-        lora_path: str | None = None,
+        self, ctx: CallContext, query, items, label_token_ids
     ) -> LabelTokenLogprobs:
         """Each label's per-token log-probabilities after each query + item (the chain
         rule's factors; labels of several tokens through the prefix cache, as ``score``
-        reads them): what a choice request's answer is picked from."""
+        reads them), under the call's context: what a choice request's answer is picked
+        from."""
         query, items, labels = self.check(query, items, label_token_ids)
         trie = build_trie(labels)
         first: list[RequestRecord] = []  # round 1's own record: the prompts' cache hits
 
-        @contextlib.contextmanager
-        def first_round():
-            with _sglang_call("label_token_logprobs.prompts") as prompts_record:
-                first.append(prompts_record)
-                yield
+        with _sglang_call("label_token_logprobs", ctx) as call:
 
-        with _sglang_call("label_token_logprobs", cache_salt, lora_path) as record:
+            @contextlib.contextmanager
+            def first_round():
+                with _sglang_call("label_token_logprobs.prompts", call) as prompts:
+                    first.append(prompts.record)
+                    yield
+
             by_item, _ = await read_nodes(
-                self.tokenizer_manager, query, items, trie, request=request,
+                self.tokenizer_manager, query, items, trie, request=ctx.http_request,
                 first_round=first_round,
             )  # fmt: skip
+        record = call.record
         rows = [label_token_logprobs(trie, by_node) for by_node in by_item]
         return LabelTokenLogprobs(
             rows=rows,
@@ -223,31 +220,21 @@ class ScoringFront:
             and not get_exec().features.enable_mis
         )
 
-    @functools.cached_property
+    @property
     def head(self) -> ClassHead | None:
-        """The served model's classification head (a fine-tuned classifier or reward model
-        of a family in the table), or None: it reads label tokens."""
-        config = self.tokenizer_manager.model_config
-        if config.is_generation:
-            return None
-        hf = config.hf_config
-        heads = [a for a in (getattr(hf, "architectures", None) or ()) if a in HEAD_ARCHITECTURES]
-        if not heads:
-            return None
-        return ClassHead.from_config(heads[0], hf.num_labels, getattr(hf, "id2label", None))
+        """The served model's classification head, or None: it reads label tokens."""
+        return self.facts.head
 
     async def _score_head(
         self,
+        ctx: CallContext,
         query,
         items,
         label_token_ids,
         apply_softmax: bool,
         item_first: bool,
-        request,
-        cache_salt: str | None,
         score_extraction_token,
         options: ScoreOptions,
-        lora_path: str | None = None,
     ) -> ScoreResult:
         """Each item's class scores from the head (SGLang's score_request without labels:
         an embedding request per prompt, the query computed once and cached as for label
@@ -261,20 +248,20 @@ class ScoringFront:
             return ScoreResult(scores=[], prompt_tokens=0)
         options.check(apply_softmax, True, len(items))
         fields = self._sglang_fields(options, score_extraction_token)
-        with _sglang_call("score", cache_salt, lora_path) as record:
+        with _sglang_call("score", ctx) as call:
             result = await self.tokenizer_manager.score_request(
                 query=query,
                 items=items,
                 label_token_ids=None,
                 apply_softmax=apply_softmax,
                 item_first=item_first,
-                request=request,
+                request=ctx.http_request,
                 **fields,
             )
         return ScoreResult(
             scores=result.scores,
             prompt_tokens=result.prompt_tokens,
-            cached_tokens=record.usage.cached_tokens,
+            cached_tokens=call.record.usage.cached_tokens,
             pooled_hidden_states=result.pooled_hidden_states,
         )
 
@@ -305,79 +292,66 @@ class ScoringFront:
         except ValueError as e:
             raise InvalidRequestError(str(e)) from None
 
-    @functools.cached_property
+    @property
     def readout(self) -> Readout:
-        """How the served model answers decisions: what SGLang's ModelConfig found beside
-        the weights (decisions/checkpoints.py)."""
-        config = self.tokenizer_manager.model_config
-        return readout_of(config.decision_config, config.joint_head_config, config.pointer_head)
+        """How the served model answers decisions (decisions/checkpoints.py)."""
+        return self.facts.readout
 
-    async def decide(
-        self, call: DecisionCall, request=None, cache_salt: str | None = None
-    ) -> DecisionOutcome:
+    async def decide(self, ctx: CallContext, call: DecisionCall) -> DecisionOutcome:
         """Every question of a decision call answered behind its state, computed once
-        (decisions/: the plan, its score requests through ``score``, the answers). A
-        decision checkpoint is refused: its questions have no place in the prompt it was
-        trained on (the server answers it on /v1/systemone)."""
+        (decisions/: the plan, its score requests through ``score``, the answers), under
+        the call's context (its salt and adapter for every score request). A decision
+        checkpoint is refused: its questions have no place in the prompt it was trained on
+        (the server answers it on /v1/systemone)."""
         if self.readout.is_checkpoint:
             raise InvalidRequestError(CHECKPOINT_REFUSAL)
         plan = plan_decision(call, self.tokenizer, self.limits.scoring_prompt_tokens)
+        decision = ctx.for_sglang("decide")  # the score calls' records are its children
 
         async def score(query, items, labels):
-            result = await self.score(query, items, labels, apply_softmax=False, request=request)
+            result = await self.score(decision, query, items, labels, apply_softmax=False)
             return result.scores
 
-        with _sglang_call("decide", cache_salt) as record:
-            return await decide(plan, score, record.usage)
+        with _refusals():
+            return await decide(plan, score, decision.record.usage)
 
     async def continuation_logprobs(
-        self,
-        query,
-        items,
-        continuation,
-        request=None,
-        cache_salt: str | None = None,
-        lora_path: str | None = None,
+        self, ctx: CallContext, query, items, continuation
     ) -> ContinuationResult:
         """Each continuation token's log-probability after query + item
-        (prefillonly_sgl.Engine.continuation_logprobs semantics)."""
+        (prefillonly_sgl.Engine.continuation_logprobs semantics), under the call's
+        context."""
         plan = plan_continuations(
             query, items, continuation, self.limits, tokenizer_encode(self.tokenizer)
         )
-        with _sglang_call("continuation_logprobs", cache_salt, lora_path) as record:
-            rows, prompt_tokens = await continuation_logprobs(self.tokenizer_manager, plan, request)
+        with _sglang_call("continuation_logprobs", ctx) as call:
+            rows, prompt_tokens = await continuation_logprobs(
+                self.tokenizer_manager, plan, ctx.http_request
+            )
         return ContinuationResult(
             token_logprobs=rows,
             prompt_tokens=prompt_tokens,
-            cached_tokens=record.usage.cached_tokens,
+            cached_tokens=call.record.usage.cached_tokens,
         )
 
 
 @contextlib.contextmanager
-def _sglang_call(name: str, cache_salt: str | None = None, lora_path: str | None = None):
-    """One call into SGLang under its own usage record (yielded; an HTTP request's record,
-    the guard's, is its parent) and, when given, its own cache salt and LoRA adapter (else
-    the enclosing ones: a decision's score calls share the decision's), SGLang's
-    ValueError (its way of refusing a request) as an InvalidRequestError."""
+def _sglang_call(name: str, ctx: CallContext):
+    """One call into SGLang under a copy of `ctx` with its own usage record (yielded, the
+    copy; the enclosing record, an HTTP request's or a decision's, is its parent), carried
+    through SGLang's stack to request_recording.py; SGLang's ValueError (its way of
+    refusing a request) as an InvalidRequestError."""
+    call = ctx.for_sglang(name)
+    with _refusals(), carrying(call):  # SGLang's tasks below copy the carried context
+        yield call
+
+
+@contextlib.contextmanager
+def _refusals():
+    """SGLang's ValueError (its way of refusing a request) as an InvalidRequestError."""
     try:
-        salt = check_salt(cache_salt)
-        lora = check_lora_path(lora_path)
-    except ValueError as e:
-        raise InvalidRequestError(str(e)) from None
-    outer = CURRENT_REQUEST.get()
-    record = outer.child(name) if outer is not None else RequestRecord(name)
-    token = CURRENT_REQUEST.set(record)  # SGLang's tasks below copy this context
-    salt_token = REQUEST_SALT.set(salt) if salt is not None else None
-    lora_token = REQUEST_LORA.set(lora) if lora is not None else None
-    try:
-        yield record
+        yield
     except InvalidRequestError:
         raise
     except ValueError as e:
         raise InvalidRequestError(str(e)) from e
-    finally:
-        if lora_token is not None:
-            REQUEST_LORA.reset(lora_token)
-        if salt_token is not None:
-            REQUEST_SALT.reset(salt_token)
-        CURRENT_REQUEST.reset(token)

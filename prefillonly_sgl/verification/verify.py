@@ -631,16 +631,15 @@ LORA_NAME = "verified-adapter"  # the name verify loads an adapter under
 
 @contextlib.contextmanager
 def under_adapter(name: str | None):
-    """Every request started inside runs under the adapter `name` (scoring/adapters.py:
-    the engine's calls copy this context into their tasks)."""
-    from prefillonly_sgl.scoring.adapters import REQUEST_LORA
+    """Every engine call made inside runs under the adapter `name` (the calls' context,
+    scoring/call_context.py: an Engine call starts from the one carried here)."""
+    from prefillonly_sgl.scoring.call_context import carrying, current
 
-    token = REQUEST_LORA.set(name) if name is not None else None
-    try:
+    if name is None:
         yield
-    finally:
-        if token is not None:
-            REQUEST_LORA.reset(token)
+        return
+    with carrying(current().entering(adapter=name)):
+        yield
 
 
 def merge_adapter(model: str, adapter: str, out: str, dtype: str) -> str:

@@ -37,7 +37,7 @@ from prefillonly_sgl.dsl.head_route import HeadRoute
 from prefillonly_sgl.dsl.request import ContinuationRequest, ScoreRequest
 from prefillonly_sgl.dsl.request_sending import CompiledRoute, Route
 from prefillonly_sgl.machine import environment
-from prefillonly_sgl.scoring.cache_salts import salt_fields
+from prefillonly_sgl.scoring.call_context import salt_fields
 from prefillonly_sgl.scoring.continuations import (
     generate_fields,
     plan_continuations,
@@ -222,7 +222,10 @@ class RemoteBackend(Backend):
             limits,
             tokenizer_encode(self.tokenizer),
         )
-        answer = self._request("POST", "/generate", {**generate_fields(plan), **salt_fields()})
+        body = {**generate_fields(plan), **salt_fields()}
+        if request.lora_path is not None:  # SGLang's /generate field
+            body["lora_path"] = request.lora_path
+        answer = self._request("POST", "/generate", body)
         answers = answer if isinstance(answer, list) else [answer]
         metas = [one["meta_info"] for one in answers]
         self.count_usage(

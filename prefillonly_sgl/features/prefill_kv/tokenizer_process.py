@@ -8,8 +8,9 @@ SGLang's score_request joins query + item into one prompt per item and tokenizes
 _create_tokenized_object. R = common prefix of (the query's own tokens, the prompt's
 tokens), so the query is tokenized once per score call, in the AROUND hook, and the
 AFTER hook of each prompt compares against it. The query's tokens pass from one to the
-other in _SCORE_CALL, scoped to the score call's asyncio task (SGLang tokenizes the
-prompts inside it, so the value never leaks to another call).
+other in the call's context (scoring/call_context.py: CallContext.query_ids), carried
+through SGLang's stack for the score call's asyncio task (SGLang tokenizes the prompts
+inside it, so the value never leaks to another call).
 
 keep_whole_prompts(): within it, a score call's prompts are reusable whole (R = the
 prompt's length), for labels of several tokens (label_sequences.py), whose continuation
@@ -29,23 +30,14 @@ distribution, instead of each computing the prompt's tail again.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import inspect
 
 from prefillonly_sgl.features.prefill_kv.messages import with_reusable_len, with_shared_len
 from prefillonly_sgl.features.prefill_kv.policy import reusable_prefix_len, runs_one_forward
 from prefillonly_sgl.features.prefill_kv.setwise import setwise_refusal
+from prefillonly_sgl.scoring.call_context import carrying, current
 from prefillonly_sgl.scoring.reusable_prefix import WHOLE_PROMPT, prefix_ids_in, without_prefix_ids
 
-# The query tokens of the score call being tokenized in this task ([]: nothing reusable);
-# None outside score calls (generate requests stay stock).
-_SCORE_CALL: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
-    "prefillonly_score_call_query_ids", default=None
-)
-# True inside keep_whole_prompts(): R = the whole prompt.
-_KEEP_WHOLE: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "prefillonly_keep_whole_prompts", default=False
-)
 _EMBED_OVERRIDES = (
     "query_embed_overrides",
     "item_embed_overrides",
@@ -56,22 +48,19 @@ _EMBED_OVERRIDES = (
 async def _around_score_request(original, self, *args, **kwargs):
     bound = inspect.signature(original).bind(self, *args, **kwargs)
     bound.apply_defaults()
-    token = _SCORE_CALL.set(query_token_ids(self.tokenizer, bound.arguments))
-    try:
+    # The query tokens of this score call ((): nothing reusable); outside score calls
+    # query_ids is None and generate requests stay stock.
+    query_ids = tuple(query_token_ids(self.tokenizer, bound.arguments))
+    with carrying(current().replace(query_ids=query_ids)):
         return await original(*bound.args, **bound.kwargs)
-    finally:
-        _SCORE_CALL.reset(token)
 
 
 @contextlib.contextmanager
 def keep_whole_prompts():
     """Score calls made inside keep every prompt's KV (prefill-only KV otherwise keeps
     only the query's): a later request extending a prompt finds all of it cached."""
-    token = _KEEP_WHOLE.set(True)
-    try:
+    with carrying(current().replace(keep_whole=True)):
         yield
-    finally:
-        _KEEP_WHOLE.reset(token)
 
 
 def query_token_ids(tokenizer, arguments: dict) -> list[int]:
@@ -114,13 +103,14 @@ def _after_create_tokenized_object(result, *args, **kwargs):
             custom = with_reusable_len(custom, r)
         params.custom_params = custom or None
         return result
-    query_ids = _SCORE_CALL.get()
+    call = current()
+    query_ids = call.query_ids
     if query_ids is None:
         return result
     if result.input_ids is None or params.max_new_tokens != 0:
         return result
     shared = reusable_prefix_len(query_ids, result.input_ids)
-    r = len(result.input_ids) if _KEEP_WHOLE.get() else shared
+    r = len(result.input_ids) if call.keep_whole else shared
     params.custom_params = with_reusable_len(params.custom_params, r)
     if r > shared:  # kept whole: grouped with the call's other prompts by the query
         params.custom_params = with_shared_len(params.custom_params, shared)
@@ -136,7 +126,7 @@ def _after_create_tokenized_object(result, *args, **kwargs):
 def _head_prompt(result):
     """A score prompt of a model with a classification head (SGLang sends those as
     embedding requests): it leaves with its R as a label-token prompt does."""
-    query_ids = _SCORE_CALL.get()
+    query_ids = current().query_ids
     if query_ids is None or result.input_ids is None:
         return result
     params = result.sampling_params

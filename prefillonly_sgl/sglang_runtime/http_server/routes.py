@@ -9,14 +9,13 @@ import orjson
 from pydantic import BaseModel
 
 from prefillonly_sgl.decisions.checkpoints import LM_HEAD, Readout
-from prefillonly_sgl.scoring.cache_salts import cache_salt, check_salt
+from prefillonly_sgl.scoring.call_context import CallContext, carrying, current
 from prefillonly_sgl.scoring.errors import InvalidRequestError
-from prefillonly_sgl.scoring.usage import CURRENT_REQUEST
 from prefillonly_sgl.server.auth import NORMAL
 from prefillonly_sgl.server.endpoints import EndpointSpec
 from prefillonly_sgl.server.error_bodies import error_body, validation_message
 from prefillonly_sgl.sglang_runtime.http_server.access import declare
-from prefillonly_sgl.sglang_runtime.http_server.runtime import _RAW_REQUEST, SGLangRuntime
+from prefillonly_sgl.sglang_runtime.http_server.runtime import SGLangRuntime
 from prefillonly_sgl.wire.prefillonly import score_usage
 
 # Paths whose validation-error format SGLang documents per API: left to SGLang's handler.
@@ -78,14 +77,14 @@ def _replace_score_route(app, runtime: SGLangRuntime, peers: list[EndpointSpec] 
         except ValidationError as e:
             raise RequestValidationError(e.errors(), body=body) from None
         try:
-            salt = _salt_of(body)  # ours: SGLang's ScoringRequest has no cache_salt
+            ctx = _route_context(body, raw_request)  # ours: SGLang's ScoringRequest has no salt
         except InvalidRequestError as e:
             return _error_response(400, str(e))
-        with cache_salt(salt):
+        with carrying(ctx):  # SGLang's handler, then its requests (request_recording.py)
             response = await raw_request.app.state.openai_serving_score.handle_request(
                 request, raw_request
             )
-        record = CURRENT_REQUEST.get()
+        record = ctx.record
         if record is None or not record.usage.prompts or response.status_code != 200:
             return response
         content = orjson.loads(response.body)
@@ -117,15 +116,14 @@ def _add_endpoint(app, spec: EndpointSpec, runtime: SGLangRuntime) -> None:
         return
 
     async def endpoint(body, raw_request):
-        token = _RAW_REQUEST.set(raw_request)
         try:
-            with cache_salt(_salt_of(body)):
+            # the handler (a DSL function, an API's) reaches the front through
+            # runtime.context, which reads this context (ServerContext.call)
+            with carrying(_route_context(body, raw_request)):
                 result = spec.handler(body, runtime.context)
                 return await result if inspect.isawaitable(result) else result
         except InvalidRequestError as e:
             return _error_response(400, str(e), spec.error_shape)
-        finally:
-            _RAW_REQUEST.reset(token)
 
     # FastAPI reads the body model from the signature: give it the spec's types.
     endpoint.__signature__ = inspect.Signature(
@@ -185,9 +183,8 @@ async def _run_raw(spec: EndpointSpec, runtime: SGLangRuntime, body, raw_request
     Response it made), its refusals in the spec's error shape."""
     from starlette.responses import Response
 
-    token = _RAW_REQUEST.set(raw_request)
     try:
-        with cache_salt(_salt_of(body)):
+        with carrying(_route_context(body, raw_request)):
             result = spec.handler(body, runtime.context)
             result = await result if inspect.isawaitable(result) else result
         if isinstance(result, Response):  # SGLang's own handler's answer, as it made it
@@ -197,19 +194,16 @@ async def _run_raw(spec: EndpointSpec, runtime: SGLangRuntime, body, raw_request
         return _json_response(result)
     except InvalidRequestError as e:
         return _error_response(400, str(e), spec.error_shape)
-    finally:
-        _RAW_REQUEST.reset(token)
 
 
-def _salt_of(body) -> str | None:
-    """The body's `cache_salt` (every scoring route's wire model declares it), which the
-    whole request then runs under (scoring/cache_salts.py): the handlers need not pass it on, and
+def _route_context(body, raw_request) -> CallContext:
+    """The route's call context: the request's (the guard's: tenant, adapter, record) with
+    the body's `cache_salt` (every scoring route's wire model declares it; checked: an
+    InvalidRequestError naming a bad one) and the HTTP request, which the whole request
+    then runs under (scoring/call_context.py): the handlers need not pass the salt on, and
     none can forget to."""
     salt = body.get("cache_salt") if isinstance(body, dict) else getattr(body, "cache_salt", None)
-    try:
-        return check_salt(salt)
-    except ValueError as e:
-        raise InvalidRequestError(str(e)) from None
+    return current().entering(salt=salt).replace(http_request=raw_request)
 
 
 def _inline_defs(schema: dict) -> dict:

@@ -2,11 +2,10 @@
 runtime: shutting down, the route checks, aborts; the scoring front once SGLang is up) and
 ServerContext (what an EndpointSpec handler gets: the same front as the Engine's)."""
 
-import contextvars
-
+from prefillonly_sgl.scoring.call_context import CallContext, current
 from prefillonly_sgl.scoring.score_options import ScoreOptions
 from prefillonly_sgl.scoring.score_result import ScoreResult
-from prefillonly_sgl.scoring.usage import CURRENT_REQUEST, RequestRecord
+from prefillonly_sgl.scoring.usage import RequestRecord
 from prefillonly_sgl.scoring.validation import ModelLimits
 from prefillonly_sgl.server.auth import RequestRefusedError, authorization_header, processor_refusal
 from prefillonly_sgl.server.endpoints import EndpointSpec
@@ -56,12 +55,7 @@ class SGLangRuntime:
             scheduler_info = get_global_state().scheduler_info
             limits = limits_from_scheduler_info(scheduler_info, tm.model_config.vocab_size)
             self._front = ScoringFront(tm, limits)
-            head = self._front.head
-            _add_our_info(
-                scheduler_info,
-                self._front.readout.info(),
-                None if head is None else head.info(),
-            )
+            _add_our_info(scheduler_info, self._front.facts.info())
         return self._front
 
     @property
@@ -93,7 +87,7 @@ class SGLangRuntime:
             limits=self.limits,
             count_prompt_tokens=self.front.count_prompt_tokens,
             max_prompts=self.options.max_pending_prompts,
-            labels_required=self.tokenizer_manager.is_generation,
+            labels_required=self.front.facts.reads_labels,
         )
         return check_request(self._checks, path, body, context)
 
@@ -127,9 +121,7 @@ class SGLangRuntime:
                     tm.abort_request(rid)
 
 
-def _add_our_info(
-    scheduler_info: dict, decision_readout: dict, class_head: dict | None = None
-) -> None:
+def _add_our_info(scheduler_info: dict, facts: dict) -> None:
     """/server_info merges the scheduler's start-up info into its answer: ours joins it
     under "prefillonly" (the model family, the features running and those the family
     switched off, with why; how the model answers decisions; a classification head's
@@ -139,21 +131,14 @@ def _add_our_info(
 
     worker = WorkerConfig.from_environment()
     if worker is not None:
-        scheduler_info["prefillonly"] = {
-            **worker.info(),
-            "decision_readout": decision_readout,
-            "class_head": class_head,
-        }
-
-
-# The HTTP request a handler is answering (its disconnect aborts the scoring it started),
-# set per request by _add_endpoint; the context itself is one per runtime.
-_RAW_REQUEST: contextvars.ContextVar = contextvars.ContextVar("raw_request", default=None)
+        scheduler_info["prefillonly"] = {**worker.info(), **facts}
 
 
 class ServerContext:
     """What an EndpointSpec handler gets (protocol: server/endpoints.ServerContext): one
-    per runtime, the request being answered read from _RAW_REQUEST."""
+    per runtime. Its calls run under the context of the request being answered
+    (scoring/call_context.py: the route set it around the handler, which is a DSL
+    function's or an API's code between the route and here)."""
 
     def __init__(self, runtime: SGLangRuntime) -> None:
         self._runtime = runtime
@@ -170,9 +155,15 @@ class ServerContext:
     def limits(self) -> ModelLimits:
         return self._runtime.limits
 
+    @staticmethod
+    def call(lora_path: str | None = None) -> CallContext:
+        """The context of a call the handler makes: the request's, with the call's own
+        adapter where it names one (a DSL function's)."""
+        return current().entering(adapter=lora_path)
+
     @property
     def usage(self):
-        record = CURRENT_REQUEST.get()
+        record = current().record
         return record.usage if record is not None else None
 
     @property
@@ -195,28 +186,27 @@ class ServerContext:
         """prefillonly_sgl.Engine.score semantics, on the server's engine (the same
         ScoringFront, so the same checks, result and cached_tokens)."""
         return await self._runtime.front.score(
+            self.call(lora_path),
             query,
             items,
             label_token_ids,
             apply_softmax,
             item_first,
-            _RAW_REQUEST.get(),
             length_normalize,
             score_extraction_token=score_extraction_token,
             options=ScoreOptions(temperature=temperature),
-            lora_path=lora_path,
         )
 
-    async def continuation_logprobs(self, query, items, continuation):
+    async def continuation_logprobs(self, query, items, continuation, lora_path=None):
         """prefillonly_sgl.Engine.continuation_logprobs semantics, on the server's engine."""
         return await self._runtime.front.continuation_logprobs(
-            query, items, continuation, _RAW_REQUEST.get()
+            self.call(lora_path), query, items, continuation
         )
 
-    async def decide(self, call):
+    async def decide(self, call, lora_path=None):
         """A decisions.call.DecisionCall answered on the server's engine (Engine.decide's
         path: the state computed once, each question an item)."""
-        return await self._runtime.front.decide(call, _RAW_REQUEST.get())
+        return await self._runtime.front.decide(self.call(lora_path), call)
 
     @property
     def decision_readout(self):
@@ -225,4 +215,4 @@ class ServerContext:
 
     async def systemone_on_checkpoint(self, body: object):
         """SGLang's answer (a Response) to /v1/systemone on a decision checkpoint."""
-        return await self._runtime.systemone_on_checkpoint(body, _RAW_REQUEST.get())
+        return await self._runtime.systemone_on_checkpoint(body, current().http_request)

@@ -1,6 +1,6 @@
 """`serve --tenant-keys`: several API keys, one tenant each (server/tenant_keys.py), checked
-by SGLang's own rules, and each request run as its key's tenant (cache_salts.TENANT:
-its own prefix-cache namespace).
+by SGLang's own rules, and each request run as its key's tenant (the request's context,
+scoring/call_context.py, starts here with it: its own prefix-cache namespace).
 
 SGLang's `--api-key` middleware knows one key. With tenant keys, SGLang gets none (serve
 refuses both) and this middleware decides each request as SGLang's middleware would with
@@ -16,7 +16,7 @@ import secrets
 
 import orjson
 
-from prefillonly_sgl.scoring.cache_salts import TENANT
+from prefillonly_sgl.scoring.call_context import carrying, current
 from prefillonly_sgl.server.error_bodies import send_json
 from prefillonly_sgl.server.tenant_keys import TenantKeys
 
@@ -55,11 +55,10 @@ class TenantKeyAuth:
             body = orjson.dumps({"error": "Unauthorized" if status == 401 else "Forbidden"})
             await send_json(send, status, body)
             return
-        token = TENANT.set(tenant)  # the guard's and the endpoint's tasks copy it
-        try:
+        # The request's context starts here (scoring/call_context.py): the guard's and the
+        # endpoint's tasks copy it.
+        with carrying(current().replace(tenant=tenant)):
             await self.app(scope, receive, send)
-        finally:
-            TENANT.reset(token)
 
 
 def _header(scope, name: bytes) -> str | None:
