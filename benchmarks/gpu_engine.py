@@ -100,7 +100,7 @@ Parts, each written to results.json / results.md as it ends:
 - checks (item 7; side jobs, card_engine/side_checks.py): gpu_checks.py's heads, LoRA per
   request and gpt-oss sinks (each check's process at once) and
   tests/test_flashinfer_query_chunk.py, started with the engines, ended or killed at
-  --checks-limit (150 s) before the first timed part; checks.json, checks.md and
+  --checks-limit (170 s) before the first timed part; checks.json, checks.md and
   query_chunk_test.txt beside the results. LoRA's adapters: build/gpu_checks (carried), or
   written on the card where peft imports.
 
@@ -164,20 +164,21 @@ ends within 540 s with the kit's install. Expected, per stage (seconds from the 
 start; the 2026-11-28 H200 logs: engines up in 47-105 s, five at once):
 
     install the kit (run_on_card.sh)                        0-20
-    card checks start (side jobs, <= 150 s)                 20
+    card checks start (side jobs, killed at 170 s)          20
     model written, float32 references                       20-35
     7 engines start together (5 systems + 2 A/B), their
-      correctness and warm-ups; ready                       35-170
-    card checks done (their limit: 170)                     <= 170
-    items bursts: 5 systems x 2 x 48 requests               170-185
+      correctness and warm-ups; ready                       35-~170
+    card checks done                                        <= 190
+    items bursts: 5 systems x 2 x 48 requests               190-205
     items grid: 7 rates x 5 systems x 2 passes, each
-      rate's requests sized to what is left (~100-150)      185-385
-    recommendation: 4 systems x (burst + 2 rates)           385-425
-    fused-ops A/B: 2 engines' bursts                        425-433
-    profile: 7 engines x (arm + <= 3 bursts of 4)           433-468
-    correctness's late case (10k tokens): 5 engines         468-500
+      rate's requests sized to what is left (~120)          205-377
+    recommendation: 4 systems x (burst + 2 rates)           377-417
+    fused-ops A/B: 2 engines' bursts                        417-425
+    profile: 7 engines x (arm + <= 3 bursts of 4)           425-460
+    correctness's late case (10k tokens): 5 engines         460-500
     engines exit, diagnostics                               500-510
-    deadline 490 + 20 s grace; the device call's end        <= 530 (limit 540)
+    the script's deadline (490 + 20 s of install)           510
+    children still alive killed (20 s of grace): the end    <= 530 (limit 540)
 
 The grid is sized when its rates are known (orchestration.grid_requests): what is left to
 the deadline less the parts after it (sizes' reserve: 10 s a recommendation turn, 4 an A/B

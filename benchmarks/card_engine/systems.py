@@ -83,7 +83,7 @@ GRACE = 20.0
 # The side jobs (the card checks) start with the engines and end, or are killed, within
 # this many seconds; the timed parts wait for them (a check's engine on the card would
 # share it with a measurement).
-CHECKS_LIMIT = 150.0
+CHECKS_LIMIT = 170.0
 TINY_CHECKS_LIMIT = 420.0
 # The card's dense bf16 peak, TFLOP/s (NVIDIA's datasheets, without sparsity): the
 # roofline column's denominator. Matched against the device name.
