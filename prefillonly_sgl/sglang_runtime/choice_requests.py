@@ -35,6 +35,7 @@ from prefillonly_sgl.choices.rendering import (
     response,
     usage,
 )
+from prefillonly_sgl.scoring.call_context import current
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.scoring.labels import compile_labels, label_set
 from prefillonly_sgl.scoring.reusable_prefix import common_prefix_len
@@ -140,8 +141,12 @@ async def _answer(serving, chat: bool, request, raw_request, front, constraint) 
     prompts = _prompt_ids(adapted, tokenizer)
     prefix = _prefix_ids(chat, request, tokenizer)
     sampling = resolved_sampling(adapted.sampling_params)
-    salt = adapted.cache_salt if isinstance(adapted.cache_salt, str) else None
-    lora = adapted.lora_path if isinstance(adapted.lora_path, str) else None
+    # the call's context: the request's (the guard's: tenant, record), with this body's
+    # own salt and adapter where it names them, and the HTTP request (scoring/call_context.py)
+    ctx = current().entering(
+        salt=adapted.cache_salt if isinstance(adapted.cache_salt, str) else None,
+        adapter=adapted.lora_path if isinstance(adapted.lora_path, str) else None,
+    ).replace(http_request=raw_request)
     tally = _Tally()
 
     def choice_tokens(texts, before: str) -> list[tuple[int, ...]]:
@@ -157,9 +162,8 @@ async def _answer(serving, chat: bool, request, raw_request, front, constraint) 
             key = (tuple(written), tuple(labels))
             if key not in memo:  # n answers sampled from the same scores
                 result = await front.label_token_logprobs(
-                    prompt[:shared], [prompt[shared:] + written], [list(x) for x in labels],
-                    request=raw_request, cache_salt=salt, lora_path=lora,
-                )  # fmt: skip
+                    ctx, prompt[:shared], [prompt[shared:] + written], [list(x) for x in labels]
+                )
                 tally.add(result, first=not memo)  # the prompt's own hits: its first call
                 memo[key] = result.rows[0]
             return memo[key]

@@ -282,7 +282,7 @@ HOOK_TARGETS: dict[str, str] = {
     # -- LoRA adapters per request (scoring/adapters.py) --
     "sglang.srt.managers.io_struct.GenerateReqInput._normalize_lora_paths": (
         "spreads the lora_path request_recording.py's wrapper writes (the call's adapter, "
-        "REQUEST_LORA, where the request names none) over a batch's prompts"
+        "from its context, where the request names none) over a batch's prompts"
     ),
     "sglang.srt.managers.io_struct.EmbeddingReqInput._normalize_lora_paths": (
         "as GenerateReqInput's (a classification head's score prompts)"
