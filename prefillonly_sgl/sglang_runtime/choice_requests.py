@@ -143,10 +143,9 @@ async def _answer(serving, chat: bool, request, raw_request, front, constraint) 
     sampling = resolved_sampling(adapted.sampling_params)
     # the call's context: the request's (the guard's: tenant, record), with this body's
     # own salt and adapter where it names them, and the HTTP request (scoring/call_context.py)
-    ctx = current().entering(
-        salt=adapted.cache_salt if isinstance(adapted.cache_salt, str) else None,
-        adapter=adapted.lora_path if isinstance(adapted.lora_path, str) else None,
-    ).replace(http_request=raw_request)
+    salt = adapted.cache_salt if isinstance(adapted.cache_salt, str) else None
+    adapter = adapted.lora_path if isinstance(adapted.lora_path, str) else None
+    ctx = current().entering(salt=salt, adapter=adapter).replace(http_request=raw_request)
     tally = _Tally()
 
     def choice_tokens(texts, before: str) -> list[tuple[int, ...]]:
