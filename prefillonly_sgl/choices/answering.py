@@ -17,6 +17,11 @@ from prefillonly_sgl.choices import selection
 from prefillonly_sgl.choices.selection import Step, Tokens
 from prefillonly_sgl.choices.shapes import ChoiceShape, Fixed, Slot
 from prefillonly_sgl.scoring.labels import TAIL_CHARS
+from prefillonly_sgl.scoring.reusable_prefix import common_prefix_len
+
+# The prompt's last tokens, decoded: the text the first slot's choices are tokenized after
+# (labels.TAIL_CHARS of it)
+PROMPT_TAIL_TOKENS = 16
 
 # score(answer tokens so far, choices' tokens) -> per choice, per token, its log-prob
 Score = Callable[[list[int], Sequence[Tokens]], Awaitable[list[list[float]]]]
@@ -106,3 +111,12 @@ def longest_answer_tokens(shape: ChoiceShape, encode: Callable[[str], list[int]]
         else:
             total += max(len(encode(text)) for text in part.texts)
     return total
+
+
+def query_len(prefix: Sequence[int], prompt: Sequence[int]) -> int:
+    """How many of the prompt's first tokens each score call sends as its query (the rest
+    of the prompt and the answer so far its item): the prompt's common prefix with its
+    reusable prefix (the chat history, completions' shared_prefix), which the prefix
+    cache keeps; one token at least is left to the item, which is never empty."""
+    shared = common_prefix_len(prefix, prompt) if prefix else 0
+    return min(shared, len(prompt) - 1)

@@ -9,6 +9,9 @@ the vocabulary (before the constraint and temperature, as vLLM reports logprobs 
 default) and, as `top_logprobs`, the tokens the constraint allowed at that step, most
 probable first; a token of fixed JSON text (punctuation, keys) is forced by the schema:
 logprob 0.0 (certain under the constraint), not read from the model.
+
+`response_for` writes a whole response from the request's fields; `Tally` sums the usage
+of every score call that answered it.
 """
 
 from __future__ import annotations
@@ -104,3 +107,51 @@ def response(chat: bool, model: str, choices: list[dict], usage_: dict) -> dict:
         "choices": choices,
         "usage": usage_,
     }
+
+
+class Tally:
+    """The usage of every score call of one request (each a ScoreResult: its
+    prompt_tokens, cached_tokens and prompt_cached_tokens)."""
+
+    def __init__(self) -> None:
+        self.prompt_cached = 0
+        self.computed = 0
+
+    def add(self, result, first: bool) -> None:
+        """first: the prompt's first score call, whose cache hits are the prompt's own."""
+        if first:
+            self.prompt_cached += result.prompt_cached_tokens
+        self.computed += result.prompt_tokens - result.cached_tokens
+
+
+def response_for(
+    chat: bool,
+    fields: dict,
+    answers: Sequence[Answer],
+    decode: Decode,
+    prompt_tokens: int,
+    tally: Tally,
+) -> dict:
+    """The response to a choice request, its answers in order (n per prompt), logprobs as
+    its fields ask (chat: `logprobs` true and `top_logprobs`; completions: `logprobs`, the
+    count of top entries)."""
+    choices = []
+    for index, one in enumerate(answers):
+        if chat:
+            logprobs = (
+                chat_logprobs(one.steps, fields.get("top_logprobs") or 0, decode)
+                if fields.get("logprobs")
+                else None
+            )
+            choices.append(chat_choice(index, one, logprobs))
+        else:
+            logprobs = (
+                completion_logprobs(one.steps, fields["logprobs"], decode)
+                if fields.get("logprobs") is not None
+                else None
+            )
+            choices.append(completion_choice(index, one, logprobs))
+    cached = min(tally.prompt_cached, prompt_tokens)
+    return response(
+        chat, fields.get("model"), choices, usage(prompt_tokens, answers, cached, tally.computed)
+    )

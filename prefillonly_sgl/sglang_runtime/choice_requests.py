@@ -1,15 +1,16 @@
-"""Choice requests on SGLang's server (the main process): /v1/chat/completions and
-/v1/completions requests whose output is one of a fixed set of strings, answered by
-scoring (decisions in prefillonly_sgl/choices/).
+"""Choice requests on SGLang's server (the main process): the translation between SGLang's
+request objects and calls and the plain decisions of prefillonly_sgl/choices/ (which way a
+request goes: routing.py; its answer: answering.py; its response: rendering.py).
 
-    route (single_token.py) ─> route_choice_request
-        no constraint, or outside the choice shape ─> SGLang's handler (vLLM's fields
-                                                       translated to SGLang's)
-        a choice request ─> SGLang's own checks and conversion (template, LoRA, salt)
-                         ─> per prompt and answer: choices/answering.answer, each slot
-                            scored by ScoringFront.label_token_logprobs behind the
-                            prompt's reusable prefix
-                         ─> choices/rendering.py (OpenAI's shapes)
+    route (single_token.py) ─> route_choice_request: routing.route on the request's fields
+        no constraint ─> SGLang's handler, the request unchanged
+        refused ─> SGLang's error response, naming the problem
+        SGLang's path ─> the request with routing.sglang_path_update's fields (vLLM's
+                         constraint in SGLang's fields: ResponseFormat built here)
+        scored ─> SGLang's own checks and conversion (template, LoRA, salt)
+               ─> per prompt and answer: choices/answering.answer, each slot scored by
+                  ScoringFront.label_token_logprobs behind the prompt's reusable prefix
+               ─> choices/rendering.response_for (OpenAI's shapes)
 
 The prompt is SGLang's own rendering (its chat template, tools, chat_template_kwargs, its
 tokenization of a completions prompt), so a choice request runs on the prompt a
@@ -23,22 +24,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from pydantic import BaseModel
-
-from prefillonly_sgl.choices.answering import Answer, answer, longest_answer_tokens
-from prefillonly_sgl.choices.constraints import Constraint, find_constraint, scorable
-from prefillonly_sgl.choices.rendering import (
-    chat_choice,
-    chat_logprobs,
-    completion_choice,
-    completion_logprobs,
-    response,
-    usage,
+from prefillonly_sgl.choices.answering import PROMPT_TAIL_TOKENS, Answer, answer, query_len
+from prefillonly_sgl.choices.constraints import Constraint
+from prefillonly_sgl.choices.rendering import Tally, response_for
+from prefillonly_sgl.choices.routing import (
+    REFUSED,
+    SGLANG_PATH,
+    UNCONSTRAINED,
+    answer_token_limit,
+    falls_through_after_conversion,
+    route,
+    sglang_path_update,
 )
 from prefillonly_sgl.scoring.call_context import current
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.scoring.labels import compile_labels, label_set
-from prefillonly_sgl.scoring.reusable_prefix import common_prefix_len
 from prefillonly_sgl.single_token.allowed_tokens import resolved_sampling
 from prefillonly_sgl.single_token.prefix import (
     chat_prefix_ids,
@@ -46,21 +46,6 @@ from prefillonly_sgl.single_token.prefix import (
     prefix_token_ids,
 )
 from prefillonly_sgl.single_token.requests import CHAT_PATH
-
-
-class VLLMConstraints(BaseModel):
-    """vLLM's output constraints, which our chat and completions request models take
-    (single_token.py; SGLang's would drop them and the request would run unconstrained)."""
-
-    structured_outputs: dict | None = None
-    guided_choice: list | None = None
-    guided_regex: str | None = None
-    guided_json: dict | str | None = None
-    guided_grammar: str | None = None
-
-
-VLLM_FIELDS = tuple(VLLMConstraints.model_fields)
-_PROMPT_TAIL_TOKENS = 16  # what the first choice is tokenized after (labels.TAIL_CHARS)
 
 
 @dataclasses.dataclass
@@ -79,23 +64,22 @@ async def route_choice_request(serving, path: str, request, raw_request, front) 
 
     chat = path == CHAT_PATH
     fields = _fields(request)
-    try:
-        constraint = find_constraint(fields, chat)
-    except InvalidRequestError as e:
-        return Routed(request, serving.create_error_response(str(e)))
-    if constraint is None:
+    way = route(fields, chat, head=front.head is not None)
+    if way.way == REFUSED:
+        return Routed(request, serving.create_error_response(way.error))
+    if way.way == UNCONSTRAINED:
         return Routed(request)
-    if not scorable(constraint, fields) or front.head is not None:
-        return Routed(_on_sglang_path(request, constraint))
+    if way.way == SGLANG_PATH:
+        return Routed(_on_sglang_path(request, fields, way.constraint))
     try:
-        answered = await _answer(serving, chat, request, raw_request, front, constraint)
+        answered = await _answer(serving, chat, request, raw_request, front, way.constraint)
     except (InvalidRequestError, ValueError) as e:  # as SGLang's handle_request answers them
         return Routed(request, serving.create_error_response(str(e)))
     except HTTPException as e:
         error = serving.create_error_response(e.detail, str(e.status_code), e.status_code)
         return Routed(request, error)
     if answered is None:  # a short max_tokens (SGLang truncates) or a multimodal prompt
-        return Routed(_on_sglang_path(request, constraint))
+        return Routed(_on_sglang_path(request, fields, way.constraint))
     return Routed(request, answered)
 
 
@@ -107,19 +91,19 @@ def _fields(request) -> dict:
     return fields
 
 
-def _on_sglang_path(request, constraint: Constraint):
+def _on_sglang_path(request, fields: dict, constraint: Constraint):
     """The request with vLLM's constraint as SGLang's fields (SGLang's own: unchanged)."""
     from sglang.srt.entrypoints.openai.protocol import ResponseFormat
 
-    update = {name: None for name in VLLM_FIELDS if getattr(request, name, None) is not None}
-    for name, value in constraint.sglang_fields.items():
-        update[name] = ResponseFormat.model_validate(value) if name == "response_format" else value
+    update = sglang_path_update(fields, constraint)
+    if update.get("response_format") is not None:
+        update["response_format"] = ResponseFormat.model_validate(update["response_format"])
     return request.model_copy(update=update) if update else request
 
 
 async def _answer(serving, chat: bool, request, raw_request, front, constraint) -> dict | None:
-    """The response to a choice request (None: it runs on SGLang's path after all: its
-    max_tokens cannot hold an answer, or its prompt carries images, video or audio)."""
+    """The response to a choice request (None: it runs on SGLang's path after all:
+    routing.falls_through_after_conversion)."""
     error = serving._validate_request(request)  # SGLang's own checks, as its handler runs
     if error:
         raise InvalidRequestError(error)
@@ -127,16 +111,17 @@ async def _answer(serving, chat: bool, request, raw_request, front, constraint) 
     adapted, _ = await loop.run_in_executor(
         None, serving._convert_to_internal_request, request, raw_request
     )
-    if any(getattr(adapted, f, None) for f in ("image_data", "video_data", "audio_data")):
-        return None  # a multimodal prompt: its media go with SGLang's own request only
     tokenizer = front.tokenizer
 
     def encode(text: str) -> list[int]:
         return list(tokenizer.encode(text, add_special_tokens=False))
 
     shape = constraint.shape
-    limit = _max_tokens(request, chat)
-    if limit is not None and limit < longest_answer_tokens(shape, encode):
+    has_media = any(getattr(adapted, f, None) for f in ("image_data", "video_data", "audio_data"))
+    limit = answer_token_limit(
+        request.__dict__, chat, "max_tokens" in request.model_fields_set
+    )  # fmt: skip
+    if falls_through_after_conversion(has_media, limit, shape, encode):
         return None
     prompts = _prompt_ids(adapted, tokenizer)
     prefix = _prefix_ids(chat, request, tokenizer)
@@ -146,15 +131,14 @@ async def _answer(serving, chat: bool, request, raw_request, front, constraint) 
     salt = adapted.cache_salt if isinstance(adapted.cache_salt, str) else None
     adapter = adapted.lora_path if isinstance(adapted.lora_path, str) else None
     ctx = current().entering(salt=salt, adapter=adapter).replace(http_request=raw_request)
-    tally = _Tally()
+    tally = Tally()
 
     def choice_tokens(texts, before: str) -> list[tuple[int, ...]]:
         ids = compile_labels(label_set(list(texts)), tokenizer, before, leading_space=False)
         return [tuple(i) if isinstance(i, tuple) else (i,) for i in ids]
 
     async def one_prompt(prompt: list[int]) -> list[Answer]:
-        shared = common_prefix_len(prefix, prompt) if prefix else 0
-        shared = min(shared, len(prompt) - 1)  # the item is never empty
+        shared = query_len(prefix, prompt)
         memo: dict = {}
 
         async def score(written: list[int], labels) -> list[list[float]]:
@@ -167,7 +151,7 @@ async def _answer(serving, chat: bool, request, raw_request, front, constraint) 
                 memo[key] = result.rows[0]
             return memo[key]
 
-        tail = tokenizer.decode(prompt[-_PROMPT_TAIL_TOKENS:])
+        tail = tokenizer.decode(prompt[-PROMPT_TAIL_TOKENS:])
         answers = []
         for j in range(request.n or 1):
             answers.append(
@@ -186,17 +170,12 @@ async def _answer(serving, chat: bool, request, raw_request, front, constraint) 
 
     per_prompt = await asyncio.gather(*(one_prompt(p) for p in prompts))
     answers = [a for group in per_prompt for a in group]
-    return _response(chat, request, answers, tokenizer, sum(len(p) for p in prompts), tally)
 
+    def decode(token: int) -> str:
+        return tokenizer.decode([token])
 
-def _max_tokens(request, chat: bool) -> int | None:
-    """The answer's token limit the client gave (None: none given; completions' default
-    of 16 is not a limit the client asked for)."""
-    data = request.__dict__
-    if chat:
-        value = data.get("max_completion_tokens")
-        return data.get("max_tokens") if value is None else value
-    return data.get("max_tokens") if "max_tokens" in request.model_fields_set else None
+    prompt_tokens = sum(len(p) for p in prompts)
+    return response_for(chat, request.__dict__, answers, decode, prompt_tokens, tally)
 
 
 def _prompt_ids(adapted, tokenizer) -> list[list[int]]:
@@ -214,42 +193,3 @@ def _prefix_ids(chat: bool, request, tokenizer) -> list[int]:
         return chat_prefix_ids(tokenizer, request)
     prefix = completion_prefix(request.prompt, request.shared_prefix)
     return prefix_token_ids(prefix, tokenizer.encode)
-
-
-class _Tally:
-    """The usage of every score call of one request."""
-
-    def __init__(self) -> None:
-        self.prompt_cached = 0
-        self.computed = 0
-
-    def add(self, result, first: bool) -> None:
-        if first:
-            self.prompt_cached += result.prompt_cached_tokens
-        self.computed += result.prompt_tokens - result.cached_tokens
-
-
-def _response(chat, request, answers, tokenizer, prompt_tokens, tally) -> dict:
-    def decode(token: int) -> str:
-        return tokenizer.decode([token])
-
-    choices = []
-    for index, one in enumerate(answers):
-        if chat:
-            logprobs = (
-                chat_logprobs(one.steps, request.top_logprobs or 0, decode)
-                if request.logprobs
-                else None
-            )
-            choices.append(chat_choice(index, one, logprobs))
-        else:
-            logprobs = (
-                completion_logprobs(one.steps, request.logprobs, decode)
-                if request.logprobs is not None
-                else None
-            )
-            choices.append(completion_choice(index, one, logprobs))
-    cached = min(tally.prompt_cached, prompt_tokens)
-    return response(
-        chat, request.model, choices, usage(prompt_tokens, answers, cached, tally.computed)
-    )

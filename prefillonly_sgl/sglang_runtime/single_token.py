@@ -1,47 +1,54 @@
-"""Single-token OpenAI requests on SGLang's server (the main process).
+"""Our /v1/chat/completions and /v1/completions on SGLang's server (the main process): the
+translation between SGLang's OpenAI request models, handlers and outputs and the plain
+decisions of prefillonly_sgl/single_token/ and prefillonly_sgl/choices/.
 
-SGLang's own OpenAI handlers build, sample and render these requests (its sampler picks
-the token from the prefill's last-position logits with the request's temperature, top_p,
-top_k, min_p, seed and logit_bias; `n`, `stop` and the response shapes are SGLang's); what
-this module adds (decisions in prefillonly_sgl/single_token/):
-
-- routes for /v1/chat/completions and /v1/completions taking our extension fields
-  (`logprob_token_ids`, completions' `shared_prefix`; SGLang's request models would drop
-  them) and answering a streamed single-token request with one chunk per choice (then
-  the usage chunk when asked for, then [DONE]): the request runs unstreamed, there being
-  one token;
-- an AFTER hook on each handler's `_convert_to_internal_request` (it runs in an executor
-  thread, so it reads the request object, never a context variable): a single-token
-  request gets its reusable prefix's token ids in `custom_params` (single_token/prefix.py;
-  features/prefill_kv/tokenizer_process.py turns them into R, which makes the scheduler
-  run the request as a prefill-only request) and `token_ids_logprob` for
-  `logprob_token_ids`; a loglikelihood request (echo, max_tokens 0 or 1) is marked to
-  keep its whole prompt (docs/loglikelihood.md);
-- a BEFORE hook on each handler's response builder: the rows of `logprob_token_ids`
-  replace the natural top-k, and with vLLM's `return_tokens_as_token_ids` every logprob's
-  token is "token_id:<id>" (single_token/logprobs.py; an unstreamed answer, or a streamed
-  single-token one, which runs unstreamed), and an AFTER hook gives each
-  completion token its real text offset (SGLang writes -1, "unknown").
+What runs where, by request:
+- a request with an output constraint: choice_requests.py (choices/routing.py decides):
+  a choice request is answered by scoring and never reaches SGLang's handler past its
+  checks and conversion; a constraint outside the choice shape runs on SGLang's grammar
+  path, vLLM's fields translated to SGLang's; a malformed one is refused;
+- every other request goes to SGLang's own handler (its checks, template, conversion,
+  sampler and response shapes), with what this module adds:
+  - our request models (ChatRequest, CompletionsRequest): SGLang's with vLLM's fields
+    and ours (single_token/request_fields.py, choices/routing.VLLMConstraints; SGLang's
+    models would drop them) and their parse-time checks;
+  - an AFTER hook on each handler's `_convert_to_internal_request` (it runs in an
+    executor thread, so it reads the request object, never a context variable): a
+    single-token request (single_token/requests.py) gets its reusable prefix's token ids
+    in `custom_params` (single_token/prefix.py; features/prefill_kv/tokenizer_process.py
+    turns them into R, which makes the scheduler run it as a prefill-only request) and
+    `token_ids_logprob` for `logprob_token_ids` and `allowed_token_ids`; a loglikelihood
+    request (echo, max_tokens 0 or 1) is marked to keep its whole prompt
+    (docs/loglikelihood.md); a request generating more tokens with `allowed_token_ids`
+    gets every other token biased out of SGLang's sampler (allowed_tokens.mask_bias);
+  - a BEFORE hook on each handler's response builder: a single-token request with
+    `allowed_token_ids` has its token picked among the allowed ones after the forward
+    (allowed_tokens.restricted_answer, as vLLM's sampler would pick it; SGLang's sampler
+    picked among all tokens), the rows of `logprob_token_ids` replace the natural top-k,
+    and with `return_tokens_as_token_ids` every logprob's token is "token_id:<id>"
+    (single_token/logprobs.py); an AFTER hook gives each completion token its real text
+    offset (SGLang writes -1, "unknown");
+  - a streamed single-token request runs unstreamed (there is one token) and is answered
+    with one chunk per choice (single_token/streaming.py), as is a streamed choice
+    request.
 """
 
 from __future__ import annotations
 
-import time
-
-import orjson
 from fastapi import Depends, Request
 from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import PrivateAttr, field_validator, model_validator
 from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
 
+from prefillonly_sgl.choices.routing import VLLMConstraints
 from prefillonly_sgl.scoring.reusable_prefix import with_prefix_ids, with_whole_prompt
-from prefillonly_sgl.sglang_runtime.choice_requests import VLLMConstraints, route_choice_request
+from prefillonly_sgl.sglang_runtime.choice_requests import route_choice_request
 from prefillonly_sgl.single_token.allowed_tokens import (
-    finish_of,
+    logprob_ids,
     mask_bias,
     resolved_sampling,
-    restricted_choice,
+    restricted_answer,
 )
 from prefillonly_sgl.single_token.logprobs import text_offsets, tokens_as_ids, top_rows
 from prefillonly_sgl.single_token.prefix import (
@@ -49,71 +56,57 @@ from prefillonly_sgl.single_token.prefix import (
     completion_prefix,
     prefix_token_ids,
 )
+from prefillonly_sgl.single_token.request_fields import (
+    CompletionsFields,
+    SingleTokenFields,
+    check_max_tokens,
+    check_response_format_object,
+    check_zero_tokens_need_echo,
+)
 from prefillonly_sgl.single_token.requests import (
     CHAT_PATH,
     COMPLETIONS_PATH,
     is_loglikelihood,
     is_single_token,
 )
+from prefillonly_sgl.single_token.streaming import choice_chunk_events
 
 HOOK_TABLE_NAME = "single_token"
 _CHAT_SERVING = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
 _COMPLETION_SERVING = "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion"
 
 
-class ChatRequest(ChatCompletionRequest, VLLMConstraints):
+class ChatRequest(SingleTokenFields, ChatCompletionRequest, VLLMConstraints):
     """SGLang's chat request with vLLM's `logprob_token_ids`, `allowed_token_ids`,
     `return_tokens_as_token_ids` and output constraints (`structured_outputs`, the legacy
     `guided_*`)."""
 
-    logprob_token_ids: list[int] | None = None
-    allowed_token_ids: list[int] | None = None
-    return_tokens_as_token_ids: bool | None = None
     # the resolved sampling parameters of a restricted single-token request (convert hook)
     _restricted: dict | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
     def _response_format_is_an_object(cls, values):
-        """Runs before SGLang's own set_json_schema, which calls .get on response_format
-        and its schema and so answered a string there with a 500."""
-        if isinstance(values, dict):
-            response_format = values.get("response_format")
-            if response_format and not isinstance(response_format, dict):
-                raise ValueError("response_format must be an object")
-            schema = response_format.get("schema") if response_format else None
-            if schema and not isinstance(schema, dict):
-                raise ValueError("response_format.schema must be an object")
+        """Runs before SGLang's own set_json_schema (request_fields.py)."""
+        check_response_format_object(values)
         return values
 
 
-class CompletionsRequest(CompletionRequest, VLLMConstraints):
-    """SGLang's completions request with `logprob_token_ids`, `allowed_token_ids` and
-    `shared_prefix`, and
-    `max_tokens: 0` with `echo` (the prompt's own logprobs only, as OpenAI's API allows
-    and older lm-evaluation-harness versions send; SGLang refuses 0), and vLLM's
-    `return_tokens_as_token_ids` and output constraints (as ChatRequest)."""
+class CompletionsRequest(CompletionsFields, CompletionRequest, VLLMConstraints):
+    """SGLang's completions request with `logprob_token_ids`, `allowed_token_ids`,
+    `shared_prefix`, `max_tokens: 0` with `echo`, and vLLM's `return_tokens_as_token_ids`
+    and output constraints (as ChatRequest; request_fields.py)."""
 
-    logprob_token_ids: list[int] | None = None
-    allowed_token_ids: list[int] | None = None
-    return_tokens_as_token_ids: bool | None = None
-    shared_prefix: str | list[int] | None = None
     _restricted: dict | None = PrivateAttr(default=None)
 
     @field_validator("max_tokens")
     @classmethod
     def validate_max_tokens_positive(cls, v):  # replaces SGLang's (> 0) of the same name
-        if v is not None and v < 0:
-            raise ValueError("max_tokens must be 0 or more")
-        return v
+        return check_max_tokens(v)
 
     @model_validator(mode="after")
     def _zero_tokens_need_echo(self):
-        if self.max_tokens == 0 and not self.echo:
-            raise ValueError(
-                "max_tokens: 0 generates nothing: give echo: true (and logprobs) for the "
-                "prompt's own logprobs, or max_tokens >= 1"
-            )
+        check_zero_tokens_need_echo(self.max_tokens, self.echo)
         return self
 
 
@@ -135,11 +128,10 @@ _MARK_PREFIXES = {"on": True}  # serve turns it off when no feature reads R
 
 
 def _mark(adapted, request, prefix_ids: list[int]) -> None:
-    ids = list(request.logprob_token_ids or [])
+    ids = logprob_ids(request.logprob_token_ids, request.allowed_token_ids)
     if request.allowed_token_ids:
         # Every allowed token's logprob at the position: the answer is chosen among them
         # after the forward (_before_build_response), as vLLM's sampler would pick it.
-        ids += [t for t in request.allowed_token_ids if t not in ids]
         adapted.return_logprob = True
         request._restricted = resolved_sampling(adapted.sampling_params)
     if ids:
@@ -215,27 +207,29 @@ def _before_build_response(self, request, ret, *args, **kwargs):
 
 def _answer_among_allowed(self, request, item: dict, sampling: dict, index: int) -> None:
     """One choice's answer (its token, text, finish reason and logprob) replaced by the
-    allowed token the sampler picks (allowed_tokens.restricted_choice) where SGLang's
+    allowed token the sampler picks (allowed_tokens.restricted_answer) where SGLang's
     unrestricted one is not it; the position's other logprobs stay as they are."""
     meta = item["meta_info"]
-    rows = (meta.get("output_token_ids_logprobs") or [None])[0] or []
-    allowed = set(request.allowed_token_ids)
-    chosen = restricted_choice([r for r in rows if r[1] in allowed], sampling, index)
-    sampled = (meta.get("output_token_logprobs") or [None])[0]
-    if sampled is not None and sampled[1] == chosen[1]:
-        return
     tm = self.tokenizer_manager
-    eos = getattr(tm.model_config, "hf_eos_token_id", None) or set()
-    finish = finish_of(
-        chosen[1], set(sampling.get("stop_token_ids") or ()), bool(sampling.get("ignore_eos")),
-        set(eos),
-    )  # fmt: skip
-    skip_special = sampling.get("skip_special_tokens")
-    text = tm.tokenizer.decode([chosen[1]], skip_special_tokens=skip_special is not False)
-    item["text"] = "" if finish["type"] == "stop" else text
-    item["output_ids"] = [chosen[1]]
-    meta["finish_reason"] = finish
-    meta["output_token_logprobs"] = [tuple(chosen)]
+
+    def decode(token: int, skip_special: bool) -> str:
+        return tm.tokenizer.decode([token], skip_special_tokens=skip_special)
+
+    replaced = restricted_answer(
+        (meta.get("output_token_ids_logprobs") or [None])[0] or [],
+        request.allowed_token_ids,
+        sampling,
+        index,
+        (meta.get("output_token_logprobs") or [None])[0],
+        set(getattr(tm.model_config, "hf_eos_token_id", None) or set()),
+        decode,
+    )
+    if replaced is None:
+        return
+    item["text"] = replaced.text
+    item["output_ids"] = [replaced.row[1]]
+    meta["finish_reason"] = replaced.finish
+    meta["output_token_logprobs"] = [replaced.row]
 
 
 def _after_build_completion_response(response, self, request, *args, **kwargs):
@@ -332,32 +326,3 @@ async def _handle(serving, path: str, request, raw_request, front):
         return response
     events = choice_chunk_events(path, response.model_dump(exclude_none=True), include_usage)
     return StreamingResponse(iter(events), media_type="text/event-stream")
-
-
-def choice_chunk_events(path: str, answer: dict, include_usage: bool) -> list[str]:
-    """The SSE events of a whole single-token answer: one chunk per choice, in order (as
-    SGLang streams them: a client tracks choices by the chunk's choices[0].index), the
-    usage chunk when asked for, [DONE]."""
-    chat = path == CHAT_PATH
-    base = {
-        "id": answer.get("id"),
-        "object": "chat.completion.chunk" if chat else "text_completion",
-        "created": answer.get("created", int(time.time())),
-        "model": answer.get("model"),
-    }
-    events = []
-    for choice in answer.get("choices", []):
-        one = {"index": choice.get("index", 0)}
-        if chat:
-            message = choice.get("message") or {}
-            one["delta"] = {"role": "assistant", "content": message.get("content") or ""}
-        else:
-            one["text"] = choice.get("text", "")
-        one["logprobs"] = choice.get("logprobs")
-        one["finish_reason"] = choice.get("finish_reason")
-        if "choice_probabilities" in choice:  # a choice request's (choice_requests.py)
-            one["choice_probabilities"] = choice["choice_probabilities"]
-        events.append({**base, "choices": [one]})
-    if include_usage and answer.get("usage") is not None:
-        events.append({**base, "choices": [], "usage": answer["usage"]})
-    return [f"data: {orjson.dumps(e).decode()}\n\n" for e in events] + ["data: [DONE]\n\n"]

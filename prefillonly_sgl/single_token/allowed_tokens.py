@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 
@@ -41,6 +42,16 @@ def check_allowed_token_ids(ids: object, vocab_size: int) -> list[int]:
             f"{FIELD} must be token ids from 0 to {vocab_size - 1}, got {bad[:5]!r:.80}"
         )
     return list(dict.fromkeys(ids))
+
+
+def logprob_ids(named: Sequence[int] | None, allowed: Sequence[int] | None) -> list[int]:
+    """The token ids whose logprobs a single-token request reads at its position (SGLang's
+    `token_ids_logprob`): `logprob_token_ids`, then every allowed token not among them
+    (the answer is chosen among the allowed ones after the forward: restricted_answer)."""
+    ids = list(named or [])
+    if allowed:
+        ids += [t for t in allowed if t not in ids]
+    return ids
 
 
 def mask_bias(
@@ -117,3 +128,42 @@ def finish_of(token_id: int, stop_ids: set[int], ignore_eos: bool, eos_ids: set[
     if token_id in stop_ids or (token_id in eos_ids and not ignore_eos):
         return {"type": "stop", "matched": token_id}
     return {"type": "length", "length": 1}
+
+
+@dataclass(frozen=True)
+class RestrictedAnswer:
+    """A single-token choice's answer among the allowed tokens, replacing the one SGLang's
+    unrestricted sampler gave it."""
+
+    row: tuple  # (logprob, token_id, text): the position's row of the chosen token
+    finish: dict  # SGLang's finish reason (finish_of)
+    text: str  # the choice's text: the token's, or "" when it stops the answer
+
+
+def restricted_answer(
+    rows: Sequence,
+    allowed: Sequence[int],
+    sampling: Mapping,
+    index: int,
+    sampled,
+    eos_ids: set[int],
+    decode: Callable[[int, bool], str],
+) -> RestrictedAnswer | None:
+    """One choice's answer picked among the allowed tokens (restricted_choice over their
+    rows of the position) where SGLang's unrestricted one (`sampled`, its (logprob,
+    token_id, text) row) is not it; None where it is. decode(token_id, skip_special):
+    the token's text (special tokens skipped unless the request's skip_special_tokens
+    is false)."""
+    keep = set(allowed)
+    chosen = restricted_choice([r for r in rows if r[1] in keep], sampling, index)
+    if sampled is not None and sampled[1] == chosen[1]:
+        return None
+    finish = finish_of(
+        chosen[1], set(sampling.get("stop_token_ids") or ()), bool(sampling.get("ignore_eos")),
+        set(eos_ids),
+    )  # fmt: skip
+    if finish["type"] == "stop":
+        text = ""
+    else:
+        text = decode(chosen[1], sampling.get("skip_special_tokens") is not False)
+    return RestrictedAnswer(tuple(chosen), finish, text)
