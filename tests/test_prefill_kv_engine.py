@@ -458,6 +458,63 @@ def test_the_setwise_readout_keeps_the_prefix_cache(setup):
         ours.score(query, items, [[11, 12], [13]], score_extraction_token=anchor)
 
 
+def test_a_setwise_anchor_in_the_cached_prefix_fails_its_request_not_the_engine(setup):
+    """The scheduler-side invariant of the setwise readout (every anchor lies after the
+    prefix the cache or a leader gave the request: policy.anchors_in_extend) broken by a
+    request built to break it: SGLang's own GenerateReqInput with R, an anchor inside the
+    cached query and a logprob start past it (a score call's is its first anchor, which
+    bounds the match). That request gets an error naming the problem; the scheduler lives
+    (its strict memory check finds nothing leaked) and answers the next setwise call
+    exactly, the cached query included."""
+    from fastapi import HTTPException
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    ours, _, ref, labels, _ = setup
+    rng = random.Random(84)
+    anchor = 7
+
+    def ids(n):
+        return [rng.choice([t for t in range(10, 390) if t != anchor]) for _ in range(n)]
+
+    query = ids(60)
+    items = [ids(5) + [anchor] for _ in range(2)]
+    ours.score(query, items, labels, apply_softmax=False, score_extraction_token=anchor)
+    prompt = query + items[0]
+    bad = GenerateReqInput(
+        input_ids=[prompt],
+        sampling_params={"max_new_tokens": 0, "custom_params": {REUSABLE_LEN_KEY: len(query)}},
+        return_logprob=True,
+        logprob_start_len=len(prompt) - 1,  # no bound at the anchors: the query is a hit
+        token_ids_logprob=labels,
+        token_indices_to_pool=[[30, len(prompt) - 1]],  # 30: inside the cached query
+    )
+    tokenizer_manager = ours._sgl.tokenizer_manager
+    with pytest.raises(HTTPException) as failed:
+        ours._sgl.loop.run_until_complete(tokenizer_manager.generate_request(bad).__anext__())
+    assert failed.value.status_code == 500
+    assert "score-extraction anchor at 30 lies in the 60 tokens" in failed.value.detail
+    assert "this request failed" in failed.value.detail
+    result = ours.score(query, items, labels, apply_softmax=False, score_extraction_token=anchor)
+    assert result.cached_tokens >= 2 * len(query)
+    for item, matrix in zip(items, result.scores, strict=True):
+        want = ref.anchor_logprobs(query + item, anchor, labels)
+        assert max_abs_diff([[math.log(p) for p in row] for row in matrix], want) < TOLERANCE
+
+
+def test_a_reusable_length_a_client_garbled_runs_the_request_stock(setup):
+    """custom_params reach the scheduler from clients too (SGLang's generate): a reusable
+    length that is not a number, read there by every prefill-only KV hook, makes the
+    request a stock one (messages.reusable_len_in) instead of an exception in the
+    scheduler's loop; the engine then scores as before."""
+    ours, _, ref, labels, _ = setup
+    prompt = ref.prompt_ids(PROFILE, ITEMS[1])
+    for garbled in ("all of it", [3], None):
+        params = {"max_new_tokens": 0, "custom_params": {REUSABLE_LEN_KEY: garbled}}
+        out = ours._sgl.generate(input_ids=prompt, sampling_params=params)
+        assert out["meta_info"]["prompt_tokens"] == len(prompt)
+    _check(setup, PROFILE, ITEMS[:2])
+
+
 def test_a_text_call_with_labels_of_several_tokens_computes_its_cold_query_once(setup):
     """A text query and items (sent to SGLang as token ids, so its prompts reach the
     scheduler together: scoring/text_prompts.py) with labels of several tokens (whose

@@ -505,6 +505,17 @@ HOOK_TARGETS: dict[str, str] = {
         "AFTER: a setwise request's anchors (token_indices_to_pool) as rows of its extend, "
         "after the prefix it got from the cache or its leader"
     ),
+    "sglang.srt.managers.schedule_batch.FINISH_ABORT": (
+        "the finish reason of a request a scheduler hook fails alone (status and message "
+        "reach the caller): a setwise request with an anchor in its cached prefix "
+        "(prefill_kv/scheduler_process._fail_setwise_request, as its discard_output_reason), "
+        "prompt logprobs that do not add up (prompt_logprobs/scheduler_process._fail)"
+    ),
+    "sglang.srt.managers.scheduler_components.batch_result_processor."
+    "SchedulerBatchResultProcessor.process_batch_result_prefill": (
+        "relied on: a request whose discard_output_reason is set finishes with it, its "
+        "forward's output dropped and its KV released without entering the prefix cache"
+    ),
     "sglang.srt.managers.io_struct.TokenizedGenerateReqInput": "the per-prompt request",
     "sglang.srt.sampling.sampling_params.SamplingParams.custom_params": (
         "per-request JSON dict carried to the scheduler's Req (our key: reusable length)"

@@ -29,10 +29,13 @@ def with_reusable_len(custom_params: dict | None, reusable_len: int) -> dict:
 
 
 def reusable_len_in(custom_params: object) -> int | None:
-    """R as the tokenizer process sent it, or None (not a score prompt)."""
+    """R as the tokenizer process sent it, or None (not a score prompt). The scheduler
+    reads it in its own loop, where an exception stops the engine, and custom_params also
+    come from clients (SGLang's /generate): a value that is not a number reads as None,
+    the request then runs as stock SGLang runs it."""
     if not isinstance(custom_params, dict) or REUSABLE_LEN_KEY not in custom_params:
         return None
-    return int(custom_params[REUSABLE_LEN_KEY])
+    return _length(custom_params[REUSABLE_LEN_KEY])
 
 
 def with_shared_len(custom_params: dict | None, shared_len: int) -> dict:
@@ -45,8 +48,19 @@ def grouping_len_in(custom_params: object) -> int | None:
     """The prefix the JCT scheduler groups a prompt by: the shared length where one was
     sent, else R; None: not a score prompt."""
     if isinstance(custom_params, dict) and SHARED_LEN_KEY in custom_params:
-        return int(custom_params[SHARED_LEN_KEY])
+        shared = _length(custom_params[SHARED_LEN_KEY])
+        if shared is not None:
+            return shared
     return reusable_len_in(custom_params)
+
+
+def _length(value: object) -> int | None:
+    """A length read from custom_params (int() of it, as it always was read), or None
+    where int() refuses it (a string, a list, NaN, an infinity)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def with_scoring_limit(init_info: dict, max_input_len: int) -> dict:

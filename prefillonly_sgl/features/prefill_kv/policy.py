@@ -88,6 +88,20 @@ def anchors_in_extend(anchors: Sequence[int], prefix_len: int) -> list[int]:
     return [a - prefix_len for a in anchors]
 
 
+def discarded_readout_rows(
+    anchors: Sequence[int], prefix_len: int, first_logprob_row: int, extend_len: int
+) -> list[int]:
+    """Rows of its extend that a setwise request whose anchors_in_extend failed reads in
+    the forward it still takes (its output is dropped and the request fails): one per
+    anchor, as SGLang's readout and its logprob bookkeeping count them for the batch's
+    other requests, each inside [first_logprob_row, extend_len), where SGLang's
+    bookkeeping counts it (first_logprob_row: the batch's extend_logprob_start_len of
+    the request)."""
+    last = extend_len - 1
+    low = min(max(first_logprob_row, 0), last)
+    return [min(max(a - prefix_len, low), last) for a in anchors]
+
+
 def kept_rows(kept: Sequence[int], extend_lens: Sequence[int]) -> list[int]:
     """The batch's new-token rows (requests in order) that get a real slot, ascending,
     known on the host, so that the allocation scatters the

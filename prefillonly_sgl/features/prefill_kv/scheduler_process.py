@@ -57,6 +57,7 @@ from prefillonly_sgl.features.prefill_kv.policy import (
     SPLIT,
     anchors_in_extend,
     clamp_reusable_len,
+    discarded_readout_rows,
     dropped_new_tokens,
     kept_new_tokens,
     kept_rows,
@@ -589,16 +590,42 @@ def _after_prepare_for_extend(result, batch):
     leader) may give it any prefix before that; here its anchors become rows of the
     extend that follows the prefix, as SGLang's readout (LogitsProcessor.
     compute_logprobs_at_positions) and its logprob bookkeeping both read them from
-    req.token_indices_to_pool."""
-    for req in batch.reqs:
+    req.token_indices_to_pool. A request whose anchor lies in that prefix anyway (one
+    that reached the scheduler without the bound) fails alone: _fail_setwise_request."""
+    for i, req in enumerate(batch.reqs):
         anchors = getattr(req, ANCHORS_MARK, None)
         if anchors is None:
             if not getattr(req, "token_indices_to_pool", None) or reusable_len(req) is None:
                 continue
             anchors = list(req.token_indices_to_pool)
             setattr(req, ANCHORS_MARK, anchors)
-        req.token_indices_to_pool = anchors_in_extend(anchors, req.prefix_len)
+        try:
+            req.token_indices_to_pool = anchors_in_extend(anchors, req.prefix_len)
+        except ValueError as e:
+            _fail_setwise_request(batch, i, req, anchors, str(e))
     return result
+
+
+def _fail_setwise_request(batch, i: int, req, anchors: list[int], why: str) -> None:
+    """The batch is prepared (its slots allocated, its tensors built), so the request stays
+    in it and takes its forward, reading harmless rows (policy.discarded_readout_rows);
+    SGLang's discard_output_reason then drops that output and finishes the request with
+    the error, its KV released without entering the prefix cache (as for a failed KV
+    load), while the batch's other requests and the engine go on."""
+    from http import HTTPStatus
+
+    from sglang.srt.managers.schedule_batch import FINISH_ABORT
+
+    message = (
+        f"prefill-only KV: the setwise readout of request {req.rid} cannot run: {why}, "
+        "where nothing computes it; this request failed, the engine goes on"
+    )
+    logger.error("prefillonly: %s", message)
+    req.token_indices_to_pool = discarded_readout_rows(
+        anchors, req.prefix_len, batch.extend_logprob_start_lens[i], batch.extend_lens[i]
+    )
+    req.skip_radix_cache_insert = True
+    req.discard_output_reason = FINISH_ABORT(message, HTTPStatus.INTERNAL_SERVER_ERROR)
 
 
 # -- a Kev checkpoint's pointer head behind a cached state -----------------------------

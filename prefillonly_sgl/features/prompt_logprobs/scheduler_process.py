@@ -157,7 +157,10 @@ def _around_add_input_logprob_return_values(original, self, i, req, *args, **kwa
         and not done_before
         and req.logprob.input_token_logprobs_val is not None
     ):
-        _complete(req)
+        try:
+            _complete(req)
+        except ValueError as e:  # in SGLang's scheduler loop: fail this request alone
+            _fail(req, str(e))
     return result
 
 
@@ -174,13 +177,16 @@ def _complete(req) -> None:
         top = (logprob.input_top_logprobs_val, logprob.input_top_logprobs_idx)
     slots = getattr(req, _SLOTS_ATTR, None)
     if _CACHE is not None and slots is not None:
-        _CACHE.table.write(
-            slots[start + 1 : len(prompt)],
-            logprob.input_token_logprobs_val[1:],
-            top[0][1:] if top else None,
-            top[1][1:] if top else None,
-            skip_slot=DROPPED_SLOT,
-        )
+        try:
+            _CACHE.table.write(
+                slots[start + 1 : len(prompt)],
+                logprob.input_token_logprobs_val[1:],
+                top[0][1:] if top else None,
+                top[1][1:] if top else None,
+                skip_slot=DROPPED_SLOT,
+            )
+        except ValueError as e:  # refused before writing anything: the table only misses
+            logger.warning("prefillonly: prompt logprobs of %s not cached: %s", req.rid, e)
     values, ids, top = splice(
         logprob.input_token_logprobs_val, logprob.input_token_logprobs_idx, top, rows, prompt
     )
@@ -190,6 +196,26 @@ def _complete(req) -> None:
     req.logprob_start_len = 0
     setattr(req, _ROWS_ATTR, None)
     setattr(req, _SLOTS_ATTR, None)
+
+
+def _fail(req, why: str) -> None:
+    """The request's answer cannot be put together (its copied and computed entries do not
+    add up: plan.splice): it finishes with the error instead of a wrong answer, the
+    scheduler goes on. Its KV is already released (SGLang releases a finished request
+    before it adds its logprobs); the finish reason is read when its output is sent."""
+    from http import HTTPStatus
+
+    from sglang.srt.managers.schedule_batch import FINISH_ABORT
+
+    message = f"prompt logprobs of request {req.rid}: {why}; this request failed"
+    logger.error("prefillonly: %s", message)
+    setattr(req, _ROWS_ATTR, None)
+    setattr(req, _SLOTS_ATTR, None)
+    reason = FINISH_ABORT(message, HTTPStatus.INTERNAL_SERVER_ERROR)
+    if req.finished():
+        req.finished_reason = reason
+    else:
+        req.to_finish = reason
 
 
 def _before_release_kv_cache(req, *args, **kwargs):
