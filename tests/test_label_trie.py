@@ -12,7 +12,7 @@ from prefillonly_sgl.scoring.label_trie import build_trie, label_scores, sequenc
 
 def test_single_token_labels_need_only_the_root():
     trie = build_trie([[5], [9], [2]])
-    assert trie.single_token
+    assert trie.one_token_labels
     assert trie.nodes == ((),)
     assert trie.next_tokens == {(): (5, 9, 2)}
     assert trie.continuations == ()
@@ -21,7 +21,7 @@ def test_single_token_labels_need_only_the_root():
 def test_shared_first_tokens_share_their_node():
     # "very good", "very bad", "ok", "not at all"
     trie = build_trie([[7, 1], [7, 2], [3], [4, 5, 6]])
-    assert not trie.single_token
+    assert not trie.one_token_labels
     assert trie.nodes == ((), (7,), (4,), (4, 5))
     assert trie.next_tokens == {(): (7, 3, 4), (7,): (1, 2), (4,): (5,), (4, 5): (6,)}
     assert trie.continuations == ((7,), (4,), (4, 5))

@@ -66,7 +66,7 @@ class ScoreRequest:
         return matrix
 
     @property
-    def single_token_labels(self) -> bool:
+    def one_token_labels(self) -> bool:
         """Every label is one token: what SGLang's /v1/score carries."""
         return all(isinstance(label, int) for label in self.label_token_ids)
 

@@ -43,8 +43,9 @@ class LabelTrie:
     next_tokens: dict[Label, tuple[int, ...]]
 
     @property
-    def single_token(self) -> bool:
-        """All labels are one token: one forward, today's path."""
+    def one_token_labels(self) -> bool:
+        """All labels are one token each: one forward per prompt. ("single_token" names
+        only the OpenAI requests of one output token: prefillonly_sgl/single_token/.)"""
         return all(len(label) == 1 for label in self.labels)
 
     @property

@@ -38,7 +38,7 @@ class ScoreOptions:
     item_embed_overrides: list[Any] | None = None
     return_pooled_hidden_states: bool = False  # a classification head's input, per item
 
-    def check(self, apply_softmax: bool, single_token_labels: bool, n_items: int) -> None:
+    def check(self, apply_softmax: bool, one_token_labels: bool, n_items: int) -> None:
         """InvalidRequestError naming the first field that cannot be served."""
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0:
@@ -63,7 +63,7 @@ class ScoreOptions:
                 f"item_embed_overrides has {len(self.item_embed_overrides)} entries for "
                 f"{n_items} items: give one per item (None for an item without overrides)"
             )
-        if not single_token_labels and self.embed_override_token_id is not None:
+        if not one_token_labels and self.embed_override_token_id is not None:
             raise InvalidRequestError(
                 "embedding overrides apply to labels of one token each: labels of several "
                 "tokens are scored through the prefix cache (docs/labels.md), which SGLang "

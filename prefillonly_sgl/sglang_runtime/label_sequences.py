@@ -51,7 +51,7 @@ async def root_logprobs(
     """Round 1: per item, the log-probabilities of the labels' first tokens (the trie
     root's next tokens) after the prompt, and the prompt tokens sent. With labels of
     several tokens each prompt's KV is kept whole for round 2."""
-    keep = contextlib.nullcontext() if trie.single_token else keep_whole_prompts()
+    keep = contextlib.nullcontext() if trie.one_token_labels else keep_whole_prompts()
     with keep:
         roots = await tokenizer_manager.score_request(
             query=query,

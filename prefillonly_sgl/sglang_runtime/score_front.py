@@ -129,8 +129,8 @@ class ScoringFront:
         if not items:  # SGLang's answer to no items: no rows
             return ScoreResult(scores=[], prompt_tokens=0)
         trie = build_trie(labels)
-        options.check(apply_softmax, trie.single_token, len(items))
-        if score_extraction_token is not None and not trie.single_token:
+        options.check(apply_softmax, trie.one_token_labels, len(items))
+        if score_extraction_token is not None and not trie.one_token_labels:
             raise InvalidRequestError(
                 "score_extraction_token reads labels of one token each at every anchor; "
                 "labels of several tokens are read after the whole prompt only"
@@ -140,7 +140,7 @@ class ScoringFront:
             query, items = joined_token_ids(self.tokenizer.encode, query, items)
         request = ctx.http_request
         with _sglang_call("score", ctx) as call:
-            if trie.single_token:  # per token, a length is 1: nothing to normalise
+            if trie.one_token_labels:  # per token, a length is 1: nothing to normalise
                 result = await self.tokenizer_manager.score_request(
                     query=query,
                     items=items,

@@ -165,7 +165,7 @@ class RemoteBackend(Backend):
 
     def _post_score(self, request: ScoreRequest) -> list[list[float]]:
         """The blocking HTTP call of ``score`` (run in a worker thread)."""
-        if not request.single_token_labels:  # (length_normalize is moot for one token)
+        if not request.one_token_labels:  # (length_normalize is moot for one token)
             return self._score_labels(request)
         body = {
             "query": request.query,
