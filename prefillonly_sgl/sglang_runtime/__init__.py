@@ -4,8 +4,10 @@ mechanism they share (prefillonly_sgl/hooking/); tests/test_package_shape.py kee
 
 - score_front.py: the scoring path of the main process (Engine and server);
   label_sequences.py: labels of several tokens (the prompt, then the label prefixes).
-- offline_engine.py: starting and stopping SGLang's offline Engine; model_limits.py: the
-  limits its scheduler reported; event_loop.py: which loop it answers on.
+- offline_engine.py: starting and stopping SGLang's offline Engine (owned_processes.py:
+  which processes it started, and killing them; worker_output.py: its workers' stderr;
+  worker_watch.py: a worker dying after start); model_limits.py: the limits its
+  scheduler reported; event_loop.py: which loop it answers on.
 - http_server/: `prefillonly serve` on SGLang's HTTP server (guard, usage, typed
   endpoints; the plain logic is in prefillonly_sgl/server/; the endpoints, the built-in
   APIs of prefillonly_sgl/apis/ among them, come from its caller); request_recording.py:
@@ -26,8 +28,9 @@ mechanism they share (prefillonly_sgl/hooking/); tests/test_package_shape.py kee
   interpreter start by a .pth file that only the CPU install writes).
 - cuda_kit_support/: what its CUDA path needs on a card without sgl-kernel (the engine
   kit's card; activated by the kit's sitecustomize.py only).
-- hook_targets.py: every SGLang symbol this project calls or hooks, checked by a test so
-  that an SGLang upgrade fails loudly instead of silently.
+- hook_targets.py (with its parts door_hook_targets.py, feature_hook_targets.py): every
+  SGLang symbol this project calls or hooks, checked by a test so that an SGLang upgrade
+  fails loudly instead of silently.
 
 The rest of prefillonly_sgl (validation, the feature registry and the features' decisions,
 device defaults, the DSL, decisions) is plain Python, importable and testable without
