@@ -176,6 +176,23 @@ def labels(yes_no_labels):
     return yes_no_labels
 
 
+def start_logging_forwards(log: Path, start):
+    """`start()` (an Engine's or server's start) with its scheduler appending one line per
+    extend forward to `log`: PREFILLONLY_FORWARD_LOG is read once by the workers as they
+    start, so it is set only meanwhile (the session's other engines log nothing)."""
+    from prefillonly_sgl.machine.environment import FORWARD_LOG
+
+    saved = os.environ.get(FORWARD_LOG)
+    os.environ[FORWARD_LOG] = str(log)
+    try:
+        return start()
+    finally:
+        if saved is None:
+            os.environ.pop(FORWARD_LOG)
+        else:
+            os.environ[FORWARD_LOG] = saved
+
+
 def max_abs_diff(a: list[list[float]], b: list[list[float]]) -> float:
     assert len(a) == len(b), f"{len(a)} rows vs {len(b)}"
     return max(abs(x - y) for row_a, row_b in zip(a, b) for x, y in zip(row_a, row_b, strict=True))

@@ -10,17 +10,14 @@ model (one label) as SGLang answers them; labels and a reward model's softmax re
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import requests
 import torch
-from conftest import max_abs_diff
+from conftest import max_abs_diff, start_logging_forwards
 
 import prefillonly_sgl as prefillonly
 from prefillonly_sgl import Engine, Prompt
 from prefillonly_sgl.hooking.events import read_events
-from prefillonly_sgl.machine.environment import FORWARD_LOG
 from prefillonly_sgl.models.tiny_heads import SENTIMENT, build_tiny_head
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.verification.reference import TransformersReference
@@ -39,15 +36,7 @@ def llama(tmp_path_factory):
     """The Llama head's engine, logging its forwards."""
     path = build_tiny_head(tmp_path_factory.mktemp("head-llama"), "llama")
     log = tmp_path_factory.mktemp("head-log") / "forwards.log"
-    saved = os.environ.get(FORWARD_LOG)
-    os.environ[FORWARD_LOG] = str(log)
-    try:
-        engine = _engine(path)
-    finally:
-        if saved is None:
-            os.environ.pop(FORWARD_LOG)
-        else:
-            os.environ[FORWARD_LOG] = saved
+    engine = start_logging_forwards(log, lambda: _engine(path))
     with engine:
         yield engine, TransformersReference(str(path)), log
 

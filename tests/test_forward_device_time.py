@@ -12,16 +12,15 @@ never call it). The last test reads a real CPU engine's forward log.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import start_logging_forwards
 
 from prefillonly_sgl.hooking import process_state
 from prefillonly_sgl.hooking.events import read_events
-from prefillonly_sgl.machine.environment import FORWARD_LOG
 from prefillonly_sgl.sglang_runtime.forward_profile import scheduler_process as sp
 from prefillonly_sgl.sglang_runtime.forward_profile.device_time import HeldForwards
 
@@ -242,15 +241,10 @@ def engine_with_log(tiny_llama_path, tmp_path_factory):
     from prefillonly_sgl import Engine
 
     log = tmp_path_factory.mktemp("forward-log") / "forwards.log"
-    saved = os.environ.get(FORWARD_LOG)
-    os.environ[FORWARD_LOG] = str(log)
-    try:
-        engine = Engine(tiny_llama_path, device="cpu", dtype="float32", max_total_tokens=4096)
-    finally:
-        if saved is None:
-            os.environ.pop(FORWARD_LOG)
-        else:
-            os.environ[FORWARD_LOG] = saved
+    engine = start_logging_forwards(
+        log,
+        lambda: Engine(tiny_llama_path, device="cpu", dtype="float32", max_total_tokens=4096),
+    )
     with engine:
         yield engine, log
 

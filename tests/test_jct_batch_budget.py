@@ -7,11 +7,10 @@ engine whose chunk is small: prefix groups past it ride whole, together."""
 from __future__ import annotations
 
 import asyncio
-import os
 from types import SimpleNamespace
 
 import pytest
-from conftest import max_abs_diff
+from conftest import max_abs_diff, start_logging_forwards
 
 from prefillonly_sgl import Engine
 from prefillonly_sgl.config import runtime_config
@@ -24,7 +23,6 @@ from prefillonly_sgl.features.jct_scheduler.batch_budget import (
 )
 from prefillonly_sgl.features.jct_scheduler.settings import JctSettings
 from prefillonly_sgl.hooking.events import read_events
-from prefillonly_sgl.machine.environment import FORWARD_LOG
 
 
 def test_the_budget_is_stocks_unless_batch_tokens_say_otherwise():
@@ -91,22 +89,17 @@ CHUNK = 96
 @pytest.fixture(scope="module")
 def engine_and_log(tiny_llama_path, tmp_path_factory):
     log = tmp_path_factory.mktemp("batch-budget") / "forwards.log"
-    saved = os.environ.get(FORWARD_LOG)
-    os.environ[FORWARD_LOG] = str(log)
-    try:
-        engine = Engine(
+    engine = start_logging_forwards(
+        log,
+        lambda: Engine(
             tiny_llama_path,
             device="cpu",
             dtype="float32",
             max_total_tokens=4096,
             chunked_prefill_size=CHUNK,
             jct_batch_tokens=1024,
-        )
-    finally:
-        if saved is None:
-            os.environ.pop(FORWARD_LOG)
-        else:
-            os.environ[FORWARD_LOG] = saved
+        ),
+    )
     with engine:
         yield engine, log
 
