@@ -15,11 +15,9 @@ import psutil
 import pytest
 
 from prefillonly_sgl.scoring.errors import EngineClosedError, EngineDiedError
-from prefillonly_sgl.sglang_runtime.offline_engine import (
-    WorkerOutput,
-    WorkerWatch,
-    start_failure_message,
-)
+from prefillonly_sgl.sglang_runtime.offline_engine import start_failure_message
+from prefillonly_sgl.sglang_runtime.worker_output import WorkerOutput
+from prefillonly_sgl.sglang_runtime.worker_watch import WorkerWatch
 
 
 def _model(tmp_path, architecture):

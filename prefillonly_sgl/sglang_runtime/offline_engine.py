@@ -1,5 +1,9 @@
 """Start and stop SGLang's offline Engine, and read the limits it enforces.
 
+Its helpers are its neighbours: owned_processes.py (which processes an engine started,
+and killing them), worker_output.py (the workers' stderr, passed on and its last lines
+kept) and worker_watch.py (a worker dying after start).
+
 SGLang starts its scheduler and detokenizer with multiprocessing "spawn". A spawned child
 re-imports the parent's ``__main__`` script, so a script (or notebook-exported file) that
 creates an Engine at module level, without ``if __name__ == "__main__":``, would create
@@ -28,13 +32,13 @@ Engine of ours:
   (the ``_STARTING`` ContextVar, seen by a signal handler since it runs in the starting
   main thread), SGLang's pipe handshake then raises, and start_sglang_engine stops the
   processes it started and raises EngineStartError with the worker's last error line
-  (the workers' stderr passes through WorkerOutput, which keeps its last lines) and the
-  model's architecture from config.json;
+  (the workers' stderr passes through WorkerOutput, worker_output.py, which keeps its
+  last lines) and the model's architecture from config.json;
 - after start, a worker's SIGQUIT is ignored (our handler replaces both of SGLang's;
   ``prefillonly serve`` is SGLang's server and keeps SGLang's behaviour), SGLang's
-  SubprocessWatchdog is stopped, and WorkerWatch notices a dead worker itself: it stops the
-  engine's other processes and fails the calls waiting on it with EngineDiedError (a dead
-  scheduler never answers: they would wait forever).
+  SubprocessWatchdog is stopped, and WorkerWatch (worker_watch.py) notices a dead worker
+  itself: it stops the engine's other processes and fails the calls waiting on it with
+  EngineDiedError (a dead scheduler never answers: they would wait forever).
 
 Left: an Engine started outside the main thread cannot install a signal handler (Python
 allows that only in the main thread), so there a worker's own SIGQUIT still has its default
@@ -43,14 +47,10 @@ action, which ends the process.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
-import collections
 import contextlib
 import contextvars
-import multiprocessing
 import os
-import re
 import signal
 import sys
 import threading
@@ -58,9 +58,12 @@ import threading
 import psutil
 
 from prefillonly_sgl.hooking.hooks import apply_hooks_now
-from prefillonly_sgl.scoring.errors import EngineDiedError, EngineStartError
+from prefillonly_sgl.scoring.errors import EngineStartError
 from prefillonly_sgl.scoring.validation import ModelLimits
 from prefillonly_sgl.sglang_runtime import redacted_settings, sglang_state, worker_forkserver
+from prefillonly_sgl.sglang_runtime.owned_processes import ChildProcesses, kill_trees
+from prefillonly_sgl.sglang_runtime.worker_output import WorkerOutput
+from prefillonly_sgl.sglang_runtime.worker_watch import WorkerWatch
 
 # The processes of the engine this thread is shutting down; None outside a shutdown.
 _SHUTTING_DOWN: contextvars.ContextVar[list[psutil.Process] | None] = contextvars.ContextVar(
@@ -116,7 +119,7 @@ def start_sglang_engine(engine_args: dict, worker_start: str = worker_forkserver
     resource_tracker.ensure_running()
     main_thread = threading.current_thread() is threading.main_thread()
     sigquit_before = signal.getsignal(signal.SIGQUIT) if main_thread else None
-    children_before = _Children.now()
+    children_before = ChildProcesses.now()
     output = WorkerOutput()
     # __new__ then __init__: a failed __init__ leaves its atexit registration of
     # engine.shutdown (the stock one, which kills every child of this process) behind,
@@ -132,7 +135,7 @@ def start_sglang_engine(engine_args: dict, worker_start: str = worker_forkserver
             engine.__init__(**engine_args)
     except BaseException as e:
         atexit.unregister(engine.shutdown)
-        _kill_trees(children_before.started_since())
+        kill_trees(children_before.started_since())
         if main_thread and sigquit_before is not None:  # None: a handler not set from Python
             signal.signal(signal.SIGQUIT, sigquit_before)
         if not isinstance(e, Exception):
@@ -181,7 +184,7 @@ def _kill_owned_process_tree(original, parent_pid, include_parent=True, *args, *
         return None
     owned = _SHUTTING_DOWN.get()
     if owned is not None and parent_pid == os.getpid() and not include_parent:
-        _kill_trees(owned)  # "every child of this process" -> this engine's processes
+        kill_trees(owned)  # "every child of this process" -> this engine's processes
         return None
     return original(parent_pid, include_parent, *args, **kwargs)
 
@@ -220,191 +223,6 @@ HOOKS = {
 }
 
 
-class WorkerOutput:
-    """The workers' stderr (they inherit this process's fd 2 when spawned): passed on to
-    this process's stderr as it comes, its last lines kept for the error messages (a
-    worker's traceback is only ever written there)."""
-
-    _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*")
-
-    def __init__(self) -> None:
-        self._lines: collections.deque[str] = collections.deque(maxlen=500)
-        self._count = 0
-        self._started_at = 0
-        self._lock = threading.Lock()
-
-    @contextlib.contextmanager
-    def capturing(self):
-        """fd 2 is a pipe to the pump thread while the workers are spawned."""
-        read_fd, write_fd = os.pipe()
-        stderr_fd = os.dup(2)
-        pump = threading.Thread(
-            target=self._pump, args=(read_fd, stderr_fd), daemon=True, name="sglang-stderr"
-        )
-        pump.start()
-        sys.stderr.flush()
-        os.dup2(write_fd, 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(stderr_fd, 2)
-            os.close(write_fd)  # the workers hold their own copies
-
-    def _pump(self, read_fd: int, stderr_fd: int) -> None:
-        pending = b""
-        try:
-            while chunk := os.read(read_fd, 65536):
-                with contextlib.suppress(OSError):
-                    view = memoryview(chunk)
-                    while view:
-                        view = view[os.write(stderr_fd, view) :]
-                *lines, pending = (pending + chunk).split(b"\n")
-                with self._lock:
-                    for line in lines:
-                        self._lines.append(line.decode(errors="replace").rstrip())
-                        self._count += 1
-        finally:  # every worker has exited
-            os.close(read_fd)
-            os.close(stderr_fd)
-
-    def mark_started(self) -> None:
-        """Lines written before now are the start's, not a later death's."""
-        with self._lock:
-            self._started_at = self._count
-
-    def last_error_line(self) -> str | None:
-        """The last exception line (``ValueError: ...``) since start, or since the
-        engine started once it has."""
-        with self._lock:
-            fresh = list(self._lines)[max(0, len(self._lines) - (self._count - self._started_at)) :]
-        for line in reversed(fresh):
-            if self._EXCEPTION_LINE.match(line):
-                return line[:1000]
-        return None
-
-
-class WorkerWatch:
-    """Notices an engine's worker process dying after start, without signals: stops the
-    engine's other processes (no orphans) and fails the calls waiting on it with
-    EngineDiedError; later calls raise it too (Engine._require_running)."""
-
-    def __init__(
-        self,
-        processes: list[psutil.Process],
-        output: WorkerOutput,
-        handles: dict[int, multiprocessing.process.BaseProcess] | None = None,
-    ) -> None:
-        self._processes = processes
-        # multiprocessing's handles of the workers, which know how a forked worker (a
-        # child of the forkserver, not of this process) ended.
-        self._handles = handles or {}
-        self._titles = {p.pid: _process_title(p) for p in processes}
-        self._output = output
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = set()
-        self.death: str | None = None
-        threading.Thread(target=self._run, daemon=True, name="prefillonly-worker-watch").start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            dead = next((p for p in self._processes if not _alive(p)), None)
-            if dead is None:
-                continue
-            death = self._describe(dead)
-            with self._lock:
-                if self._stop.is_set():
-                    return  # a shutdown's kill
-                self.death = death
-                waiters = list(self._waiters)
-            _kill_trees(self._processes)
-            for loop, died in waiters:
-                with contextlib.suppress(RuntimeError):  # that loop is closed
-                    loop.call_soon_threadsafe(_settle, died)
-            return
-
-    def _describe(self, dead: psutil.Process) -> str:
-        how = _exit_status(dead.pid, self._handles.get(dead.pid))
-        self._stop.wait(0.5)  # the pump may still be passing on its last lines
-        line = self._output.last_error_line()
-        return (
-            f"SGLang's {self._titles[dead.pid]} process (pid {dead.pid}) died after the "
-            f"engine started ({how})"
-            + (f"; its last error line: {line}" if line else "")
-            + ". This Engine's other processes were stopped; create a new Engine."
-        )
-
-    async def until_died(self, awaitable):
-        """The awaitable's result, or EngineDiedError once a worker dies."""
-        loop = asyncio.get_running_loop()
-        died = loop.create_future()
-        with self._lock:
-            if self.death is not None:
-                if asyncio.iscoroutine(awaitable):
-                    awaitable.close()  # never awaited: no "never awaited" warning
-                raise EngineDiedError(self.death)
-            self._waiters.add((loop, died))
-        task = asyncio.ensure_future(awaitable)
-        try:
-            await asyncio.wait({task, died}, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:  # cancelled (Ctrl-C): the call's task with it
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-            raise
-        finally:
-            with self._lock:
-                self._waiters.discard((loop, died))
-        if task.done():
-            return task.result()
-        task.cancel()  # its answer will never come
-        raise EngineDiedError(self.death)
-
-
-def _settle(future: asyncio.Future) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _process_title(process: psutil.Process) -> str:
-    """SGLang titles its workers (sglang::scheduler, sglang::detokenizer)."""
-    with contextlib.suppress(psutil.Error, IndexError):
-        return process.cmdline()[0].split()[0]
-    return "worker"
-
-
-def _exit_status(pid: int, handle: multiprocessing.process.BaseProcess | None = None) -> str:
-    """How a dead worker ended: a child of this process read without reaping it
-    (multiprocessing reaps it), a forked one from its multiprocessing handle."""
-    try:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        info = None
-        if handle is not None:
-            handle.join(timeout=5)  # the forkserver reports the exit as it reaps it
-            code = handle.exitcode
-            if code is not None and code < 0:
-                return f"killed by {signal.Signals(-code).name}"
-            if code is not None:
-                return f"exit code {code}"
-    if info is None:
-        return "exit status unknown"
-    if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
-        return f"killed by {signal.Signals(info.si_status).name}"
-    return f"exit code {info.si_status}"
-
-
 def start_failure_message(model_path, error: BaseException, worker_line: str | None) -> str:
     """What failed at start: the model, its architecture and family (models/families.py; the
     table is docs/models.md), the worker's last error line (SGLang's own error only says a
@@ -427,57 +245,6 @@ def start_failure_message(model_path, error: BaseException, worker_line: str | N
     if worker_line:
         return f"{message}: a worker process failed: {worker_line}"
     return f"{message}: {error}"
-
-
-class _Children:
-    """This process's children and multiprocessing's record of the processes it started
-    (a forked worker is a child of the forkserver, not of this process), at one moment."""
-
-    def __init__(self, pids: set[int], handles: set[int]) -> None:
-        self.pids, self.handles = pids, handles
-
-    @classmethod
-    def now(cls) -> _Children:
-        return cls(_child_pids(), {p.pid for p in multiprocessing.active_children()})
-
-    def handles_since(self) -> dict[int, multiprocessing.process.BaseProcess]:
-        """multiprocessing's handles of the processes started since, by pid."""
-        return {p.pid: p for p in multiprocessing.active_children() if p.pid not in self.handles}
-
-    def started_since(self) -> list[psutil.Process]:
-        """The processes started since: the engine's workers (not the resource tracker
-        or the forkserver, which serve every engine)."""
-        later = self.now()
-        shared = _tracker_pids() | {worker_forkserver.forkserver_pid()}
-        processes = []
-        for pid in (later.pids - self.pids - shared) | (later.handles - self.handles):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                processes.append(psutil.Process(pid))
-        return processes
-
-
-def _kill_trees(roots: list[psutil.Process], timeout: float = 60) -> None:
-    victims = []
-    for root in roots:
-        try:
-            victims += root.children(recursive=True) + [root]
-        except psutil.NoSuchProcess:
-            continue
-    for process in victims:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()
-    psutil.wait_procs(victims, timeout=timeout)
-
-
-def _child_pids() -> set[int]:
-    return {p.pid for p in psutil.Process().children()}
-
-
-def _tracker_pids() -> set[int]:
-    from multiprocessing import resource_tracker
-
-    pid = getattr(resource_tracker._resource_tracker, "_pid", None)
-    return {pid} if pid else set()
 
 
 def _check_cpu_support() -> None:

@@ -23,8 +23,8 @@ SGLang's engine module takes its Process and Pipe from its global ``mp`` (the
 multiprocessing module), and calls ``mp.set_start_method("spawn", force=True)`` at each
 start: while such an Engine starts, that global is a forkserver context whose
 set_start_method does nothing (hook target ``sglang.srt.entrypoints.engine.mp``). The
-workers are then children of the forkserver, not of the caller: offline_engine finds them
-through multiprocessing's own record of the processes it started (``active_children``).
+workers are then children of the forkserver, not of the caller: owned_processes.py finds
+them through multiprocessing's own record of the processes it started (``active_children``).
 """
 
 from __future__ import annotations
