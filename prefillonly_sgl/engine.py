@@ -10,17 +10,14 @@
 ``score`` has SGLang's ``Engine.score`` semantics (one list of label probabilities per
 item, query and item concatenated as text or token ids) and checks the request first, so a
 bad request raises InvalidRequestError and never reaches — or kills — SGLang's workers.
-The scoring itself is sglang_runtime/score_front.py, shared with the HTTP server.
+The scoring itself is sglang_runtime/score_front.py, shared with the HTTP server; the
+start and the stop of SGLang's processes, sglang_runtime/engine_lifecycle.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
-import contextlib
 import threading
-import warnings
-import weakref
 from pathlib import Path
 
 from prefillonly_sgl.config import runtime_config
@@ -35,6 +32,8 @@ from prefillonly_sgl.scoring.errors import EngineClosedError, EngineDiedError
 from prefillonly_sgl.scoring.score_options import ScoreOptions
 from prefillonly_sgl.scoring.score_result import ScoreResult
 from prefillonly_sgl.scoring.validation import ModelLimits, TextOrIds
+from prefillonly_sgl.sglang_runtime import engine_lifecycle
+from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served, run_to_end
 
 
 class Engine:
@@ -115,7 +114,7 @@ class Engine:
             max_prompt_tokens=max_prompt_tokens,
             **settings,
         )
-        _warn_at_start(config)
+        engine_lifecycle.warn_at_start(config)
         if config.memory is not None:
             config = config.planned(plan_memory(config))
         self._start(config, sglang_args)
@@ -131,56 +130,16 @@ class Engine:
         return engine
 
     def _start(self, config: RuntimeConfig, sglang_args: dict) -> None:
-        from prefillonly_sgl.sglang_runtime import worker_forkserver
-        from prefillonly_sgl.sglang_runtime.offline_engine import (
-            read_start_info,
-            shutdown_sglang_engine,
-            start_sglang_engine,
-        )
-        from prefillonly_sgl.sglang_runtime.plugin import runtime_enabled
-        from prefillonly_sgl.sglang_runtime.score_front import ScoringFront
-
         self.config = config
         self.model_path = config.model_path
         self.device = config.device
         self._lock = threading.Lock()
         self._sgl = None
         self._watch = None
-        # User values win over the device defaults; the configuration's own fields (the
-        # model, the pool of a memory plan, SGLang's policy under JCT) over both.
-        args = {
-            **config.sglang_defaults(),
-            "log_level": "error",
-            **sglang_args,
-            **config.sglang_fields(),
-        }
-        worker_start = worker_forkserver.start_mode()  # before runtime_enabled
-        with runtime_enabled(config):
-            self._sgl, owned_processes, self._watch = start_sglang_engine(args, worker_start)
-        # An Engine the user forgets to shut down must not leave SGLang processes behind.
-        self._finalizer = weakref.finalize(
-            self,
-            _shutdown_quietly,
-            shutdown_sglang_engine,
-            self._sgl,
-            owned_processes,
-            self._watch,
-        )
-        limits, prefill_kv_off_reason = read_start_info(self._sgl)
-        self.limits: ModelLimits = limits
-        self._front = ScoringFront(self._sgl.tokenizer_manager, self.limits)
-        atexit.register(self._finalizer)
-        if "prefill_kv" in config.features and not self.prefill_only_kv_active:
-            # A warning, not a log line: SGLang sets the root logger to its log level
-            # ("error" by default) in this process.
-            reason = prefill_kv_off_reason or "the scheduler's log says why"
-            warnings.warn(
-                "prefill-only KV was requested but SGLang's scheduler did not enable it for "
-                f"this model / backend ({reason}): score prompts keep KV for every token "
-                "and are bounded by the KV pool",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+        started = engine_lifecycle.start(self, config, sglang_args)
+        self._sgl, self._watch, self._finalizer = started.sgl, started.watch, started.finalizer
+        self.limits: ModelLimits = started.limits
+        self._front = started.front
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -316,8 +275,6 @@ class Engine:
         """``score`` for asyncio code; must run on the event loop of the thread that
         created the engine (SGLang's tokenizer manager lives there): a RuntimeError
         otherwise, never a hang."""
-        from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
-
         check_running_loop_is_served(self._require_running())
         ctx = _call_context(cache_salt, lora_path)
         return await self._watch.until_died(
@@ -373,8 +330,6 @@ class Engine:
         lora_path: str | None = None,
     ) -> ContinuationResult:
         """``continuation_logprobs`` for asyncio code (on the engine's loop, as async_score)."""
-        from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
-
         check_running_loop_is_served(self._require_running())
         ctx = _call_context(cache_salt, lora_path)
         return await self._watch.until_died(
@@ -422,7 +377,6 @@ class Engine:
     ):
         """``decide`` for asyncio code (on the engine's loop, as async_score)."""
         from prefillonly_sgl.decisions.bodies import parse
-        from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
         from prefillonly_sgl.wire import openai as openai_wire
 
         check_running_loop_is_served(self._require_running())
@@ -437,8 +391,6 @@ class Engine:
         self, call, cache_salt: str | None = None, lora_path: str | None = None
     ):
         """A decisions.call.DecisionCall's outcome (what the DSL's decision functions send)."""
-        from prefillonly_sgl.sglang_runtime.event_loop import check_running_loop_is_served
-
         check_running_loop_is_served(self._require_running())
         ctx = _call_context(cache_salt, lora_path)
         return await self._watch.until_died(self._front.decide(ctx, call))
@@ -454,22 +406,7 @@ class Engine:
             raise
         # Any coroutine that awaits SGLang (a DSL job, verify's echo request) must not wait
         # forever on a dead worker.
-        task = loop.create_task(self._watch.until_died(coroutine))
-        first = _completion_of(task, loop)
-        try:
-            loop.run_until_complete(first)
-            return task.result()
-        except BaseException:
-            # Ctrl-C (a KeyboardInterrupt) left the loop mid-call: settle the call's tasks
-            # now, or they would raise it again inside this engine's next call. The loop
-            # (uvloop) keeps the interrupted run's stop callback on the future it ran, so
-            # that future is never completed: its stop would end this engine's next run.
-            first.abandoned = True
-            task.cancel()
-            while not task.done():
-                with contextlib.suppress(BaseException):
-                    loop.run_until_complete(_completion_of(task, loop))
-            raise
+        return run_to_end(loop, self._watch.until_died(coroutine))
 
     # -- LoRA adapters (docs/lora.md) ----------------------------------------------------
     def load_lora_adapter(self, lora_name: str, lora_path: str, pinned: bool = False):
@@ -536,54 +473,8 @@ def _call_context(cache_salt: str | None, lora_path: str | None) -> CallContext:
     return current().entering(salt=cache_salt, adapter=lora_path)
 
 
-def _warn_at_start(config: RuntimeConfig) -> None:
-    """The configuration's start-up warnings (features its model family cannot run, an
-    architecture outside the table), once per Engine. A warning, not a log line: SGLang
-    sets the root logger to its log level ("error" by default) in this process."""
-    for message in config.start_warnings():
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-class _Completion(asyncio.Future):
-    """A future done when a task is done (unless abandoned): what run_until_complete runs."""
-
-    abandoned = False
-
-
-def _completion_of(task, loop) -> _Completion:
-    done = _Completion(loop=loop)
-
-    def finish(_):
-        if not done.abandoned and not done.done():
-            done.set_result(None)
-
-    task.add_done_callback(finish)
-    return done
-
-
-def _shutdown_quietly(shutdown, sgl_engine, owned_processes, watch) -> None:
-    try:
-        shutdown(sgl_engine, owned_processes, watch)
-    except Exception:  # interpreter teardown: the processes are being killed anyway
-        pass
-
-
 def plan_memory(config: RuntimeConfig) -> MemoryPlan:
     """The KV pool the configuration's memory budget leaves (memory/measurement.py),
     measured if needed with an engine of the same configuration and a small pool: what
     Engine(memory_budget=) and `serve --memory-budget` start with."""
-    from prefillonly_sgl.memory import measurement
-
-    hybrid = config.settings("hybrid_prefill")
-    return measurement.plan(
-        config.memory.budget,
-        lambda pool, probe: Engine.from_config(config.with_pool(pool).with_memory_probe(probe)),
-        model_path=config.model_path,
-        device=config.device,
-        dtype=config.dtype,
-        features=config.features,
-        chunk_size=hybrid.chunk_size if hybrid else None,
-        hybrid_mode=hybrid.mode if hybrid else None,
-        max_prompt_tokens=config.memory.max_prompt_tokens,
-        context_length=config.context_length,
-    )
+    return engine_lifecycle.plan_memory(config, Engine.from_config)

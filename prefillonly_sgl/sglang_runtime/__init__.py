@@ -4,10 +4,13 @@ mechanism they share (prefillonly_sgl/hooking/); tests/test_package_shape.py kee
 
 - score_front.py: the scoring path of the main process (Engine and server);
   label_sequences.py: labels of several tokens (the prompt, then the label prefixes).
-- offline_engine.py: starting and stopping SGLang's offline Engine (owned_processes.py:
+- engine_lifecycle.py: the Engine's start (its start warnings, its memory planned,
+  SGLang started, the front built) and the finalizer that stops what it started;
+  offline_engine.py: starting and stopping SGLang's offline Engine (owned_processes.py:
   which processes it started, and killing them; worker_output.py: its workers' stderr;
   worker_watch.py: a worker dying after start); model_limits.py: the limits its
-  scheduler reported; event_loop.py: which loop it answers on.
+  scheduler reported; event_loop.py: which loop it answers on, and a synchronous call
+  run there to its end.
 - http_server/: `prefillonly serve` on SGLang's HTTP server (guard, usage, typed
   endpoints; the plain logic is in prefillonly_sgl/server/; the endpoints, the built-in
   APIs of prefillonly_sgl/apis/ among them, come from its caller); request_recording.py:
