@@ -59,6 +59,10 @@ class _Base:
     def __init__(self, workspace=None, layout="NHD", backend=None, **kwargs) -> None:
         self.backend = backend
         self.planned = None
+        self.int_workspace_bytes = 8 << 20  # FlashInfer allocates its own at construction
+
+    def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffer) -> None:
+        self.int_workspace_bytes = int(int_workspace_buffer.numel())
 
 
 class PagedWrapper(_Base):

@@ -11,11 +11,11 @@ import dataclasses
 import pytest
 import torch
 from test_prefill_attention_kernel import GROUPS, SMALL_BLOCKS, D, make_batch, make_shared_batch
+from test_query_chunk_attention import run_chunks
 
-from prefillonly_sgl.features.hybrid_prefill.chunking import chunk_ranges
 from prefillonly_sgl.features.prefill_attention import windowed
 from prefillonly_sgl.features.prefill_attention.cpu_extend import ExtendAttention
-from prefillonly_sgl.features.prefill_attention.plan import Limits, plan_query_chunk
+from prefillonly_sgl.features.prefill_attention.plan import Limits
 from prefillonly_sgl.features.prefill_attention.query_chunk import QueryChunkAttention
 from prefillonly_sgl.features.prefill_attention.sink_models import (
     CPU_SINK_BACKEND,
@@ -114,15 +114,15 @@ def test_shared_prefix_group_matches_naive_softmax(new_lens, others, window, sin
 )
 @pytest.mark.parametrize("window, sinks", SETTINGS, ids=str)
 def test_query_chunks_match_naive_softmax(prefix_lens, new_lens, chunk, window, sinks):
-    spans, slots, q, k, v, k_pool, v_pool = make_batch(prefix_lens, new_lens)
+    """Every row owning a pool slot (the rows' keys read back from the pool by the later
+    chunks; kept keys of rows without one: tests/test_query_chunk_layer_keys.py)."""
+    batch = make_batch(prefix_lens, new_lens)
+    spans, slots, q, k, v, k_pool, v_pool = batch
     sinks = sinks_for(q.shape[1]) if sinks else None
     want = expected(spans, slots, q, k, v, k_pool, v_pool, window, sinks)
-    got = torch.empty_like(want, dtype=q.dtype)
-    for start, end in chunk_ranges(q.shape[0], chunk):
-        attention = QueryChunkAttention(plan_query_chunk(spans, start, end), spans, slots)
-        got[start:end] = attention(
-            q[start:end], k, v, k_pool, v_pool, SCALE, window=window, sinks=sinks
-        )
+    got = run_chunks(
+        batch, chunk, None, "consecutive", QueryChunkAttention, SCALE, window=window, sinks=sinks
+    )
     assert (got.double() - want).abs().max() < 1e-5
 
 

@@ -5,12 +5,14 @@ naive attention wherever CUDA and flashinfer are present (skipped on the CPU mac
 from __future__ import annotations
 
 import math
+import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 from test_prefill_attention_kernel import expected, make_batch
+from test_query_chunk_attention import run_chunks
 
-from prefillonly_sgl.features.hybrid_prefill.chunking import chunk_ranges
 from prefillonly_sgl.features.prefill_attention.flashinfer_chunk import (
     FlashInferQueryChunk,
     chunk_pieces,
@@ -21,19 +23,31 @@ from prefillonly_sgl.features.prefill_attention.plan import Span, plan_query_chu
 
 def test_pieces_and_indptrs_of_a_chunk():
     spans = [Span(0, 10, 30), Span(30, 0, 5), Span(35, 7, 40)]
-    plan = plan_query_chunk(spans, 20, 50)
-    # head: queries 0..10 of the chunk, own keys rows 0..30; then the two that begin in it
-    assert chunk_pieces(plan, spans) == [(0, 0, 10, 0, 30), (1, 10, 5, 30, 5), (2, 15, 15, 35, 15)]
+    plan = plan_query_chunk(spans, 20, 50, kept=[12, 5, 40])
+    # head: queries 0..10 of the chunk; then the two that begin in it; each piece's own
+    # keys in the chunk are its rows
+    assert chunk_pieces(plan, spans) == [(0, 0, 10), (1, 10, 5), (2, 15, 15)]
     slots = [torch.arange(10), None, torch.arange(100, 107)]
-    chunk = FlashInferQueryChunk(plan, spans, slots, workspace=torch.empty(0))
-    assert chunk.kv_rows == slice(0, 50)
+    own = torch.arange(50, 62)  # the head's 12 earlier rows with a slot (8 more kept by the layer)
+    chunk = FlashInferQueryChunk(plan, spans, slots, torch.empty(0), own_slots=own)
     assert chunk.qo_indptr.tolist() == [0, 10, 15, 30]
-    assert chunk.kv_indptr.tolist() == [0, 30, 35, 50]
+    assert chunk.kv_indptr.tolist() == [0, 10, 15, 30]
     indptr, indices, last_page = chunk.paged
-    assert indptr.tolist() == [0, 10, 10, 17]
-    assert indices.tolist() == list(range(10)) + list(range(100, 107))
-    no_prefix = FlashInferQueryChunk(plan, spans, [None, None, None], workspace=torch.empty(0))
-    assert no_prefix.paged is None
+    assert indptr.tolist() == [0, 22, 22, 29]  # the head: prefix 10 + own 12
+    assert indices.tolist() == list(range(10)) + list(range(50, 62)) + list(range(100, 107))
+    qo, kv = chunk.earlier  # the head's queries against its 8 kept keys
+    assert qo.tolist() == [0, 10] and kv.tolist() == [0, 8]
+    plan = plan_query_chunk(spans, 20, 50, kept=[30, 5, 40])
+    no_prefix = FlashInferQueryChunk(
+        plan, spans, [None, None, None], torch.empty(0), own_slots=torch.arange(20)
+    )
+    assert no_prefix.paged[0].tolist() == [0, 20, 20, 20] and no_prefix.earlier is None
+    spans = [Span(0, 0, 40)]
+    first = FlashInferQueryChunk(plan_query_chunk(spans, 0, 20), spans, [None], torch.empty(0))
+    assert first.paged is None and first.earlier is None  # a cold chunk: one ragged call
+    second = plan_query_chunk(spans, 20, 40, kept=[40])
+    with pytest.raises(ValueError, match="need their slots"):
+        FlashInferQueryChunk(second, spans, [None], torch.empty(0))
 
 
 def _flashinfer_on_cuda():
@@ -48,41 +62,55 @@ def _flashinfer_on_cuda():
 
 @pytest.mark.skipif(not _flashinfer_on_cuda(), reason="needs CUDA and flashinfer")
 @pytest.mark.parametrize(
-    "prefix_lens, new_lens, chunk",
-    [([0], [300], 64), ([100], [257], 128), ([0, 40, 0], [150, 33, 90], 96)],
+    "prefix_lens, new_lens, chunk, kept",
+    [
+        ([0], [300], 64, None),
+        ([0], [300], 64, [150]),  # half of it without a pool slot: the layer keeps it
+        ([100], [257], 128, [100]),
+        ([0, 40, 0], [150, 33, 90], 96, [70, 33, 10]),
+    ],
 )
-def test_chunks_equal_naive_attention_on_cuda(prefix_lens, new_lens, chunk, monkeypatch):
+def test_chunks_equal_naive_attention_on_cuda(prefix_lens, new_lens, chunk, kept, monkeypatch):
     import test_prefill_attention_kernel
 
     monkeypatch.setattr(test_prefill_attention_kernel, "D", 64)  # a head size FlashInfer has
-    spans, slots, q, k, v, k_pool, v_pool = make_batch(
-        prefix_lens, new_lens, heads=(8, 2), dtype=torch.float32
-    )
-    want = expected(spans, slots, q, k, v, k_pool, v_pool, 0.125)
-    cuda = [t.cuda().half() for t in (q, k, v, k_pool, v_pool)]
-    q, k, v, k_pool, v_pool = cuda
-    slots = [None if s is None else s.cuda() for s in slots]
+    batch = make_batch(prefix_lens, new_lens, heads=(8, 2), dtype=torch.float32)
+    want = expected(*batch, 0.125)
+    spans, slots, q, k, v, k_pool, v_pool = batch
+    half = (spans, slots, *(t.half() for t in (q, k, v, k_pool, v_pool)))
     workspace = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
-    wrappers = {}
-    got = torch.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype, device="cuda")
-    for start, end in chunk_ranges(q.shape[0], chunk):
-        plan = plan_query_chunk(spans, start, end)
-        attention = FlashInferQueryChunk(plan, spans, slots, workspace, wrappers)
-        got[start:end] = attention(q[start:end], k, v, k_pool, v_pool, 0.125)
-    assert (got.double().cpu() - want).abs().max() < 1e-2
+    wrappers: dict = {}
+
+    def attention(plan, spans, slots, own):
+        return FlashInferQueryChunk(
+            plan, spans, slots, workspace, wrappers.setdefault(plan.start, {}), own_slots=own
+        )
+
+    got = run_chunks(half, chunk, kept, "scattered", attention, 0.125, device="cuda")
+    assert (got.double() - want).abs().max() < 1e-2
 
 
 def test_windowed_keys_end_at_each_piece_and_start_where_the_window_reaches():
     """With a window or sinks each piece attends to one gathered run of keys (FlashInfer's
-    bottom-right window alignment is right only there): the prefix positions and own-key
-    rows its queries can see. Plain Python."""
+    bottom-right window alignment is right only there): the pool's keys, the kept ones
+    and the chunk's rows its queries can see. Plain Python."""
     spans = [Span(0, 10, 30), Span(30, 0, 5), Span(35, 7, 40)]
-    plan = plan_query_chunk(spans, 20, 50)
-    # full layer: the whole prefix, then every own key up to the piece's last query
-    assert windowed_keys(plan, spans, None) == [(0, 10, 0, 30), (0, 0, 30, 35), (0, 7, 35, 50)]
-    # window 4: the head's first query is at position 10 + 20 = 30, so keys from 26 (own
-    # row 16); the third request's first query at 7 sees prefix positions 3..6
-    assert windowed_keys(plan, spans, 4) == [(10, 10, 16, 30), (0, 0, 30, 35), (3, 7, 35, 50)]
+    plan = plan_query_chunk(spans, 20, 50, kept=[12, 5, 40])
+    # full layer: the head's pool keys (prefix 10 + 12 of its own), its 8 kept keys, its
+    # chunk rows; the others: their prefix and their rows
+    assert windowed_keys(plan, spans, None) == [
+        (0, 22, 0, 8, 0, 10),
+        (0, 0, 0, 0, 10, 15),
+        (0, 7, 0, 0, 15, 30),
+    ]
+    # window 4: the head's first query is at position 10 + 20 = 30, so keys from 26: none
+    # of the pool's (positions 0..22), its kept keys from the 4th (positions 22..30); the
+    # third request's first query at 7 sees prefix positions 3..6
+    assert windowed_keys(plan, spans, 4) == [
+        (22, 22, 4, 8, 0, 10),
+        (0, 0, 0, 0, 10, 15),
+        (3, 7, 0, 0, 15, 30),
+    ]
 
 
 class _RaggedLikeFlashInfer:
@@ -113,22 +141,25 @@ class _RaggedLikeFlashInfer:
 def test_the_gathered_path_is_the_windowed_softmax_with_sinks(window, sinks):
     """The gathered rows, the window and the sinks (from a base-2 lse), through a torch
     stand-in of FlashInfer's documented ragged semantics: the CPU kernels' naive softmax
-    (test_attention_sinks_windows.py). What FlashInfer itself does is checked on CUDA."""
+    (test_attention_sinks_windows.py). What FlashInfer itself does is checked on CUDA;
+    kept keys (rows without a pool slot) in tests/test_query_chunk_layer_keys.py."""
     from test_attention_sinks_windows import expected as windowed_expected
     from test_attention_sinks_windows import sinks_for
 
-    spans, slots, q, k, v, k_pool, v_pool = make_batch([40, 0, 12], [77, 9, 30])
+    batch = make_batch([40, 0, 12], [77, 9, 30])
+    spans, slots, q, k, v, k_pool, v_pool = batch
     sink_logits = sinks_for(q.shape[1]) if sinks else None
     want = windowed_expected(spans, slots, q, k, v, k_pool, v_pool, window, sink_logits)
-    got = torch.empty_like(want, dtype=q.dtype)
-    for start, end in chunk_ranges(q.shape[0], 24):
-        chunk = FlashInferQueryChunk(
-            plan_query_chunk(spans, start, end), spans, slots, torch.empty(0),
-            wrappers={("ragged", window): _RaggedLikeFlashInfer()},
+
+    def attention(plan, spans, slots, own):
+        return FlashInferQueryChunk(
+            plan, spans, slots, torch.empty(0),
+            wrappers={("ragged", window): _RaggedLikeFlashInfer()}, own_slots=own,
         )  # fmt: skip
-        got[start:end] = chunk(
-            q[start:end], k, v, k_pool, v_pool, 16**-0.5, window=window, sinks=sink_logits
-        )
+
+    got = run_chunks(
+        batch, 24, None, "consecutive", attention, 16**-0.5, window=window, sinks=sink_logits
+    )
     assert (got.double() - want).abs().max() < 1e-5
 
 
@@ -140,63 +171,75 @@ def test_windows_and_sinks_equal_naive_attention_on_cuda(window, sinks, monkeypa
 
     monkeypatch.setattr(test_prefill_attention_kernel, "D", 64)
     monkeypatch.setattr(test_attention_sinks_windows, "SCALE", 0.125)
-    spans, slots, q, k, v, k_pool, v_pool = make_batch([100, 0], [150, 60], heads=(8, 2))
+    batch = make_batch([100, 0], [150, 60], heads=(8, 2))
+    spans, slots, q, k, v, k_pool, v_pool = batch
     sink_logits = test_attention_sinks_windows.sinks_for(8) if sinks else None
     want = test_attention_sinks_windows.expected(
         spans, slots, q, k, v, k_pool, v_pool, window, sink_logits
     )
-    q, k, v, k_pool, v_pool = [t.cuda().half() for t in (q, k, v, k_pool, v_pool)]
-    slots = [None if s is None else s.cuda() for s in slots]
+    half = (spans, slots, *(t.half() for t in (q, k, v, k_pool, v_pool)))
     workspace = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
-    wrappers = {}
-    got = torch.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype, device="cuda")
-    for start, end in chunk_ranges(q.shape[0], 64):
-        chunk = FlashInferQueryChunk(
-            plan_query_chunk(spans, start, end), spans, slots, workspace, wrappers
+    wrappers: dict = {}
+
+    def attention(plan, spans, slots, own):
+        return FlashInferQueryChunk(
+            plan, spans, slots, workspace, wrappers.setdefault(plan.start, {}), own_slots=own
         )
-        s = None if sink_logits is None else sink_logits.cuda()
-        got[start:end] = chunk(q[start:end], k, v, k_pool, v_pool, 0.125, window=window, sinks=s)
-    assert (got.double().cpu() - want).abs().max() < 1e-2
+
+    s = None if sink_logits is None else sink_logits.cuda()
+    got = run_chunks(
+        half, 64, [120, 30], "scattered", attention, 0.125, device="cuda", window=window, sinks=s
+    )
+    assert (got.double() - want).abs().max() < 1e-2
 
 
 class _RecordingWrapper:
     """Stands in for a FlashInfer wrapper on CPU (flashinfer needs CUDA): records its plans
     and answers run() with zeros of the query's shape."""
 
-    def __init__(self) -> None:
+    def __init__(self, *args, **kwargs) -> None:
         self.plans: list[tuple] = []
+
+    def reset_workspace_buffer(self, float_workspace, int_workspace) -> None:
+        pass
 
     def plan(self, qo_indptr, kv_indptr, *args, **kwargs):
         assert qo_indptr.device.type == "cpu" and kv_indptr.device.type == "cpu"
         self.plans.append((qo_indptr.tolist(), kv_indptr.tolist(), args))
 
-    def run(self, q, k, v, return_lse=False):
+    def run(self, q, k, v=None, return_lse=False):
         return torch.zeros_like(q), torch.zeros(q.shape[:2])
 
 
-def test_a_chunk_plans_once_per_forward_and_replans_when_shared_or_reshaped():
+def test_a_chunk_plans_once_per_forward_and_replans_when_shared_or_reshaped(monkeypatch):
     """A forward's layers share each chunk's plan (a plan per layer made every layer of a
     chunked forward wait on the host: issue 62's card run); a wrapper another chunk
     planned since, or a layer of another shape, is planned again. The index arrays go to
     the plan on the host."""
+    fake = SimpleNamespace(merge_state=lambda o, lse, o2, lse2: (o, lse))
+    monkeypatch.setitem(sys.modules, "flashinfer", fake)
     spans = [Span(0, 0, 40)]
-    first, second = plan_query_chunk(spans, 0, 20), plan_query_chunk(spans, 20, 40)
+    first, second = (plan_query_chunk(spans, a, b, kept=[40]) for a, b in ((0, 20), (20, 40)))
     own = {"ragged": _RecordingWrapper()}
     chunk = FlashInferQueryChunk(first, spans, [None], torch.empty(0), own)
-    k = v = torch.zeros(40, 2, 16)
+    k = v = torch.zeros(20, 2, 16)
+    pool = torch.zeros(40, 2, 16)
     q = torch.zeros(20, 4, 16)
     for _ in range(3):  # three layers
-        chunk(q, k, v, k, v, 0.25)
+        chunk(q, k, v, pool, pool, 0.25)
     assert len(own["ragged"].plans) == 1
-    chunk(torch.zeros(20, 8, 16), k, v, k, v, 0.25)  # a layer with other head counts
+    chunk(torch.zeros(20, 8, 16), k, v, pool, pool, 0.25)  # a layer with other head counts
     assert len(own["ragged"].plans) == 2
 
-    shared = {"ragged": _RecordingWrapper()}
+    shared = {"ragged": _RecordingWrapper(), "paged": _RecordingWrapper()}
     a = FlashInferQueryChunk(first, spans, [None], torch.empty(0), shared)
-    b = FlashInferQueryChunk(second, spans, [None], torch.empty(0), shared)
+    b = FlashInferQueryChunk(
+        second, spans, [None], torch.empty(0), shared, own_slots=torch.arange(20)
+    )
     for _ in range(2):  # two layers, each running both chunks
-        a(q, k, v, k, v, 0.25)
-        b(q, k, v, k, v, 0.25)
-    plans = shared["ragged"].plans
-    assert [p[0] for p in plans] == [[0, 20], [0, 20]] * 2  # alternating: replanned
-    assert [p[1] for p in plans] == [[0, 20], [0, 40]] * 2
+        a(q, k, v, pool, pool, 0.25)
+        b(q, k, v, pool, pool, 0.25)
+    ragged = shared["ragged"].plans
+    # alternating: replanned (the chunks' own rows alike, but each chunk holds its own)
+    assert [p[0] for p in ragged] == [[0, 20]] * 4 and len(ragged) == 4
+    assert [p[1] for p in shared["paged"].plans] == [[0, 20]]  # the second's 20 earlier rows

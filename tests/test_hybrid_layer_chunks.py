@@ -140,7 +140,15 @@ def chunked(layer, chunk: int):
         slicer = CallSlicer(bound, n, ("hidden_states", "residual", "forward_batch"))
         assert slicer.refusal is None
         stream = layer_chunks.torch_stream(plan.convention, bound)
-        return layer_chunks.run_slices(original, slicer, stream, slot, chunk, naive_attention)
+        keys, values = [], []  # the backend's part: every slice's k / v, for later slices
+
+        def attend(q, k, v, start, end, sinks=None):
+            assert k.shape == (end - start, KV_HEADS, HEAD_DIM) and v.shape == k.shape
+            keys.append(k)
+            values.append(v)
+            return naive_attention(q, torch.cat(keys), torch.cat(values), start, end, sinks)
+
+        return layer_chunks.run_slices(original, slicer, stream, slot, chunk, attend)
 
     return forward
 
@@ -266,7 +274,8 @@ def test_a_call_is_cut_along_each_arguments_token_dimension():
 def test_the_slot_refuses_an_attention_call_it_cannot_take():
     attn = RadixAttention()
     slot = QueryChunkSlot()
-    slot.begin(8, naive_attention)
+    handed = []
+    slot.begin(8, lambda q, k, v, start, end, sinks=None: handed.append((k, v, start, end)))
     slot.slice(0, 4)
     q, k = torch.randn(4, HEADS * HEAD_DIM), torch.randn(4, KV_HEADS * HEAD_DIM)
     with pytest.raises(RuntimeError, match="k_rope"):
@@ -276,8 +285,14 @@ def test_the_slot_refuses_an_attention_call_it_cannot_take():
     slot(attn, q, k, k, True, (), {})
     with pytest.raises(RuntimeError, match="second call"):
         slot(attn, q, k, k, True, (), {})
+    # the slice's k / v go to the attention as (rows, kv_heads, head_dim); the slot holds
+    # no K / V of the layer while it runs (the backend keeps what later slices read; until
+    # 2026-11-28 the slot held the layer's whole K and V here)
+    ((k_handed, v_handed, start, end),) = handed
+    assert k_handed.shape == (4, KV_HEADS, HEAD_DIM) and (start, end) == (0, 4)
+    assert not any(isinstance(x, torch.Tensor) for x in vars(slot).values())
     slot.finish()
-    assert not slot.active and slot.k_all is None  # the K / V buffers go with the layer
+    assert not slot.active
 
 
 def test_a_layer_whose_kv_a_fused_kernel_writes_is_known_before_it_is_chunked():

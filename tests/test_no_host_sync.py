@@ -119,6 +119,9 @@ class _Wrapper:
     def __init__(self, workspace, layout, backend=None) -> None:
         self.planned_with = None
 
+    def reset_workspace_buffer(self, float_workspace, int_workspace) -> None:
+        assert int_workspace.device == float_workspace.device
+
     def plan(self, qo_indptr, *args, **kwargs):
         assert qo_indptr.device.type == "cpu"  # FlashInfer reads its plan on the host
         _Wrapper.plans += 1
@@ -170,11 +173,23 @@ def _meta_backend(kv_heads: int, dim: int):
 
 
 def test_flashinfer_query_chunks_never_wait_for_the_device(monkeypatch):
-    """A long prompt (its prefix cached) and a short one in one extend batch, run in query
-    chunks as hybrid prefilling's layers do, two layers: the pool writes (dropped rows to
-    the dummy slot, not selected by a mask), the spans (the host's request rows), the
-    plans (once per chunk per forward) and the kernels' inputs, all without a sync."""
+    """A long prompt (its prefix cached, its rows past the 40th dropped by prefill-only
+    KV) and a short one in one extend batch, run in query chunks as hybrid prefilling's
+    layers do, two layers: the pool writes (dropped rows to the dummy slot, not selected
+    by a mask), the spans and kept counts (the host's request rows and prefill-only KV's
+    record), the plans (once per chunk per forward), the layer's kept keys and the
+    kernels' inputs, all without a sync."""
+    import dataclasses
+
+    from prefillonly_sgl.hooking import process_state
+
     monkeypatch.setitem(sys.modules, "flashinfer", _fake_flashinfer())
+    state = process_state.current()
+    monkeypatch.setattr(
+        state,
+        "prefill_kv",
+        dataclasses.replace(state.prefill_kv, active=True, kept={1: 40, 3: 10}),
+    )
     heads, kv_heads, dim = 4, 2, 16
     backend, pool = _meta_backend(kv_heads, dim)
     prefix, new = [30, 0], [70, 10]
@@ -189,6 +204,8 @@ def test_flashinfer_query_chunks_never_wait_for_the_device(monkeypatch):
     layer = SimpleNamespace(
         layer_id=0,
         tp_q_head_num=heads,
+        tp_k_head_num=kv_heads,
+        tp_v_head_num=kv_heads,
         head_dim=dim,
         scaling=0.25,
         sliding_window_size=-1,
@@ -203,16 +220,22 @@ def test_flashinfer_query_chunks_never_wait_for_the_device(monkeypatch):
         # one forward: init_forward_metadata's per-forward reset, then the layers
         backend._query_chunks, backend._chunk_spans, backend._chunk_wrappers = {}, None, {}
         for _layer in range(2):
+            keys = backend.new_layer_keys()
             for start in range(0, rows, chunk):
                 end = min(start + chunk, rows)
                 q = torch.empty((end - start, heads * dim), dtype=torch.bfloat16, device=META)
-                out = backend.forward_query_chunk(q, k_all, v_all, layer, forward_batch, start, end)
+                out = backend.forward_query_chunk(
+                    q, k_all[start:end], v_all[start:end], layer, forward_batch, start, end,
+                    layer_keys=keys,
+                )  # fmt: skip
                 assert out.shape == (end - start, heads * dim)
+            assert keys.by_request == {}
     n_chunks = -(-rows // chunk)
     assert pool.writes == [min(chunk, rows - s) for s in range(0, rows, chunk)] * 2
     # each chunk plans its ragged and its paged wrapper (every chunk holds rows of the
-    # prompt whose prefix is cached) once per forward: the second layer plans nothing
-    assert _Wrapper.plans == 2 * n_chunks and len(backend._query_chunks) == n_chunks
+    # prompt whose prefix is cached) once per forward, and the last one the pass over the
+    # prompt's 24 earlier rows without a slot: the second layer plans nothing
+    assert _Wrapper.plans == 2 * n_chunks + 1 and len(backend._query_chunks) == n_chunks
 
 
 def test_query_chunks_need_the_hosts_request_rows(monkeypatch):

@@ -42,6 +42,11 @@ class PrefillKvState:
     # loses its entry then)
     one_pass: bool = False
     leaders: dict[int, int] = field(default_factory=dict)
+    # request-table row -> how many of its latest extend's new tokens own a pool slot (the
+    # first ones; the rest got DROPPED_SLOT), set for every request of a batch when its
+    # slots are allocated: what a layer run in query chunks reads back from the pool and
+    # what it keeps itself (prefill_attention/layer_keys.py), known on the host
+    kept: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass

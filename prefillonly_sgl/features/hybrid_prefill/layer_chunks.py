@@ -5,21 +5,25 @@ attention's inputs and outputs need for every token at once: the residual stream
 normed copy, q / k / v, the kernel's output, the output projection (~3,800 values per
 token for SmolLM2, ~22,500 for Llama-3.1-8B shapes). Here a layer runs chunk by chunk
 over the batch's rows, each chunk all the way through, so that only the residual stream
-and the layer's K / V exist for every token.
+exists for every token, and of the layer's K / V only the rows the pool does not hold
+(the tokens whose KV prefill-only KV drops), kept by the attention backend for the later
+chunks (prefill_attention/layer_keys.py).
 
 One mechanism for every layer shape: the layer's OWN forward (SGLang's code, whatever its
 norms, multipliers, q / k norms, MLP or MoE) is called on rows [s, e) of the batch at a
 time, and its one attention call is redirected during that slice (`QueryChunkSlot`): the
-slice's k / v go into the layer's whole (T, kv_heads, head_dim) K / V buffers, and the
-slice's queries attend to every key so far through the attention backend's
-forward_query_chunk. Everything in a decoder layer except attention treats each token
-alone, so slicing its per-token inputs is exact; a slice's queries need the keys of
-earlier rows only, so one pass in order computes the layer exactly.
+slice's queries, k and v go to the attention backend's forward_query_chunk, which writes
+the k / v to the pool (the rows that own a slot) or keeps them for the later slices (the
+rows that do not), and attends the queries to every key so far. Everything in a decoder
+layer except attention treats each token alone, so slicing its per-token inputs is
+exact; a slice's queries need the keys of earlier rows only, so one pass in order
+computes the layer exactly.
 
     for each chunk [s, e) of the batch's rows:
         layer.forward(positions[s:e], stream[s:e], forward_batch, ...)
             ... its own norms, projections, rotary ...
-            attn(q, k, v)  ->  K[s:e], V[s:e] = k, v;  forward_query_chunk(q, K[:e], V[:e])
+            attn(q, k, v)  ->  forward_query_chunk(q, k, v): k / v to the pool or kept,
+                               q against the pool, the kept keys and k / v (causal)
             ... its own output projection, norms, residual adds, MLP / MoE ...
         stream[s:e] = what it returned
 
@@ -77,7 +81,8 @@ ATTENTION_KWARGS = ("sinks",)
 
 STREAM, PAIR, PLAIN = "stream", "pair", "plain"
 
-# Attend(q, k_all, v_all, start, end, sinks) -> (end - start, q_heads * v_head_dim)
+# Attend(q, k, v, start, end, sinks) -> (end - start, q_heads * v_head_dim): the slice's
+# queries, keys (end - start, kv_heads, head_dim) and values
 Attend = Callable[..., torch.Tensor]
 
 
@@ -309,9 +314,9 @@ class QueryChunkSlot:
     """The redirect of one layer's attention while it runs in query chunks. Outside a
     layer's chunked forward it is inactive and the attention runs as SGLang's.
 
-    Per slice [start, end): the attention's k / v go into the layer's whole K / V
-    buffers (allocated at the first slice, freed with the layer's forward), and its
-    queries attend through `attend(q, K, V, start, end, sinks=)`."""
+    Per slice [start, end): the attention's q and k / v (as (end - start, kv_heads,
+    head_dim)) go to `attend(q, k, v, start, end, sinks=)`, which keeps what the later
+    slices read (the pool, or the backend's kept keys: nothing whole here)."""
 
     def __init__(self) -> None:
         self.active = False
@@ -326,7 +331,6 @@ class QueryChunkSlot:
         self.attend = None
         self.rows = 0
         self.start = self.end = 0
-        self.k_all = self.v_all = None
         self.calls = 0
 
     def begin(self, rows: int, attend: Attend) -> None:
@@ -353,12 +357,9 @@ class QueryChunkSlot:
                 "run with hybrid_prefill_mode='token'"
             )
         self.calls += 1
-        if self.k_all is None:
-            self.k_all = k.new_empty((self.rows, attn.tp_k_head_num, attn.qk_head_dim))
-            self.v_all = v.new_empty((self.rows, attn.tp_v_head_num, attn.v_head_dim))
-        self.k_all[start:end] = k.reshape(end - start, *self.k_all.shape[1:])
-        self.v_all[start:end] = v.reshape(end - start, *self.v_all.shape[1:])
-        return self.attend(q, self.k_all, self.v_all, start, end, sinks=kwargs.get("sinks"))
+        k = k.reshape(end - start, attn.tp_k_head_num, attn.qk_head_dim)
+        v = v.reshape(end - start, attn.tp_v_head_num, attn.v_head_dim)
+        return self.attend(q, k, v, start, end, sinks=kwargs.get("sinks"))
 
 
 def redirect_attention(attn: nn.Module, slot: QueryChunkSlot) -> None:

@@ -11,7 +11,9 @@ AFTER), with the feature's settings from the process's configuration (process_st
   RadixAttention, nothing else mixing tokens, a known residual convention) gets a forward
   that runs an extend batch past that limit in query chunks: the layer's own
   forward per slice of rows, its RadixAttention redirected (per instance) to the
-  attention backend's forward_query_chunk during the slice (layer_chunks.py). Other
+  attention backend's forward_query_chunk during the slice (layer_chunks.py), with the
+  keys the backend keeps for the call's later slices (new_layer_keys: the rows the pool
+  does not hold). Other
   batches (short ones, decode) take SGLang's own forward, and so does a call with an
   argument the slices cannot share (an aux-hidden-state capture).
 
@@ -222,9 +224,13 @@ def _install(layer, plan: layer_chunks.LayerPlan, chunk: int, limit: int, stack:
                 stack.log, "hybrid_prefill.layers", tokens=n, chunk=chunk, layers=stack.count
             )
 
-        def attend(q, k_all, v_all, start, end, sinks=None):
+        # what this layer call's later slices read and the pool does not hold (the keys of
+        # rows whose KV prefill-only KV drops): the backend's, freed with the call
+        layer_keys = backend.new_layer_keys()
+
+        def attend(q, k, v, start, end, sinks=None):
             return backend.forward_query_chunk(
-                q, k_all, v_all, attn, forward_batch, start, end, sinks=sinks
+                q, k, v, attn, forward_batch, start, end, sinks=sinks, layer_keys=layer_keys
             )
 
         if plan.convention == layer_chunks.STREAM:

@@ -4,6 +4,7 @@ only, against the cached prefix read from the pool (docs/prefill_attention.md).
     plan.py                          how an extend batch is cut into SDPA calls (plain)
     cpu_extend.py                    the CPU kernel: new tokens only, fused SDPA (torch)
     query_chunk.py                   one query chunk of a batch (hybrid prefilling's layers)
+    layer_keys.py                    the keys such a layer keeps for its later chunks
     flashinfer_chunk.py              the same with FlashInfer's ragged prefill on CUDA
     one_pass.py                      a packed batch as one paged pass per layer (plain)
     flashinfer_one_pass.py           ... made into FlashInfer's paged prefill on CUDA

@@ -231,8 +231,9 @@ class QueryChunkPlan:
 
     head: the request whose new tokens began before the chunk (None: the chunk starts at
         a request's first new token). Its queries are the chunk's first `head_rows` rows;
-        it also sees its own `head_before` earlier new tokens, whose k / v the layer keeps
-        whole, and its cached prefix.
+        it also sees its cached prefix and its own `head_before` earlier new tokens: the
+        first `head_kept` of them in the pool (the rows whose KV it keeps), the rest in
+        the layer's own keys (prefill_attention/layer_keys.py: rows prefill-only KV drops).
     rest: the requests whose first new token is in the chunk, as spans in chunk-local rows
         (n_new cut at the chunk's end): to them the chunk is an ordinary extend batch.
     """
@@ -243,10 +244,22 @@ class QueryChunkPlan:
     head_before: int
     head_rows: int
     rest: tuple[tuple[int, Span], ...]
+    head_kept: int = 0
+
+    @property
+    def head_dropped(self) -> int:
+        """The head's earlier new tokens whose KV the pool does not hold."""
+        return self.head_before - self.head_kept
 
 
-def plan_query_chunk(spans: list[Span], start: int, end: int) -> QueryChunkPlan:
-    """Which request's queries are where in the batch's rows [start, end)."""
+def plan_query_chunk(
+    spans: list[Span], start: int, end: int, kept: list[int] | None = None
+) -> QueryChunkPlan:
+    """Which request's queries are where in the batch's rows [start, end). kept: per
+    request, how many of its new tokens (the first ones) own a pool slot, whose k / v
+    later chunks read from the pool (the backends: prefill_kv's record, every token
+    where it is off); None: none does, the caller hands the head its earlier keys (the
+    GPU kit's harness, which keeps its layer's whole K / V)."""
     if not 0 <= start < end:
         raise ValueError(f"query chunk [{start}, {end}) is empty or negative")
     head, head_before, head_rows, rest = None, 0, 0, []
@@ -259,4 +272,37 @@ def plan_query_chunk(spans: list[Span], start: int, end: int) -> QueryChunkPlan:
         else:
             local = Span(first - start, span.prefix_len, min(last, end) - first)
             rest.append((i, local))
-    return QueryChunkPlan(start, end, head, head_before, head_rows, tuple(rest))
+    head_kept = 0
+    if head is not None and kept is not None:
+        head_kept = min(kept[head], head_before)
+    return QueryChunkPlan(start, end, head, head_before, head_rows, tuple(rest), head_kept)
+
+
+def kept_keys(spans: list[Span], kept: list[int] | None, start: int, end: int):
+    """The rows of the chunk [start, end) that later chunks read and the pool does not
+    hold: the dropped rows (past its first kept[i]) of the one request that continues past
+    `end`, as (request, first row, end row, its first position in that request's own
+    keys), or None."""
+    if kept is None:
+        return None
+    for i, span in enumerate(spans):
+        first, last = span.q_start, span.q_start + span.n_new
+        if first < end < last:
+            lo = max(start, first + kept[i])
+            if lo >= end:
+                return None
+            return i, lo, end, lo - first - kept[i]
+    return None
+
+
+def from_whole_kv(plan: QueryChunkPlan, head_first_row: int | None, k_all, v_all):
+    """(k, v, earlier) of a chunk from a layer's whole K / V (rows before the chunk's end
+    computed), for a caller that keeps them whole (the GPU kit's harness:
+    layer_chunks.run_layer_in_chunks, benchmarks/gpu_prefill.py): the chunk's rows, and
+    the head's earlier rows past those the plan reads from the pool."""
+    start, end = plan.start, plan.end
+    earlier = None
+    if plan.head is not None and plan.head_dropped:
+        lo = head_first_row + plan.head_kept
+        earlier = (k_all[lo:start], v_all[lo:start])
+    return k_all[start:end], v_all[start:end], earlier

@@ -22,8 +22,9 @@ subclass writes them first (the same write, earlier), so the paged part of every
 reads its leader's keys of the same layer.
 
 Hybrid prefilling's layers in query chunks (features/hybrid_prefill/layer_chunks.py) attend through
-forward_query_chunk: FlashInfer's ragged prefill over a query range (qo_indptr) merged with
-the paged prefix, flashinfer_chunk.py. Opt-in (PREFILLONLY_CUDA_QUERY_CHUNKS=1)
+forward_query_chunk: FlashInfer's ragged prefill over the chunk's own rows merged with the
+paged pool (prefixes, and the rows earlier chunks wrote) and the keys the layer keeps of
+rows without a slot (layer_keys.py), flashinfer_chunk.py. Opt-in (PREFILLONLY_CUDA_QUERY_CHUNKS=1)
 until tests/test_flashinfer_query_chunk.py has passed on a GPU: scores must not come from
 a kernel path nobody has run; without it the layers keep SGLang's forward (with the
 token-wise chunks of mode "token").
@@ -60,6 +61,7 @@ from prefillonly_sgl.features.prefill_attention.flashinfer_one_pass import (
     PAGED_BACKEND,
     OnePassAttention,
 )
+from prefillonly_sgl.features.prefill_attention.layer_keys import LayerKeys, kept_new_tokens
 from prefillonly_sgl.features.prefill_attention.one_pass import Member
 from prefillonly_sgl.features.prefill_attention.one_pass import plan as plan_one_pass
 from prefillonly_sgl.features.prefill_attention.plan import Span, plan_query_chunk
@@ -307,46 +309,64 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
             and flashinfer_pool_reads(self, _prefill_graph_backend()) is None
         )
 
-    def forward_query_chunk(self, q, k_all, v_all, layer, forward_batch, start, end, sinks=None):
+    def new_layer_keys(self) -> LayerKeys:
+        """What one layer call run in query chunks keeps for its later chunks and the pool
+        does not hold (layer_keys.py), handed back to forward_query_chunk."""
+        return LayerKeys()
+
+    def forward_query_chunk(
+        self, q, k, v, layer, forward_batch, start, end, sinks=None, layer_keys=None
+    ):
         """forward_extend for the batch's rows [start, end) of a layer run in query chunks
-        (the CPU backend's method of the same name, with FlashInfer)."""
+        (the CPU backend's method of the same name, with FlashInfer). k / v: the chunk's
+        own, (end - start, Hkv, D)."""
+        n = end - start
+        k = k.reshape(n, layer.tp_k_head_num, layer.head_dim)
+        v = v.reshape(n, layer.tp_v_head_num, layer.head_dim)
         # Every row is written, dropped ones too: they go to DROPPED_SLOT, the pool's
         # never-allocated dummy slot that nothing reads (stock FlashInfer writes them there
         # too). Selecting the kept rows with a mask would make the host wait for the device
         # (its count) once per layer per chunk.
-        self._write_kv(
-            layer,
-            KVWriteLoc(forward_batch.out_cache_loc[start:end], None),
-            k_all[start:end],
-            v_all[start:end],
-        )
+        self._write_kv(layer, KVWriteLoc(forward_batch.out_cache_loc[start:end], None), k, v)
+        spans, slots, kept = self._spans(forward_batch)
         chunk = self._query_chunks.get((start, end))
         if chunk is None:
-            spans, slots = self._spans(forward_batch)
+            plan = plan_query_chunk(spans, start, end, kept)
+            own = None
+            if plan.head is not None and plan.head_kept:
+                first = spans[plan.head].q_start
+                # the head's earlier rows that own a slot: their chunks wrote them there
+                own = forward_batch.out_cache_loc[first : first + plan.head_kept]
             chunk = FlashInferQueryChunk(
-                plan_query_chunk(spans, start, end),
+                plan,
                 spans,
                 slots,
                 self.workspace_buffer,
                 self._chunk_wrappers.setdefault(len(self._query_chunks), {}),
+                own_slots=own,
             )
             self._query_chunks[start, end] = chunk
+        if layer_keys is None:  # one call over the batch: nothing for later chunks
+            layer_keys = LayerKeys()
+        earlier = layer_keys.step(chunk._plan, spans, kept, k, v)
         k_pool, v_pool = self.token_to_kv_pool.get_kv_buffer(layer.layer_id)
         window_size = layer.sliding_window_size
         o = chunk(
-            q.view(end - start, layer.tp_q_head_num, layer.head_dim),
-            k_all,
-            v_all,
+            q.view(n, layer.tp_q_head_num, layer.head_dim),
+            k,
+            v,
             k_pool,
             v_pool,
             layer.scaling,
             window=None if window_size is None or window_size <= -1 else int(window_size),
             sinks=sinks,
+            earlier=earlier,
         )
-        return o.view(end - start, layer.tp_q_head_num * layer.head_dim)
+        return o.view(n, layer.tp_q_head_num * layer.head_dim)
 
     def _spans(self, forward_batch):
-        """The batch's requests as plan.Span rows and their prefix slots (once per forward)."""
+        """The batch's requests as plan.Span rows, their prefix slots and their new tokens
+        that own a pool slot (layer_keys.kept_new_tokens), once per forward."""
         if self._chunk_spans is None:
             prefix_lens = list(forward_batch.extend_prefix_lens_cpu)
             new_lens = list(forward_batch.extend_seq_lens_cpu)
@@ -360,7 +380,7 @@ class PrefillOnlyFlashInferBackend(FlashInferAttnBackend):
                 spans.append(Span(row, p, n))
                 slots.append(req_to_token[pool_index, :p] if p else None)
                 row += n
-            self._chunk_spans = (spans, slots)
+            self._chunk_spans = (spans, slots, kept_new_tokens(pool_indices, new_lens))
         return self._chunk_spans
 
 

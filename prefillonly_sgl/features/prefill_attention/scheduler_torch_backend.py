@@ -51,6 +51,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
 from prefillonly_sgl.features.prefill_attention import windowed
 from prefillonly_sgl.features.prefill_attention.cpu_extend import ExtendAttention
+from prefillonly_sgl.features.prefill_attention.layer_keys import LayerKeys, kept_new_tokens
 from prefillonly_sgl.features.prefill_attention.plan import Span, plan_query_chunk
 from prefillonly_sgl.features.prefill_attention.query_chunk import (
     QueryChunkAttention,
@@ -61,6 +62,7 @@ from prefillonly_sgl.hooking import process_state
 from prefillonly_sgl.hooking.events import append_event
 
 _SUPPORTED_MODES = (ForwardMode.EXTEND, ForwardMode.MIXED)
+_UNREAD = object()  # a forward's kept new tokens, not read yet
 
 
 class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
@@ -85,6 +87,7 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
         self.extend_attention = None
         self.kept_rows = None
         self._query_chunks = {}
+        self._kept = _UNREAD
         if (
             forward_batch.forward_mode in _SUPPORTED_MODES
             and forward_batch.encoder_lens is None
@@ -180,15 +183,25 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
             and query_chunks_supported()
         )
 
-    def forward_query_chunk(self, q, k_all, v_all, layer, forward_batch, start, end, sinks=None):
+    def new_layer_keys(self) -> LayerKeys:
+        """What one layer call run in query chunks keeps for its later chunks and the pool
+        does not hold (layer_keys.py), handed back to forward_query_chunk."""
+        return LayerKeys()
+
+    def forward_query_chunk(
+        self, q, k, v, layer, forward_batch, start, end, sinks=None, layer_keys=None
+    ):
         """forward_extend for the batch's rows [start, end) of a layer run in query
-        chunks: saves the chunk's k / v to the pool (rows prefill-only KV keeps) and returns
-        the attention of its queries against every key so far, (end - start, H * Dv).
-        k_all / v_all: the layer's (T, Hkv, D) buffers, rows before `end` computed."""
-        if not self._handles(layer, k_all, v_all):
+        chunks: saves the chunk's k / v to the pool (rows prefill-only KV keeps), keeps in
+        `layer_keys` those of the other rows that later chunks read, and returns the
+        attention of its queries against every key so far, (end - start, H * Dv).
+        k / v: the chunk's own, (end - start, Hkv, D)."""
+        if not self._handles(layer, k, v):
             raise RuntimeError(f"layer {layer.layer_id} cannot run in query chunks")
-        loc = forward_batch.out_cache_loc[start:end]
-        k_new, v_new = k_all[start:end], v_all[start:end]
+        n = end - start
+        k = k.reshape(n, layer.tp_k_head_num, layer.qk_head_dim)
+        v = v.reshape(n, layer.tp_v_head_num, layer.v_head_dim)
+        loc, k_new, v_new = forward_batch.out_cache_loc[start:end], k, v
         if _drops_kv():
             kept = loc != DROPPED_SLOT
             if not bool(kept.all()):
@@ -196,28 +209,50 @@ class PrefillOnlyTorchBackend(TorchNativeAttnBackend):
                 loc, k_new, v_new = loc[rows], k_new[rows], v_new[rows]
         if loc.numel():
             self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(loc, None), k_new, v_new)
+        del k_new, v_new
+        spans = self.extend_attention.spans
+        kept = self._kept_new_tokens(forward_batch)
         chunk = self._query_chunks.get((start, end))
         if chunk is None:  # planned once per forward, used by every layer
-            plan = plan_query_chunk(self.extend_attention.spans, start, end)
+            plan = plan_query_chunk(spans, start, end, kept)
+            own = None
+            if plan.head is not None and plan.head_kept:
+                first = spans[plan.head].q_start
+                own = forward_batch.out_cache_loc[first : first + plan.head_kept]
             chunk = QueryChunkAttention(
                 plan,
-                self.extend_attention.spans,
+                spans,
                 self.extend_attention.prefix_slots,
+                own,
                 device=self.device,
                 shared_prefix=process_state.current().switches.shared_prefix_attention,
             )
             self._query_chunks[start, end] = chunk
+        if layer_keys is None:  # one call over the batch: nothing for later chunks
+            layer_keys = LayerKeys()
+        earlier = layer_keys.step(chunk.plan, spans, kept, k, v)
         o = chunk(
-            q.view(end - start, layer.tp_q_head_num, layer.qk_head_dim),
-            k_all,
-            v_all,
+            q.view(n, layer.tp_q_head_num, layer.qk_head_dim),
+            k,
+            v,
             self.token_to_kv_pool.get_key_buffer(layer.layer_id),
             self.token_to_kv_pool.get_value_buffer(layer.layer_id),
             layer.scaling,
             window=_window(layer),
             sinks=sinks,
+            earlier=earlier,
         )
-        return o.reshape(end - start, layer.tp_q_head_num * layer.v_head_dim)
+        return o.reshape(n, layer.tp_q_head_num * layer.v_head_dim)
+
+    def _kept_new_tokens(self, forward_batch) -> list[int]:
+        """Per request of this forward, its new tokens that own a pool slot; read once per
+        forward (layer_keys.kept_new_tokens)."""
+        if getattr(self, "_kept", _UNREAD) is _UNREAD:
+            self._kept = kept_new_tokens(
+                forward_batch.req_pool_indices.tolist(),
+                [span.n_new for span in self.extend_attention.spans],
+            )
+        return self._kept
 
     def _handles(self, layer, k, v) -> bool:
         return (

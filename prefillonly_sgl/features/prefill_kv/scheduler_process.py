@@ -20,7 +20,10 @@ Per request (score prompts and single-token requests: those carrying R), while a
 - allocation: alloc_for_extend gives real slots to kept tokens and DROPPED_SLOT to the
   rest (alloc_token_slots, called once inside it, allocates by the layout handed over in
   _PENDING_LAYOUT), and ends the request's kv_committed_len / kv_allocated_len at the
-  kept boundary, so the stock release_kv_cache caches and frees only [0, boundary).
+  kept boundary, so the stock release_kv_cache caches and frees only [0, boundary). How
+  many of each request's new tokens got a slot is recorded by its request row
+  (PrefillKvState.kept): layers run in query chunks read those back from the pool and
+  keep the others themselves (prefill_attention/layer_keys.py).
 - followers packed behind their leader (packing.py): a request admitted behind another
   request of the same batch that computes and keeps their common prefix takes that
   prefix as its own (prefix_len moves from its match to S), its row reads the leader's
@@ -468,6 +471,7 @@ def _around_alloc_for_extend(original, batch):
     if layout is None:
         result = original(batch)
         _read_leaders_slots(batch)
+        _record_kept(batch, batch.extend_lens)
         return result
     token = _PENDING_LAYOUT.set(layout)
     try:
@@ -475,6 +479,7 @@ def _around_alloc_for_extend(original, batch):
     finally:
         _PENDING_LAYOUT.reset(token)
     _read_leaders_slots(batch)
+    _record_kept(batch, layout.kept)
     for req, prefix_len, n_kept, n_new in zip(
         batch.reqs, batch.prefix_lens, layout.kept, layout.extend_lens
     ):
@@ -485,6 +490,16 @@ def _around_alloc_for_extend(original, batch):
             req.kv.kv_committed_len = boundary
             req.kv.kv_allocated_len = boundary
     return result
+
+
+def _record_kept(batch, kept) -> None:
+    """Each request's new tokens that own a pool slot, by its request-table row (set by
+    the allocation, just done): on the host for the attention of layers run in query
+    chunks (PrefillKvState.kept)."""
+    if not STATE.active:
+        return
+    for req, n_kept in zip(batch.reqs, kept):
+        STATE.kept[req.kv.req_pool_idx] = int(n_kept)
 
 
 def _around_prefix_kv_indices(original, batch, req):
