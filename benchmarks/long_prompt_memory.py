@@ -30,7 +30,9 @@ Two measures per forward:
   stacks, in the scheduler: this file is imported there through a generated
   sitecustomize.py when LONG_PROMPT_MEMORY_TRACE is set): the peak of live bytes
   allocated during the forward, and the tensors alive at that peak, each with the code that
-  allocated it.
+  allocated it. The profiler's own buffers swell the resident set, so each system scores
+  two cold prompts of the same shape in one engine, the first untraced (the probe's
+  figure, the seconds), the second traced.
 
 The report (markdown, --out) lists the tensors alive at each system's peak with their
 size in values per token of the prompt (whole-prompt tensors) and scaled to the card's
@@ -49,7 +51,8 @@ import tempfile
 import time
 from pathlib import Path
 
-TRACE_ENV = "LONG_PROMPT_MEMORY_TRACE"  # "<file>:<least tokens>", read in the scheduler
+TRACE_ENV = "LONG_PROMPT_MEMORY_TRACE"  # the trace's file, read in the scheduler; its forwards
+# are traced while "<file>.arm" exists
 HERE = Path(__file__).resolve().parent
 SHAPE = dict(
     hidden_size=1024,
@@ -83,9 +86,9 @@ def install_trace() -> None:
 
 
 def _traced_forward(original, self, forward_batch, *args, **kwargs):
-    path, least = os.environ[TRACE_ENV].rsplit(":", 1)
+    path = os.environ[TRACE_ENV]
     tokens = int(forward_batch.input_ids.shape[0])
-    if not forward_batch.forward_mode.is_extend() or tokens < int(least):
+    if not forward_batch.forward_mode.is_extend() or not os.path.exists(f"{path}.arm"):
         return original(self, forward_batch, *args, **kwargs)
     from torch.profiler import ProfilerActivity, profile
 
@@ -226,7 +229,7 @@ def run_system(system: str, folder: Path, args, work: Path) -> dict:
         "    long_prompt_memory.install_trace()\n"
     )
     saved = {k: os.environ.get(k) for k in (TRACE_ENV, "PYTHONPATH", "MALLOC_MMAP_THRESHOLD_")}
-    os.environ[TRACE_ENV] = f"{trace}:{args.tokens // 8}"  # the long prompt's forwards only
+    os.environ[TRACE_ENV] = str(trace)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), saved["PYTHONPATH"]) if p)
     os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"
     try:
@@ -240,42 +243,60 @@ def run_system(system: str, folder: Path, args, work: Path) -> dict:
     rng = random.Random(3)
     # SGLang's score API refuses ids at or past the tokenizer's size (the card's rule)
     vocab = min(SHAPE["vocab_size"], len(engine.tokenizer))
-    prompt = [rng.randrange(10, vocab) for _ in range(args.tokens)]
     labels = sorted(rng.sample(range(10, vocab), 16))
+    arm = Path(f"{trace}.arm")
+    calls = {}
     with engine:
-        engine.score(prompt[:64], [prompt[64:128]], labels)  # warm-up, as the card's
-        probe.unlink(missing_ok=True)
-        started = time.perf_counter()
-        half = len(prompt) // 2
-        scores = engine.score(prompt[:half], [prompt[half:]], labels).scores[0]
-        seconds = time.perf_counter() - started
-    forwards = [json.loads(line) for line in probe.read_text().splitlines()]
-    traces = [json.loads(line) for line in trace.read_text().splitlines()]
+        # the same prompt's shape twice, each cold: first untraced (the probe's resident
+        # peak, the seconds), then traced (the profiler's own buffers swell the resident
+        # set: its allocations only)
+        for name in ("plain", "traced"):
+            prompt = [rng.randrange(10, vocab) for _ in range(args.tokens)]
+            engine.score(prompt[:64], [prompt[64:128]], labels)  # warm-up, as the card's
+            probe.unlink(missing_ok=True)
+            if name == "traced":
+                arm.touch()
+            started = time.perf_counter()
+            half = len(prompt) // 2
+            scores = engine.score(prompt[:half], [prompt[half:]], labels).scores[0]
+            seconds = time.perf_counter() - started
+            arm.unlink(missing_ok=True)
+            calls[name] = dict(
+                seconds=seconds,
+                scores=scores,
+                forwards=[_forward(json.loads(line)) for line in probe.read_text().splitlines()],
+            )
     return {
         "system": system,
         "settings": {k: v for k, v in settings.items() if k not in ("device",)},
-        "seconds": seconds,
-        "scores": scores,
-        "forwards": [
-            {
-                "tokens": f["tokens"],
-                "rss_peak_above_before_mib": (f["peak"] - f["resident_before"]) / 2**20,
-                "rss_before_mib": f["resident_before"] / 2**20,
-            }
-            for f in forwards
-        ],
-        "traces": traces,
+        **calls["plain"],
+        "traced_call": calls["traced"],
+        "traces": [json.loads(line) for line in trace.read_text().splitlines()],
+    }
+
+
+def _forward(record: dict) -> dict:
+    return {
+        "tokens": record["tokens"],
+        "rss_peak_above_before_mib": (record["peak"] - record["resident_before"]) / 2**20,
+        "rss_before_mib": record["resident_before"] / 2**20,
     }
 
 
 def describe(
-    size: int, tokens: int, chunk: int, card_tokens: int, card_chunk: int
+    size: int, tokens: int, chunk: int, card_tokens: int, card_chunk: int, code=()
 ) -> tuple[str, float]:
     """(what a float32 tensor of `size` bytes is, its size in MiB in the card's case): a
-    whole-forward tensor (a multiple of 16 values per token of the forward's `tokens`)
-    scales to the card's forward of `card_tokens` in bf16, a chunk-sized one (of ours'
-    `chunk` rows) to the card's `card_chunk` rows in bf16."""
+    whole-forward tensor (a multiple of 16 values per token of the forward's `tokens`,
+    or a layer's kept keys: the dropped share of them) scales to the card's forward of
+    `card_tokens` in bf16, a chunk-sized one (of ours' `chunk` rows) to the card's
+    `card_chunk` rows in bf16."""
     mib = 2**20
+    if any("layer_keys.py" in frame for frame in code):
+        return (
+            f"{size / (tokens * 4):.0f} per token of the {tokens} (the dropped rows' kept keys)",
+            size * card_tokens / tokens * CARD_BYTES / 4 / mib,
+        )
     if size % (tokens * 4 * 16) == 0:
         return (
             f"{size // (tokens * 4)} x {tokens} tokens",
@@ -301,7 +322,7 @@ def report(results: list[dict], args) -> str:
         f"[prompt[{args.tokens // 2}:]], 16 labels), after a warm-up of its first 128.",
         "",
         "| system | seconds | forwards (tokens) | probe: RSS peak above before, MiB (max) "
-        "| torch: peak allocated during the forward, MiB (max) |",
+        "| torch: peak allocated during the forward, MiB (max; a second prompt, traced) |",
         "|---|---|---|---|---|",
     ]
     for r in results:
@@ -330,7 +351,7 @@ def report(results: list[dict], args) -> str:
         ]
         scaled_total = 0.0
         for g in peak["live_at_peak"]:
-            kind, scaled = describe(g["bytes"], tokens, chunk, card_tokens, card_chunk)
+            kind, scaled = describe(g["bytes"], tokens, chunk, card_tokens, card_chunk, g["code"])
             scaled_total += scaled * g["count"]
             if g["bytes"] * g["count"] < mib / 4:
                 continue
