@@ -13,12 +13,16 @@ models have no such field: the guard takes it).
 from __future__ import annotations
 
 import asyncio
+from typing import Literal
 
 import pytest
 import requests
 from conftest import max_abs_diff
+from pydantic import BaseModel, Field
 
+import prefillonly_sgl as prefillonly
 from prefillonly_sgl import Engine
+from prefillonly_sgl.dsl import Prompt
 from prefillonly_sgl.verification.reference import TransformersReference
 
 TOLERANCE = 1e-4  # float32 engine vs float32 transformers (merged adapter)
@@ -303,3 +307,55 @@ def test_decisions_and_rerank_take_the_adapter(lora_server, lora_engine):
     plain = scores({})
     # the tiny model's relevance scores are ~1e-3: the adapter moves them by a third or more
     assert max_abs_diff([adapted], [plain]) > 0.3 * max(plain)
+
+
+class Mood(BaseModel):
+    satisfied: bool = Field(description="Is the reviewer satisfied?")
+    feeling: Literal["good", "very bad"] = Field(description="How does the reviewer feel?")
+
+
+# (module level: the DSL resolves a function's annotations where it is defined)
+@prefillonly.ranker(method="likelihood", item="text", lora_path="b")
+def answer_likely(query: str, text: str) -> Prompt:
+    return Prompt(prefix="Answer questions.\n", item=f"Text: {text}\nQ:", continuation=query)
+
+
+@prefillonly.decision(lora_path="a")
+def mood(review: str) -> Mood:
+    return f"Review: {review}"
+
+
+def test_likelihood_rankers_and_decisions_bound_to_an_adapter(
+    lora_engine, adapters, tiny_llama_path
+):
+    """The adapter reaches every DSL call (issue 84): a likelihood ranker declared with
+    lora_path scores its continuations under it (each token's logprob within 1e-4 of
+    transformers with the adapter merged, and not the base model's), and a decision
+    function declared with lora_path answers as Engine.decide(..., lora_path=) does."""
+    texts = ["a kettle", "a book on Rome"]
+    ranking = answer_likely(" history books", items=texts, engine=lora_engine)
+    rows = [r.token_logprobs for r in ranking.by_input]
+    prompts = [f"Text: {t}\nQ:" for t in texts]
+    merged, base = adapters["b"][1], TransformersReference(str(tiny_llama_path))
+    want = merged.continuation_logprobs("Answer questions.\n", prompts, " history books")
+    assert max_abs_diff(rows, want) < TOLERANCE
+    unbound = base.continuation_logprobs("Answer questions.\n", prompts, " history books")
+    assert max_abs_diff(rows, unbound) > 100 * TOLERANCE
+
+    review = "terrible side effects, I would not take it again."
+    decided = mood(review, engine=lora_engine)
+    questions = [
+        {"type": "predicate", "instructions": "Is the reviewer satisfied?"},
+        {
+            "type": "choice",
+            "instructions": "How does the reviewer feel?",
+            "choices": [{"value": "good"}, {"value": "very bad"}],
+        },
+    ]
+    under_a = lora_engine.decide(f"Review: {review}", questions, lora_path="a").model_dump()
+    plain = lora_engine.decide(f"Review: {review}", questions).model_dump()
+    # the wire's predicate answers p(yes) alone; a bool field's probabilities hold both
+    answers = decided.answers
+    got = [[answers["satisfied"].probabilities[True], *answers["feeling"].probabilities.values()]]
+    assert max_abs_diff(got, [_probabilities(under_a)]) < TOLERANCE
+    assert max_abs_diff(got, [_probabilities(plain)]) > 100 * TOLERANCE
