@@ -51,22 +51,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from card_engine.systems import SHAPES
+
 TRACE_ENV = "LONG_PROMPT_MEMORY_TRACE"  # the trace's file, read in the scheduler; its forwards
 # are traced while "<file>.arm" exists
 HERE = Path(__file__).resolve().parent
-SHAPE = dict(
-    hidden_size=1024,
-    intermediate_size=3072,
-    num_hidden_layers=28,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=128,
-    vocab_size=151936,
-    max_position_embeddings=40960,
-    rope_theta=1000000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-)
+# Qwen3-0.6B's published shape, as the card script builds it (its "arch" is ours, not a
+# config field)
+SHAPE = {k: v for k, v in SHAPES["qwen3-0.6b"].items() if k != "arch"}
 CARD_TOKENS, CARD_CHUNK, CARD_BYTES = 32768, 2048, 2  # the H200 run: 32k prompt, bf16
 
 
