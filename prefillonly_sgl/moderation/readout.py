@@ -1,0 +1,79 @@
+"""How a guard's verdict is read by scoring, never decoded (plain Python).
+
+Every guard writes its verdict as text after its prompt; the probability of each possible
+verdict is the probability of that text, by the chain rule over its tokens, read off the
+prefill (labels of several tokens: scoring/label_trie.py). A verdict the model may write
+in more than one way is the sum of its ways; the verdicts are then normalised among
+themselves, and what the model puts on them at all is reported as the label mass
+(decisions/ does the same).
+
+- Llama Guard 3: "safe" or "unsafe" right after the assistant header; the model may write
+  a "\\n\\n" first (reported on its card's discussions), so each verdict has two ways.
+  After "unsafe\\n" it writes the first violated category's code ("S1", "S10", ...:
+  codes share prefixes, so each is read with what follows it: "," or the end of turn).
+  A category's score is P(unsafe) x P(it is the first code | unsafe): the category the
+  model would name first.
+- Qwen3Guard-Gen: after "Safety:", one of " Safe", " Unsafe", " Controversial"; after
+  "Safety: Unsafe\\nCategories:", the category's name. A category's score is
+  P(Unsafe) x P(its name | Unsafe).
+- Granite Guardian and a caller's policy: "Yes" or "No" per risk / policy; the risk's
+  score is P(Yes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """The ways each verdict can be written: {verdict: (text, ...)}, each text a way."""
+
+    ways: Mapping[str, tuple[str, ...]]
+
+    def texts(self) -> list[str]:
+        return [text for texts in self.ways.values() for text in texts]
+
+
+def verdict_probabilities(
+    verdicts: Verdicts, text_probability: Mapping[str, float]
+) -> tuple[dict[str, float], float]:
+    """({verdict: probability, normalised among the verdicts}, label mass) from each
+    way's whole-vocabulary probability (chain rule); an all-zero mass gives equal shares."""
+    summed = {v: sum(text_probability[t] for t in texts) for v, texts in verdicts.ways.items()}
+    mass = sum(summed.values())
+    if mass <= 0.0:
+        return {v: 1.0 / len(summed) for v in summed}, 0.0
+    return {v: p / mass for v, p in summed.items()}, mass
+
+
+def first_of(
+    codes: Sequence[str], terminators: Sequence[str], text_probability: Mapping[str, float]
+) -> dict[str, float]:
+    """Each code's probability of being written first, among the codes, from the
+    probabilities of code + terminator (codes that prefix each other, S1 and S10, are told
+    apart by what follows them); normalised among the codes."""
+    summed = {c: sum(text_probability[c + t] for t in terminators) for c in codes}
+    total = sum(summed.values())
+    if total <= 0.0:
+        return {c: 1.0 / len(codes) for c in codes}
+    return {c: p / total for c, p in summed.items()}
+
+
+def category_scores(flagged: float, first: Mapping[str, float]) -> dict[str, float]:
+    """A category's score: the flagging verdict's probability times its share among the
+    categories the model would name (first_of)."""
+    return {code: flagged * share for code, share in first.items()}
+
+
+LLAMA_GUARD_VERDICTS = Verdicts({"safe": ("safe", "\n\nsafe"), "unsafe": ("unsafe", "\n\nunsafe")})
+LLAMA_GUARD_AFTER_UNSAFE = "\n"  # "unsafe\nS1,S9": the codes' line
+LLAMA_GUARD_CODE_ENDS = (",", "")  # "" stands for the end of the turn (the tokenizer's EOS)
+QWEN3GUARD_VERDICTS = Verdicts(
+    {"Safe": (" Safe",), "Unsafe": (" Unsafe",), "Controversial": (" Controversial",)}
+)
+QWEN3GUARD_SAFETY = "Safety:"
+QWEN3GUARD_CATEGORIES = "Safety: Unsafe\nCategories:"
+YES_NO_VERDICTS = Verdicts({"Yes": ("Yes",), "No": ("No",)})  # after an assistant header
+POLICY_VERDICTS = Verdicts({"Yes": (" Yes",), "No": (" No",)})  # after "Answer:"

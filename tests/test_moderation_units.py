@@ -1,0 +1,163 @@
+"""Moderation's plain parts (issue 85; prefillonly_sgl/moderation/): the taxonomies' OpenAI
+keys, the verdict readout's arithmetic, and a call's plan (its shared query, items and
+labels) with a character tokenizer, its rows read back into each input's result. No
+SGLang, no model: the engine side is tests/test_moderation_engine.py."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from prefillonly_sgl.moderation import readout
+from prefillonly_sgl.moderation.guard_prompts import conversation_text, policy_prompt
+from prefillonly_sgl.moderation.plan import (
+    END_OF_TURN,
+    Prompt,
+    plan_moderation,
+    split_common,
+    tokens_after,
+)
+from prefillonly_sgl.moderation.taxonomies import (
+    GRANITE_GUARDIAN,
+    LLAMA_GUARD_3,
+    OPENAI_CATEGORIES,
+    QWEN3GUARD,
+    openai_scores,
+)
+
+EOS = 0
+
+
+def encode(text: str) -> list[int]:
+    """A character tokenizer (every character its code point): boundaries never merge."""
+    return [ord(c) for c in text]
+
+
+def test_openai_keys_are_answered_only_by_the_categories_that_mean_them():
+    assert len(OPENAI_CATEGORIES) == 13
+    scores = openai_scores(LLAMA_GUARD_3, {"S1": 0.3, "S9": 0.6, "S10": 0.1, "S5": 0.9})
+    assert scores["violence"] == 0.3  # S1 alone
+    assert scores["illicit/violent"] == 0.6  # S1 and S9: the larger
+    assert scores["hate"] == 0.1
+    assert scores["harassment"] is None  # no Llama Guard category means harassment
+    every = {code: 0.5 for code in LLAMA_GUARD_3.codes()}
+    assert set(LLAMA_GUARD_3.unanswered()) == {
+        k for k, v in openai_scores(LLAMA_GUARD_3, every).items() if v is None
+    }
+    assert "harassment" in LLAMA_GUARD_3.unanswered() and "violence" not in (
+        LLAMA_GUARD_3.unanswered()
+    )
+    assert all(v is None for v in openai_scores(None, {"my policy": 0.9}).values())
+    for taxonomy in (LLAMA_GUARD_3, QWEN3GUARD, GRANITE_GUARDIAN):
+        for category in taxonomy.categories:
+            assert set(category.openai) <= set(OPENAI_CATEGORIES), category
+
+
+def test_verdicts_sum_their_ways_and_report_their_mass():
+    probs = {"safe": 0.2, "\n\nsafe": 0.1, "unsafe": 0.3, "\n\nunsafe": 0.0}
+    verdict, mass = readout.verdict_probabilities(readout.LLAMA_GUARD_VERDICTS, probs)
+    assert math.isclose(mass, 0.6) and math.isclose(verdict["unsafe"], 0.5)
+    even, none = readout.verdict_probabilities(readout.YES_NO_VERDICTS, {"Yes": 0, "No": 0})
+    assert even == {"Yes": 0.5, "No": 0.5} and none == 0.0
+
+
+def test_codes_that_prefix_each_other_are_told_apart_by_what_follows():
+    probs = {"S1,": 0.1, "S1": 0.1, "S10,": 0.3, "S10": 0.0}
+    share = readout.first_of(["S1", "S10"], [",", ""], probs)
+    assert math.isclose(share["S1"], 0.4) and math.isclose(share["S10"], 0.6)
+    assert readout.category_scores(0.5, share) == {"S1": 0.2, "S10": 0.3}
+
+
+def test_a_boundary_the_tokenizer_merges_keeps_its_merge():
+    def merging(text: str) -> list[int]:  # "\nS" is one token: 999
+        out, i = [], 0
+        while i < len(text):
+            if text[i : i + 2] == "\nS":
+                out.append(999)
+                i += 2
+            else:
+                out.append(ord(text[i]))
+                i += 1
+        return out
+
+    assert tokens_after(merging, "unsafe", "\nS1") == [999, ord("1")]
+    assert tokens_after(merging, "unsafe\n", "S1") == merging("S1")  # no extension: alone
+
+
+def test_the_calls_prompts_share_one_query_each_keeping_an_item():
+    query, items = split_common([[1, 2, 3, 4], [1, 2, 3, 5, 6], [1, 2, 3]])
+    assert query == [1, 2] and items == [[3, 4], [3, 5, 6], [3]]
+
+
+def _llama_guard_plan():
+    prompts = [
+        Prompt(0, None, tuple(encode("CATS|user: hi|A:"))),
+        Prompt(1, None, tuple(encode("CATS|user: what hurts|A:"))),
+    ]
+    return plan_moderation("llama_guard_3", prompts, 2, encode, EOS, LLAMA_GUARD_3)
+
+
+def test_llama_guard_reads_its_verdict_then_the_first_code_after_unsafe():
+    plan = _llama_guard_plan()
+    first, second = plan.rounds
+    assert first.query == encode("CATS|user: ")  # the category list, shared
+    assert first.texts == ["safe", "\n\nsafe", "unsafe", "\n\nunsafe"]
+    assert first.labels[1] == encode("\n\nsafe")
+    # round 2: each prompt followed by each way of writing "unsafe\n", then the codes
+    assert second.items[0] == encode("hi|A:unsafe\n")
+    assert second.items[1] == encode("hi|A:\n\nunsafe\n")
+    assert second.items[2] == encode("what hurts|A:unsafe\n")
+    assert second.texts[:2] == ["S1,", "S1" + END_OF_TURN]
+    assert second.labels[1] == [*encode("S1"), EOS]
+    assert len(second.labels) == 2 * len(LLAMA_GUARD_3.categories)
+
+    def row_1(texts, p):
+        return [p.get(t, 0.0) for t in texts]
+
+    rows1 = [
+        row_1(first.texts, {"safe": 0.9, "unsafe": 0.1}),
+        row_1(first.texts, {"unsafe": 0.6, "\n\nunsafe": 0.2, "safe": 0.2}),
+    ]
+    codes = {"S1,": 0.5, "S10" + END_OF_TURN: 0.5}
+    rows2 = [row_1(second.texts, codes)] * 4
+    first_input, second_input = plan.read([rows1, rows2])
+    assert math.isclose(first_input.flagged_probability, 0.1)
+    assert math.isclose(second_input.flagged_probability, 0.8)
+    assert math.isclose(second_input.categories["S1"], 0.4)
+    assert math.isclose(second_input.categories["S10"], 0.4)
+    assert math.isclose(sum(second_input.categories.values()), 0.8)
+
+
+def test_qwen3guard_asks_after_safety_then_the_categories():
+    prompts = [Prompt(0, None, tuple(encode("<im>user\nhello<im>assistant\n")))]
+    plan = plan_moderation("qwen3guard", prompts, 1, encode, EOS, QWEN3GUARD)
+    first, second = plan.rounds
+    assert first.query + first.items[0] == encode("<im>user\nhello<im>assistant\nSafety:")
+    assert first.labels == [encode(" Safe"), encode(" Unsafe"), encode(" Controversial")]
+    assert (second.query + second.items[0])[-len("Categories:") :] == encode("Categories:")
+    assert second.texts[0] == "Violent\n" and second.labels[0] == encode(" Violent\n")
+    rows1 = [[0.1, 0.6, 0.3]]
+    rows2 = [[1.0 if t == "PII\n" else 0.0 for t in second.texts]]
+    (result,) = plan.read([rows1, rows2])
+    assert math.isclose(result.flagged_probability, 0.6)
+    assert math.isclose(result.categories["PII"], 0.6) and result.categories["Violent"] == 0.0
+    assert math.isclose(result.verdicts["Controversial"], 0.3)
+
+
+def test_policies_behind_one_conversation_are_items_of_one_query():
+    conversation = [{"role": "user", "content": "sell me a gun"}]
+    policies = ["no weapons", "no drugs", "be polite"]
+    prompts = [Prompt(0, p, tuple(encode(policy_prompt(conversation, p)))) for p in policies]
+    plan = plan_moderation("yes_no", prompts, 1, encode, EOS, verdicts=readout.POLICY_VERDICTS)
+    (only,) = plan.rounds
+    assert only.query == encode(f"Conversation:\n{conversation_text(conversation)}\n\nPolicy: ")
+    assert len(only.items) == 3 and only.labels == [encode(" Yes"), encode(" No")]
+    (result,) = plan.read([[[0.8, 0.2], [0.1, 0.3], [0.0, 0.5]]])
+    assert result.categories == {"no weapons": 0.8, "no drugs": 0.25, "be polite": 0.0}
+    assert result.flagged_probability == 0.8 and math.isclose(result.label_mass, 0.4)
+
+
+def test_an_unknown_guard_kind_is_refused():
+    with pytest.raises(ValueError, match="unknown guard kind"):
+        plan_moderation("shieldgemma", [Prompt(0, None, (1, 2))], 1, encode, EOS)
