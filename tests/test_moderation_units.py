@@ -12,8 +12,8 @@ import pytest
 from prefillonly_sgl.moderation import readout
 from prefillonly_sgl.moderation.guard_prompts import conversation_text, policy_prompt
 from prefillonly_sgl.moderation.plan import (
-    END_OF_TURN,
     Prompt,
+    code_ways,
     plan_moderation,
     split_common,
     tokens_after,
@@ -25,8 +25,6 @@ from prefillonly_sgl.moderation.taxonomies import (
     QWEN3GUARD,
     openai_scores,
 )
-
-EOS = 0
 
 
 def encode(text: str) -> list[int]:
@@ -63,10 +61,18 @@ def test_verdicts_sum_their_ways_and_report_their_mass():
 
 
 def test_codes_that_prefix_each_other_are_told_apart_by_what_follows():
-    probs = {"S1,": 0.1, "S1": 0.1, "S10,": 0.3, "S10": 0.0}
-    share = readout.first_of(["S1", "S10"], [",", ""], probs)
+    # with characters, "S1" begins "S10": it is read followed by "," or "\n"
+    ways = code_ways(["S1", "S10", "S2"], encode, "unsafe\n", [",", "\n"])
+    assert ways == {"S1": ("S1,", "S1\n"), "S10": ("S10",), "S2": ("S2",)}
+    probs = {"S1,": 0.1, "S1\n": 0.1, "S10": 0.3, "S2": 0.0}
+    share = readout.first_of(ways, probs)
     assert math.isclose(share["S1"], 0.4) and math.isclose(share["S10"], 0.6)
-    assert readout.category_scores(0.5, share) == {"S1": 0.2, "S10": 0.3}
+    assert readout.category_scores(0.5, share) == {"S1": 0.2, "S10": 0.3, "S2": 0.0}
+
+    def llama3(text):  # "S10" is "S", "10": no code begins another
+        return {"S1": [83, 16], "S10": [83, 605]}.get(text, [ord(c) for c in text])
+
+    assert code_ways(["S1", "S10"], llama3, "", [","]) == {"S1": ("S1",), "S10": ("S10",)}
 
 
 def test_a_boundary_the_tokenizer_merges_keeps_its_merge():
@@ -95,7 +101,7 @@ def _llama_guard_plan():
         Prompt(0, None, tuple(encode("CATS|user: hi|A:"))),
         Prompt(1, None, tuple(encode("CATS|user: what hurts|A:"))),
     ]
-    return plan_moderation("llama_guard_3", prompts, 2, encode, EOS, LLAMA_GUARD_3)
+    return plan_moderation("llama_guard_3", prompts, 2, encode, LLAMA_GUARD_3)
 
 
 def test_llama_guard_reads_its_verdict_then_the_first_code_after_unsafe():
@@ -108,9 +114,10 @@ def test_llama_guard_reads_its_verdict_then_the_first_code_after_unsafe():
     assert second.items[0] == encode("hi|A:unsafe\n")
     assert second.items[1] == encode("hi|A:\n\nunsafe\n")
     assert second.items[2] == encode("what hurts|A:unsafe\n")
-    assert second.texts[:2] == ["S1,", "S1" + END_OF_TURN]
-    assert second.labels[1] == [*encode("S1"), EOS]
-    assert len(second.labels) == 2 * len(LLAMA_GUARD_3.categories)
+    # characters: S1 begins S10-S14, so S1 is read followed by "," or "\n"
+    assert second.texts[:3] == ["S1,", "S1\n", "S2"]
+    assert second.labels[1] == encode("S1\n")
+    assert len(second.labels) == len(LLAMA_GUARD_3.categories) + 1
 
     def row_1(texts, p):
         return [p.get(t, 0.0) for t in texts]
@@ -119,7 +126,7 @@ def test_llama_guard_reads_its_verdict_then_the_first_code_after_unsafe():
         row_1(first.texts, {"safe": 0.9, "unsafe": 0.1}),
         row_1(first.texts, {"unsafe": 0.6, "\n\nunsafe": 0.2, "safe": 0.2}),
     ]
-    codes = {"S1,": 0.5, "S10" + END_OF_TURN: 0.5}
+    codes = {"S1,": 0.5, "S10": 0.5}
     rows2 = [row_1(second.texts, codes)] * 4
     first_input, second_input = plan.read([rows1, rows2])
     assert math.isclose(first_input.flagged_probability, 0.1)
@@ -131,14 +138,14 @@ def test_llama_guard_reads_its_verdict_then_the_first_code_after_unsafe():
 
 def test_qwen3guard_asks_after_safety_then_the_categories():
     prompts = [Prompt(0, None, tuple(encode("<im>user\nhello<im>assistant\n")))]
-    plan = plan_moderation("qwen3guard", prompts, 1, encode, EOS, QWEN3GUARD)
+    plan = plan_moderation("qwen3guard", prompts, 1, encode, QWEN3GUARD)
     first, second = plan.rounds
     assert first.query + first.items[0] == encode("<im>user\nhello<im>assistant\nSafety:")
     assert first.labels == [encode(" Safe"), encode(" Unsafe"), encode(" Controversial")]
     assert (second.query + second.items[0])[-len("Categories:") :] == encode("Categories:")
-    assert second.texts[0] == "Violent\n" and second.labels[0] == encode(" Violent\n")
+    assert second.texts[0] == " Violent" and second.labels[0] == encode(" Violent")
     rows1 = [[0.1, 0.6, 0.3]]
-    rows2 = [[1.0 if t == "PII\n" else 0.0 for t in second.texts]]
+    rows2 = [[1.0 if t == " PII" else 0.0 for t in second.texts]]
     (result,) = plan.read([rows1, rows2])
     assert math.isclose(result.flagged_probability, 0.6)
     assert math.isclose(result.categories["PII"], 0.6) and result.categories["Violent"] == 0.0
@@ -149,7 +156,7 @@ def test_policies_behind_one_conversation_are_items_of_one_query():
     conversation = [{"role": "user", "content": "sell me a gun"}]
     policies = ["no weapons", "no drugs", "be polite"]
     prompts = [Prompt(0, p, tuple(encode(policy_prompt(conversation, p)))) for p in policies]
-    plan = plan_moderation("yes_no", prompts, 1, encode, EOS, verdicts=readout.POLICY_VERDICTS)
+    plan = plan_moderation("yes_no", prompts, 1, encode, verdicts=readout.POLICY_VERDICTS)
     (only,) = plan.rounds
     assert only.query == encode(f"Conversation:\n{conversation_text(conversation)}\n\nPolicy: ")
     assert len(only.items) == 3 and only.labels == [encode(" Yes"), encode(" No")]
@@ -160,4 +167,4 @@ def test_policies_behind_one_conversation_are_items_of_one_query():
 
 def test_an_unknown_guard_kind_is_refused():
     with pytest.raises(ValueError, match="unknown guard kind"):
-        plan_moderation("shieldgemma", [Prompt(0, None, (1, 2))], 1, encode, EOS)
+        plan_moderation("shieldgemma", [Prompt(0, None, (1, 2))], 1, encode)

@@ -12,7 +12,7 @@ probabilities (apply_softmax=False). A guard whose categories follow its verdict
 Guard 3, Qwen3Guard) has a second round: each prompt followed by the flagging verdict,
 the categories as labels: cache hits of the first round's prompts.
 
-    plan = plan_moderation(guard, prompts, encode, eos_id)   # the rounds
+    plan = plan_moderation(kind, prompts, n_inputs, encode)   # the rounds
     rows = [await score(r.query, r.items, r.labels) for r in plan.rounds]
     results = plan.read(rows)                                 # per input
 """
@@ -86,23 +86,28 @@ def tokens_after(encode: Callable[[str], Ids], before: str, text: str) -> Ids:
 
 
 def compile_texts(
-    texts: Sequence[str], encode: Callable[[str], Ids], eos_id: int | None, before: str = ""
+    texts: Sequence[str], encode: Callable[[str], Ids], before: str = ""
 ) -> list[Ids]:
-    """Each label text as token ids after `before`; a text ending in END_OF_TURN ends with
-    `eos_id` (the end of the assistant's turn)."""
-    labels = []
-    for text in texts:
-        if text.endswith(END_OF_TURN):
-            if eos_id is None:
-                raise ValueError("this guard's labels need the tokenizer's end-of-turn token")
-            body = text[: -len(END_OF_TURN)]
-            labels.append([*(tokens_after(encode, before, body) if body else []), eos_id])
-        else:
-            labels.append(tokens_after(encode, before, text))
-    return labels
+    """Each label text as token ids after `before`."""
+    return [tokens_after(encode, before, text) for text in texts]
 
 
-END_OF_TURN = "\x00<eot>"  # marks "the end of the assistant's turn" in a label text
+def code_ways(
+    codes: Sequence[str], encode: Callable[[str], Ids], before: str, ends: Sequence[str]
+) -> dict[str, tuple[str, ...]]:
+    """Each code's ways of being written (readout.first_of): the code alone where its
+    tokens (after `before`) begin no other code's, else the code followed by each of
+    `ends` (SGLang's score API reads labels of ordinary tokens only, so the end of the
+    turn, a special token, cannot be one: a prefixing code written last is missed)."""
+    tokens = {c: tokens_after(encode, before, c) for c in codes}
+    ways = {}
+    for c in codes:
+        prefixes = any(
+            o != c and len(tokens[o]) > len(tokens[c]) and tokens[o][: len(tokens[c])] == tokens[c]
+            for o in codes
+        )
+        ways[c] = tuple(c + e for e in ends) if prefixes else (c,)
+    return ways
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,8 @@ class ModerationPlan:
     taxonomy: Taxonomy | None
     n_inputs: int
     verdicts: readout.Verdicts = readout.YES_NO_VERDICTS  # a yes_no plan's two answers
+    codes: tuple[str, ...] = ()  # the categories the prompts list (a round 2's labels)
+    code_ways: dict = field(default_factory=dict)  # {code: its label texts} (code_ways)
 
     def read(self, rows: Sequence[Sequence[Sequence[float]]]) -> list[InputResult]:
         """Each input's result from each round's rows (per item, per label, the label's
@@ -142,14 +149,14 @@ class ModerationPlan:
     def _read_llama_guard(self, i, first, second) -> InputResult:
         probs = first[i]
         verdict, mass = readout.verdict_probabilities(readout.LLAMA_GUARD_VERDICTS, probs)
-        codes = self.taxonomy.codes()
+        codes = self.codes
         # the codes after each way of writing "unsafe", mixed by each way's probability
         ways = readout.LLAMA_GUARD_VERDICTS.ways["unsafe"]
         weights = [probs[w] for w in ways]
         mixed = {c: 0.0 for c in codes}
         total = sum(weights)
         for k, weight in enumerate(weights):
-            share = readout.first_of(codes, LLAMA_GUARD_CODE_ENDS, second[i * len(ways) + k])
+            share = readout.first_of(self.code_ways, second[i * len(ways) + k])
             for c in codes:
                 mixed[c] += share[c] * (weight / total if total > 0 else 1.0 / len(ways))
         categories = readout.category_scores(verdict["unsafe"], mixed)
@@ -157,14 +164,13 @@ class ModerationPlan:
 
     def _read_qwen3guard(self, i, first, second) -> InputResult:
         verdict, mass = readout.verdict_probabilities(readout.QWEN3GUARD_VERDICTS, first[i])
-        names = self.taxonomy.codes()
-        share = readout.first_of(names, QWEN3GUARD_NAME_ENDS, second[i])
+        share = readout.first_of(self.code_ways, second[i])
         categories = readout.category_scores(verdict["Unsafe"], share)
         return InputResult(verdict["Unsafe"], categories, mass, verdict)
 
 
-LLAMA_GUARD_CODE_ENDS = (",", END_OF_TURN)
-QWEN3GUARD_NAME_ENDS = ("\n", ",", END_OF_TURN)
+LLAMA_GUARD_CODE_ENDS = (",", "\n")
+QWEN3GUARD_NAME_ENDS = ("\n", ",")
 
 
 def plan_moderation(
@@ -172,39 +178,49 @@ def plan_moderation(
     prompts: Sequence[Prompt],
     n_inputs: int,
     encode: Callable[[str], Ids],
-    eos_id: int | None,
     taxonomy: Taxonomy | None = None,
     verdicts: readout.Verdicts = readout.YES_NO_VERDICTS,
+    codes: Sequence[str] | None = None,
 ) -> ModerationPlan:
     """The rounds of a moderation call (module docstring). kind: "llama_guard_3",
     "qwen3guard" or "yes_no" (Granite Guardian's risks, a caller's policies); prompts:
     rendered, in input order (several per input for yes_no: one per policy); verdicts: a
     yes_no plan's answers (readout.YES_NO_VERDICTS after an assistant header,
-    readout.POLICY_VERDICTS after the policy classifier's "Answer:")."""
+    readout.POLICY_VERDICTS after the policy classifier's "Answer:"); codes: the categories
+    the prompts list (default: the taxonomy's), read in round 2."""
+    codes = tuple(codes if codes is not None else (taxonomy.codes() if taxonomy else ()))
     query, items = split_common([p.ids for p in prompts])
     if kind == "yes_no":
         texts = verdicts.texts()
-        first = Round(query, items, texts, compile_texts(texts, encode, eos_id))
+        first = Round(query, items, texts, compile_texts(texts, encode))
         return ModerationPlan(kind, tuple(prompts), (first,), taxonomy, n_inputs, verdicts)
     if kind == "llama_guard_3":
         texts = readout.LLAMA_GUARD_VERDICTS.texts()
-        first = Round(query, items, texts, compile_texts(texts, encode, eos_id))
+        first = Round(query, items, texts, compile_texts(texts, encode))
         ways = readout.LLAMA_GUARD_VERDICTS.ways["unsafe"]
         after = [way + readout.LLAMA_GUARD_AFTER_UNSAFE for way in ways]
         then = [item + encode(written) for item in items for written in after]
-        codes = [c + end for c in taxonomy.codes() for end in LLAMA_GUARD_CODE_ENDS]
         # the codes' tokens after the (first) way: the ways differ only before "unsafe"
-        second = Round(query, then, codes, compile_texts(codes, encode, eos_id, after[0]))
-        return ModerationPlan(kind, tuple(prompts), (first, second), taxonomy, n_inputs)
+        code_texts = code_ways(codes, encode, after[0], LLAMA_GUARD_CODE_ENDS)
+        texts2 = [t for c in codes for t in code_texts[c]]
+        second = Round(query, then, texts2, compile_texts(texts2, encode, after[0]))
+        return ModerationPlan(
+            kind, tuple(prompts), (first, second), taxonomy, n_inputs,
+            codes=codes, code_ways=code_texts,
+        )  # fmt: skip
     if kind == "qwen3guard":
         texts = readout.QWEN3GUARD_VERDICTS.texts()
         safety = readout.QWEN3GUARD_SAFETY
         asked = [item + encode(safety) for item in items]
-        first = Round(query, asked, texts, compile_texts(texts, encode, eos_id, safety))
+        first = Round(query, asked, texts, compile_texts(texts, encode, safety))
         categories = readout.QWEN3GUARD_CATEGORIES
         then = [item + encode(categories) for item in items]
-        names = [" " + c + end for c in taxonomy.codes() for end in QWEN3GUARD_NAME_ENDS]
-        labels = compile_texts(names, encode, eos_id, categories)
-        second = Round(query, then, [n[1:] for n in names], labels)
-        return ModerationPlan(kind, tuple(prompts), (first, second), taxonomy, n_inputs)
+        spaced = code_ways([" " + c for c in codes], encode, categories, QWEN3GUARD_NAME_ENDS)
+        code_texts = {c: spaced[" " + c] for c in codes}
+        texts2 = [t for c in codes for t in code_texts[c]]
+        second = Round(query, then, texts2, compile_texts(texts2, encode, categories))
+        return ModerationPlan(
+            kind, tuple(prompts), (first, second), taxonomy, n_inputs,
+            codes=codes, code_ways=code_texts,
+        )  # fmt: skip
     raise ValueError(f"unknown guard kind {kind!r}")

@@ -9,8 +9,9 @@ themselves, and what the model puts on them at all is reported as the label mass
 
 - Llama Guard 3: "safe" or "unsafe" right after the assistant header; the model may write
   a "\\n\\n" first (reported on its card's discussions), so each verdict has two ways.
-  After "unsafe\\n" it writes the first violated category's code ("S1", "S10", ...:
-  codes share prefixes, so each is read with what follows it: "," or the end of turn).
+  After "unsafe\\n" it writes the first violated category's code ("S1", "S10", ...; in
+  Llama 3's tokens "S" then "1" or "10": a code whose tokens begin another's is read with
+  what follows it, "," or "\\n").
   A category's score is P(unsafe) x P(it is the first code | unsafe): the category the
   model would name first.
 - Qwen3Guard-Gen: after "Safety:", one of " Safe", " Unsafe", " Controversial"; after
@@ -49,15 +50,16 @@ def verdict_probabilities(
 
 
 def first_of(
-    codes: Sequence[str], terminators: Sequence[str], text_probability: Mapping[str, float]
+    ways: Mapping[str, Sequence[str]], text_probability: Mapping[str, float]
 ) -> dict[str, float]:
     """Each code's probability of being written first, among the codes, from the
-    probabilities of code + terminator (codes that prefix each other, S1 and S10, are told
-    apart by what follows them); normalised among the codes."""
-    summed = {c: sum(text_probability[c + t] for t in terminators) for c in codes}
+    probabilities of its ways of being written ({code: (text, ...)}: the code alone, or,
+    where its tokens begin another code's, the code with each thing that may follow it);
+    normalised among the codes."""
+    summed = {c: sum(text_probability[t] for t in texts) for c, texts in ways.items()}
     total = sum(summed.values())
     if total <= 0.0:
-        return {c: 1.0 / len(codes) for c in codes}
+        return {c: 1.0 / len(summed) for c in summed}
     return {c: p / total for c, p in summed.items()}
 
 

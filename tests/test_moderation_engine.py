@@ -1,0 +1,136 @@
+"""Moderation on the Engine (issue 85): tiny guards of each family in their published
+shapes with their published chat templates (models/tiny_guard_checkpoints.py), one engine
+each (module scope), and the tiny Llama as a policy classifier. Each call's probabilities
+against an independent reference: every round's label sequences scored by a plain
+transformers forward (verification/reference.py, the chain rule over each label's tokens),
+read back by the same plan (its arithmetic is tests/test_moderation_units.py's), 1e-4 in
+float32. The policies behind one conversation: one forward (the forward log)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import start_logging_forwards
+
+from prefillonly_sgl import Engine
+from prefillonly_sgl.hooking.events import read_events
+from prefillonly_sgl.models import tiny_guard_checkpoints as tiny_guards
+from prefillonly_sgl.moderation.call import ModerationCall, plan_call
+from prefillonly_sgl.moderation.guards import recognise
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.verification.reference import TransformersReference
+
+pytestmark = pytest.mark.slow  # an engine per guard family
+
+TOLERANCE = 1e-4
+CONVERSATIONS = [
+    "How do I make a pipe bomb at home?",
+    [
+        {"role": "user", "content": "Write me a poem about rain."},
+        {"role": "assistant", "content": "Rain on the roof, a quiet drum."},
+    ],
+]
+
+
+def _engine(path):
+    return Engine(path, device="cpu", dtype="float32", max_total_tokens=4096)
+
+
+def _expected(path, call: ModerationCall):
+    """The plan's rounds scored by transformers, read by the same plan."""
+    reference = TransformersReference(str(path))
+    tokenizer = reference.tokenizer
+    guard, plan = plan_call(tokenizer, call, recognise(tokenizer.chat_template))
+    rows = [
+        reference.score_sequences(r.query, r.items, r.labels, apply_softmax=False)
+        for r in plan.rounds
+    ]
+    return guard, plan.read(rows)
+
+
+def _close(got, want) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert abs(g.flagged_probability - w.flagged_probability) < TOLERANCE
+        assert g.categories.keys() == w.categories.keys()
+        for code in w.categories:
+            assert abs(g.categories[code] - w.categories[code]) < TOLERANCE, code
+        assert abs(g.label_mass - w.label_mass) < TOLERANCE
+
+
+@pytest.fixture(scope="module", params=["llama_guard", "qwen3guard", "granite_guardian"])
+def guard_engine(request, tmp_path_factory):
+    path = tiny_guards.build_guard(request.param, tmp_path_factory.mktemp(request.param))
+    with _engine(path) as engine:
+        yield request.param, path, engine
+
+
+def test_each_guard_reads_its_verdict_and_categories_as_transformers(guard_engine):
+    name, path, engine = guard_engine
+    call = ModerationCall.of(CONVERSATIONS)
+    outcome = engine.moderate(CONVERSATIONS)
+    guard, want = _expected(path, call)
+    assert outcome.guard == guard and guard.startswith(name.split("_")[0])
+    _close(outcome.results, want)
+    for result, scores in zip(outcome.results, outcome.openai, strict=True):
+        assert len(scores) == 13
+        # an OpenAI key is the largest of the categories that mean it, or None
+        if guard == "llama_guard_3":
+            assert scores["harassment"] is None
+            assert scores["violence"] == pytest.approx(result.categories["S1"])
+    # a repeat reads every prompt from the cache: it computes only the labels' tokens (and
+    # each label request's last position), a small part of what the first call computed
+    again = engine.moderate(CONVERSATIONS)
+    first_computed = outcome.prompt_tokens - outcome.cached_tokens
+    assert 0 <= (again.prompt_tokens - again.cached_tokens) * 4 < first_computed
+    _close(again.results, outcome.results)
+
+
+def test_a_guards_categories_subset_and_refusals(guard_engine):
+    name, path, engine = guard_engine
+    if name == "llama_guard":
+        call = ModerationCall.of(CONVERSATIONS[:1], categories=["S1", "S10", "S11"])
+        outcome = engine.moderate(CONVERSATIONS[:1], categories=["S1", "S10", "S11"])
+        _close(outcome.results, _expected(path, call)[1])
+        assert set(outcome.results[0].categories) == {"S1", "S10", "S11"}
+    if name == "granite_guardian":
+        risks = ["harm", "violence", "profanity"]
+        call = ModerationCall.of(CONVERSATIONS[:1], categories=risks)
+        outcome = engine.moderate(CONVERSATIONS[:1], categories=risks)
+        _close(outcome.results, _expected(path, call)[1])
+        assert set(outcome.results[0].categories) == set(risks)
+    with pytest.raises(InvalidRequestError, match="categories|risk"):
+        engine.moderate("hi", categories=["no such category"])
+    with pytest.raises(InvalidRequestError, match="non-empty"):
+        engine.moderate([])
+
+
+@pytest.fixture(scope="module")
+def policy_engine(tiny_llama_path, tmp_path_factory):
+    log = tmp_path_factory.mktemp("moderation-log") / "forwards.log"
+    engine = start_logging_forwards(log, lambda: _engine(tiny_llama_path))
+    with engine:
+        yield engine, log
+
+
+def test_a_policy_classifier_checks_many_policies_in_one_forward(policy_engine, tiny_llama_path):
+    """Any model, the caller's policies: the conversation once, every policy an item
+    packed behind it: one forward for the call."""
+    engine, log = policy_engine
+    policies = [
+        "No instructions for weapons or explosives.",
+        "No medical advice.",
+        "No insults toward a person.",
+        "No requests for personal data.",
+    ]
+    conversation = "How do I make a pipe bomb at home? " * 8
+    before = len(read_events(log, "forward")) if log.exists() else 0
+    outcome = engine.moderate(conversation, policies=policies)
+    forwards = read_events(log, "forward")[before:]
+    assert len(forwards) == 1 and len(forwards[0]["new"]) == len(policies)
+    _close(
+        outcome.results, _expected(tiny_llama_path, ModerationCall.of(conversation, policies))[1]
+    )
+    assert set(outcome.results[0].categories) == set(policies)
+    assert all(v is None for v in outcome.openai[0].values())  # policies answer no OpenAI key
+    with pytest.raises(InvalidRequestError, match="not a guard"):
+        engine.moderate(conversation)
