@@ -387,30 +387,36 @@ class Engine:
         outcome = await self._watch.until_died(self._front.decide(ctx, call))
         return openai_wire.to_response(request.model, outcome)
 
-    def moderate(self, input, *, policies=None, categories=None, guard=None, **call):
+    def moderate(self, input, *, policies=None, categories=None, guard=None, threshold=0.5, **call):
         """A moderation call (docs/moderation.md): each input (a text, or a conversation:
         a list of {"role", "content"}; or a list of them) checked by the served guard
         model, its verdict and every category's probability read off the prefill.
         policies: a policy classifier's (any model) or Granite Guardian's risks;
         categories: the guard's categories to check (default: all); guard: the family,
-        when the chat template does not say; `cache_salt`, `lora_path` as ``score``'s.
+        when the chat template does not say; threshold: the probability that flags
+        (moderation/flags.py); `cache_salt`, `lora_path` as ``score``'s.
         Returns sglang_runtime.moderation_calls.ModerationOutcome."""
         return self.run_until_complete(
             self.async_moderate(
-                input, policies=policies, categories=categories, guard=guard, **call
-            )
+                input,
+                policies=policies,
+                categories=categories,
+                guard=guard,
+                threshold=threshold,
+                **call,
+            )  # fmt: skip
         )
 
     async def async_moderate(
-        self, input, *, policies=None, categories=None, guard=None, cache_salt=None,
-        lora_path=None,
+        self, input, *, policies=None, categories=None, guard=None, threshold=0.5,
+        cache_salt=None, lora_path=None,
     ):  # fmt: skip
         """``moderate`` for asyncio code (on the engine's loop, as async_score)."""
         from prefillonly_sgl.moderation.call import ModerationCall
         from prefillonly_sgl.sglang_runtime.moderation_calls import moderate
 
         check_running_loop_is_served(self._require_running())
-        call = ModerationCall.of(input, policies, categories, guard)
+        call = ModerationCall.of(input, policies, categories, guard, threshold)
         ctx = _call_context(cache_salt, lora_path)
         return await self._watch.until_died(moderate(self._front, ctx, call))
 

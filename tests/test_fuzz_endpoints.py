@@ -110,6 +110,9 @@ VALID = {
         "books": {"type": "noul", "instructions": "Does the user like books?"},
         "genre": {"type": "choice", "criteria": {"fiction": None, "history": "the past"}},
         "level": {"type": "score", "criteria": ["low", "high"]}}},
+    # Moderation (docs/moderation.md): the tiny Llama as a policy classifier.
+    "/v1/moderations": {"input": [QUERY, ITEM], "policies": ["No spam.", "No insults."],
+                        "threshold": 0.4, "cache_salt": "s"},
     # A loglikelihood request as lm-eval sends it (the URL fragment only names the case).
     "/v1/completions#echo": {"model": "m", "prompt": [[1, 40, 41, 42, 43, 44]], "echo": True,
                              "logprobs": 1, "max_tokens": 0, "temperature": 0, "seed": 1234},

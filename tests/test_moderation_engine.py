@@ -71,7 +71,8 @@ def test_each_guard_reads_its_verdict_and_categories_as_transformers(guard_engin
     guard, want = _expected(path, call)
     assert outcome.guard == guard and guard.startswith(name.split("_")[0])
     _close(outcome.results, want)
-    for result, scores in zip(outcome.results, outcome.openai, strict=True):
+    for result, flags in zip(outcome.results, outcome.flags, strict=True):
+        scores = flags.openai_scores
         assert len(scores) == 13
         # an OpenAI key is the largest of the categories that mean it, or None
         if guard == "llama_guard_3":
@@ -131,6 +132,7 @@ def test_a_policy_classifier_checks_many_policies_in_one_forward(policy_engine, 
         outcome.results, _expected(tiny_llama_path, ModerationCall.of(conversation, policies))[1]
     )
     assert set(outcome.results[0].categories) == set(policies)
-    assert all(v is None for v in outcome.openai[0].values())  # policies answer no OpenAI key
+    # a caller's policies answer no OpenAI key
+    assert all(v is None for v in outcome.flags[0].openai_scores.values())
     with pytest.raises(InvalidRequestError, match="not a guard"):
         engine.moderate(conversation)

@@ -10,8 +10,11 @@ import math
 import pytest
 
 from prefillonly_sgl.moderation import readout
+from prefillonly_sgl.moderation.call import ModerationCall
+from prefillonly_sgl.moderation.flags import flags_of
 from prefillonly_sgl.moderation.guard_prompts import conversation_text, policy_prompt
 from prefillonly_sgl.moderation.plan import (
+    InputResult,
     Prompt,
     code_ways,
     plan_moderation,
@@ -25,6 +28,7 @@ from prefillonly_sgl.moderation.taxonomies import (
     QWEN3GUARD,
     openai_scores,
 )
+from prefillonly_sgl.scoring.errors import InvalidRequestError
 
 
 def encode(text: str) -> list[int]:
@@ -168,3 +172,40 @@ def test_policies_behind_one_conversation_are_items_of_one_query():
 def test_an_unknown_guard_kind_is_refused():
     with pytest.raises(ValueError, match="unknown guard kind"):
         plan_moderation("shieldgemma", [Prompt(0, None, (1, 2))], 1, encode)
+
+
+def test_flags_of_a_verdict_guard_name_the_category_decoding_writes_first():
+    result = InputResult(0.8, {"S1": 0.2, "S9": 0.35, "S10": 0.25}, 0.9)
+    flags = flags_of("llama_guard_3", LLAMA_GUARD_3, result, threshold=0.5)
+    assert flags.flagged
+    assert flags.guard_flags == {"S1": False, "S9": True, "S10": False}
+    assert flags.openai_flags["illicit/violent"] is True  # S9 (and S1, not flagged)
+    assert flags.openai_flags["violence"] is False  # S1 alone
+    assert flags.openai_flags["hate"] is False
+    # keys no checked category answers: None, flag and score alike
+    assert flags.openai_flags["harassment"] is None and flags.openai_scores["harassment"] is None
+    assert flags.openai_flags["self-harm"] is None  # S11 not in this call
+    below = flags_of("llama_guard_3", LLAMA_GUARD_3, result, threshold=0.9)
+    assert not below.flagged and not any(below.guard_flags.values())
+
+
+def test_flags_of_yes_no_guards_are_per_risk():
+    result = InputResult(0.7, {"violence": 0.7, "profanity": 0.4, "harm": 0.6}, 1.0)
+    flags = flags_of("granite_guardian", GRANITE_GUARDIAN, result, threshold=0.5)
+    assert flags.flagged
+    assert flags.guard_flags == {"violence": True, "profanity": False, "harm": True}
+    assert flags.openai_flags["violence"] is True and flags.openai_flags["harassment"] is False
+    policies = flags_of("policy", None, InputResult(0.2, {"No ads.": 0.2}, 1.0))
+    assert not policies.flagged and set(policies.openai_flags.values()) == {None}
+
+
+def test_a_call_refuses_bad_thresholds_and_inputs():
+    with pytest.raises(InvalidRequestError, match="threshold"):
+        ModerationCall.of("hi", threshold=0)
+    with pytest.raises(InvalidRequestError, match="threshold"):
+        ModerationCall.of("hi", threshold=True)
+    with pytest.raises(InvalidRequestError, match="role"):
+        ModerationCall.of([[{"role": "robot", "content": "x"}]])
+    with pytest.raises(InvalidRequestError, match="repeat"):
+        ModerationCall.of("hi", policies=["a", "a"])
+    assert ModerationCall.of("hi").inputs == (({"role": "user", "content": "hi"},),)

@@ -9,6 +9,8 @@ sglang_runtime/http_server/, which gets these specs from its caller, cli.py).
   / vLLM's schema): `--rerank NAME` / `--classify NAME` of `--app`, or the built-ins.
 - decisions.py: POST /v1/decisions (OpenAI's shape, SGLang's body too) and /v1/systemone
   (System One's): typed questions about a state, answered behind it computed once.
+- moderations.py: POST /v1/moderations (OpenAI's shape): each input checked by the served
+  guard model (or the caller's policies), every category's probability (moderation/).
 - rerank.py: POST /v1/rerank (Cohere v1 / Jina, or SGLang's native answer for the
   gateway), /v2/rerank (Cohere v2) and /rerank (TEI), one scorer; truncation.py: how
   documents are cut; rerankers.py: the built-in rankers (the yes/no judge, query
@@ -21,6 +23,7 @@ the DSL's clients (dsl/backends/remote.py, dsl/gateway_client.py) import too.
 from __future__ import annotations
 
 from prefillonly_sgl.apis.decisions import decision_endpoints
+from prefillonly_sgl.apis.moderations import moderation_endpoint
 from prefillonly_sgl.apis.ranking import ranking_api_endpoints
 from prefillonly_sgl.apis.score_labels import score_labels_endpoint
 from prefillonly_sgl.server.endpoints import EndpointSpec
@@ -35,7 +38,8 @@ def builtin_endpoints(
     rerank_answer: str = "cohere",
     systemone_conventions: str = "systemone",
 ) -> list[EndpointSpec]:
-    """Every built-in endpoint of `serve`: /v1/score_labels, the decision routes, then the
+    """Every built-in endpoint of `serve`: /v1/score_labels, the decision routes,
+    /v1/moderations, then the
     rerank APIs and /v1/classify backed by the DSL functions named ``rerank`` /
     ``classify`` in the ``apps`` modules (None: the built-in reranker of ``rerank_method``
     for ``model``; a 400 for /v1/classify). ``rerank_answer``: what /v1/rerank answers a
@@ -44,5 +48,6 @@ def builtin_endpoints(
     return [
         score_labels_endpoint(),
         *decision_endpoints(apps, systemone_conventions),
+        moderation_endpoint(),
         *ranking_api_endpoints(apps, rerank, classify, rerank_method, model, rerank_answer),
     ]

@@ -8,10 +8,10 @@ rendered once (guards.py, guard_prompts.py) into the plan's score requests (plan
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prefillonly_sgl.moderation import guard_prompts, guards, readout
+from prefillonly_sgl.moderation.flags import DEFAULT_THRESHOLD
 from prefillonly_sgl.moderation.plan import ModerationPlan, Prompt, plan_moderation
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 
@@ -28,9 +28,12 @@ class ModerationCall:
     policies: tuple[str, ...] = ()  # a policy classifier's (or Granite Guardian's risks')
     categories: tuple[str, ...] | None = None  # the guard's categories to check (None: all)
     guard: str | None = None  # None: the one the model's chat template says
+    threshold: float = DEFAULT_THRESHOLD  # the probability that flags (flags.py)
 
     @classmethod
-    def of(cls, inputs, policies=None, categories=None, guard=None) -> ModerationCall:
+    def of(
+        cls, inputs, policies=None, categories=None, guard=None, threshold=DEFAULT_THRESHOLD
+    ) -> ModerationCall:
         """A checked call; InvalidRequestError naming what is wrong. inputs: a text, a
         list of texts, or a list of conversations (each a list of {"role", "content"})."""
         if isinstance(inputs, str):
@@ -49,7 +52,14 @@ class ModerationCall:
             _texts("policies", policies or (), MAX_POLICIES),
             None if categories is None else _texts("categories", categories, 64),
             guard,
+            _threshold(threshold),
         )
+
+
+def _threshold(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise InvalidRequestError(f"threshold must be a probability in (0, 1], got {value!r}")
+    return float(value)
 
 
 def _conversation(index: int, value) -> tuple[dict, ...]:
@@ -174,17 +184,20 @@ def plan_call(tokenizer, call: ModerationCall, recognised: str) -> tuple[str, Mo
     return guard, plan
 
 
-def conversations_of(inputs: Sequence) -> list:
-    """OpenAI's `input` as conversations: a text, or a list of texts, or a list of text
-    parts (one input: OpenAI reads a list of parts as one)."""
-    if isinstance(inputs, list) and inputs and all(isinstance(x, dict) for x in inputs):
-        texts = []
-        for part in inputs:
-            if part.get("type") != "text":
+def check_prompt_lengths(plan: ModerationPlan, limit: int) -> None:
+    """InvalidRequestError naming the input whose prompt, with its longest verdict (and in
+    a second round the verdict before the categories), is over `limit` tokens (the
+    engine's longest scoring prompt: the context, with prefill-only KV)."""
+    for round_ in plan.rounds:
+        per_prompt = len(round_.items) // len(plan.prompts)
+        label = max(len(ids) for ids in round_.labels)
+        for k, item in enumerate(round_.items):
+            n = len(round_.query) + len(item) + label
+            if n > limit:
+                prompt = plan.prompts[k // per_prompt]
+                policy = f" (checking {prompt.policy!r})" if prompt.policy else ""
                 raise InvalidRequestError(
-                    f"an input part of type {part.get('type')!r}: this model reads text only "
-                    "(an image_url part needs a model that reads images)"
+                    f"input {prompt.input_index}{policy}: the guard's prompt and its verdict "
+                    f"are {n} tokens, longer than the {limit} this engine accepts (shorten "
+                    "the conversation, or raise context_length when starting the engine)"
                 )
-            texts.append(part.get("text") or "")
-        return ["\n".join(texts)]
-    return inputs

@@ -169,6 +169,8 @@ class ModerationPlan:
         return InputResult(verdict["Unsafe"], categories, mass, verdict)
 
 
+# what follows a code the model writes: the next code, or the end of its line (the end of
+# the turn, a special token, cannot be a label: code_ways)
 LLAMA_GUARD_CODE_ENDS = (",", "\n")
 QWEN3GUARD_NAME_ENDS = ("\n", ",")
 

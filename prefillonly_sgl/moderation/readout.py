@@ -71,7 +71,6 @@ def category_scores(flagged: float, first: Mapping[str, float]) -> dict[str, flo
 
 LLAMA_GUARD_VERDICTS = Verdicts({"safe": ("safe", "\n\nsafe"), "unsafe": ("unsafe", "\n\nunsafe")})
 LLAMA_GUARD_AFTER_UNSAFE = "\n"  # "unsafe\nS1,S9": the codes' line
-LLAMA_GUARD_CODE_ENDS = (",", "")  # "" stands for the end of the turn (the tokenizer's EOS)
 QWEN3GUARD_VERDICTS = Verdicts(
     {"Safe": (" Safe",), "Unsafe": (" Unsafe",), "Controversial": (" Controversial",)}
 )

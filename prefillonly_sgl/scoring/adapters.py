@@ -28,6 +28,7 @@ LORA_BODY_PATHS = frozenset(
         "/v1/classify",
         "/v1/decisions",
         "/v1/systemone",
+        "/v1/moderations",
         "/generative_scoring",
     }
 )
@@ -45,6 +46,7 @@ MODEL_ADAPTER_PATHS = frozenset(
         "/rerank",
         "/v2/rerank",
         "/v1/classify",
+        "/v1/moderations",
         "/generative_scoring",
     }
 )

@@ -96,6 +96,10 @@ class ServerContext(Protocol):
         self, call: Any, lora_path: str | None = None
     ) -> Any: ...  # decisions.call: DecisionCall -> DecisionOutcome
 
+    async def moderate(
+        self, call: Any, lora_path: str | None = None
+    ) -> Any: ...  # moderation.call.ModerationCall -> moderation_calls.ModerationOutcome
+
 
 @dataclass(frozen=True)
 class EndpointSpec:

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prefillonly_sgl.moderation.call import ModerationCall, plan_call
+from prefillonly_sgl.moderation.call import ModerationCall, check_prompt_lengths, plan_call
+from prefillonly_sgl.moderation.flags import Flags, flags_of
 from prefillonly_sgl.moderation.guards import recognise, taxonomy_of
 from prefillonly_sgl.moderation.plan import InputResult
-from prefillonly_sgl.moderation.taxonomies import openai_scores
 from prefillonly_sgl.scoring.call_context import CallContext
 
 
 @dataclass(frozen=True)
 class ModerationOutcome:
     guard: str  # llama_guard_3, qwen3guard, granite_guardian or policy
-    results: list[InputResult]
-    openai: list[dict[str, float | None]]  # per input, OpenAI's 13 scores (None: no answer)
+    results: list[InputResult]  # per input, the probabilities
+    flags: list[Flags]  # per input, what they flag at the call's threshold, OpenAI's keys
     prompt_tokens: int
     cached_tokens: int
 
@@ -31,6 +31,7 @@ async def moderate(front, ctx: CallContext, call: ModerationCall) -> ModerationO
     """The call's verdicts (module docstring). front: the ScoringFront."""
     tokenizer = front.tokenizer
     guard, plan = plan_call(tokenizer, call, recognise(getattr(tokenizer, "chat_template", None)))
+    check_prompt_lengths(plan, front.limits.scoring_prompt_tokens)
     # the rounds' records are children of the call's; every prompt is kept whole in the
     # prefix cache (keep_whole): a second round reads it, and so does a repeat of the
     # conversation (checked again, or its reply checked next)
@@ -45,5 +46,5 @@ async def moderate(front, ctx: CallContext, call: ModerationCall) -> ModerationO
         cached += result.cached_tokens or 0
     results = plan.read(rows)
     taxonomy = taxonomy_of(guard)
-    scores = [openai_scores(taxonomy, r.categories) for r in results]
-    return ModerationOutcome(guard, results, scores, prompt_tokens, cached)
+    flags = [flags_of(guard, taxonomy, r, call.threshold) for r in results]
+    return ModerationOutcome(guard, results, flags, prompt_tokens, cached)

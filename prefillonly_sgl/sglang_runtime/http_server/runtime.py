@@ -14,6 +14,7 @@ from prefillonly_sgl.server.request_checks import custom_logit_processors
 from prefillonly_sgl.server.route_checks import CheckContext, check_request, route_checks
 from prefillonly_sgl.sglang_runtime import sglang_state
 from prefillonly_sgl.sglang_runtime.http_server.processor_check import ProcessorLoadCheck
+from prefillonly_sgl.sglang_runtime.moderation_calls import moderate
 from prefillonly_sgl.sglang_runtime.score_front import ScoringFront
 
 
@@ -207,6 +208,11 @@ class ServerContext:
         """A decisions.call.DecisionCall answered on the server's engine (Engine.decide's
         path: the state computed once, each question an item)."""
         return await self._runtime.front.decide(self.call(lora_path), call)
+
+    async def moderate(self, call, lora_path=None):
+        """A moderation.call.ModerationCall answered on the server's engine
+        (Engine.moderate's path: sglang_runtime/moderation_calls.py)."""
+        return await moderate(self._runtime.front, self.call(lora_path), call)
 
     @property
     def decision_readout(self):
