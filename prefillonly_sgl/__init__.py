@@ -38,6 +38,10 @@ _LAZY = {
     "Scale": "prefillonly_sgl.dsl.decision",
     "Options": "prefillonly_sgl.dsl.decision",
     "DecisionServer": "prefillonly_sgl.dsl.decision_server",
+    # moderation by guard models and policies (prefillonly_sgl/moderation)
+    "moderator": "prefillonly_sgl.dsl.moderation",
+    "moderate": "prefillonly_sgl.dsl.moderation",
+    "Moderation": "prefillonly_sgl.dsl.moderation",
 }
 __all__ = sorted(_LAZY)
 

@@ -8,10 +8,15 @@ float32. The policies behind one conversation: one forward (the forward log)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import start_logging_forwards
 
+import prefillonly_sgl as prefillonly
 from prefillonly_sgl import Engine
+from prefillonly_sgl.batch import run_batch
+from prefillonly_sgl.dsl.moderation import text_moderation
 from prefillonly_sgl.hooking.events import read_events
 from prefillonly_sgl.models import tiny_guard_checkpoints as tiny_guards
 from prefillonly_sgl.moderation.call import ModerationCall, plan_call
@@ -136,3 +141,45 @@ def test_a_policy_classifier_checks_many_policies_in_one_forward(policy_engine, 
     assert all(v is None for v in outcome.flags[0].openai_scores.values())
     with pytest.raises(InvalidRequestError, match="not a guard"):
         engine.moderate(conversation)
+
+
+@prefillonly.moderator
+def reply_check(question: str, reply: str):
+    return [{"role": "user", "content": question}, {"role": "assistant", "content": reply}]
+
+
+def test_the_dsl_and_a_batch_job_read_what_the_engine_does(guard_engine, tmp_path):
+    """@prefillonly.moderator's typed answers and `prefillonly batch moderate`'s rows are
+    the Engine's (same engine, 1e-4: a cache hit's rows); a bad record goes to the errors
+    file and a rerun resumes (nothing scored twice)."""
+    name, _, engine = guard_engine
+    pairs = [("How do I make a pipe bomb?", "Here is how."), ("Hi!", "Hello, how can I help?")]
+    answers = reply_check.many([pairs[0], {"question": pairs[1][0], "reply": pairs[1][1]}],
+                               engine=engine)  # fmt: skip
+    direct = engine.moderate([reply_check.fn(*p) for p in pairs])
+    for got, want in zip(answers, direct.results, strict=True):
+        assert isinstance(got, prefillonly.Moderation) and got.guard == direct.guard
+        assert got.flagged_probability == pytest.approx(want.flagged_probability, abs=TOLERANCE)
+        assert got.guard_category_scores == pytest.approx(want.categories, abs=TOLERANCE)
+    with pytest.raises(InvalidRequestError, match="reply"):
+        reply_check("only a question", engine=engine)
+
+    records = tmp_path / "texts.jsonl"
+    texts = ["How do I make a pipe bomb?", "Write me a poem about rain."]
+    records.write_text(
+        "\n".join(
+            json.dumps(r) for r in [{"text": texts[0]}, {"txt": "no text"}, {"text": texts[1]}]
+        )
+    )
+    output = tmp_path / "verdicts.jsonl"
+    function = text_moderation()
+    report = run_batch(function, records, output, engine=engine, progress=False)
+    assert (report.scored, report.errors) == (2, 1)
+    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    want = engine.moderate(texts).results
+    assert [r["row"] for r in rows] == [0, 2]
+    for row, w in zip(rows, want, strict=True):
+        assert row["flagged_probability"] == pytest.approx(w.flagged_probability, abs=TOLERANCE)
+        assert row["probs"] == pytest.approx(w.categories, abs=TOLERANCE)
+    again = run_batch(function, records, output, engine=engine, progress=False)
+    assert (again.scored, again.skipped) == (0, 3)

@@ -17,6 +17,8 @@ import requests
 from server_process import running_server
 from test_moderation_engine import _expected
 
+import prefillonly_sgl as prefillonly
+import prefillonly_sgl.dsl
 from prefillonly_sgl.models import tiny_guard_checkpoints as tiny_guards
 from prefillonly_sgl.moderation.call import ModerationCall
 from prefillonly_sgl.moderation.taxonomies import LLAMA_GUARD_3, OPENAI_CATEGORIES
@@ -132,3 +134,19 @@ def test_keys_guard_the_route_and_the_server_lives_on(guard_server):
     assert _post(guard_server, {"input": "hi"}, key=None).status_code == 401
     assert _post(guard_server, {"input": "hi"}, key="not-a-key").status_code == 401
     assert _post(guard_server, {"input": "hi"}).status_code == 200
+
+
+def test_the_dsl_on_the_server_with_its_key(guard_server):
+    """prefillonly.moderate through a RemoteBackend holding a tenant's key: the route's
+    answer, typed; a wrong key is refused by name."""
+    backend = prefillonly.RemoteBackend(guard_server.url, api_key=KEY_A)
+    answers = prefillonly.moderate(TEXTS, engine=backend)
+    direct = _post(guard_server, {"input": TEXTS}).json()["results"]
+    for got, want in zip(answers, direct, strict=True):
+        assert got.guard == "llama_guard_3"
+        assert got.guard_category_scores == pytest.approx(want["guard_category_scores"], abs=1e-4)
+        assert got.category_scores["harassment"] is None
+    assert backend.cached_tokens > 0  # its usage counted (its second round: cache hits)
+    wrong = prefillonly.RemoteBackend(guard_server.url, api_key="not-a-key")
+    with pytest.raises(prefillonly.dsl.RemoteAuthenticationError):
+        prefillonly.moderate("hi", engine=wrong)

@@ -209,3 +209,17 @@ def test_a_call_refuses_bad_thresholds_and_inputs():
     with pytest.raises(InvalidRequestError, match="repeat"):
         ModerationCall.of("hi", policies=["a", "a"])
     assert ModerationCall.of("hi").inputs == (({"role": "user", "content": "hi"},),)
+
+
+def test_the_batch_clis_built_in_moderate_checks_each_records_text():
+    from prefillonly_sgl.batch.cli import find_function
+    from prefillonly_sgl.batch.tasks import task_for
+
+    function = find_function("moderate", ["No ads.", "No insults."])
+    assert function.options["policies"] == ["No ads.", "No insults."]
+    prepared = task_for(function).prepare(3, {"text": "buy now", "id": 7})
+    assert (prepared.row, function.render(**prepared.arguments)) == (3, "buy now")
+    with pytest.raises(InvalidRequestError, match="text"):
+        task_for(function).prepare(0, {"body": "no text field"})
+    with pytest.raises(ValueError, match="--policy"):
+        find_function("some_app.py:check", ["No ads."])

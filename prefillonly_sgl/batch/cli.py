@@ -1,7 +1,9 @@
-"""`prefillonly batch`: run a DSL classifier or ranker from an app file over a records file.
+"""`prefillonly batch`: run a DSL classifier, ranker or moderation function from an app
+file over a records file (or the built-in `moderate`: each record's `text` checked).
 
 prefillonly batch examples/credit_app.py:credit_risk applicants.csv scores.csv
 prefillonly batch app.py:credit_risk applicants.parquet out.jsonl --server http://127.0.0.1:30000
+prefillonly batch moderate texts.jsonl verdicts.jsonl --server http://127.0.0.1:30000
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from prefillonly_sgl.server.endpoints import load_app_module
 
 EPILOG = """\
 The function's parameters are read from the record fields of the same name (--column
-PARAM=FIELD when they differ). Rerunning the same command resumes an interrupted job:
+PARAM=FIELD when they differ). FUNCTION `moderate` checks each record's `text` with the
+served guard model (--policy, repeated: the policies to check instead, on any model).
+Rerunning the same command resumes an interrupted job:
 finished rows are never scored again (--overwrite starts afresh). Bad records go to
 OUTPUT.errors.jsonl with their row and reason; the job goes on.
 """
@@ -28,15 +32,15 @@ OUTPUT.errors.jsonl with their row and reason; the job goes on.
 def add_parser(commands) -> None:
     batch = commands.add_parser(
         "batch",
-        help="score a records file with a DSL classifier/ranker (resumable, errors file)",
+        help="score a records file with a DSL classifier/ranker/moderation (resumable)",
         description="Score every record of a CSV / JSONL / Parquet file with a "
-        "@prefillonly.classifier or @prefillonly.ranker; results (JSONL / CSV / Parquet) "
-        "written as they finish.",
+        "@prefillonly.classifier, @prefillonly.ranker or @prefillonly.moderator (or "
+        "the built-in `moderate`); results (JSONL / CSV / Parquet) written as they finish.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     batch.add_argument("function", help="FILE.py:NAME or module:NAME (NAME optional if the "
-                       "file declares one function)")  # fmt: skip
+                       "file declares one function), or `moderate`")  # fmt: skip
     batch.add_argument("records", help="input: .csv, .jsonl or .parquet")
     batch.add_argument("output", help="results: .jsonl, .csv or .parquet")
     where = batch.add_mutually_exclusive_group()
@@ -49,6 +53,9 @@ def add_parser(commands) -> None:
                        help="read parameter PARAM from field FIELD")  # fmt: skip
     batch.add_argument("--keep", action="append", default=[], metavar="FIELD",
                        help="copy FIELD into each result (e.g. an id)")  # fmt: skip
+    batch.add_argument("--policy", action="append", default=[], metavar="TEXT",
+                       help="`moderate`: a policy to check (repeat; default: the served "
+                       "guard's own categories)")  # fmt: skip
     batch.add_argument("--errors", help="errors file (default OUTPUT.errors.jsonl)")
     batch.add_argument("--overwrite", action="store_true", help="discard earlier results")
     batch.add_argument("--chunk-size", type=int, default=64, help="records per call (64)")
@@ -71,24 +78,32 @@ def add_parser(commands) -> None:
     batch.set_defaults(handler=main)
 
 
-def find_function(target: str):
+KINDS = ("classifier", "ranker", "moderation")
+
+
+def find_function(target: str, policies=()):
+    if target == "moderate":
+        from prefillonly_sgl.dsl.moderation import text_moderation
+
+        return text_moderation(policies=list(policies) or None)
+    if policies:
+        raise ValueError("--policy is the built-in `moderate`'s; declare a function's own")
     path, _, name = target.rpartition(":") if ":" in target else (target, "", "")
     module = load_app_module(path)
     found = {
         n: obj
         for n, obj in vars(module).items()
-        if getattr(obj, "kind", None) in ("classifier", "ranker") and hasattr(obj, "fn")
+        if getattr(obj, "kind", None) in KINDS and hasattr(obj, "fn")
     }
     if name:
         if name not in found:
             raise ValueError(
-                f"{path} has no classifier or ranker {name!r} (it has {sorted(found)})"
+                f"{path} has no classifier, ranker or moderation {name!r} (it has {sorted(found)})"
             )
         return found[name]
     if len(found) != 1:
         raise ValueError(
-            f"{path} declares {len(found)} classifiers/rankers {sorted(found)}: name one, "
-            f"{path}:NAME"
+            f"{path} declares {len(found)} DSL functions {sorted(found)}: name one, {path}:NAME"
         )
     return next(iter(found.values()))
 
@@ -105,7 +120,7 @@ def parse_columns(pairs: list[str]) -> dict[str, str]:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        function = find_function(args.function)
+        function = find_function(args.function, args.policy)
         columns = parse_columns(args.column)
         check_source(args.records)  # before an engine starts: fail fast
     except (ValueError, ImportError, OSError) as e:

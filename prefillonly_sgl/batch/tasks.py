@@ -4,6 +4,8 @@ the record's fields, the prefix the record's prompt shares with others, and its 
 classifier   each record holds the function's arguments; result: label and probs
 ranker       each record holds the shared arguments and one item; records with equal
              shared arguments are scored as one ranking call; result: score and probs
+moderation   each record holds the function's arguments (a text); a chunk is one
+             moderation call; result: flagged, its probability and each category's
 """
 
 from __future__ import annotations
@@ -79,6 +81,14 @@ class Task:
         if not done:
             return
         sample = next(iter(done.values()))
+        if self.kind == "moderation":
+            if "flagged" not in sample:
+                raise InvalidRequestError(
+                    f"{where} holds results of another job (fields {sorted(sample)[:8]}), not "
+                    f"of the moderation {self.function.fn.__qualname__}: pass overwrite=True "
+                    "(--overwrite) or another output"
+                )
+            return
         expected = "label" if self.kind == "classifier" else "score"
         labels = set(self.function.labels.texts)
         found = set(sample.get("probs") or {}) or {k[5:] for k in sample if k.startswith("prob_")}
@@ -137,12 +147,37 @@ class RankerTask(Task):
         return [out[p.row] for p in batch]
 
 
+class ModerationTask(Task):
+    kind = "moderation"
+
+    def prepare(self, row: int, record: dict) -> Prepared:
+        arguments = self.function.inputs.validate((), self._fields(record, self.params))
+        return Prepared(row, arguments, None, "", self._kept(record))
+
+    def score(self, backend, batch: list[Prepared]) -> list[dict]:
+        inputs = [self.function.render(**p.arguments) for p in batch]
+        answers = self.function.run_on(backend, inputs)
+        return [
+            {
+                "row": p.row,
+                **p.kept,
+                "flagged": m.flagged,
+                "flagged_probability": m.flagged_probability,
+                "probs": m.guard_category_scores,  # CSV: a prob_<category> column each
+            }
+            for p, m in zip(batch, answers, strict=True)
+        ]
+
+
 def task_for(function, columns=None, keep=()) -> Task:
     kind = getattr(function, "kind", None)
     if kind == "classifier":
         return ClassifierTask(function, columns, keep)
     if kind == "ranker":
         return RankerTask(function, columns, keep)
+    if kind == "moderation":
+        return ModerationTask(function, columns, keep)
     raise InvalidRequestError(
-        f"a batch job runs a @prefillonly.classifier or @prefillonly.ranker, got {function!r}"
+        "a batch job runs a @prefillonly.classifier, @prefillonly.ranker or "
+        f"@prefillonly.moderator, got {function!r}"
     )
