@@ -63,6 +63,7 @@ def _serve(argv: list[str]) -> int:
             str(config.model_path),
             options.rerank_answer,
             options.systemone_conventions,
+            options.guard,
         )
         for warning in config.start_warnings():  # the model family's (models/families.py)
             print(f"prefillonly serve: warning: {warning}", file=sys.stderr)

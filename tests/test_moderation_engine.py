@@ -143,6 +143,20 @@ def test_a_policy_classifier_checks_many_policies_in_one_forward(policy_engine, 
         engine.moderate(conversation)
 
 
+def test_a_named_guard_without_its_template_is_prompted_with_the_published_one(
+    policy_engine, tiny_llama_path
+):
+    """guard= on a checkpoint without its family's chat template (the tiny Llama's is a
+    plain chat template): Llama Guard 3's published template renders the prompt."""
+    engine, _ = policy_engine
+    call = ModerationCall.of(CONVERSATIONS[:1], categories=["S1", "S9"], guard="llama_guard_3")
+    outcome = engine.moderate(CONVERSATIONS[:1], categories=["S1", "S9"], guard="llama_guard_3")
+    guard, want = _expected(tiny_llama_path, call)
+    assert outcome.guard == guard == "llama_guard_3"
+    _close(outcome.results, want)
+    assert set(outcome.results[0].categories) == {"S1", "S9"}
+
+
 @prefillonly.moderator
 def reply_check(question: str, reply: str):
     return [{"role": "user", "content": question}, {"role": "assistant", "content": reply}]

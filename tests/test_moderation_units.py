@@ -223,3 +223,28 @@ def test_the_batch_clis_built_in_moderate_checks_each_records_text():
         task_for(function).prepare(0, {"body": "no text field"})
     with pytest.raises(ValueError, match="--policy"):
         find_function("some_app.py:check", ["No ads."])
+
+
+def test_a_named_guard_gets_its_published_template_where_the_checkpoint_has_another():
+    from prefillonly_sgl.models import guard_templates
+    from prefillonly_sgl.moderation.guards import template_for
+
+    llama_guard = guard_templates.template_text("llama_guard_3_8b.jinja")
+    assert template_for("llama_guard_3", llama_guard) == llama_guard  # its own kept
+    plain = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    published = template_for("llama_guard_3", plain)
+    assert published == guard_templates.template_text("llama_guard_3_1b.jinja")
+    assert template_for("qwen3guard", plain) == guard_templates.template_text(
+        "qwen3guard_gen.jinja"
+    )
+    assert template_for("policy", plain) == plain
+
+
+def test_serve_names_the_guard_for_its_moderations_route():
+    from prefillonly_sgl.server.options import parse_serve_argv
+
+    options, rest = parse_serve_argv(["--guard", "qwen3guard", "--model-path", "m"])
+    assert options.guard == "qwen3guard" and rest == ["--model-path", "m"]
+    assert parse_serve_argv(["--model-path", "m"])[0].guard is None
+    with pytest.raises(SystemExit):  # argparse's refusal names the choices
+        parse_serve_argv(["--guard", "shieldgemma"])

@@ -37,6 +37,7 @@ def builtin_endpoints(
     model: str | None = None,
     rerank_answer: str = "cohere",
     systemone_conventions: str = "systemone",
+    guard: str | None = None,
 ) -> list[EndpointSpec]:
     """Every built-in endpoint of `serve`: /v1/score_labels, the decision routes,
     /v1/moderations, then the
@@ -44,10 +45,11 @@ def builtin_endpoints(
     ``classify`` in the ``apps`` modules (None: the built-in reranker of ``rerank_method``
     for ``model``; a 400 for /v1/classify). ``rerank_answer``: what /v1/rerank answers a
     body without SGLang's `rid` (`serve --rerank-answer`); ``systemone_conventions``:
-    System One's or vLLM's answer on /v1/systemone."""
+    System One's or vLLM's answer on /v1/systemone; ``guard``: /v1/moderations' guard
+    family (`serve --guard`; None: the chat template's)."""
     return [
         score_labels_endpoint(),
         *decision_endpoints(apps, systemone_conventions),
-        moderation_endpoint(),
+        moderation_endpoint(guard),
         *ranking_api_endpoints(apps, rerank, classify, rerank_method, model, rerank_answer),
     ]

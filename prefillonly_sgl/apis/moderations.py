@@ -16,15 +16,24 @@ from prefillonly_sgl.server.endpoints import EndpointSpec
 from prefillonly_sgl.wire import openai_moderation as wire
 
 
-async def moderations(body: object, context) -> object:
-    """Answer OpenAI's /v1/moderations request."""
-    request = parse(wire.ModerationRequest, body)
-    call = ModerationCall.of(
-        request.input, request.policies, request.categories, request.guard, request.threshold
-    )
-    outcome = await context.moderate(call)
-    served = getattr(context.tokenizer_manager, "served_model_name", None)
-    return wire.to_response(request.model or served or "", outcome)
+def moderations_handler(guard: str | None = None):
+    """guard: the server's guard family (`serve --guard`), where a request names none."""
+
+    async def moderations(body: object, context) -> object:
+        """Answer OpenAI's /v1/moderations request."""
+        request = parse(wire.ModerationRequest, body)
+        call = ModerationCall.of(
+            request.input,
+            request.policies,
+            request.categories,
+            request.guard or guard,
+            request.threshold,
+        )
+        outcome = await context.moderate(call)
+        served = getattr(context.tokenizer_manager, "served_model_name", None)
+        return wire.to_response(request.model or served or "", outcome)
+
+    return moderations
 
 
 def _prompts_in(body: dict) -> int:
@@ -36,12 +45,12 @@ def _prompts_in(body: dict) -> int:
     return (len(value) if many else 1) * max(1, len(policies) if isinstance(policies, list) else 1)
 
 
-def moderation_endpoint() -> EndpointSpec:
+def moderation_endpoint(guard: str | None = None) -> EndpointSpec:
     return EndpointSpec(
         "/v1/moderations",
         wire.ModerationRequest,
         wire.ModerationResponse,
-        moderations,
+        moderations_handler(guard),
         summary="Moderation by an open guard model (OpenAI's /v1/moderations)",
         tags=("moderation",),
         count_prompts=_prompts_in,

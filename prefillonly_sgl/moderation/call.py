@@ -96,7 +96,7 @@ def plan_call(tokenizer, call: ModerationCall, recognised: str) -> tuple[str, Mo
     """(the guard the call runs as, its plan). recognised: what the model's chat template
     says (guards.recognise)."""
     guard = call.guard or recognised
-    template = getattr(tokenizer, "chat_template", None)
+    template = guards.template_for(guard, getattr(tokenizer, "chat_template", None))
 
     def encode(text: str) -> list[int]:
         return list(tokenizer.encode(text, add_special_tokens=False))
@@ -139,7 +139,7 @@ def plan_call(tokenizer, call: ModerationCall, recognised: str) -> tuple[str, Mo
         for i, c in enumerate(call.inputs):
             for risk in risks:
                 text = guard_prompts.render_guard(
-                    tokenizer, messages(c), guardian_config={"risk_name": risk}
+                    tokenizer, template, messages(c), guardian_config={"risk_name": risk}
                 )
                 prompts.append(Prompt(i, risk, guard_prompts.prompt_ids(tokenizer, text, True)))
         plan = plan_moderation("yes_no", prompts, len(call.inputs), encode, taxonomy)
@@ -169,7 +169,7 @@ def plan_call(tokenizer, call: ModerationCall, recognised: str) -> tuple[str, Mo
         kwargs["excluded_category_keys"] = []
     prompts, codes = [], None
     for i, c in enumerate(call.inputs):
-        text = guard_prompts.render_guard(tokenizer, messages(c), **kwargs)
+        text = guard_prompts.render_guard(tokenizer, template, messages(c), **kwargs)
         prompts.append(Prompt(i, None, guard_prompts.prompt_ids(tokenizer, text, True)))
         listed = (
             guards.listed_codes(taxonomy, text)

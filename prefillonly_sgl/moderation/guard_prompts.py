@@ -34,11 +34,15 @@ def policy_prompt(messages: Sequence[Message], policy: str) -> str:
     return POLICY_TEMPLATE.format(conversation=conversation_text(messages), policy=policy)
 
 
-def render_guard(tokenizer, messages: Sequence[Message], **template_kwargs) -> str:
-    """A guard's prompt: its chat template over the conversation, with its keyword
-    arguments, up to where the assistant (the guard) writes its verdict."""
+def render_guard(tokenizer, template: str, messages: Sequence[Message], **template_kwargs) -> str:
+    """A guard's prompt: its chat template (guards.template_for) over the conversation,
+    with its keyword arguments, up to where the assistant (the guard) writes its verdict."""
     return tokenizer.apply_chat_template(
-        list(messages), tokenize=False, add_generation_prompt=True, **template_kwargs
+        list(messages),
+        chat_template=template,
+        tokenize=False,
+        add_generation_prompt=True,
+        **template_kwargs,
     )
 
 

@@ -2,8 +2,10 @@
 
 A guard is recognised by its chat template (the text every checkpoint of the family
 carries; models/guard_templates/ holds the published ones), or named by the caller
-(`guard=`). A model whose template is none of them is not a guard: it moderates as a
-policy classifier, which needs the caller's policies (a clear error without them).
+(`guard=`, `serve --guard`): a checkpoint saved without its family's template (a
+fine-tune, a conversion) is then prompted with the published one (template_for). A model
+whose template is none of them is not a guard: it moderates as a policy classifier, which
+needs the caller's policies (a clear error without them).
 
 | family            | recognised by (in the chat template)  | prompts per input              |
 |-------------------|---------------------------------------|--------------------------------|
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from prefillonly_sgl.models import guard_templates
 from prefillonly_sgl.moderation.taxonomies import (
     GRANITE_GUARDIAN,
     LLAMA_GUARD_3,
@@ -33,6 +36,13 @@ from prefillonly_sgl.moderation.taxonomies import (
 
 GUARDS = ("llama_guard_3", "qwen3guard", "granite_guardian", "policy")
 DEFAULT_GRANITE_RISK = "harm"
+# the published template a named guard is prompted with when its checkpoint has none of
+# its family's (models/guard_templates/README.md: where each comes from)
+PUBLISHED_TEMPLATES = {
+    "llama_guard_3": "llama_guard_3_1b.jinja",  # takes the categories as arguments
+    "qwen3guard": "qwen3guard_gen.jinja",
+    "granite_guardian": "granite_guardian_3_1.jinja",  # 3.1 and 3.2's prompt
+}
 
 
 def recognise(chat_template: str | None) -> str:
@@ -46,6 +56,15 @@ def recognise(chat_template: str | None) -> str:
     if "guardian_config" in text:
         return "granite_guardian"
     return "policy"
+
+
+def template_for(guard: str, chat_template: str | None) -> str | None:
+    """The chat template a guard's prompts are rendered with: the checkpoint's own where
+    it is the guard's family's, else the family's published one (None: the policy
+    classifier, which uses none)."""
+    if guard not in PUBLISHED_TEMPLATES or recognise(chat_template) == guard:
+        return chat_template
+    return guard_templates.template_text(PUBLISHED_TEMPLATES[guard])
 
 
 def taxonomy_of(guard: str) -> Taxonomy | None:

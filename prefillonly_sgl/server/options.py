@@ -19,6 +19,7 @@ from prefillonly_sgl.config import runtime_config
 from prefillonly_sgl.config.runtime_config import RuntimeConfig
 from prefillonly_sgl.features import FEATURES, JCT_POLICY, OPTIONS, parse_names
 from prefillonly_sgl.machine.device_defaults import CPU_DEFAULT_MAX_TOTAL_TOKENS
+from prefillonly_sgl.moderation.guards import GUARDS
 
 DEFAULT_MAX_PENDING_REQUESTS = 256
 DEFAULT_MAX_PENDING_PROMPTS = 4096
@@ -38,6 +39,7 @@ class ServeOptions:
     rerank_method: str = "auto"  # the built-in reranker: auto, judge, query-likelihood
     rerank_answer: str = "cohere"  # /v1/rerank's answer without `rid`: cohere or sglang
     systemone_conventions: str = "systemone"  # /v1/systemone's answer: systemone or vllm
+    guard: str | None = None  # /v1/moderations' guard family (None: the chat template's)
     classify: str | None = None  # a classifier in the --app modules for /v1/classify
     max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
     max_pending_prompts: int = DEFAULT_MAX_PENDING_PROMPTS
@@ -138,6 +140,14 @@ def add_serve_options(parser: argparse.ArgumentParser, group=None) -> None:
         help="the answer of POST /v1/systemone: systemone (default): System One's, as "
         "typesafe-sdk and SGLang give it; vllm: vLLM's (its confidence, diagnostics, "
         "usage and limits), for clients of vLLM's /v1/systemone (docs/decisions.md)",
+    )
+    group.add_argument(
+        "--guard",
+        default=None,
+        choices=GUARDS,
+        help="how POST /v1/moderations reads the served model: a guard family, when its "
+        "chat template does not say (default: recognised from the template; a model that "
+        "is no guard checks the caller's `policies`; docs/moderation.md)",
     )
     group.add_argument(
         "--classify",
@@ -264,6 +274,7 @@ def parse_serve_argv(argv: list[str]) -> tuple[ServeOptions, list[str]]:
             rerank_method=ours.rerank_method,
             rerank_answer=ours.rerank_answer,
             systemone_conventions=ours.systemone_conventions,
+            guard=ours.guard,
             classify=ours.classify,
             max_pending_requests=ours.max_pending_requests,
             max_pending_prompts=ours.max_pending_prompts,
