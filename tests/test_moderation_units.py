@@ -16,7 +16,7 @@ from prefillonly_sgl.moderation.guard_prompts import conversation_text, policy_p
 from prefillonly_sgl.moderation.plan import (
     InputResult,
     Prompt,
-    code_ways,
+    code_extensions,
     plan_moderation,
     split_common,
     tokens_after,
@@ -64,19 +64,22 @@ def test_verdicts_sum_their_ways_and_report_their_mass():
     assert even == {"Yes": 0.5, "No": 0.5} and none == 0.0
 
 
-def test_codes_that_prefix_each_other_are_told_apart_by_what_follows():
-    # with characters, "S1" begins "S10": it is read followed by "," or "\n"
-    ways = code_ways(["S1", "S10", "S2"], encode, "unsafe\n", [",", "\n"])
-    assert ways == {"S1": ("S1,", "S1\n"), "S10": ("S10",), "S2": ("S2",)}
-    probs = {"S1,": 0.1, "S1\n": 0.1, "S10": 0.3, "S2": 0.0}
-    share = readout.first_of(ways, probs)
-    assert math.isclose(share["S1"], 0.4) and math.isclose(share["S10"], 0.6)
-    assert readout.category_scores(0.5, share) == {"S1": 0.2, "S10": 0.3, "S2": 0.0}
+def test_a_code_whose_tokens_begin_another_keeps_what_the_longer_does_not_take():
+    # with characters, "S1" begins "S10" and "S11": S1 written alone is P("S1") less theirs
+    extensions = code_extensions(["S1", "S10", "S11", "S2"], encode, "unsafe\n")
+    assert extensions == {"S1": ("S10", "S11"), "S10": (), "S11": (), "S2": ()}
+    probs = {"S1": 0.5, "S10": 0.2, "S11": 0.1, "S2": 0.2}  # P(tokens of each code)
+    share = readout.first_of(extensions, probs)
+    assert share == pytest.approx({"S1": 0.2 / 0.7, "S10": 0.2 / 0.7, "S11": 0.1 / 0.7,
+                                   "S2": 0.2 / 0.7})  # fmt: skip
+    assert readout.category_scores(0.5, {"S1": 0.4, "S2": 0.6}) == {"S1": 0.2, "S2": 0.3}
+    # a chain: S1 < S10 < S100: S1 less S10 only (S10's probability holds S100's)
+    assert code_extensions(["S1", "S10", "S100"], encode, "")["S1"] == ("S10",)
 
     def llama3(text):  # "S10" is "S", "10": no code begins another
         return {"S1": [83, 16], "S10": [83, 605]}.get(text, [ord(c) for c in text])
 
-    assert code_ways(["S1", "S10"], llama3, "", [","]) == {"S1": ("S1",), "S10": ("S10",)}
+    assert code_extensions(["S1", "S10"], llama3, "") == {"S1": (), "S10": ()}
 
 
 def test_a_boundary_the_tokenizer_merges_keeps_its_merge():
@@ -118,10 +121,11 @@ def test_llama_guard_reads_its_verdict_then_the_first_code_after_unsafe():
     assert second.items[0] == encode("hi|A:unsafe\n")
     assert second.items[1] == encode("hi|A:\n\nunsafe\n")
     assert second.items[2] == encode("what hurts|A:unsafe\n")
-    # characters: S1 begins S10-S14, so S1 is read followed by "," or "\n"
-    assert second.texts[:3] == ["S1,", "S1\n", "S2"]
-    assert second.labels[1] == encode("S1\n")
-    assert len(second.labels) == len(LLAMA_GUARD_3.categories) + 1
+    # each code one label; with characters S1's tokens begin S10-S14's
+    assert second.texts[:3] == ["S1", "S2", "S3"]
+    assert second.labels[0] == encode("S1")
+    assert len(second.labels) == len(LLAMA_GUARD_3.categories)
+    assert plan.code_extensions["S1"] == ("S10", "S11", "S12", "S13", "S14")
 
     def row_1(texts, p):
         return [p.get(t, 0.0) for t in texts]
@@ -130,7 +134,7 @@ def test_llama_guard_reads_its_verdict_then_the_first_code_after_unsafe():
         row_1(first.texts, {"safe": 0.9, "unsafe": 0.1}),
         row_1(first.texts, {"unsafe": 0.6, "\n\nunsafe": 0.2, "safe": 0.2}),
     ]
-    codes = {"S1,": 0.5, "S10": 0.5}
+    codes = {"S1": 1.0, "S10": 0.5}  # "S1" then "0": S10; "S1" then anything else: S1
     rows2 = [row_1(second.texts, codes)] * 4
     first_input, second_input = plan.read([rows1, rows2])
     assert math.isclose(first_input.flagged_probability, 0.1)

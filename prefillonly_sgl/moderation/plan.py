@@ -92,22 +92,26 @@ def compile_texts(
     return [tokens_after(encode, before, text) for text in texts]
 
 
-def code_ways(
-    codes: Sequence[str], encode: Callable[[str], Ids], before: str, ends: Sequence[str]
+def code_extensions(
+    codes: Sequence[str], encode: Callable[[str], Ids], before: str
 ) -> dict[str, tuple[str, ...]]:
-    """Each code's ways of being written (readout.first_of): the code alone where its
-    tokens (after `before`) begin no other code's, else the code followed by each of
-    `ends` (SGLang's score API reads labels of ordinary tokens only, so the end of the
-    turn, a special token, cannot be one: a prefixing code written last is missed)."""
+    """Each code's nearest extensions: the codes whose tokens (after `before`) begin with
+    all of its tokens, less those that extend one of them (with characters "S1" -> ("S10",
+    "S11"); in Llama 3's tokens "S10" is "S", "10": nothing). A code's label is then the
+    probability of its tokens; that of the code itself, written and not extended, is that
+    less its extensions' (readout.first_of): no label needs the end of the turn, a
+    special token, which SGLang's score API cannot read."""
     tokens = {c: tokens_after(encode, before, c) for c in codes}
-    ways = {}
+
+    def extends(longer: str, shorter: str) -> bool:
+        a, b = tokens[longer], tokens[shorter]
+        return longer != shorter and len(a) > len(b) and a[: len(b)] == b
+
+    out = {}
     for c in codes:
-        prefixes = any(
-            o != c and len(tokens[o]) > len(tokens[c]) and tokens[o][: len(tokens[c])] == tokens[c]
-            for o in codes
-        )
-        ways[c] = tuple(c + e for e in ends) if prefixes else (c,)
-    return ways
+        longer = [o for o in codes if extends(o, c)]
+        out[c] = tuple(o for o in longer if not any(extends(o, m) for m in longer))
+    return out
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,8 @@ class ModerationPlan:
     n_inputs: int
     verdicts: readout.Verdicts = readout.YES_NO_VERDICTS  # a yes_no plan's two answers
     codes: tuple[str, ...] = ()  # the categories the prompts list (a round 2's labels)
-    code_ways: dict = field(default_factory=dict)  # {code: its label texts} (code_ways)
+    code_texts: dict = field(default_factory=dict)  # {code: its label's text in round 2}
+    code_extensions: dict = field(default_factory=dict)  # (code_extensions)
 
     def read(self, rows: Sequence[Sequence[Sequence[float]]]) -> list[InputResult]:
         """Each input's result from each round's rows (per item, per label, the label's
@@ -131,6 +136,10 @@ class ModerationPlan:
         if self.kind == "llama_guard_3":
             return [self._read_llama_guard(i, first, second) for i in range(self.n_inputs)]
         return [self._read_qwen3guard(i, first, second) for i in range(self.n_inputs)]
+
+    def _first(self, row: dict) -> dict[str, float]:
+        by_code = {c: row[self.code_texts[c]] for c in self.codes}
+        return readout.first_of(self.code_extensions, by_code)
 
     def _read_yes_no(self, first) -> list[InputResult]:
         results = []
@@ -156,7 +165,7 @@ class ModerationPlan:
         mixed = {c: 0.0 for c in codes}
         total = sum(weights)
         for k, weight in enumerate(weights):
-            share = readout.first_of(self.code_ways, second[i * len(ways) + k])
+            share = self._first(second[i * len(ways) + k])
             for c in codes:
                 mixed[c] += share[c] * (weight / total if total > 0 else 1.0 / len(ways))
         categories = readout.category_scores(verdict["unsafe"], mixed)
@@ -164,15 +173,9 @@ class ModerationPlan:
 
     def _read_qwen3guard(self, i, first, second) -> InputResult:
         verdict, mass = readout.verdict_probabilities(readout.QWEN3GUARD_VERDICTS, first[i])
-        share = readout.first_of(self.code_ways, second[i])
+        share = self._first(second[i])
         categories = readout.category_scores(verdict["Unsafe"], share)
         return InputResult(verdict["Unsafe"], categories, mass, verdict)
-
-
-# what follows a code the model writes: the next code, or the end of its line (the end of
-# the turn, a special token, cannot be a label: code_ways)
-LLAMA_GUARD_CODE_ENDS = (",", "\n")
-QWEN3GUARD_NAME_ENDS = ("\n", ",")
 
 
 def plan_moderation(
@@ -203,12 +206,12 @@ def plan_moderation(
         after = [way + readout.LLAMA_GUARD_AFTER_UNSAFE for way in ways]
         then = [item + encode(written) for item in items for written in after]
         # the codes' tokens after the (first) way: the ways differ only before "unsafe"
-        code_texts = code_ways(codes, encode, after[0], LLAMA_GUARD_CODE_ENDS)
-        texts2 = [t for c in codes for t in code_texts[c]]
+        code_texts = {c: c for c in codes}
+        texts2 = list(codes)
         second = Round(query, then, texts2, compile_texts(texts2, encode, after[0]))
         return ModerationPlan(
-            kind, tuple(prompts), (first, second), taxonomy, n_inputs,
-            codes=codes, code_ways=code_texts,
+            kind, tuple(prompts), (first, second), taxonomy, n_inputs, codes=codes,
+            code_texts=code_texts, code_extensions=code_extensions(codes, encode, after[0]),
         )  # fmt: skip
     if kind == "qwen3guard":
         texts = readout.QWEN3GUARD_VERDICTS.texts()
@@ -217,12 +220,13 @@ def plan_moderation(
         first = Round(query, asked, texts, compile_texts(texts, encode, safety))
         categories = readout.QWEN3GUARD_CATEGORIES
         then = [item + encode(categories) for item in items]
-        spaced = code_ways([" " + c for c in codes], encode, categories, QWEN3GUARD_NAME_ENDS)
-        code_texts = {c: spaced[" " + c] for c in codes}
-        texts2 = [t for c in codes for t in code_texts[c]]
+        code_texts = {c: " " + c for c in codes}  # "Categories: Violent"
+        texts2 = [code_texts[c] for c in codes]
         second = Round(query, then, texts2, compile_texts(texts2, encode, categories))
+        spaced = code_extensions(texts2, encode, categories)
+        extensions = {c: tuple(o[1:] for o in spaced[" " + c]) for c in codes}
         return ModerationPlan(
-            kind, tuple(prompts), (first, second), taxonomy, n_inputs,
-            codes=codes, code_ways=code_texts,
+            kind, tuple(prompts), (first, second), taxonomy, n_inputs, codes=codes,
+            code_texts=code_texts, code_extensions=extensions,
         )  # fmt: skip
     raise ValueError(f"unknown guard kind {kind!r}")

@@ -50,17 +50,21 @@ def verdict_probabilities(
 
 
 def first_of(
-    ways: Mapping[str, Sequence[str]], text_probability: Mapping[str, float]
+    extensions: Mapping[str, Sequence[str]], probability: Mapping[str, float]
 ) -> dict[str, float]:
-    """Each code's probability of being written first, among the codes, from the
-    probabilities of its ways of being written ({code: (text, ...)}: the code alone, or,
-    where its tokens begin another code's, the code with each thing that may follow it);
-    normalised among the codes."""
-    summed = {c: sum(text_probability[t] for t in texts) for c, texts in ways.items()}
-    total = sum(summed.values())
+    """Each code's share of being written first, among the codes, from the probability of
+    each code's tokens ({code: p}): a code whose tokens other codes extend
+    (plan.code_extensions: "S1" before "S10" where digits are tokens) keeps only what
+    they do not take (its p less theirs: the code written and not extended); normalised
+    among the codes."""
+    alone = {
+        c: max(0.0, p - sum(probability[o] for o in extensions.get(c, ())))
+        for c, p in probability.items()
+    }
+    total = sum(alone.values())
     if total <= 0.0:
-        return {c: 1.0 / len(summed) for c in summed}
-    return {c: p / total for c, p in summed.items()}
+        return {c: 1.0 / len(alone) for c in alone}
+    return {c: p / total for c, p in alone.items()}
 
 
 def category_scores(flagged: float, first: Mapping[str, float]) -> dict[str, float]:
