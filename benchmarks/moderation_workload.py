@@ -112,8 +112,8 @@ def planned_prompts(tokenizer, inputs, policies=None) -> tuple[list[list[int]], 
     """(every prompt our moderation plan scores, in its order: per input, per policy; the
     first round's label token ids) of a call, rendered by the checkpoint's chat template
     (a guard) or the policy classifier's prompt, as Engine.moderate renders them."""
-    from prefillonly_sgl.moderation.call import ModerationCall, plan_call
     from prefillonly_sgl.moderation.guards import recognise
+    from prefillonly_sgl.moderation.moderation_call import ModerationCall, plan_call
 
     call = ModerationCall.of(inputs, policies)
     _, plan = plan_call(tokenizer, call, recognise(getattr(tokenizer, "chat_template", None)))

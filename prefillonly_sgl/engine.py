@@ -412,7 +412,7 @@ class Engine:
         cache_salt=None, lora_path=None,
     ):  # fmt: skip
         """``moderate`` for asyncio code (on the engine's loop, as async_score)."""
-        from prefillonly_sgl.moderation.call import ModerationCall
+        from prefillonly_sgl.moderation.moderation_call import ModerationCall
         from prefillonly_sgl.sglang_runtime.moderation_calls import moderate
 
         check_running_loop_is_served(self._require_running())

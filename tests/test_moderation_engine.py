@@ -19,8 +19,8 @@ from prefillonly_sgl.batch import run_batch
 from prefillonly_sgl.dsl.moderation import text_moderation
 from prefillonly_sgl.hooking.events import read_events
 from prefillonly_sgl.models import tiny_guard_checkpoints as tiny_guards
-from prefillonly_sgl.moderation.call import ModerationCall, plan_call
 from prefillonly_sgl.moderation.guards import recognise
+from prefillonly_sgl.moderation.moderation_call import ModerationCall, plan_call
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.verification.reference import TransformersReference
 

@@ -20,7 +20,7 @@ from test_moderation_engine import _expected
 import prefillonly_sgl as prefillonly
 import prefillonly_sgl.dsl
 from prefillonly_sgl.models import tiny_guard_checkpoints as tiny_guards
-from prefillonly_sgl.moderation.call import ModerationCall
+from prefillonly_sgl.moderation.moderation_call import ModerationCall
 from prefillonly_sgl.moderation.taxonomies import LLAMA_GUARD_3, OPENAI_CATEGORIES
 
 pytestmark = pytest.mark.slow  # its own server (the tiny guard)

@@ -10,9 +10,9 @@ import math
 import pytest
 
 from prefillonly_sgl.moderation import readout
-from prefillonly_sgl.moderation.call import ModerationCall
 from prefillonly_sgl.moderation.flags import flags_of
 from prefillonly_sgl.moderation.guard_prompts import conversation_text, policy_prompt
+from prefillonly_sgl.moderation.moderation_call import ModerationCall
 from prefillonly_sgl.moderation.plan import (
     InputResult,
     Prompt,

@@ -11,7 +11,7 @@ field in OpenAI's error shape, which the openai client reads. The body's `model`
 from __future__ import annotations
 
 from prefillonly_sgl.decisions.bodies import parse
-from prefillonly_sgl.moderation.call import ModerationCall
+from prefillonly_sgl.moderation.moderation_call import ModerationCall
 from prefillonly_sgl.server.endpoints import EndpointSpec
 from prefillonly_sgl.wire import openai_moderation as wire
 

@@ -33,8 +33,8 @@ import inspect
 from pathlib import Path
 
 from prefillonly_sgl.dsl.signature import Signature
-from prefillonly_sgl.moderation.call import ModerationCall
 from prefillonly_sgl.moderation.flags import DEFAULT_THRESHOLD
+from prefillonly_sgl.moderation.moderation_call import ModerationCall
 from prefillonly_sgl.scoring.adapters import check_lora_path
 from prefillonly_sgl.scoring.call_context import salt_fields
 from prefillonly_sgl.scoring.errors import InvalidRequestError

@@ -98,7 +98,7 @@ class ServerContext(Protocol):
 
     async def moderate(
         self, call: Any, lora_path: str | None = None
-    ) -> Any: ...  # moderation.call.ModerationCall -> moderation_calls.ModerationOutcome
+    ) -> Any: ...  # moderation.moderation_call.ModerationCall -> moderation_calls.ModerationOutcome
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prefillonly_sgl.moderation.call import ModerationCall, check_prompt_lengths, plan_call
 from prefillonly_sgl.moderation.flags import Flags, flags_of
 from prefillonly_sgl.moderation.guards import recognise, taxonomy_of
+from prefillonly_sgl.moderation.moderation_call import (
+    ModerationCall,
+    check_prompt_lengths,
+    plan_call,
+)
 from prefillonly_sgl.moderation.plan import InputResult
 from prefillonly_sgl.scoring.call_context import CallContext
 

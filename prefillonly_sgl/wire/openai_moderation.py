@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from prefillonly_sgl.moderation.call import MAX_INPUTS, MAX_POLICIES
 from prefillonly_sgl.moderation.flags import DEFAULT_THRESHOLD, Flags
+from prefillonly_sgl.moderation.moderation_call import MAX_INPUTS, MAX_POLICIES
 from prefillonly_sgl.moderation.plan import InputResult
 from prefillonly_sgl.moderation.taxonomies import OPENAI_CATEGORIES
 from prefillonly_sgl.wire.fields import cache_salt_field
@@ -58,7 +58,7 @@ class ModerationRequest(BaseModel):
 
 
 def conversations_of(value) -> list:
-    """OpenAI's `input` as the inputs of a ModerationCall (moderation/call.py): a text, a
+    """OpenAI's `input` as the inputs of a ModerationCall (moderation/moderation_call.py): a text, a
     list of texts, a list of typed parts (one input, as OpenAI reads it: its texts joined),
     a conversation, or a list of conversations. ValueError naming what is wrong (an image
     part: this server's models read text only)."""

@@ -210,7 +210,7 @@ class ServerContext:
         return await self._runtime.front.decide(self.call(lora_path), call)
 
     async def moderate(self, call, lora_path=None):
-        """A moderation.call.ModerationCall answered on the server's engine
+        """A moderation.moderation_call.ModerationCall answered on the server's engine
         (Engine.moderate's path: sglang_runtime/moderation_calls.py)."""
         return await moderate(self._runtime.front, self.call(lora_path), call)
 
