@@ -2,8 +2,8 @@
 describe, and the tiny guard checkpoints (models/tiny_guard_checkpoints.py) tokenize the
 verdicts as the published tokenizers do: Llama Guard 3's categories block with the excluded
 keys removed, ending at the assistant header; Qwen3Guard-Gen's prompt and response
-moderation; Granite Guardian's risk definition after the conversation. One engine (the tiny
-Llama Guard) checks a chained verdict against transformers."""
+moderation; Granite Guardian's risk definition after the conversation. No engine: the engine's
+readings of these guards are tests/test_moderation_engine.py's."""
 
 from __future__ import annotations
 
@@ -362,35 +362,5 @@ def test_tiny_guards_load_and_run_in_transformers(tmp_path, guard, options, arch
     assert (again / "model.safetensors").read_bytes() == (path / "model.safetensors").read_bytes()
 
 
-@pytest.fixture(scope="module")
-def llama_guard_path(tmp_path_factory):
-    return tiny_guards.build_llama_guard(tmp_path_factory.mktemp("tiny-llama-guard"))
-
-
-def test_the_engine_scores_the_chained_verdict_as_transformers(llama_guard_path):
-    """The verdict after Llama Guard's template is two tokens ("\\n\\n", then safe or unsafe):
-    the engine's label of two tokens is transformers' product of conditionals."""
-    import math
-
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from prefillonly_sgl import Engine
-
-    tok = AutoTokenizer.from_pretrained(llama_guard_path)
-    prompt = _render(
-        tok, [{"role": "user", "content": _parts(QUESTION)}], excluded_category_keys=["S6"]
-    )
-    ids = tok.encode(prompt, add_special_tokens=False)
-    labels = [tok.encode(t, add_special_tokens=False) for t in ("\n\nsafe", "\n\nunsafe")]
-    assert [len(label) for label in labels] == [2, 2]
-    model = AutoModelForCausalLM.from_pretrained(llama_guard_path, dtype=torch.float32)
-    expected = []
-    with torch.no_grad():
-        for label in labels:
-            logprobs = torch.log_softmax(model(torch.tensor([ids + label])).logits[0].double(), -1)
-            expected.append(sum(float(logprobs[len(ids) - 1 + i, t]) for i, t in enumerate(label)))
-    with Engine(llama_guard_path, device="cpu", dtype="float32", max_total_tokens=4096) as engine:
-        result = engine.score(ids[:-8], [ids[-8:]], labels, apply_softmax=False)
-    for got, want in zip(result.scores[0], expected):
-        assert abs(math.log(got) - want) < 1e-4
+# The engine scoring the chained verdict ("\n\n" then safe / unsafe, two tokens) against
+# transformers: tests/test_moderation_engine.py, on the same tiny guard's engine.
