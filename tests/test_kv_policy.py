@@ -114,3 +114,20 @@ def test_a_follower_reads_the_common_prefix_within_what_the_leader_keeps():
     assert packed_len(leader[:15] + [0] * 20, 0, 30, leader, 60) == 0  # too few to matter
     assert packed_len(follower, 45, 62, leader, 60) == 0  # 15 more than its match: too few
     assert packed_len(array("q", follower), 0, 62, array("q", leader), 60) == 60  # SGLang's
+
+
+def test_an_image_in_the_query_is_reusable_in_its_expanded_positions():
+    from prefillonly_sgl.features.prefill_kv.policy import image_expanded_prefix_len
+
+    pad = 9
+    query = [1, 2, 7, pad, 8, 3]  # "<start><image><end>" once in the query's own tokens
+    prompt = [1, 2, 7, pad, pad, pad, pad, 8, 3, 4, 5]  # the image is 4 tokens; item 4, 5
+    assert reusable_prefix_len(query, prompt, image_pad=pad) == 9
+    assert reusable_prefix_len(query, prompt) == 4  # not told: stops inside the image
+    assert image_expanded_prefix_len(prompt[:9], prompt, pad) == 9  # given expanded
+    # the item's own image (after the query) is not reusable; a text prompt is unchanged
+    assert reusable_prefix_len([1, 2], [1, 2, 7, pad, pad, 8], image_pad=pad) == 2
+    assert reusable_prefix_len([1, 2, 3], [1, 2, 4], image_pad=pad) == 2
+    # an image that differs cannot be told by its placeholders: SGLang's cache key is the
+    # image's hash (written over them in the scheduler), so R only marks what to keep
+    assert image_expanded_prefix_len([7, pad, 8], [7, pad, pad, 6], pad) == 3

@@ -43,12 +43,39 @@ def runs_one_forward(max_new_tokens: int | None) -> bool:
     return max_new_tokens in (0, 1)
 
 
-def reusable_prefix_len(query_ids: Sequence[int] | None, prompt_ids: Sequence[int]) -> int:
+def reusable_prefix_len(
+    query_ids: Sequence[int] | None, prompt_ids: Sequence[int], image_pad: int | None = None
+) -> int:
     """R for one prompt: tokens of the query that the prompt starts with (0 without a
-    query)."""
+    query). image_pad: a vision model's image placeholder token, where the prompt's tokens
+    have each image expanded (image_expanded_prefix_len)."""
     if not query_ids:
         return 0
+    if image_pad is not None and image_pad in prompt_ids:
+        return image_expanded_prefix_len(query_ids, prompt_ids, image_pad)
     return common_prefix_len(query_ids, prompt_ids)
+
+
+def image_expanded_prefix_len(
+    query_ids: Sequence[int], prompt_ids: Sequence[int], image_pad: int
+) -> int:
+    """The common prefix in the prompt's positions where the query holds an image's
+    placeholder once and the prompt its expansion (SGLang's processor writes one
+    placeholder per image token: an image in the query is N positions of the prompt, all
+    reusable). A query given already expanded counts the same."""
+    i = j = 0
+    while i < len(query_ids) and j < len(prompt_ids):
+        if query_ids[i] == image_pad and prompt_ids[j] == image_pad:
+            while j < len(prompt_ids) and prompt_ids[j] == image_pad:
+                j += 1  # the whole expansion
+            while i < len(query_ids) and query_ids[i] == image_pad:
+                i += 1
+            continue
+        if query_ids[i] != prompt_ids[j]:
+            break
+        i += 1
+        j += 1
+    return j
 
 
 def clamp_reusable_len(reusable_len: int, max_input_len: int) -> int:
