@@ -166,6 +166,27 @@ LAYER_KINDS: dict[str, LayerKind] = {
             "a Mamba2 mixer (selective state space, SSD) with a recurrent state and a "
             "short convolution per sequence, in SGLang's state pool",
         ),
+        # Vision-language models (issue 86): a vision tower writes each image's embeddings
+        # over its placeholder tokens, positions are M-RoPE's (3 sections: time, height,
+        # width). Prefill-only KV keeps an image of the query in the reusable prefix
+        # (R counted in expanded positions: prefill_kv/policy.image_expanded_prefix_len);
+        # SGLang keys an image in the radix cache by its hash.
+        LayerKind(
+            "image_tokens",
+            "image embeddings from a vision tower over placeholder tokens, M-RoPE positions",
+            off={
+                # layer_chunks / query chunks take 1-D positions; M-RoPE's are 3 x tokens
+                "hybrid_prefill": "its chunks carry one position per token; M-RoPE's are "
+                "three (time, height, width) and are not chunked (not verified)",
+            },
+            notes=(
+                "an item's own image is computed with the item; the query's image once, "
+                "in the reusable prefix",
+                "items behind an image are not packed into their leader's forward: each "
+                "reads the cached prefix in a later one (packing excludes multimodal "
+                "requests)",
+            ),
+        ),
         LayerKind(
             "moe",
             "mixture-of-experts MLP",
@@ -296,6 +317,14 @@ FAMILIES: dict[str, Family] = {
             "Gemma 3",
             ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"),
             ("other_layer", "sliding_window", "full_attention"),
+        ),
+        # Qwen2.5-VL (issue 86): Qwen2's decoder under a vision tower (windowed attention,
+        # 2x2 patch merging); its language model is plain attention.
+        Family(
+            "qwen2_5_vl",
+            "Qwen2.5-VL",
+            ("Qwen2_5_VLForConditionalGeneration",),
+            (*_LLAMA, "image_tokens"),
         ),
         # The attention-sinks helper owns this row (issue 53). Its sliding-window layers
         # are attention_sinks layers: the prefill-only backend runs them, window and sinks,

@@ -421,6 +421,111 @@ def _qwen3_5_vl(out_dir, seed):
     return out
 
 
+# Qwen2.5-VL's published chat template (Qwen2.5-VL-*-Instruct's chat_template.json): each
+# image or video part is written as its vision markers around one pad token, which the
+# processor expands to the image's token count.
+QWEN2_5_VL_CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
+    "{{ message['content'] }}<|im_end|>\n{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}"
+    "Picture {{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}"
+    "Video {{ video_count.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+# Qwen2.5-VL's patches as published (14 px, 2 frames, 2x2 merged: one image token covers
+# 28x28 pixels): SGLang's Qwen2.5-VL takes pixel rows of any other width than 3*2*14*14 =
+# 1176 for precomputed embeddings and skips its vision tower (models/qwen2_5_vl.py,
+# get_image_feature), so a smaller patch would never run the tower there.
+_QWEN2_5_VL_PATCH = dict(patch_size=14, merge_size=2, temporal_patch_size=2)
+# Images of 16 to 1024 tokens (published: min_pixels 56*56 = 4 tokens, max_pixels 16384
+# tokens): a 32x32 test image is resized to 112x112 = 4x4 merged tokens, so it crosses the
+# tower's windows below, and the cap keeps a stray large image inside a tiny KV pool.
+_QWEN2_5_VL_IMAGE_SIZE = {"shortest_edge": 16 * 28 * 28, "longest_edge": 1024 * 28 * 28}
+_QWEN2_5_VL_VIDEO_SIZE = {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28}
+
+
+def _qwen2_5_vl(out_dir, seed):
+    """Qwen2.5-VL as published: Qwen2_5_VLForConditionalGeneration, a Qwen2 language model
+    with M-RoPE (3 position sections) behind a vision tower of windowed and full attention
+    blocks, the ChatML tokenizer with the vision markers, and the processor (image and
+    video processors, chat template) AutoProcessor loads.
+
+    The tower is scaled down with its structure kept: 2 blocks (published 32), the last
+    full attention and the other windowed (published [7, 15, 23, 31] full), 32 wide, a
+    window of 56 px = 2x2 merged tokens (published 112 px = 4x4), so a 32x32 image (16
+    tokens, 4x4) spans 4 windows and the window reordering is exercised.
+    """
+    import torch
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2_5_VLProcessor,
+        Qwen2_5_VLVisionConfig,
+        Qwen2VLImageProcessor,
+        Qwen2VLVideoProcessor,
+    )
+
+    tok = build_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": _QWEN3_5_VISION_TOKENS})
+    tok.chat_template = QWEN2_5_VL_CHAT_TEMPLATE
+    ids = {t: tok.convert_tokens_to_ids(t) for t in _QWEN3_5_VISION_TOKENS}
+    text = _common(tok)
+    text.update(max_window_layers=text["num_hidden_layers"])  # (no sliding window: unused)
+    # Published: head_dim 128 with mrope_section [16, 24, 24] (temporal, height, width
+    # halves of the rotary dims); head_dim 16 here, so sections summing to 8.
+    text.update(
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 1000000.0,
+            "mrope_section": [2, 3, 3],
+        },
+    )
+    vision = Qwen2_5_VLVisionConfig(
+        depth=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        patch_size=14,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        window_size=56,
+        fullatt_block_indexes=[1],
+        out_hidden_size=text["hidden_size"],
+        tokens_per_second=2,
+    )
+    config = Qwen2_5_VLConfig(
+        text_config=text,
+        vision_config=vision.to_dict(),
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    out = _save(Qwen2_5_VLForConditionalGeneration(config), tok, out_dir, seed)
+    processor = Qwen2_5_VLProcessor(
+        image_processor=Qwen2VLImageProcessor(**_QWEN2_5_VL_PATCH, size=_QWEN2_5_VL_IMAGE_SIZE),
+        tokenizer=tok,
+        video_processor=Qwen2VLVideoProcessor(**_QWEN2_5_VL_PATCH, size=_QWEN2_5_VL_VIDEO_SIZE),
+        chat_template=QWEN2_5_VL_CHAT_TEMPLATE,
+    )
+    processor.save_pretrained(out)
+    # The published folders also carry them as separate files (preprocessor_config.json,
+    # video_preprocessor_config.json), which loaders older than processor_config.json read.
+    processor.image_processor.save_pretrained(out)
+    processor.video_processor.save_pretrained(out)
+    return out
+
+
 FAMILY_BUILDERS: dict[str, Callable[[str | Path, int], Path]] = {
     "llama": lambda out, seed: build_tiny_model(out, "llama", seed),
     "qwen2": lambda out, seed: build_tiny_model(out, "qwen2", seed),
@@ -441,6 +546,7 @@ FAMILY_BUILDERS: dict[str, Callable[[str | Path, int], Path]] = {
     "qwen3_5_moe": _qwen3_5_moe,
     "qwen3_next": _qwen3_next,
     "qwen3_5_vl": _qwen3_5_vl,
+    "qwen2_5_vl": _qwen2_5_vl,
 }
 
 
