@@ -29,6 +29,7 @@ from prefillonly_sgl.memory.budget import MemoryPlan
 from prefillonly_sgl.scoring.call_context import CallContext, current
 from prefillonly_sgl.scoring.continuations import ContinuationResult
 from prefillonly_sgl.scoring.errors import EngineClosedError, EngineDiedError
+from prefillonly_sgl.scoring.image_prompts import loaded_images, place_images
 from prefillonly_sgl.scoring.score_options import ScoreOptions
 from prefillonly_sgl.scoring.score_result import ScoreResult
 from prefillonly_sgl.scoring.validation import ModelLimits, TextOrIds
@@ -208,6 +209,8 @@ class Engine:
         item_embed_overrides: list | None = None,
         return_pooled_hidden_states: bool = False,
         lora_path: str | None = None,
+        images=None,
+        item_images=None,
     ) -> ScoreResult:
         """Probabilities of the labels after each query+item prompt (item+query with
         item_first). A label is a token id, or a list of token ids (a label of several
@@ -233,7 +236,11 @@ class Engine:
         return_pooled_hidden_states gives each item's hidden state under the head
         (docs/heads.md). lora_path: the LoRA adapter (a name loaded with
         ``enable_lora=True, lora_paths=[...]``) the call runs under: its prompts are
-        computed with it, and read only prefixes cached under it (docs/lora.md)."""
+        computed with it, and read only prefixes cached under it (docs/lora.md).
+        images / item_images (a vision-language model): the query's images, shared by
+        every item (computed once, in the reusable prefix), and per item its own; each a
+        path, URL, data URL, bytes or PIL image, placed at the text's image placeholders
+        or first (docs/images.md)."""
         call = self.async_score(
             query,
             items,
@@ -250,6 +257,8 @@ class Engine:
             item_embed_overrides=item_embed_overrides,
             return_pooled_hidden_states=return_pooled_hidden_states,
             lora_path=lora_path,
+            images=images,
+            item_images=item_images,
         )
         return self.run_until_complete(call)
 
@@ -271,12 +280,21 @@ class Engine:
         item_embed_overrides: list | None = None,
         return_pooled_hidden_states: bool = False,
         lora_path: str | None = None,
+        images=None,
+        item_images=None,
     ) -> ScoreResult:
         """``score`` for asyncio code; must run on the event loop of the thread that
         created the engine (SGLang's tokenizer manager lives there): a RuntimeError
         otherwise, never a hang."""
         check_running_loop_is_served(self._require_running())
         ctx = _call_context(cache_salt, lora_path)
+        image_data = None
+        if images is not None or item_images is not None:
+            if isinstance(items, str):
+                items = [items]
+            shared, own = loaded_images(images, item_images, allow_paths=True)
+            placeholder = self._front.facts.image_placeholder
+            query, items, image_data = place_images(query, items, shared, own, placeholder)
         return await self._watch.until_died(
             self._front.score(
                 ctx,
@@ -294,6 +312,7 @@ class Engine:
                     query_embed_overrides,
                     item_embed_overrides,
                     return_pooled_hidden_states,
+                    image_data,
                 ),
             )
         )

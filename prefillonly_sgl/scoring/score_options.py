@@ -13,6 +13,9 @@ anything is sent).
                            occurrences take query_embed_overrides in order, item i's take
                            item_embed_overrides[i] (None: that item has none). SGLang computes
                            such prompts without the prefix cache.
+    image_data             per item, the encoded images of its prompt, in placeholder order
+                           (a vision-language model; scoring/image_prompts.py places them
+                           and checks their placeholders, scoring/images.py loads them)
 
 Labels of several tokens (label_sequences.py: the prompt, then each label prefix as a
 cache hit of it) take temperature (the softmax of the labels' sequence log-probabilities
@@ -37,6 +40,7 @@ class ScoreOptions:
     query_embed_overrides: list[Any] | None = None
     item_embed_overrides: list[Any] | None = None
     return_pooled_hidden_states: bool = False  # a classification head's input, per item
+    image_data: list[list[bytes]] | None = None  # per item (image_prompts.place_images)
 
     def check(self, apply_softmax: bool, one_token_labels: bool, n_items: int) -> None:
         """InvalidRequestError naming the first field that cannot be served."""
@@ -63,6 +67,18 @@ class ScoreOptions:
                 f"item_embed_overrides has {len(self.item_embed_overrides)} entries for "
                 f"{n_items} items: give one per item (None for an item without overrides)"
             )
+        if self.image_data is not None:
+            if len(self.image_data) != n_items:
+                raise InvalidRequestError(
+                    f"image_data has {len(self.image_data)} entries for {n_items} items"
+                )
+            if not one_token_labels:
+                raise InvalidRequestError(
+                    "a call with images reads labels of one token each (labels of several "
+                    "tokens with images: not yet; docs/images.md)"
+                )
+            if self.embed_override_token_id is not None:
+                raise InvalidRequestError("images and embedding overrides cannot be combined")
         if not one_token_labels and self.embed_override_token_id is not None:
             raise InvalidRequestError(
                 "embedding overrides apply to labels of one token each: labels of several "
@@ -84,6 +100,8 @@ class ScoreOptions:
             kwargs["return_pooled_hidden_states"] = True
         if self.query_embed_overrides is not None:
             kwargs["query_embed_overrides"] = _vectors(self.query_embed_overrides)
+        if self.image_data is not None:
+            kwargs["image_data"] = [list(images) for images in self.image_data]
         if self.item_embed_overrides is not None:
             kwargs["item_embed_overrides"] = [
                 None if per_item is None else _vectors(per_item)

@@ -9,6 +9,8 @@ it again per request.
     facts.reads_labels    a causal LM: score requests need label tokens
     facts.readout         how it answers decisions (decisions/checkpoints.py)
     facts.limits          the scheduler's limits (model_limits.py)
+    facts.image_placeholder  how a vision-language model marks an image in text (its
+                          processor's placeholder and pad token), or None: text only
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from prefillonly_sgl.decisions.checkpoints import Readout, readout_of
 from prefillonly_sgl.models.families import HEAD_ARCHITECTURES
 from prefillonly_sgl.scoring.class_head import ClassHead
+from prefillonly_sgl.scoring.image_prompts import ImagePlaceholder
 from prefillonly_sgl.scoring.validation import ModelLimits
 
 
@@ -28,6 +31,7 @@ class ModelFacts:
     reads_labels: bool  # SGLang's is_generation: a causal LM reading label tokens
     head: ClassHead | None
     readout: Readout
+    image_placeholder: ImagePlaceholder | None = None
 
     @property
     def class_labels(self) -> tuple[str, ...] | None:
@@ -42,9 +46,10 @@ class ModelFacts:
         }
 
 
-def model_facts(model_config, limits: ModelLimits) -> ModelFacts:
+def model_facts(model_config, limits: ModelLimits, mm_processor=None) -> ModelFacts:
     """The facts of SGLang's ModelConfig (its hf_config, is_generation and the decision
-    files it loaded)."""
+    files it loaded) and of its multimodal processor (the tokenizer manager's
+    mm_processor: None for a text model)."""
     hf = model_config.hf_config
     architectures = tuple(getattr(hf, "architectures", None) or ())
     head = None
@@ -61,4 +66,16 @@ def model_facts(model_config, limits: ModelLimits) -> ModelFacts:
         reads_labels=bool(model_config.is_generation),
         head=head,
         readout=readout,
+        image_placeholder=image_placeholder(mm_processor),
     )
+
+
+def image_placeholder(mm_processor) -> ImagePlaceholder | None:
+    """The image placeholder of SGLang's multimodal processor (its mm_tokens: the text
+    it expands and the token it expands to), or None where the model reads no images."""
+    tokens = getattr(mm_processor, "mm_tokens", None)
+    text = getattr(tokens, "image_token", None)
+    pad = getattr(tokens, "image_token_id", None)
+    if not isinstance(text, str) or not text or not isinstance(pad, int):
+        return None
+    return ImagePlaceholder(text, pad)

@@ -36,7 +36,10 @@ from prefillonly_sgl.decisions.call import DecisionCall, DecisionOutcome
 from prefillonly_sgl.decisions.checkpoints import CHECKPOINT_REFUSAL, Readout
 from prefillonly_sgl.decisions.execution import decide
 from prefillonly_sgl.decisions.plan import plan_decision
-from prefillonly_sgl.features.prefill_kv.tokenizer_process import allow_setwise_with_cache
+from prefillonly_sgl.features.prefill_kv.tokenizer_process import (
+    allow_setwise_with_cache,
+    mark_image_pad,
+)
 from prefillonly_sgl.scoring.call_context import CallContext, carrying
 from prefillonly_sgl.scoring.class_head import ClassHead
 from prefillonly_sgl.scoring.continuations import (
@@ -70,11 +73,16 @@ class ScoringFront:
         self.tokenizer_manager = tokenizer_manager
         self.limits = limits
         # what the model is, decided once here; every door reads it (model_facts.py)
-        self.facts = model_facts(tokenizer_manager.model_config, limits)
+        self.facts = model_facts(
+            tokenizer_manager.model_config, limits, getattr(tokenizer_manager, "mm_processor", None)
+        )
         self.count_prompt_tokens = prompt_token_counter(tokenizer_manager.tokenizer)
         record_generate_requests(tokenizer_manager)  # cached tokens and rids per call
         # the setwise readout keeps the prefix cache where prefill-only KV runs
         allow_setwise_with_cache(tokenizer_manager, limits.max_scoring_prompt_tokens is not None)
+        # an image of the query is reusable in its expanded positions (prefill_kv)
+        placeholder = self.facts.image_placeholder
+        mark_image_pad(tokenizer_manager, None if placeholder is None else placeholder.pad_token_id)
 
     @property
     def tokenizer(self):
@@ -126,6 +134,10 @@ class ScoringFront:
                 "classification head answers its classes without them; docs/heads.md)"
             )
         query, items, labels = self.check(query, items, label_token_ids, item_first)
+        if options.image_data is not None and self.facts.image_placeholder is None:
+            raise InvalidRequestError(
+                "images need a vision-language model: this model reads text only"
+            )
         if not items:  # SGLang's answer to no items: no rows
             return ScoreResult(scores=[], prompt_tokens=0)
         trie = build_trie(labels)
@@ -216,6 +228,7 @@ class ScoringFront:
             and not item_first
             and score_extraction_token is None
             and options.embed_override_token_id is None
+            and options.image_data is None  # the processor expands the placeholders in text
             and self.tokenizer is not None
             and not get_exec().features.enable_mis
         )

@@ -109,7 +109,11 @@ def _after_create_tokenized_object(result, *args, **kwargs):
         return result
     if result.input_ids is None or params.max_new_tokens != 0:
         return result
-    shared = reusable_prefix_len(query_ids, result.input_ids)
+    # a prompt with images holds each expanded (one pad token per image token): the
+    # query's image is reusable in those positions (policy.image_expanded_prefix_len)
+    has_images = getattr(result, "mm_inputs", None) is not None
+    image_pad = getattr(args[0], IMAGE_PAD, None) if args and has_images else None
+    shared = reusable_prefix_len(query_ids, result.input_ids, image_pad)
     r = len(result.input_ids) if call.keep_whole else shared
     params.custom_params = with_reusable_len(params.custom_params, r)
     if r > shared:  # kept whole: grouped with the call's other prompts by the query
@@ -134,6 +138,16 @@ def _head_prompt(result):
         params.custom_params, reusable_prefix_len(query_ids, list(result.input_ids))
     )
     return result
+
+
+# -- images: the pad token a vision-language model's processor expands ---------------------
+IMAGE_PAD = "_prefillonly_image_pad"
+
+
+def mark_image_pad(tokenizer_manager, pad_token_id: int | None) -> None:
+    """The served model's image pad token (ScoringFront, from its model facts), read by the
+    reusable-prefix hook of a prompt with images; None for a text model."""
+    setattr(tokenizer_manager, IMAGE_PAD, pad_token_id)
 
 
 # -- the setwise readout with the prefix cache on -----------------------------------------

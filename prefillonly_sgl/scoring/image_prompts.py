@@ -1,0 +1,101 @@
+"""Where a score call's images go in its prompts (plain Python).
+
+A vision-language model reads an image where its prompt holds the model's image
+placeholder (Qwen2.5-VL: "<|vision_start|><|image_pad|><|vision_end|>"); SGLang's
+processor gives each placeholder, in order, the next image of the prompt and expands it to
+the image's tokens. An image with no placeholder would be dropped silently by SGLang
+(and a placeholder with no image scored as text), so every call is checked here:
+
+- the query's images (shared by every item) go where the query's placeholders are, or,
+  when it has none, at the query's start, one after another;
+- an item's own images likewise in the item;
+- each prompt's images are the query's then the item's (SGLang's image_data per item);
+  the query's image is the same bytes in every prompt, so SGLang keys it the same in the
+  prefix cache and the prompts after the first read it from there.
+
+    query, items, image_data = place_images(query, items, images, item_images, placeholder)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.images import check_count, load_image
+
+
+@dataclass(frozen=True)
+class ImagePlaceholder:
+    """How the served model marks an image in text, and the token its processor expands
+    (one per image token in the prompt's ids)."""
+
+    text: str
+    pad_token_id: int
+
+
+def place_images(
+    query,
+    items: Sequence,
+    images: Sequence[bytes] = (),
+    item_images: Sequence[Sequence[bytes]] | None = None,
+    placeholder: ImagePlaceholder | None = None,
+) -> tuple[str, list[str], list[list[bytes]]]:
+    """(the query, the items, each prompt's images) with a placeholder for every image;
+    InvalidRequestError naming the problem."""
+    if placeholder is None:
+        raise InvalidRequestError(
+            "images need a vision-language model: this model reads text only "
+            "(docs/images.md lists the families that read images)"
+        )
+    if item_images is not None and len(item_images) != len(items):
+        raise InvalidRequestError(
+            f"item_images has {len(item_images)} entries for {len(items)} items: give one "
+            "list per item ([] for an item without images)"
+        )
+    per_item = [list(x) for x in item_images] if item_images is not None else [[]] * len(items)
+    check_count(len(images) + sum(len(x) for x in per_item))
+    if not isinstance(query, str) or not all(isinstance(item, str) for item in items):
+        raise InvalidRequestError(
+            "a call with images takes its query and items as text (the model's processor "
+            "expands each image's placeholder in it)"
+        )
+    query = _with_placeholders(query, len(images), placeholder, "the query")
+    items = [
+        _with_placeholders(item, len(own), placeholder, f"items[{i}]")
+        for i, (item, own) in enumerate(zip(items, per_item, strict=True))
+    ]
+    return query, items, [list(images) + own for own in per_item]
+
+
+def loaded_images(images, item_images, allow_paths: bool):
+    """The call's images (an image or a list for the query; per item a list) as checked
+    bytes (scoring/images.py), each error naming its image."""
+    if images is None:
+        images = []
+    elif not isinstance(images, list | tuple):
+        images = [images]  # one image
+    query = [load_image(v, f"images[{k}]", allow_paths) for k, v in enumerate(images)]
+    if item_images is None:
+        return query, None
+    if not isinstance(item_images, list | tuple):
+        raise InvalidRequestError("item_images must be a list: per item, a list of images")
+    per_item = []
+    for i, own in enumerate(item_images):
+        own = [] if own is None else own if isinstance(own, list | tuple) else [own]
+        per_item.append(
+            [load_image(v, f"item_images[{i}][{k}]", allow_paths) for k, v in enumerate(own)]
+        )
+    return query, per_item
+
+
+def _with_placeholders(text: str, n: int, placeholder: ImagePlaceholder, where: str) -> str:
+    found = text.count(placeholder.text)
+    if found == n:
+        return text
+    if found == 0:
+        return placeholder.text * n + text
+    raise InvalidRequestError(
+        f"{where} holds {found} image placeholder(s) ({placeholder.text!r}) for {n} "
+        "image(s): write one per image, or none (the images then go first)"
+    )

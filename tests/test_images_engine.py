@@ -1,0 +1,116 @@
+"""Images in scoring on the Engine (issue 86): a tiny Qwen2.5-VL in the published shape
+(models/tiny_family_checkpoints.py, a 32x32 image is 16 image tokens), one engine for the
+module. Every probability against a plain transformers forward of the same prompt and
+image through the model's own processor (verification/image_reference.py), 1e-4 in
+float32; the query's image computed once and then read from the prefix cache (its
+expanded positions are the reusable prefix)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from PIL import Image
+
+from prefillonly_sgl import Engine
+from prefillonly_sgl.models.tiny_family_checkpoints import build_family
+from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.verification.image_reference import ImageReference
+
+pytestmark = pytest.mark.slow  # a vision-language engine
+
+TOLERANCE = 1e-4
+PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
+QUERY = "<|im_start|>user\nA product photo. "
+ITEMS = [
+    "Is it a red shoe? Answer:",
+    "Is it a blue bag? Answer:",
+    "Is it something to wear? Answer:",
+]
+
+
+def _png(seed: int) -> bytes:
+    """A 32x32 image of seeded noise (every pixel matters to the vision tower)."""
+    import random
+
+    rng = random.Random(seed)
+    image = Image.new("RGB", (32, 32))
+    image.putdata([tuple(rng.randrange(256) for _ in range(3)) for _ in range(32 * 32)])
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def vl(tmp_path_factory):
+    path = build_family("qwen2_5_vl", tmp_path_factory.mktemp("qwen2_5_vl"))
+    reference = ImageReference(path)
+    tok = reference.processor.tokenizer
+    labels = [tok.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
+    with Engine(path, device="cpu", dtype="float32", max_total_tokens=4096) as engine:
+        yield engine, reference, labels
+
+
+@pytest.mark.parametrize("softmax", [False, True])
+def test_an_image_in_the_query_scores_every_item_as_transformers(vl, softmax):
+    engine, reference, labels = vl
+    image = _png(softmax)  # a new image per case: the first call is cold
+    result = engine.score(QUERY, ITEMS, labels, apply_softmax=softmax, images=[image])
+    for item, row in zip(ITEMS, result.scores, strict=True):
+        want = reference.label_probabilities(PLACEHOLDER + QUERY + item, [image], labels, softmax)
+        assert row == pytest.approx(want, abs=TOLERANCE)
+
+
+def test_the_querys_image_is_read_from_the_cache_by_later_items(vl):
+    """The query's expanded image is its reusable prefix: new items about the same image
+    read it (and the query's text) from the prefix cache."""
+    engine, reference, labels = vl
+    image = _png(7)
+    engine.score(QUERY, ITEMS[:1], labels, images=[image])
+    query_len = reference.expanded_length(PLACEHOLDER + QUERY, [image])
+    assert query_len > 16  # the 16 image tokens and the text
+    again = engine.score(QUERY, ITEMS[1:], labels, images=[image])
+    assert again.cached_tokens >= len(ITEMS[1:]) * (query_len - 1)
+    other = engine.score(QUERY, ITEMS[1:], labels, images=[_png(8)])  # another image
+    assert other.cached_tokens < again.cached_tokens
+
+
+def test_each_item_its_own_image_and_placeholders_where_written(vl):
+    engine, reference, labels = vl
+    shared, own = _png(11), [_png(12), _png(13)]
+    query = "Compare " + PLACEHOLDER + " with the next image: "
+    items = ["this one " + PLACEHOLDER + " Same?", "and this? Same?"]
+    item_images = [[own[0]], [own[1]]]
+    result = engine.score(
+        query, items, labels, apply_softmax=False, images=shared, item_images=item_images
+    )
+    want0 = reference.label_probabilities(query + items[0], [shared, own[0]], labels, False)
+    # the second item has no placeholder: its image goes first in the item
+    want1 = reference.label_probabilities(
+        query + PLACEHOLDER + items[1], [shared, own[1]], labels, False
+    )
+    assert result.scores[0] == pytest.approx(want0, abs=TOLERANCE)
+    assert result.scores[1] == pytest.approx(want1, abs=TOLERANCE)
+
+
+def test_bad_image_calls_are_refused_by_name(vl, tmp_path):
+    engine, _, labels = vl
+    with pytest.raises(InvalidRequestError, match="images\\[0\\]: not a decodable image"):
+        engine.score(QUERY, ITEMS, labels, images=[b"not an image"])
+    with pytest.raises(InvalidRequestError, match="cannot read"):
+        engine.score(QUERY, ITEMS, labels, images=[str(tmp_path / "missing.png")])
+    with pytest.raises(InvalidRequestError, match="2 image placeholder"):
+        engine.score(PLACEHOLDER * 2 + QUERY, ITEMS, labels, images=[_png(1)])
+    with pytest.raises(InvalidRequestError, match="item_images has 1 entries for 3 items"):
+        engine.score(QUERY, ITEMS, labels, item_images=[[_png(1)]])
+    with pytest.raises(InvalidRequestError, match="labels of one token each"):
+        engine.score(QUERY, ITEMS, [[labels[0], labels[1]], [labels[1]]], images=[_png(1)])
+    # the engine serves on: a good call after the refusals
+    path = tmp_path / "ok.png"
+    path.write_bytes(_png(2))
+    assert len(engine.score(QUERY, ITEMS, labels, images=str(path)).scores) == 3
+
+
+def test_a_text_model_refuses_images(tiny_engine, yes_no_labels):
+    with pytest.raises(InvalidRequestError, match="reads text only"):
+        tiny_engine.score("q", ["i"], yes_no_labels, images=[_png(1)])
