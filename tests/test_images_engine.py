@@ -10,9 +10,11 @@ from __future__ import annotations
 import io
 
 import pytest
+from conftest import start_logging_forwards
 from PIL import Image
 
 from prefillonly_sgl import Engine
+from prefillonly_sgl.hooking.events import read_events
 from prefillonly_sgl.models.tiny_family_checkpoints import build_family
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.verification.image_reference import ImageReference
@@ -47,7 +49,12 @@ def vl(tmp_path_factory):
     reference = ImageReference(path)
     tok = reference.processor.tokenizer
     labels = [tok.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
-    with Engine(path, device="cpu", dtype="float32", max_total_tokens=4096) as engine:
+    log = tmp_path_factory.mktemp("vl-forwards") / "forwards.log"
+    engine = start_logging_forwards(
+        log, lambda: Engine(path, device="cpu", dtype="float32", max_total_tokens=4096)
+    )
+    with engine:
+        engine.forward_log = log
         yield engine, reference, labels
 
 
@@ -59,6 +66,20 @@ def test_an_image_in_the_query_scores_every_item_as_transformers(vl, softmax):
     for item, row in zip(ITEMS, result.scores, strict=True):
         want = reference.label_probabilities(PLACEHOLDER + QUERY + item, [image], labels, softmax)
         assert row == pytest.approx(want, abs=TOLERANCE)
+
+
+def test_n_items_about_one_image_are_one_forward_of_packed_items(vl):
+    """SGLang sends prompts with images one by one (its processor runs per prompt); the
+    scheduler admits the call's prompts together: one computes the query and its image,
+    the others ride behind it in the same forward (features/jct_scheduler/call_arrival.py,
+    prefill_kv packing)."""
+    engine, _, labels = vl
+    items = [f"Is it item number {i}? Answer:" for i in range(6)]
+    before = len(read_events(engine.forward_log, "forward"))
+    engine.score(QUERY, items, labels, images=[_png(21)])
+    forwards = read_events(engine.forward_log, "forward")[before:]
+    assert len(forwards) == 1, forwards
+    assert len(forwards[0]["new"]) == len(items) and forwards[0]["packed"] == len(items) - 1
 
 
 def test_the_querys_image_is_read_from_the_cache_by_later_items(vl):

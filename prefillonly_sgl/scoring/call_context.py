@@ -53,6 +53,9 @@ class CallContext:
     query_ids: tuple[int, ...] | None = None
     # a score call whose prompts are reusable whole (labels of several tokens)
     keep_whole: bool = False
+    # inside SGLang's score_request: (the call's id, its number of prompts), sent with
+    # each prompt so the scheduler admits them together (jct_scheduler/call_arrival.py)
+    score_call: tuple[str, int] | None = None
 
     @property
     def sglang_salt(self) -> str | None:

@@ -53,6 +53,7 @@ from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
 from prefillonly_sgl.features.jct_scheduler.batch_budget import batch_token_budget, chunk_lift
+from prefillonly_sgl.features.jct_scheduler.call_arrival import CallArrivals
 from prefillonly_sgl.features.jct_scheduler.eviction import (
     defer_for_hits,
     evict_protected_last,
@@ -61,7 +62,7 @@ from prefillonly_sgl.features.jct_scheduler.eviction import (
 from prefillonly_sgl.features.jct_scheduler.policy import JctPolicy
 from prefillonly_sgl.features.jct_scheduler.prefix_marks import prefix_marks
 from prefillonly_sgl.features.jct_scheduler.settings import JctSettings
-from prefillonly_sgl.features.prefill_kv.messages import grouping_len_in
+from prefillonly_sgl.features.prefill_kv.messages import call_in, grouping_len_in
 from prefillonly_sgl.features.prefill_kv.policy import runs_one_forward
 from prefillonly_sgl.hooking import process_state
 from prefillonly_sgl.hooking.events import append_event
@@ -108,6 +109,7 @@ class JctSchedulePolicy(SchedulePolicy):
             size_ratio=settings.size_ratio,
         )
         self.planned: set[str] | None = None  # rids the adder may admit this step
+        self.arrivals = CallArrivals()  # a score call's prompts admitted together
         self._present: set[str] = set()
         self._requests: dict[str, object] = {}  # rid -> Req, requests outside groups
         self._prefixes: dict[int, _Prefix] = {}  # group id -> its prefix
@@ -147,7 +149,7 @@ class JctSchedulePolicy(SchedulePolicy):
         plan = self.jct.plan_step(now, explain=explain)
         if self.queue_aware:
             plan = self._hits_first(plan, now, explain)
-        members = set(plan.batch)
+        members = set(plan.batch) - self._arriving(waiting_queue, now)
         position = {rid: i for i, rid in enumerate(plan.batch)}
         head = sorted((r for r in waiting_queue if r.rid in members), key=lambda r: position[r.rid])
         waiting_queue[:] = head + [r for r in waiting_queue if r.rid not in members]
@@ -156,6 +158,16 @@ class JctSchedulePolicy(SchedulePolicy):
         self.lift = self.chunk_lift if whole else 0
         self._recent_batches = [*self._recent_batches[-1:], list(plan.batch)]
         _log_plan(plan)
+
+    def _arriving(self, waiting_queue, now: float) -> set[str]:
+        """The waiting prompts of score calls whose other prompts are still arriving
+        (call_arrival.py): left out of this step's batch."""
+        self.arrivals.start_step()
+        for req in waiting_queue:
+            tag = call_in(req.sampling_params.custom_params)
+            if tag is not None:
+                self.arrivals.observe(req.rid, tag[0], tag[1], now)
+        return self.arrivals.held(now)
 
     def _sync(self, waiting_queue, now: float) -> tuple[list[int], list[str]]:
         """The policy's waiting set = SGLang's queue. Returns the new groups and the new

@@ -8,6 +8,9 @@ crosses a process boundary is written and read here, and nowhere else.
   several tokens keep whole prompts for their continuations), also that shared length,
   by which the JCT scheduler groups it (the call's prompts then run as one group: one
   computes the query, the others ride behind it in the same forward).
+- tokenizer process -> scheduler, per score prompt: its call's id and number of prompts,
+  by which the JCT scheduler admits a call's prompts together where SGLang sends them
+  one by one (jct_scheduler/call_arrival.py).
 - scheduler -> main process, once at start-up: the longest score prompt this scheduler
   accepts, in SGLang's start-up handshake (Scheduler.get_init_info), present only where
   prefill-only KV is active. The Engine and the server validate with it. Where the
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 REUSABLE_LEN_KEY = "prefillonly_reusable_len"
 SHARED_LEN_KEY = "prefillonly_shared_len"
+CALL_KEY = "prefillonly_call"
 SCORING_LIMIT_KEY = "prefillonly_max_scoring_input_len"
 OFF_REASON_KEY = "prefillonly_kv_off_because"
 
@@ -52,6 +56,23 @@ def grouping_len_in(custom_params: object) -> int | None:
         if shared is not None:
             return shared
     return reusable_len_in(custom_params)
+
+
+def with_call(custom_params: dict | None, call_id: str, prompts: int) -> dict:
+    """custom_params (a copy) carrying the score call's id and its number of prompts."""
+    return {**(custom_params or {}), CALL_KEY: [str(call_id), int(prompts)]}
+
+
+def call_in(custom_params: object) -> tuple[str, int] | None:
+    """(call id, prompts) as the tokenizer process sent them, or None (anything else:
+    custom_params also come from clients, and a malformed value reads as absent)."""
+    if not isinstance(custom_params, dict):
+        return None
+    value = custom_params.get(CALL_KEY)
+    if not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], str):
+        return None
+    size = _length(value[1])
+    return None if size is None or size < 1 else (value[0], size)
 
 
 def _length(value: object) -> int | None:

@@ -342,8 +342,10 @@ def _leader_for(adder, req) -> _Follower | None:
     beyond its own match (packing.py), or None. Only one-forward requests follow (never a
     decode step: their row past S is theirs alone); both in one prefix-cache namespace; no
     recurrent state (a follower would need the leader's state at S, which exists only
-    after the forward); no embeddings or images (their KV is not a function of the token
-    ids alone)."""
+    after the forward); no embedding overrides (their KV is not a function of the token
+    ids alone). Images are: SGLang writes each image's hash over its placeholder tokens on
+    arrival (pad_input_ids), so equal ids are the same image, and a follower's M-RoPE
+    positions and image embeddings are read past its prefix as for a cache hit."""
     if (
         not adder.can_run_list
         or not STATE.packs_followers
@@ -377,12 +379,7 @@ def _leader_for(adder, req) -> _Follower | None:
 
 
 def _plain_tokens(req) -> bool:
-    return (
-        req.multimodal_inputs is None
-        and req.input_embeds is None
-        and req.positional_embed_overrides is None
-        and not req.is_dllm()
-    )
+    return req.input_embeds is None and req.positional_embed_overrides is None and not req.is_dllm()
 
 
 def _admit(original, self, req, has_chunked_req, truncation_align_size):

@@ -31,8 +31,13 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import uuid
 
-from prefillonly_sgl.features.prefill_kv.messages import with_reusable_len, with_shared_len
+from prefillonly_sgl.features.prefill_kv.messages import (
+    with_call,
+    with_reusable_len,
+    with_shared_len,
+)
 from prefillonly_sgl.features.prefill_kv.policy import reusable_prefix_len, runs_one_forward
 from prefillonly_sgl.features.prefill_kv.setwise import setwise_refusal
 from prefillonly_sgl.scoring.call_context import carrying, current
@@ -51,7 +56,10 @@ async def _around_score_request(original, self, *args, **kwargs):
     # The query tokens of this score call ((): nothing reusable); outside score calls
     # query_ids is None and generate requests stay stock.
     query_ids = tuple(query_token_ids(self.tokenizer, bound.arguments))
-    with carrying(current().replace(query_ids=query_ids)):
+    items = bound.arguments.get("items")
+    prompts = len(items) if isinstance(items, list) else 1
+    score_call = (uuid.uuid4().hex, prompts)
+    with carrying(current().replace(query_ids=query_ids, score_call=score_call)):
         return await original(*bound.args, **bound.kwargs)
 
 
@@ -118,6 +126,8 @@ def _after_create_tokenized_object(result, *args, **kwargs):
     params.custom_params = with_reusable_len(params.custom_params, r)
     if r > shared:  # kept whole: grouped with the call's other prompts by the query
         params.custom_params = with_shared_len(params.custom_params, shared)
+    if call.score_call is not None and call.score_call[1] > 1:
+        params.custom_params = with_call(params.custom_params, *call.score_call)
     anchors = getattr(result, "token_indices_to_pool", None)
     if anchors and args and getattr(args[0], SETWISE_WITH_CACHE, False):
         # A setwise prompt: its labels are read at every anchor, so the prefix cache may
