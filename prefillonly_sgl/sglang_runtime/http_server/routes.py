@@ -16,6 +16,10 @@ from prefillonly_sgl.server.endpoints import EndpointSpec
 from prefillonly_sgl.server.error_bodies import error_body, validation_message
 from prefillonly_sgl.sglang_runtime.http_server.access import declare
 from prefillonly_sgl.sglang_runtime.http_server.runtime import SGLangRuntime
+from prefillonly_sgl.sglang_runtime.http_server.score_images import (
+    carries_images,
+    score_with_images,
+)
 from prefillonly_sgl.wire.prefillonly import score_usage
 
 # Paths whose validation-error format SGLang documents per API: left to SGLang's handler.
@@ -48,6 +52,21 @@ def _install_validation_handler(app) -> None:
     app.exception_handlers[RequestValidationError] = handler
 
 
+async def _score_images(runtime: SGLangRuntime, body: dict, raw_request):
+    """/v1/score with images (score_images.py), its usage merged as SGLang's route's."""
+    try:
+        ctx = _route_context(body, raw_request)
+        with carrying(ctx):
+            served = runtime.tokenizer_manager.served_model_name
+            content = await score_with_images(runtime.front, ctx, body, served)
+    except InvalidRequestError as e:
+        return _error_response(400, str(e))
+    record = ctx.record
+    if record is not None and record.usage.prompts:
+        content["usage"] = {**content["usage"], **score_usage(record.usage)}
+    return _json_response(content)
+
+
 def _replace_score_route(app, runtime: SGLangRuntime, peers: list[EndpointSpec] = ()) -> None:
     """/v1/score: SGLang's handler, then this request's usage merged into `usage`; a body
     one of ``peers`` claims (EndpointSpec.claims: vLLM's score shapes) goes to that spec
@@ -72,6 +91,8 @@ def _replace_score_route(app, runtime: SGLangRuntime, peers: list[EndpointSpec] 
         for peer in peers:
             if peer.claims(body):
                 return await _run_raw(peer, runtime, body, raw_request)
+        if carries_images(body):  # our extension: SGLang's handler would drop them
+            return await _score_images(runtime, body, raw_request)
         try:
             request = ScoringRequest.model_validate(body)
         except ValidationError as e:

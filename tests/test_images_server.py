@@ -1,0 +1,115 @@
+"""/v1/score with images on a real `prefillonly serve` of the tiny Qwen2.5-VL (issue 86):
+`image_data` (the query's images) and `item_image_data` (per item) as data URLs or URLs
+of a real HTTP server on localhost, SGLang's answer shape, probabilities within 1e-4 of
+transformers through the model's own processor; a bad image a 400 naming it, the server
+alive after it. (Stock SGLang's /v1/score drops an image_data silently.)"""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import threading
+
+import pytest
+import requests
+from server_process import running_server
+from test_images_engine import PLACEHOLDER, QUERY, _png
+
+from prefillonly_sgl.machine.ports import free_port
+from prefillonly_sgl.models.tiny_family_checkpoints import build_family
+from prefillonly_sgl.verification.image_reference import ImageReference
+
+pytestmark = pytest.mark.slow  # its own server (the tiny vision-language model)
+
+TOLERANCE = 1e-4
+ITEMS = ["Is it a red shoe? Answer:", "Is it a blue bag? Answer:"]
+
+
+def _data_url(data: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(data).decode()
+
+
+@pytest.fixture(scope="module")
+def vl_server(tmp_path_factory):
+    path = build_family("qwen2_5_vl", tmp_path_factory.mktemp("qwen2_5_vl"))
+    log = tmp_path_factory.mktemp("vl-server") / "serve.log"
+    with running_server(path, log) as server:
+        server.reference = ImageReference(path)
+        tok = server.reference.processor.tokenizer
+        server.labels = [tok.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
+        yield server
+
+
+@pytest.fixture(scope="module")
+def image_url(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("served-images")
+    (folder / "a.png").write_bytes(_png(31))
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(folder), **kwargs)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/a.png"
+    server.shutdown()
+
+
+def _score(server, **body):
+    body = {"query": QUERY, "items": ITEMS, "label_token_ids": server.labels, **body}
+    return requests.post(f"{server.url}/v1/score", json=body, timeout=120)
+
+
+def test_the_querys_image_by_data_url_and_url_as_transformers(vl_server, image_url):
+    image = _png(30)
+    answer = _score(vl_server, image_data=_data_url(image), apply_softmax=False)
+    assert answer.status_code == 200, answer.text
+    content = answer.json()
+    assert content["object"] == "scoring" and len(content["scores"]) == len(ITEMS)
+    for item, row in zip(ITEMS, content["scores"], strict=True):
+        want = vl_server.reference.label_probabilities(
+            PLACEHOLDER + QUERY + item, [image], vl_server.labels, False
+        )
+        assert row == pytest.approx(want, abs=TOLERANCE)
+    by_url = _score(vl_server, image_data=[image_url], apply_softmax=False).json()
+    first = vl_server.reference.label_probabilities(
+        PLACEHOLDER + QUERY + ITEMS[0], [_png(31)], vl_server.labels, False
+    )
+    assert by_url["scores"][0] == pytest.approx(first, abs=TOLERANCE)
+    # the repeat reads the query's image from the cache
+    again = _score(vl_server, image_data=[image_url], apply_softmax=False).json()
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 16 * len(ITEMS)
+
+
+def test_per_item_images(vl_server):
+    own = [_png(32), _png(33)]
+    images = [[_data_url(own[0])], [_data_url(own[1])]]
+    answer = _score(vl_server, item_image_data=images, apply_softmax=True)
+    assert answer.status_code == 200, answer.text
+    for k, (item, row) in enumerate(zip(ITEMS, answer.json()["scores"], strict=True)):
+        want = vl_server.reference.label_probabilities(
+            QUERY + PLACEHOLDER + item, [own[k]], vl_server.labels, True
+        )
+        assert row == pytest.approx(want, abs=TOLERANCE)
+
+
+@pytest.mark.parametrize(
+    "body, problem",
+    [
+        ({"image_data": "data:image/png;base64,AAAA"}, "images\\[0\\]: not a decodable image"),
+        ({"image_data": "/etc/passwd"}, "an http\\(s\\) URL or a data URL"),
+        ({"image_data": "http://127.0.0.1:9/a.png"}, "images\\[0\\]: cannot fetch"),
+        ({"item_image_data": [[]]}, "item_images has 1 entries for 2 items"),
+        ({"image_data": [_data_url(_png(1))] * 17}, "at most 16 images"),
+    ],
+)
+def test_bad_images_are_400s_naming_them(vl_server, body, problem):
+    import re
+
+    answer = _score(vl_server, **body)
+    assert answer.status_code == 400, answer.text
+    assert re.search(problem, answer.text)
+    assert _score(vl_server).status_code == 200  # alive, text calls as ever
