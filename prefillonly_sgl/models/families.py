@@ -181,10 +181,7 @@ LAYER_KINDS: dict[str, LayerKind] = {
             },
             notes=(
                 "an item's own image is computed with the item; the query's image once, "
-                "in the reusable prefix",
-                "items behind an image are not packed into their leader's forward: each "
-                "reads the cached prefix in a later one (packing excludes multimodal "
-                "requests)",
+                "in the reusable prefix, the items packed behind it (docs/images.md)",
             ),
         ),
         LayerKind(
