@@ -113,3 +113,42 @@ def test_bad_images_are_400s_naming_them(vl_server, body, problem):
     assert answer.status_code == 400, answer.text
     assert re.search(problem, answer.text)
     assert _score(vl_server).status_code == 200  # alive, text calls as ever
+
+
+def test_the_openai_chat_door_reads_an_image_url_in_a_one_token_request(vl_server):
+    """OpenAI's client, an image_url part: a one-token request (prefill-only) whose label
+    logprobs (logprob_token_ids) are transformers' on the chat template's prompt; the
+    messages before the last are the reusable prefix (single_token/prefix.py), so the
+    next question about the image reads it from the prefix cache."""
+    import math
+
+    import openai
+
+    client = openai.OpenAI(base_url=f"{vl_server.url}/v1", api_key="none")
+    image = _png(5)
+    photo = [{"type": "image_url", "image_url": {"url": _data_url(image)}},
+             {"type": "text", "text": "A product photo."}]  # fmt: skip
+    reference = vl_server.reference
+    cached = []
+    for question in ("Is it red? Answer Yes or No.", "Is it a shoe? Answer Yes or No."):
+        messages = [{"role": "user", "content": photo}, {"role": "user", "content": question}]
+        prompt = reference.processor.apply_chat_template(
+            [{"role": "user", "content": [{"type": "image"}, photo[1]]},
+             {"role": "user", "content": question}],
+            add_generation_prompt=True,
+            tokenize=False,
+        )  # fmt: skip
+        want = reference.label_probabilities(prompt, [image], vl_server.labels, False)
+        answer = client.chat.completions.create(
+            model="m", messages=messages, max_tokens=1, temperature=0, logprobs=True,
+            extra_body={"logprob_token_ids": vl_server.labels},
+        )  # fmt: skip
+        rows = answer.choices[0].logprobs.content[0].top_logprobs  # the labels', then sampled
+        got = [math.exp(t.logprob) for t in rows[: len(vl_server.labels)]]
+        assert got == pytest.approx(want, abs=TOLERANCE)
+        cached.append(answer.usage.prompt_tokens_details.cached_tokens)
+    first = reference.processor.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, photo[1]]}], tokenize=False
+    )
+    # the first message, its image expanded: all of it but the template's last token
+    assert cached[1] >= reference.expanded_length(first, [image]) - 1

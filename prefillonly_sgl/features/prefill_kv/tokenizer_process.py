@@ -99,6 +99,10 @@ def _after_create_tokenized_object(result, *args, **kwargs):
     if not isinstance(result, TokenizedGenerateReqInput):
         return result
     params = result.sampling_params
+    # a prompt with images holds each expanded (one pad token per image token): an image
+    # in the reusable prefix counts in those positions (policy.image_expanded_prefix_len)
+    has_images = getattr(result, "mm_inputs", None) is not None
+    image_pad = getattr(args[0], IMAGE_PAD, None) if args and has_images else None
     prefix_ids = prefix_ids_in(params.custom_params)
     if prefix_ids is not None:  # a single-token or loglikelihood OpenAI request
         custom = without_prefix_ids(params.custom_params)
@@ -107,7 +111,7 @@ def _after_create_tokenized_object(result, *args, **kwargs):
             if prefix_ids == WHOLE_PROMPT or params.n > 1:
                 r = len(ids)
             else:
-                r = reusable_prefix_len(prefix_ids, ids)
+                r = reusable_prefix_len(prefix_ids, ids, image_pad)
             custom = with_reusable_len(custom, r)
         params.custom_params = custom or None
         return result
@@ -117,10 +121,6 @@ def _after_create_tokenized_object(result, *args, **kwargs):
         return result
     if result.input_ids is None or params.max_new_tokens != 0:
         return result
-    # a prompt with images holds each expanded (one pad token per image token): the
-    # query's image is reusable in those positions (policy.image_expanded_prefix_len)
-    has_images = getattr(result, "mm_inputs", None) is not None
-    image_pad = getattr(args[0], IMAGE_PAD, None) if args and has_images else None
     shared = reusable_prefix_len(query_ids, result.input_ids, image_pad)
     r = len(result.input_ids) if call.keep_whole else shared
     params.custom_params = with_reusable_len(params.custom_params, r)
