@@ -152,3 +152,19 @@ def test_the_openai_chat_door_reads_an_image_url_in_a_one_token_request(vl_serve
     )
     # the first message, its image expanded: all of it but the template's last token
     assert cached[1] >= reference.expanded_length(first, [image]) - 1
+
+
+def test_score_labels_with_an_image(vl_server):
+    image = _png(41)
+    body = {"query": QUERY, "items": ITEMS, "labels": [" Yes", " No"],
+            "image_data": [_data_url(image)]}  # fmt: skip
+    answer = requests.post(f"{vl_server.url}/v1/score_labels", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    for item, row in zip(ITEMS, answer.json()["rows"], strict=True):
+        want = vl_server.reference.label_probabilities(
+            PLACEHOLDER + QUERY + item, [image], vl_server.labels, True
+        )
+        assert row == pytest.approx(want, abs=TOLERANCE)
+    bad = requests.post(f"{vl_server.url}/v1/score_labels", timeout=120,
+                        json={**body, "image_data": "/etc/hostname"})  # fmt: skip
+    assert bad.status_code == 400 and "http(s) URL or a data URL" in bad.text

@@ -8,6 +8,8 @@ of several tokens scores the product of their probabilities (docs/labels.md).
 Instead of words, "label_token_ids" gives the labels as token ids (per label an id or a
 list of ids): what the DSL's remote backend sends for labels of several tokens, which
 SGLang's /v1/score cannot carry. "rows" lists each item's scores in label order.
+On a vision-language model, "image_data" (the query's images) and "item_image_data" (per
+item) as URLs or data URLs (docs/images.md).
 The request and response models are the wire contract (prefillonly_sgl/wire/prefillonly.py).
 """
 
@@ -36,6 +38,9 @@ async def score_labels(request: ScoreLabelsRequest, context) -> ScoreLabelsRespo
     else:
         label_ids = request.label_token_ids
         names = [json.dumps(label) for label in label_ids]  # as sent: "5", "[5, 6]"
+    images = {}
+    if request.image_data is not None or request.item_image_data is not None:
+        images = {"images": request.image_data, "item_images": request.item_image_data}
     result = await context.score(
         request.query,
         request.items,
@@ -44,6 +49,7 @@ async def score_labels(request: ScoreLabelsRequest, context) -> ScoreLabelsRespo
         item_first=request.item_first,
         length_normalize=request.length_normalize,
         temperature=request.temperature,
+        **images,
     )
     usage = context.usage
     return ScoreLabelsResponse(

@@ -86,6 +86,8 @@ class ServerContext(Protocol):
         score_extraction_token: str | int | None = None,  # the setwise readout
         temperature: float = 1.0,  # with apply_softmax (scoring/score_options.py)
         lora_path: str | None = None,  # the LoRA adapter (scoring/adapters.py)
+        images: Any = None,  # a VLM: the query's images, URLs or data URLs (docs/images.md)
+        item_images: Any = None,  # per item, its own
     ) -> Any: ...  # prefillonly_sgl.scoring.score_result.ScoreResult
 
     async def continuation_logprobs(

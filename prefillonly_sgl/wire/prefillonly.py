@@ -78,6 +78,14 @@ class ScoreLabelsRequest(BaseModel):
     )
     item_first: bool = Field(False, description="item before query instead of after")
     cache_salt: str | None = cache_salt_field()
+    image_data: str | list[str] | None = Field(
+        None,
+        description="a vision-language model: the query's images (URLs or data URLs), "
+        "shared by every item (docs/images.md)",
+    )
+    item_image_data: list[list[str]] | None = Field(
+        None, description="per item, its own images (URLs or data URLs)"
+    )
 
     @model_validator(mode="after")
     def _one_kind_of_labels(self):

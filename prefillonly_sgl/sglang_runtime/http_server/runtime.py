@@ -3,6 +3,7 @@ runtime: shutting down, the route checks, aborts; the scoring front once SGLang 
 ServerContext (what an EndpointSpec handler gets: the same front as the Engine's)."""
 
 from prefillonly_sgl.scoring.call_context import CallContext, current
+from prefillonly_sgl.scoring.image_prompts import loaded_images, place_images
 from prefillonly_sgl.scoring.score_options import ScoreOptions
 from prefillonly_sgl.scoring.score_result import ScoreResult
 from prefillonly_sgl.scoring.usage import RequestRecord
@@ -183,10 +184,21 @@ class ServerContext:
         score_extraction_token=None,
         temperature=1.0,
         lora_path=None,
+        images=None,
+        item_images=None,
     ) -> ScoreResult:
         """prefillonly_sgl.Engine.score semantics, on the server's engine (the same
-        ScoringFront, so the same checks, result and cached_tokens)."""
-        return await self._runtime.front.score(
+        ScoringFront, so the same checks, result and cached_tokens). images /
+        item_images: URLs or data URLs (never the server's own files)."""
+        front = self._runtime.front
+        image_data = None
+        if images is not None or item_images is not None:
+            items = [items] if isinstance(items, str) else items
+            shared, own = loaded_images(images, item_images, allow_paths=False)
+            query, items, image_data = place_images(
+                query, items, shared, own, front.facts.image_placeholder
+            )
+        return await front.score(
             self.call(lora_path),
             query,
             items,
@@ -195,7 +207,7 @@ class ServerContext:
             item_first,
             length_normalize,
             score_extraction_token=score_extraction_token,
-            options=ScoreOptions(temperature=temperature),
+            options=ScoreOptions(temperature=temperature, image_data=image_data),
         )
 
     async def continuation_logprobs(self, query, items, continuation, lora_path=None):
