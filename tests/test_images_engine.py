@@ -13,6 +13,7 @@ import pytest
 from conftest import start_logging_forwards
 from PIL import Image
 
+import prefillonly_sgl as prefillonly
 from prefillonly_sgl import Engine
 from prefillonly_sgl.hooking.events import read_events
 from prefillonly_sgl.models.tiny_family_checkpoints import build_family
@@ -135,3 +136,24 @@ def test_bad_image_calls_are_refused_by_name(vl, tmp_path):
 def test_a_text_model_refuses_images(tiny_engine, yes_no_labels):
     with pytest.raises(InvalidRequestError, match="reads text only"):
         tiny_engine.score("q", ["i"], yes_no_labels, images=[_png(1)])
+
+
+@prefillonly.classifier(labels=[" Yes", " No"])
+def photo_is(photo: str | bytes, what: str) -> prefillonly.Prompt:
+    return prefillonly.Prompt(prefix=QUERY, item=f"Is it {what}? Answer:", images=[photo])
+
+
+def test_a_dsl_classifier_with_an_image_argument(vl):
+    """The function's Prompt carries the image (shared by every input with this prefix and
+    image: one request, the image computed once)."""
+    engine, reference, labels = vl
+    image = _png(51)
+    whats = ["a red shoe", "a blue bag", "a green hat"]
+    results = photo_is.batch([(image, w) for w in whats], engine=engine, progress=False)
+    for what, result in zip(whats, results, strict=True):
+        prompt = PLACEHOLDER + QUERY + f"Is it {what}? Answer:"
+        want = reference.label_probabilities(prompt, [image], labels, True)
+        assert [result.probs[" Yes"], result.probs[" No"]] == pytest.approx(want, abs=TOLERANCE)
+    # inputs about another image are another request (their prefixes' images differ)
+    other = photo_is(_png(52), "a red shoe", engine=engine)
+    assert other.probs != results[0].probs

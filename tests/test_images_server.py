@@ -168,3 +168,20 @@ def test_score_labels_with_an_image(vl_server):
     bad = requests.post(f"{vl_server.url}/v1/score_labels", timeout=120,
                         json={**body, "image_data": "/etc/hostname"})  # fmt: skip
     assert bad.status_code == 400 and "http(s) URL or a data URL" in bad.text
+
+
+def test_a_dsl_classifier_with_an_image_through_a_remote_backend(vl_server, tmp_path):
+    """The DSL on the server: the image (a local path here) is loaded by the client and
+    sent as a data URL to /v1/score_labels."""
+    from test_images_engine import photo_is
+
+    import prefillonly_sgl as prefillonly
+
+    image = _png(61)
+    path = tmp_path / "photo.png"
+    path.write_bytes(image)
+    backend = prefillonly.RemoteBackend(vl_server.url)
+    result = photo_is(str(path), "a red shoe", engine=backend)
+    prompt = PLACEHOLDER + QUERY + "Is it a red shoe? Answer:"
+    want = vl_server.reference.label_probabilities(prompt, [image], vl_server.labels, True)
+    assert [result.probs[" Yes"], result.probs[" No"]] == pytest.approx(want, abs=TOLERANCE)

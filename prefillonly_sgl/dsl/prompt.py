@@ -28,11 +28,26 @@ _ITEM_MARK = "\ue000PREFILLONLY_ITEM\ue000"  # private-use characters: never in 
 class Prompt:
     """A prompt split into the shared ``prefix`` and the per-call ``item``; ``continuation``:
     the text after it whose tokens a likelihood ranker scores (``@ranker(method=
-    "likelihood")``), tokenized on its own after the prompt's tokens."""
+    "likelihood")``), tokenized on its own after the prompt's tokens.
+
+    On a vision-language model, ``images``: the prefix's images (shared by every item
+    with this prefix: computed once, in the reusable prefix), ``item_images``: the item's
+    own; each a path, URL, data URL, bytes or PIL image, placed at the text's image
+    placeholders or first (docs/images.md; with chat=True write the placeholder in the
+    prefix). They are loaded where the call runs (a server never reads its own files)."""
 
     prefix: str = ""
     item: str = ""
     continuation: str = ""
+    images: tuple = ()
+    item_images: tuple = ()
+
+    def __post_init__(self) -> None:
+        for name in ("images", "item_images"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple):
+                value = tuple(value) if isinstance(value, list) else (value,)
+                object.__setattr__(self, name, value)
 
     @property
     def text(self) -> str:
@@ -68,6 +83,8 @@ class ChatFormat:
             prefix=_without_duplicate_bos(head, tokenizer),
             item=prompt.item + tail,
             continuation=prompt.continuation,  # the assistant's answer, after the template
+            images=prompt.images,
+            item_images=prompt.item_images,
         )
 
     def _apply(self, tokenizer, user: str) -> str:

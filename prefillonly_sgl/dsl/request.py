@@ -32,10 +32,19 @@ class ScoreRequest:
     score_extraction_token: str | None = None
     temperature: float = 1.0  # with apply_softmax: the labels' log-probabilities over it
     lora_path: str | None = None  # the LoRA adapter it runs under (None: the base model)
+    images: tuple = ()  # the query's images (Prompt.images), as the function gave them
+    item_images: tuple[tuple, ...] | None = None  # per item, its own (Prompt.item_images)
+
+    @property
+    def has_images(self) -> bool:
+        return bool(self.images) or any(self.item_images or ())
 
     async def sent_to(self, score):
         """``score``'s answer to this request, for a function with Engine.async_score's
         signature (the engine's own, or a server's scoring path)."""
+        images = {}
+        if self.has_images:  # loaded by the engine or the server (scoring/images.py)
+            images = {"images": list(self.images), "item_images": self.item_images_lists()}
         return await score(
             self.query,
             list(self.items),
@@ -43,7 +52,11 @@ class ScoreRequest:
             apply_softmax=self.apply_softmax,
             length_normalize=self.length_normalize,
             **self.sglang_fields(),
+            **images,
         )
+
+    def item_images_lists(self) -> list[list] | None:
+        return None if self.item_images is None else [list(x) for x in self.item_images]
 
     def sglang_fields(self) -> dict:
         """The SGLang score fields this request sets beyond the defaults (their names are
@@ -121,28 +134,32 @@ def group_requests(
     Under SGLang's own FCFS policy (schedule_policy="fcfs", or a stock SGLang server) the
     items of one request are prefilled together and each computes the prefix again.
     """
-    by_prefix: dict[tuple[str, tuple], list[int]] = {}
+    by_prefix: dict[tuple[str, tuple, tuple], list[int]] = {}
     for i, (prompt, ids) in enumerate(zip(prompts, label_ids)):
         if not prompt.text:
             raise InvalidRequestError(f"input {i}: the prompt is empty")
-        by_prefix.setdefault((prompt.prefix, tuple(ids)), []).append(i)
-    lone = Counter(ids for (prefix, ids), m in by_prefix.items() if prefix and len(m) == 1)
-    groups: dict[tuple[str, tuple], list[tuple[int, str]]] = {}
-    for (prefix, ids), members in by_prefix.items():
-        if prefix and len(members) == 1 and lone[ids] > 1:
-            groups.setdefault(("", ids), []).append((members[0], prompts[members[0]].text))
+        key = (prompt.prefix, tuple(ids), tuple(_image_key(v) for v in prompt.images))
+        by_prefix.setdefault(key, []).append(i)
+    lone = Counter(ids for (prefix, ids, shown), m in by_prefix.items() if prefix and len(m) == 1)
+    groups: dict[tuple[str, tuple, tuple], list[tuple[int, str]]] = {}
+    for (prefix, ids, shown), members in by_prefix.items():
+        if prefix and len(members) == 1 and lone[ids] > 1 and not shown:
+            groups.setdefault(("", ids, ()), []).append((members[0], prompts[members[0]].text))
         else:
-            groups.setdefault((prefix, ids), []).extend((i, prompts[i].item) for i in members)
+            groups.setdefault((prefix, ids, shown), []).extend(
+                (i, prompts[i].item) for i in members
+            )
 
     requests: list[ScoreRequest] = []
     where: list[tuple[int, int] | None] = [None] * len(prompts)
-    for (prefix, ids), members in groups.items():
+    for (prefix, ids, shown), members in groups.items():
         step = max_items or len(members)
         chunks = [members[start : start + step] for start in range(0, len(members), step)]
         for chunk in chunks:
             for position, (i, _) in enumerate(chunk):
                 where[i] = (len(requests), position)
             items = tuple(item for _, item in chunk)
+            own = tuple(prompts[i].item_images for i, _ in chunk)
             requests.append(
                 ScoreRequest(
                     prefix,
@@ -152,9 +169,17 @@ def group_requests(
                     length_normalize,
                     temperature=temperature,
                     lora_path=lora_path,
+                    images=prompts[chunk[0][0]].images if shown else (),
+                    item_images=own if any(own) else None,
                 )
             )
     return CompiledCall(requests=tuple(requests), where=tuple(where))
+
+
+def _image_key(value):
+    """What tells two prefixes' images apart: their bytes or text (a URL, a path); another
+    object (a PIL image) by identity."""
+    return value if isinstance(value, bytes | str) else ("object", id(value))
 
 
 def group_continuations(prompts: list[Prompt], lora_path: str | None = None) -> CompiledCall:

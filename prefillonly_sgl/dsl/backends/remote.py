@@ -23,6 +23,7 @@ SGLang serves too; on `prefillonly serve` each request also carries its reusable
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import json
 import time
@@ -45,6 +46,7 @@ from prefillonly_sgl.scoring.continuations import (
     tokenizer_encode,
 )
 from prefillonly_sgl.scoring.errors import InvalidRequestError, PrefillOnlyError
+from prefillonly_sgl.scoring.images import load_image
 from prefillonly_sgl.scoring.validation import ModelLimits
 from prefillonly_sgl.wire.fields import request_body
 from prefillonly_sgl.wire.prefillonly import ScoreLabelsRequest, ScoreLabelsResponse, ScoreUsage
@@ -165,7 +167,7 @@ class RemoteBackend(Backend):
 
     def _post_score(self, request: ScoreRequest) -> list[list[float]]:
         """The blocking HTTP call of ``score`` (run in a worker thread)."""
-        if not request.one_token_labels:  # (length_normalize is moot for one token)
+        if not request.one_token_labels or request.has_images:  # (and length_normalize)
             return self._score_labels(request)
         body = {
             "query": request.query,
@@ -196,6 +198,15 @@ class RemoteBackend(Backend):
         )
         if request.lora_path is not None:  # the guard takes it off (scoring/adapters.py)
             body["lora_path"] = request.lora_path
+        if request.has_images:  # loaded here, sent as data URLs (the server reads no paths)
+            body["image_data"] = [
+                _data_url(v, f"images[{k}]") for k, v in enumerate(request.images)
+            ]
+            if request.item_images is not None:
+                body["item_image_data"] = [
+                    [_data_url(v, f"item_images[{i}][{k}]") for k, v in enumerate(own)]
+                    for i, own in enumerate(request.item_images)
+                ]
         try:
             answer = self._request("POST", "/v1/score_labels", body)
         except _NotFound:
@@ -348,3 +359,12 @@ def _error_message(error: urllib.error.HTTPError) -> str:
     if isinstance(error, dict) and error.get("message"):  # OpenAI's shape
         return str(error["message"])
     return str(payload.get("message") or payload.get("detail") or payload)
+
+
+def _data_url(value, where: str) -> str:
+    """An image (a path, URL, data URL, bytes or PIL image) as a data URL: a URL stays one
+    (the server fetches it), anything else is loaded here."""
+    if isinstance(value, str) and value.startswith(("http://", "https://", "data:")):
+        return value
+    data = load_image(value, where, allow_paths=True)
+    return "data:image/png;base64," + base64.b64encode(data).decode()
