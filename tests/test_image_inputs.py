@@ -93,3 +93,12 @@ def test_limits_refuse_a_bomb_a_huge_file_and_too_many(monkeypatch, tmp_path):
         images.check_count(17)
     with pytest.raises(InvalidRequestError, match="cannot read"):
         images.load_image(str(tmp_path / "none.png"), "images[0]", allow_paths=True)
+
+
+def test_gemma3_images_are_refused_where_sglang_runs_them_causally():
+    from prefillonly_sgl.scoring.image_prompts import image_refusal
+
+    why = image_refusal(["Gemma3ForConditionalGeneration"], "torch_native")
+    assert why is not None and "bidirectionally" in why and "torch_native" in why
+    assert image_refusal(["Gemma3ForConditionalGeneration"], "triton") is None
+    assert image_refusal(["Qwen2_5_VLForConditionalGeneration"], "torch_native") is None

@@ -24,6 +24,31 @@ from dataclasses import dataclass
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.scoring.images import check_count, load_image
 
+# Vision-language models whose image path SGLang 0.5.23 runs wrong on some attention
+# backends: (the backends that run it right, why). Images are refused elsewhere rather
+# than scored wrong; text is served as ever.
+WRONG_IMAGE_PATHS = {
+    "Gemma3ForConditionalGeneration": (
+        ("triton",),
+        "Gemma 3 attends bidirectionally within an image, which SGLang implements only on "
+        "its Triton attention backend (elsewhere causally, unlike the model)",
+    ),
+}
+
+
+def image_refusal(architectures, attention_backend: str | None) -> str | None:
+    """Why this model's images must be refused on this attention backend, or None."""
+    for arch in architectures or ():
+        if arch in WRONG_IMAGE_PATHS:
+            right, why = WRONG_IMAGE_PATHS[arch]
+            if attention_backend not in right:
+                return (
+                    f"images are refused on this engine: {why}; this engine runs "
+                    f"{attention_backend or 'the default'} attention (start it with "
+                    f"attention_backend={right[0]!r} on a device that has it)"
+                )
+    return None
+
 
 @dataclass(frozen=True)
 class ImagePlaceholder:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from prefillonly_sgl.decisions.checkpoints import Readout, readout_of
 from prefillonly_sgl.models.families import HEAD_ARCHITECTURES
 from prefillonly_sgl.scoring.class_head import ClassHead
-from prefillonly_sgl.scoring.image_prompts import ImagePlaceholder
+from prefillonly_sgl.scoring.image_prompts import ImagePlaceholder, image_refusal
 from prefillonly_sgl.scoring.validation import ModelLimits
 
 
@@ -32,6 +32,7 @@ class ModelFacts:
     head: ClassHead | None
     readout: Readout
     image_placeholder: ImagePlaceholder | None = None
+    image_refusal: str | None = None  # why images are refused here (image_prompts.py)
 
     @property
     def class_labels(self) -> tuple[str, ...] | None:
@@ -46,7 +47,9 @@ class ModelFacts:
         }
 
 
-def model_facts(model_config, limits: ModelLimits, mm_processor=None) -> ModelFacts:
+def model_facts(
+    model_config, limits: ModelLimits, mm_processor=None, attention_backend: str | None = None
+) -> ModelFacts:
     """The facts of SGLang's ModelConfig (its hf_config, is_generation and the decision
     files it loaded) and of its multimodal processor (the tokenizer manager's
     mm_processor: None for a text model)."""
@@ -67,6 +70,7 @@ def model_facts(model_config, limits: ModelLimits, mm_processor=None) -> ModelFa
         head=head,
         readout=readout,
         image_placeholder=image_placeholder(mm_processor),
+        image_refusal=image_refusal(architectures, attention_backend),
     )
 
 

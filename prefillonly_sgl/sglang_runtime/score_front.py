@@ -74,7 +74,10 @@ class ScoringFront:
         self.limits = limits
         # what the model is, decided once here; every door reads it (model_facts.py)
         self.facts = model_facts(
-            tokenizer_manager.model_config, limits, getattr(tokenizer_manager, "mm_processor", None)
+            tokenizer_manager.model_config,
+            limits,
+            getattr(tokenizer_manager, "mm_processor", None),
+            getattr(tokenizer_manager.server_args, "attention_backend", None),
         )
         self.count_prompt_tokens = prompt_token_counter(tokenizer_manager.tokenizer)
         record_generate_requests(tokenizer_manager)  # cached tokens and rids per call
@@ -134,10 +137,13 @@ class ScoringFront:
                 "classification head answers its classes without them; docs/heads.md)"
             )
         query, items, labels = self.check(query, items, label_token_ids, item_first)
-        if options.image_data is not None and self.facts.image_placeholder is None:
-            raise InvalidRequestError(
-                "images need a vision-language model: this model reads text only"
-            )
+        if options.image_data is not None:
+            if self.facts.image_placeholder is None:
+                raise InvalidRequestError(
+                    "images need a vision-language model: this model reads text only"
+                )
+            if self.facts.image_refusal is not None:
+                raise InvalidRequestError(self.facts.image_refusal)
         if not items:  # SGLang's answer to no items: no rows
             return ScoreResult(scores=[], prompt_tokens=0)
         trie = build_trie(labels)
