@@ -34,11 +34,18 @@ class TransformersReference:
     @cached_property
     def model(self):
         import torch
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
-        model = AutoModelForCausalLM.from_pretrained(
-            self.model_path, dtype=getattr(torch, self.dtype)
-        )
+        dtype = getattr(torch, self.dtype)
+        config = AutoConfig.from_pretrained(self.model_path)
+        if (
+            type(config) in AutoModelForImageTextToText._model_mapping
+            and type(config) not in AutoModelForCausalLM._model_mapping
+        ):
+            # a vision-language model (Qwen2.5-VL): its text path, in its own class
+            model = AutoModelForImageTextToText.from_pretrained(self.model_path, dtype=dtype)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype)
         return model.to(self.device).eval()
 
     def _ids(self, ids):
