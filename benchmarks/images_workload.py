@@ -107,57 +107,20 @@ def build_vl(shape: str, folder: Path, seed: int = 0) -> Path:
 
 
 def _build_sized(sizes: dict, folder: Path, seed: int) -> Path:
-    """tiny_family_checkpoints._qwen2_5_vl with `sizes` in place of its tiny ones."""
+    """tiny_family_checkpoints' qwen2_5_vl with `sizes` in place of its tiny ones, and
+    weights of std 1/sqrt(fan-in) (the tiny checkpoints' 0.2 would push every probability
+    to 0 or 1 at this width)."""
     import torch
-    from transformers import (
-        Qwen2_5_VLConfig,
-        Qwen2_5_VLForConditionalGeneration,
-        Qwen2_5_VLProcessor,
-        Qwen2_5_VLVisionConfig,
-        Qwen2VLImageProcessor,
-        Qwen2VLVideoProcessor,
-    )
+    from transformers import Qwen2_5_VLForConditionalGeneration
 
-    from prefillonly_sgl.models.tiny import build_tokenizer, common_sizes
     from prefillonly_sgl.models.tiny_family_checkpoints import (
-        _QWEN2_5_VL_IMAGE_SIZE,
-        _QWEN2_5_VL_PATCH,
-        _QWEN2_5_VL_VIDEO_SIZE,
-        _QWEN3_5_VISION_TOKENS,
-        QWEN2_5_VL_CHAT_TEMPLATE,
+        qwen2_5_vl_parts,
+        save_qwen2_5_vl_processor,
     )
 
-    tok = build_tokenizer()
-    tok.add_special_tokens({"additional_special_tokens": _QWEN3_5_VISION_TOKENS})
-    tok.chat_template = QWEN2_5_VL_CHAT_TEMPLATE
-    ids = {t: tok.convert_tokens_to_ids(t) for t in _QWEN3_5_VISION_TOKENS}
-    text_sizes = dict(sizes["text"])
-    mrope = text_sizes.pop("mrope_section")
-    head_dim = text_sizes["hidden_size"] // text_sizes["num_attention_heads"]
-    if 2 * sum(mrope) != head_dim:
-        raise ValueError(f"mrope_section {mrope} must sum to head_dim / 2 = {head_dim // 2}")
-    text = {**common_sizes(tok), **text_sizes}
-    text.update(
-        max_window_layers=text["num_hidden_layers"],
-        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": mrope},
-    )
-    vision = Qwen2_5_VLVisionConfig(
-        **sizes["vision"],
-        patch_size=_QWEN2_5_VL_PATCH["patch_size"],
-        spatial_merge_size=_QWEN2_5_VL_PATCH["merge_size"],
-        temporal_patch_size=_QWEN2_5_VL_PATCH["temporal_patch_size"],
-        out_hidden_size=text["hidden_size"],
-        tokens_per_second=2,
-    )
-    config = Qwen2_5_VLConfig(
-        text_config=text,
-        vision_config=vision.to_dict(),
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=False,
-    )
+    text = dict(sizes["text"])
+    mrope = text.pop("mrope_section")
+    tok, config = qwen2_5_vl_parts(text, sizes["vision"], mrope)
     torch.manual_seed(seed)
     model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32)
     with torch.no_grad():
@@ -167,15 +130,7 @@ def _build_sized(sizes: dict, folder: Path, seed: int) -> Path:
     model.config.dtype = "float32"
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
-    processor = Qwen2_5_VLProcessor(
-        image_processor=Qwen2VLImageProcessor(**_QWEN2_5_VL_PATCH, size=_QWEN2_5_VL_IMAGE_SIZE),
-        tokenizer=tok,
-        video_processor=Qwen2VLVideoProcessor(**_QWEN2_5_VL_PATCH, size=_QWEN2_5_VL_VIDEO_SIZE),
-        chat_template=QWEN2_5_VL_CHAT_TEMPLATE,
-    )
-    processor.save_pretrained(folder)
-    processor.image_processor.save_pretrained(folder)
-    processor.video_processor.save_pretrained(folder)
+    save_qwen2_5_vl_processor(tok, folder)
     return folder
 
 

@@ -29,7 +29,7 @@ from prefillonly_sgl.memory.budget import MemoryPlan
 from prefillonly_sgl.scoring.call_context import CallContext, current
 from prefillonly_sgl.scoring.continuations import ContinuationResult
 from prefillonly_sgl.scoring.errors import EngineClosedError, EngineDiedError
-from prefillonly_sgl.scoring.image_prompts import loaded_images, place_images
+from prefillonly_sgl.scoring.image_prompts import with_images
 from prefillonly_sgl.scoring.score_options import ScoreOptions
 from prefillonly_sgl.scoring.score_result import ScoreResult
 from prefillonly_sgl.scoring.validation import ModelLimits, TextOrIds
@@ -290,11 +290,10 @@ class Engine:
         ctx = _call_context(cache_salt, lora_path)
         image_data = None
         if images is not None or item_images is not None:
-            if isinstance(items, str):
-                items = [items]
-            shared, own = loaded_images(images, item_images, allow_paths=True)
             placeholder = self._front.facts.image_placeholder
-            query, items, image_data = place_images(query, items, shared, own, placeholder)
+            query, items, image_data = with_images(
+                query, items, images, item_images, placeholder, allow_paths=True
+            )
         return await self._watch.until_died(
             self._front.score(
                 ctx,

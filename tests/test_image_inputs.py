@@ -5,11 +5,10 @@ PIL images, paths for the Python API only; every bad one a clear error naming it
 from __future__ import annotations
 
 import base64
-import http.server
 import io
-import threading
 
 import pytest
+from file_server import serving
 from PIL import Image
 
 from prefillonly_sgl.machine.ports import free_port
@@ -29,18 +28,8 @@ def image_server(tmp_path_factory):
     (folder / "red.png").write_bytes(_png())
     (folder / "broken.png").write_bytes(b"not an image at all")
 
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, directory=str(folder), **kwargs)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}", folder
-    server.shutdown()
+    with serving(folder) as url:
+        yield url, folder
 
 
 def test_every_form_of_an_image_becomes_the_same_bytes(image_server, tmp_path):

@@ -7,15 +7,13 @@ alive after it. (Stock SGLang's /v1/score drops an image_data silently.)"""
 from __future__ import annotations
 
 import base64
-import http.server
-import threading
 
 import pytest
 import requests
+from file_server import serving
 from server_process import running_server
 from test_images_engine import PLACEHOLDER, QUERY, _png
 
-from prefillonly_sgl.machine.ports import free_port
 from prefillonly_sgl.models.tiny_family_checkpoints import build_family
 from prefillonly_sgl.verification.image_reference import ImageReference
 
@@ -45,17 +43,8 @@ def image_url(tmp_path_factory):
     folder = tmp_path_factory.mktemp("served-images")
     (folder / "a.png").write_bytes(_png(31))
 
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, directory=str(folder), **kwargs)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/a.png"
-    server.shutdown()
+    with serving(folder) as url:
+        yield f"{url}/a.png"
 
 
 def _score(server, **body):

@@ -452,52 +452,49 @@ _QWEN2_5_VL_IMAGE_SIZE = {"shortest_edge": 16 * 28 * 28, "longest_edge": 1024 * 
 _QWEN2_5_VL_VIDEO_SIZE = {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28}
 
 
-def _qwen2_5_vl(out_dir, seed):
-    """Qwen2.5-VL as published: Qwen2_5_VLForConditionalGeneration, a Qwen2 language model
-    with M-RoPE (3 position sections) behind a vision tower of windowed and full attention
-    blocks, the ChatML tokenizer with the vision markers, and the processor (image and
-    video processors, chat template) AutoProcessor loads.
+_QWEN2_5_VL_TINY_VISION = dict(
+    depth=2,
+    hidden_size=32,
+    intermediate_size=64,
+    num_heads=2,
+    window_size=56,
+    fullatt_block_indexes=[1],
+)
 
-    The tower is scaled down with its structure kept: 2 blocks (published 32), the last
-    full attention and the other windowed (published [7, 15, 23, 31] full), 32 wide, a
-    window of 56 px = 2x2 merged tokens (published 112 px = 4x4), so a 32x32 image (16
-    tokens, 4x4) spans 4 windows and the window reordering is exercised.
-    """
-    import torch
-    from transformers import (
-        Qwen2_5_VLConfig,
-        Qwen2_5_VLForConditionalGeneration,
-        Qwen2_5_VLProcessor,
-        Qwen2_5_VLVisionConfig,
-        Qwen2VLImageProcessor,
-        Qwen2VLVideoProcessor,
-    )
+
+def qwen2_5_vl_parts(text_sizes: dict | None = None, vision_sizes: dict | None = None,
+                     mrope_section=(2, 3, 3)):  # fmt: skip
+    """(tokenizer, config) of a Qwen2.5-VL in the published layout: the ChatML tokenizer
+    with the vision markers and the published chat template, a Qwen2 language model with
+    M-RoPE behind a vision tower of windowed and full blocks (patch 14, 2x2 merge, as
+    SGLang's Qwen2.5-VL requires). text_sizes / vision_sizes replace the tiny sizes
+    (benchmarks/images_workload.py builds a larger one); mrope_section: the temporal,
+    height and width halves of the rotary dims (sum: head_dim / 2)."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLVisionConfig
 
     tok = build_tokenizer()
     tok.add_special_tokens({"additional_special_tokens": _QWEN3_5_VISION_TOKENS})
     tok.chat_template = QWEN2_5_VL_CHAT_TEMPLATE
     ids = {t: tok.convert_tokens_to_ids(t) for t in _QWEN3_5_VISION_TOKENS}
-    text = _common(tok)
-    text.update(max_window_layers=text["num_hidden_layers"])  # (no sliding window: unused)
-    # Published: head_dim 128 with mrope_section [16, 24, 24] (temporal, height, width
-    # halves of the rotary dims); head_dim 16 here, so sections summing to 8.
+    text = {**_common(tok), **(text_sizes or {})}
+    head_dim = text["hidden_size"] // text["num_attention_heads"]
+    if 2 * sum(mrope_section) != head_dim:
+        raise ValueError(
+            f"mrope_section {mrope_section} must sum to head_dim / 2 = {head_dim // 2}"
+        )
     text.update(
+        max_window_layers=text["num_hidden_layers"],  # (no sliding window: unused)
         rope_parameters={
             "rope_type": "default",
             "rope_theta": 1000000.0,
-            "mrope_section": [2, 3, 3],
+            "mrope_section": list(mrope_section),
         },
     )
     vision = Qwen2_5_VLVisionConfig(
-        depth=2,
-        hidden_size=32,
-        intermediate_size=64,
-        num_heads=2,
-        patch_size=14,
-        spatial_merge_size=2,
-        temporal_patch_size=2,
-        window_size=56,
-        fullatt_block_indexes=[1],
+        **(vision_sizes or _QWEN2_5_VL_TINY_VISION),
+        patch_size=_QWEN2_5_VL_PATCH["patch_size"],
+        spatial_merge_size=_QWEN2_5_VL_PATCH["merge_size"],
+        temporal_patch_size=_QWEN2_5_VL_PATCH["temporal_patch_size"],
         out_hidden_size=text["hidden_size"],
         tokens_per_second=2,
     )
@@ -510,8 +507,13 @@ def _qwen2_5_vl(out_dir, seed):
         vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=False,
     )
-    torch.manual_seed(seed)
-    out = _save(Qwen2_5_VLForConditionalGeneration(config), tok, out_dir, seed)
+    return tok, config
+
+
+def save_qwen2_5_vl_processor(tok, out: Path) -> None:
+    """The processor AutoProcessor loads (image and video processors, chat template)."""
+    from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
+
     processor = Qwen2_5_VLProcessor(
         image_processor=Qwen2VLImageProcessor(**_QWEN2_5_VL_PATCH, size=_QWEN2_5_VL_IMAGE_SIZE),
         tokenizer=tok,
@@ -523,6 +525,24 @@ def _qwen2_5_vl(out_dir, seed):
     # video_preprocessor_config.json), which loaders older than processor_config.json read.
     processor.image_processor.save_pretrained(out)
     processor.video_processor.save_pretrained(out)
+
+
+def _qwen2_5_vl(out_dir, seed):
+    """Qwen2.5-VL as published (qwen2_5_vl_parts), tiny.
+
+    The tower is scaled down with its structure kept: 2 blocks (published 32), the last
+    full attention and the other windowed (published [7, 15, 23, 31] full), 32 wide, a
+    window of 56 px = 2x2 merged tokens (published 112 px = 4x4), so a 32x32 image (16
+    tokens, 4x4) spans 4 windows and the window reordering is exercised. Published:
+    head_dim 128 with mrope_section [16, 24, 24]; head_dim 16 here, so [2, 3, 3].
+    """
+    import torch
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    tok, config = qwen2_5_vl_parts()
+    torch.manual_seed(seed)
+    out = _save(Qwen2_5_VLForConditionalGeneration(config), tok, out_dir, seed)
+    save_qwen2_5_vl_processor(tok, out)
     return out
 
 

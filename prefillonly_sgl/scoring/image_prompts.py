@@ -68,11 +68,7 @@ def place_images(
 ) -> tuple[str, list[str], list[list[bytes]]]:
     """(the query, the items, each prompt's images) with a placeholder for every image;
     InvalidRequestError naming the problem."""
-    if placeholder is None:
-        raise InvalidRequestError(
-            "images need a vision-language model: this model reads text only "
-            "(docs/images.md lists the families that read images)"
-        )
+    _check_reads_images(placeholder)
     if item_images is not None and len(item_images) != len(items):
         raise InvalidRequestError(
             f"item_images has {len(item_images)} entries for {len(items)} items: give one "
@@ -91,6 +87,24 @@ def place_images(
         for i, (item, own) in enumerate(zip(items, per_item, strict=True))
     ]
     return query, items, [list(images) + own for own in per_item]
+
+
+def _check_reads_images(placeholder: ImagePlaceholder | None) -> None:
+    if placeholder is None:
+        raise InvalidRequestError(
+            "images need a vision-language model: this model reads text only "
+            "(docs/images.md lists the families that read images)"
+        )
+
+
+def with_images(query, items, images, item_images, placeholder, allow_paths: bool):
+    """(query, items, each prompt's image bytes) of a call given images in any form: the
+    model checked to read images (before anything is fetched), every image loaded
+    (scoring/images.py; paths only with ``allow_paths``), then placed (place_images)."""
+    _check_reads_images(placeholder)
+    items = [items] if isinstance(items, str) else list(items or [])
+    shared, own = loaded_images(images, item_images, allow_paths)
+    return place_images(query, items, shared, own, placeholder)
 
 
 def loaded_images(images, item_images, allow_paths: bool):

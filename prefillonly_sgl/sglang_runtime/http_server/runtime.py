@@ -3,7 +3,7 @@ runtime: shutting down, the route checks, aborts; the scoring front once SGLang 
 ServerContext (what an EndpointSpec handler gets: the same front as the Engine's)."""
 
 from prefillonly_sgl.scoring.call_context import CallContext, current
-from prefillonly_sgl.scoring.image_prompts import loaded_images, place_images
+from prefillonly_sgl.scoring.image_prompts import with_images
 from prefillonly_sgl.scoring.score_options import ScoreOptions
 from prefillonly_sgl.scoring.score_result import ScoreResult
 from prefillonly_sgl.scoring.usage import RequestRecord
@@ -193,10 +193,8 @@ class ServerContext:
         front = self._runtime.front
         image_data = None
         if images is not None or item_images is not None:
-            items = [items] if isinstance(items, str) else items
-            shared, own = loaded_images(images, item_images, allow_paths=False)
-            query, items, image_data = place_images(
-                query, items, shared, own, front.facts.image_placeholder
+            query, items, image_data = with_images(
+                query, items, images, item_images, front.facts.image_placeholder, False
             )
         return await front.score(
             self.call(lora_path),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from prefillonly_sgl.scoring.call_context import CallContext
 from prefillonly_sgl.scoring.errors import InvalidRequestError
-from prefillonly_sgl.scoring.image_prompts import loaded_images, place_images
+from prefillonly_sgl.scoring.image_prompts import with_images
 from prefillonly_sgl.scoring.score_options import ScoreOptions
 
 IMAGE_FIELDS = ("image_data", "item_image_data")
@@ -40,10 +40,13 @@ async def score_with_images(front, ctx: CallContext, body: dict, served_model: s
     ]
     if unsupported:
         raise InvalidRequestError(f"image_data cannot be combined with {', '.join(unsupported)}")
-    items = [request.items] if isinstance(request.items, str) else request.items
-    shared, own = loaded_images(body.get("image_data"), body.get("item_image_data"), False)
-    query, items, image_data = place_images(
-        request.query, items or [], shared, own, front.facts.image_placeholder
+    query, items, image_data = with_images(
+        request.query,
+        request.items,
+        body.get("image_data"),
+        body.get("item_image_data"),
+        front.facts.image_placeholder,
+        allow_paths=False,
     )
     result = await front.score(
         ctx,
