@@ -77,10 +77,17 @@ def test_n_items_about_one_image_are_one_forward_of_packed_items(vl):
     engine, _, labels = vl
     items = [f"Is it item number {i}? Answer:" for i in range(6)]
     before = len(read_events(engine.forward_log, "forward"))
+    processed = engine.tokenizer_manager.mm_processor.mm_preprocess_cache
+    misses, reused = processed.misses, processed.hits + processed.singleflight_joins
     engine.score(QUERY, items, labels, images=[_png(21)])
     forwards = read_events(engine.forward_log, "forward")[before:]
     assert len(forwards) == 1, forwards
     assert len(forwards[0]["new"]) == len(items) and forwards[0]["packed"] == len(items) - 1
+    # SGLang's tokenizer side processed the image once; the other prompts took it from its
+    # preprocess cache, or joined its processing in flight (on by default for
+    # vision-language families: models/families.py)
+    reused = processed.hits + processed.singleflight_joins - reused
+    assert (processed.misses - misses, reused) == (1, len(items) - 1)
 
 
 def test_the_querys_image_is_read_from_the_cache_by_later_items(vl):
