@@ -336,6 +336,15 @@ FAMILIES: dict[str, Family] = {
             ("Qwen2_5_VLForConditionalGeneration",),
             (*_LLAMA, "image_tokens"),
         ),
+        # Qwen3-VL (dense): Qwen3's decoder (q / k norms) under a vision tower whose
+        # deepstack mergers add image features to the first decoder layers' outputs;
+        # interleaved M-RoPE.
+        Family(
+            "qwen3_vl",
+            "Qwen3-VL",
+            ("Qwen3VLForConditionalGeneration",),
+            (*_OTHER, "image_tokens"),
+        ),
         # The attention-sinks helper owns this row (issue 53). Its sliding-window layers
         # are attention_sinks layers: the prefill-only backend runs them, window and sinks,
         # never the stock path the sliding_window kind describes (its limits do not apply).

@@ -472,10 +472,7 @@ def qwen2_5_vl_parts(text_sizes: dict | None = None, vision_sizes: dict | None =
     height and width halves of the rotary dims (sum: head_dim / 2)."""
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLVisionConfig
 
-    tok = build_tokenizer()
-    tok.add_special_tokens({"additional_special_tokens": _QWEN3_5_VISION_TOKENS})
-    tok.chat_template = QWEN2_5_VL_CHAT_TEMPLATE
-    ids = {t: tok.convert_tokens_to_ids(t) for t in _QWEN3_5_VISION_TOKENS}
+    tok, marker_ids = _qwen_vl_tokenizer(QWEN2_5_VL_CHAT_TEMPLATE)
     text = {**_common(tok), **(text_sizes or {})}
     head_dim = text["hidden_size"] // text["num_attention_heads"]
     if 2 * sum(mrope_section) != head_dim:
@@ -499,13 +496,7 @@ def qwen2_5_vl_parts(text_sizes: dict | None = None, vision_sizes: dict | None =
         tokens_per_second=2,
     )
     config = Qwen2_5_VLConfig(
-        text_config=text,
-        vision_config=vision.to_dict(),
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=False,
+        text_config=text, vision_config=vision.to_dict(), **marker_ids, tie_word_embeddings=False
     )
     return tok, config
 
@@ -520,6 +511,26 @@ def save_qwen2_5_vl_processor(tok, out: Path) -> None:
         video_processor=Qwen2VLVideoProcessor(**_QWEN2_5_VL_PATCH, size=_QWEN2_5_VL_VIDEO_SIZE),
         chat_template=QWEN2_5_VL_CHAT_TEMPLATE,
     )
+    _save_processor(processor, out)
+
+
+def _qwen_vl_tokenizer(chat_template: str) -> tuple[object, dict]:
+    """(tokenizer, the config's marker ids) of a Qwen vision-language model: the tiny
+    ChatML tokenizer with the vision markers as special tokens, as published, and the
+    model's chat template."""
+    tok = build_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": _QWEN3_5_VISION_TOKENS})
+    tok.chat_template = chat_template
+    ids = {t: tok.convert_tokens_to_ids(t) for t in _QWEN3_5_VISION_TOKENS}
+    return tok, dict(
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
+
+
+def _save_processor(processor, out: Path) -> None:
     processor.save_pretrained(out)
     # The published folders also carry them as separate files (preprocessor_config.json,
     # video_preprocessor_config.json), which loaders older than processor_config.json read.
@@ -546,6 +557,137 @@ def _qwen2_5_vl(out_dir, seed):
     return out
 
 
+# Qwen3-VL-*-Instruct's published chat template (chat_template.json), byte for byte: no
+# default system prompt, tools, and each image part written as its vision markers around
+# one pad token. Found without the hub: the 5,292-byte template (sha256 3636d0f0...489e4)
+# of Qwen3-VL-8B-Instruct's GGUF as a public test pins it (the 2B and 4B publish the same).
+QWEN3_VL_CHAT_TEMPLATE_FILE = "qwen3_vl_chat_template.jinja"
+
+# Qwen3-VL's patches as published (16 px, 2 frames, 2x2 merged: one image token covers
+# 32x32 pixels). SGLang's Qwen3-VL runs every pixel row through its tower, whatever the
+# patch (models/qwen3_vl.py, _get_visual_feature: no width taken for precomputed
+# embeddings, unlike its Qwen2.5-VL's 1176), so the published patch runs on a CPU.
+_QWEN3_VL_PATCH = dict(patch_size=16, merge_size=2, temporal_patch_size=2)
+_QWEN3_VL_NORM = dict(image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+# Images of 64 tokens at least, as published (65,536 px: a 32x32 test image is resized to
+# 256x256 = 8x8 merged tokens, its 16x16 patches across the position table below), capped
+# at 1,024 tokens (published 16,384) to keep a stray large image inside a tiny KV pool;
+# videos as published.
+_QWEN3_VL_IMAGE_SIZE = {"shortest_edge": 64 * 32 * 32, "longest_edge": 1024 * 32 * 32}
+_QWEN3_VL_VIDEO_SIZE = {"shortest_edge": 4096, "longest_edge": 25165824}
+_QWEN3_VL_VIDEO_SAMPLING = dict(fps=2, min_frames=4, max_frames=768)
+
+_QWEN3_VL_TINY_VISION = dict(
+    depth=4,
+    hidden_size=32,
+    intermediate_size=64,
+    num_heads=2,
+    deepstack_visual_indexes=[0, 1, 2],
+)
+
+
+def qwen3_vl_chat_template() -> str:
+    """The published template, from the package's data (QWEN3_VL_CHAT_TEMPLATE_FILE)."""
+    from importlib import resources
+
+    return (
+        resources.files("prefillonly_sgl.models")
+        .joinpath(QWEN3_VL_CHAT_TEMPLATE_FILE)
+        .read_text(encoding="utf-8")
+    )
+
+
+def qwen3_vl_parts(text_sizes: dict | None = None, vision_sizes: dict | None = None,
+                   mrope_section=(6, 5, 5)):  # fmt: skip
+    """(tokenizer, config) of a dense Qwen3-VL in the published layout (Qwen3-VL-2B/4B-
+    Instruct): the ChatML tokenizer with the vision markers and the published chat
+    template; a Qwen3 language model (q / k norms, an explicit head_dim) with interleaved
+    M-RoPE (mrope_section: the temporal, height and width shares of the rotary pairs,
+    summing to head_dim / 2; interleaved, height and width take every third pair) and tied
+    embeddings; a vision tower with a learned, interpolated position table, 2x2 patch
+    merging and deepstack mergers feeding the first decoder layers. text_sizes /
+    vision_sizes replace the tiny sizes."""
+    from transformers import Qwen3VLConfig, Qwen3VLVisionConfig
+
+    tok, marker_ids = _qwen_vl_tokenizer(qwen3_vl_chat_template())
+    # Published: 2B 2048 wide, 16 heads of 128 (head_dim = hidden / heads); 4B 2560 wide,
+    # 32 heads of 128 (head_dim != hidden / heads). Here 64 wide, 4 heads of 32: the 4B's.
+    text = {**_common(tok), "num_hidden_layers": 4, "head_dim": 32, "tie_word_embeddings": True}
+    text.update(text_sizes or {})
+    if 2 * sum(mrope_section) != text["head_dim"]:
+        raise ValueError(
+            f"mrope_section {mrope_section} must sum to head_dim / 2 = {text['head_dim'] // 2}"
+        )
+    text.update(
+        rms_norm_eps=1e-6,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 5000000.0,
+            "mrope_section": list(mrope_section),
+            "mrope_interleaved": True,
+        },
+    )
+    vision_sizes = vision_sizes or _QWEN3_VL_TINY_VISION
+    if len(vision_sizes["deepstack_visual_indexes"]) > text["num_hidden_layers"]:
+        raise ValueError("each deepstack merger feeds one decoder layer: too few layers")
+    vision = Qwen3VLVisionConfig(
+        **vision_sizes,
+        hidden_act="gelu_pytorch_tanh",
+        in_channels=3,
+        patch_size=_QWEN3_VL_PATCH["patch_size"],
+        spatial_merge_size=_QWEN3_VL_PATCH["merge_size"],
+        temporal_patch_size=_QWEN3_VL_PATCH["temporal_patch_size"],
+        out_hidden_size=text["hidden_size"],
+        num_position_embeddings=2304,  # published: a 48x48 table, interpolated per image
+    )
+    config = Qwen3VLConfig(
+        text_config=text,
+        vision_config=vision.to_dict(),
+        **marker_ids,
+        tie_word_embeddings=text["tie_word_embeddings"],
+    )
+    return tok, config
+
+
+def save_qwen3_vl_processor(tok, out: Path) -> None:
+    """The processor AutoProcessor loads (image and video processors, chat template)."""
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    processor = Qwen3VLProcessor(
+        image_processor=Qwen2VLImageProcessor(
+            **_QWEN3_VL_PATCH, **_QWEN3_VL_NORM, size=_QWEN3_VL_IMAGE_SIZE
+        ),
+        tokenizer=tok,
+        video_processor=Qwen3VLVideoProcessor(
+            **_QWEN3_VL_PATCH,
+            **_QWEN3_VL_NORM,
+            **_QWEN3_VL_VIDEO_SAMPLING,
+            size=_QWEN3_VL_VIDEO_SIZE,
+        ),
+        chat_template=tok.chat_template,
+    )
+    _save_processor(processor, out)
+
+
+def _qwen3_vl(out_dir, seed):
+    """Qwen3-VL as published (qwen3_vl_parts), tiny.
+
+    The tower is scaled down with its structure kept: 4 blocks (published 24), deepstack
+    mergers after blocks 0, 1 and 2 (published [5, 11, 17]: three, none after the last)
+    added to the outputs of decoder layers 0, 1 and 2, 32 wide, the published 48x48
+    position table. Published: head_dim 128 with interleaved mrope_section [24, 20, 20];
+    head_dim 32 here, so [6, 5, 5] (the temporal share gets the last pair, as there).
+    """
+    import torch
+    from transformers import Qwen3VLForConditionalGeneration
+
+    tok, config = qwen3_vl_parts()
+    torch.manual_seed(seed)
+    out = _save(Qwen3VLForConditionalGeneration(config), tok, out_dir, seed)
+    save_qwen3_vl_processor(tok, out)
+    return out
+
+
 FAMILY_BUILDERS: dict[str, Callable[[str | Path, int], Path]] = {
     "llama": lambda out, seed: build_tiny_model(out, "llama", seed),
     "qwen2": lambda out, seed: build_tiny_model(out, "qwen2", seed),
@@ -567,6 +709,7 @@ FAMILY_BUILDERS: dict[str, Callable[[str | Path, int], Path]] = {
     "qwen3_next": _qwen3_next,
     "qwen3_5_vl": _qwen3_5_vl,
     "qwen2_5_vl": _qwen2_5_vl,
+    "qwen3_vl": _qwen3_vl,
 }
 
 
