@@ -265,3 +265,15 @@ def test_outside_the_shape_keeps_sglang_grammar_path(client):
 def test_bad_choice_requests_are_400s_naming_the_problem(client, extra, message):
     with pytest.raises(BadRequestError, match=message.replace("[", r"\[").replace("]", r"\]")):
         client.chat.completions.create(model="m", messages=chat("x"), extra_body=extra)
+
+
+def test_a_choice_request_with_an_image_on_a_text_model_is_a_400(server):
+    """Images are scored on a vision-language model (tests/test_images_server.py); this
+    model reads text only: refused naming it, the server alive after."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    messages = [{"role": "user", "content": [image, {"type": "text", "text": "Red?"}]}]
+    body = {"model": "m", "messages": messages, "guided_choice": ["Yes", "No"]}
+    answer = requests.post(f"{server.url}/v1/chat/completions", json=body, timeout=120)
+    assert answer.status_code == 400 and "only supports text input" in answer.text, answer.text
+    alive = {**body, "messages": chat("ok")}
+    assert requests.post(f"{server.url}/v1/chat/completions", json=alive).status_code == 200

@@ -114,10 +114,55 @@ def _encode(text: str) -> list[int]:
 def test_falling_through_after_sglang_converted_the_request():
     shape = ChoiceShape((Fixed('{"a": "'), Slot("a", ("x", "yyy"), ("x", "yyy")), Fixed('"}')))
     longest = len('{"a": "') + 3 + 2
-    assert falls_through_after_conversion(True, None, shape, _encode)  # images, video, audio
-    assert falls_through_after_conversion(False, longest - 1, shape, _encode)  # truncated
-    assert not falls_through_after_conversion(False, longest, shape, _encode)
-    assert not falls_through_after_conversion(False, None, shape, _encode)
+
+    def falls(media=(), scores_images=True, prompts=1, limit=None):
+        return falls_through_after_conversion(media, scores_images, prompts, limit, shape, _encode)
+
+    assert falls(["video"]) and falls(["audio"]) and falls(["image", "audio"])
+    assert not falls(["image"])  # scored with the images (a vision-language model)
+    assert falls(["image"], scores_images=False)  # refused off its backend: SGLang's path
+    assert falls(["image"], prompts=2)  # a chat has one prompt
+    assert falls(limit=longest - 1)  # truncated
+    assert not falls(limit=longest)
+    assert not falls() and not falls(prompts=3)
+
+
+def test_tokens_after_a_text_prompt_travel_as_exact_text():
+    from prefillonly_sgl.scoring.appended_tokens import NotExactAsText, appended_text
+
+    def encode(text):  # "ab" is one token (9), any other character its own
+        out, i = [], 0
+        while i < len(text):
+            out.append(9 if text.startswith("ab", i) else ord(text[i]))
+            i += 2 if out[-1] == 9 else 1
+        return out
+
+    def decode(ids):
+        return "".join("ab" if t == 9 else chr(t) for t in ids)
+
+    assert appended_text("xy", encode("xy"), [], encode, decode) == ""
+    assert appended_text("xy", encode("xy"), [ord("b"), 9], encode, decode) == "bab"
+    with pytest.raises(NotExactAsText, match="tokenizes differently"):
+        appended_text("xa", encode("xa"), [ord("b")], encode, decode)  # would merge: "ab"
+
+
+def test_the_image_parts_of_a_chat_named_where_they_are():
+    from prefillonly_sgl.wire.chat_images import ChatImage, chat_images
+
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": [
+            {"type": "text", "text": "a"},
+            {"type": "image_url", "image_url": {"url": "data:x"}},
+            {"type": "input_image", "image_url": "https://h/i.png"},
+        ]},
+    ]  # fmt: skip
+    rendered, images = chat_images(messages)
+    assert images == [ChatImage("messages[1].content[1]", "data:x"),
+                      ChatImage("messages[1].content[2]", "https://h/i.png")]  # fmt: skip
+    assert rendered[0] == messages[0]
+    assert rendered[1]["content"] == [{"type": "text", "text": "a"}, {"type": "image"},
+                                      {"type": "image"}]  # fmt: skip
 
 
 def test_the_query_is_the_reusable_prefix_leaving_the_item_a_token():

@@ -9,9 +9,10 @@ under the constraint in SGLang's fields, or refused naming the problem.
       (or a classification head's model)     model with a classification head
     a choice request                       -> scored; after SGLang's own checks and
                                               conversion it still falls through when its
-                                              prompt carries images, video or audio, or
-                                              its token limit cannot hold the longest
-                                              answer (SGLang truncates)
+                                              prompt carries video or audio, images the
+                                              model's image path cannot score, or its
+                                              token limit cannot hold the longest answer
+                                              (SGLang truncates)
 
 The SGLang side (its request objects, checks and conversion) is
 sglang_runtime/choice_requests.py.
@@ -19,7 +20,7 @@ sglang_runtime/choice_requests.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from pydantic import BaseModel
@@ -91,11 +92,22 @@ def answer_token_limit(fields: dict, chat: bool, max_tokens_given: bool) -> int 
 
 
 def falls_through_after_conversion(
-    has_media: bool, limit: int | None, shape: ChoiceShape, encode: Callable[[str], list[int]]
+    media: Collection[str],
+    scores_images: bool,
+    prompts: int,
+    limit: int | None,
+    shape: ChoiceShape,
+    encode: Callable[[str], list[int]],
 ) -> bool:
-    """A choice request that runs on SGLang's path after all, once SGLang converted it:
-    its prompt carries images, video or audio (they go with SGLang's own request only),
-    or its token limit is below the longest answer's tokens (SGLang truncates)."""
-    if has_media:
+    """A choice request that runs on SGLang's path after all, once SGLang converted it.
+    media: the kinds its prompts carry ("image", "video", "audio"); scores_images: the
+    model's images are scored (a vision-language model whose image path is not refused,
+    docs/images.md); prompts: how many. It falls through when it carries video or audio
+    (they go with SGLang's own request only), images on a model that cannot score them or
+    across several prompts (a chat has one), or its token limit is below the longest
+    answer's tokens (SGLang truncates)."""
+    if set(media) - {"image"}:
+        return True
+    if "image" in media and (not scores_images or prompts != 1):
         return True
     return limit is not None and limit < longest_answer_tokens(shape, encode)

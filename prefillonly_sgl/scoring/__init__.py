@@ -3,6 +3,7 @@ back, in plain Python (no SGLang, no torch at import).
 
     labels.py, label_trie.py   label sets compiled to token ids; labels of several tokens
     continuations.py           a continuation's token logprobs: the request and its checks
+    appended_tokens.py         tokens after a text prompt (one with images) as exact text
     validation.py              checks on a score request before anything reaches SGLang
     score_result.py            ScoreResult, what one score call returns
     priors.py                  contextual calibration's arithmetic

@@ -58,9 +58,11 @@ class LabelTokenLogprobs:
     vocabulary) where it follows the prompt and the label's earlier tokens: the factors of
     the chain rule (ScoringFront.label_token_logprobs; choice requests read their answer
     from them). prompt_tokens / cached_tokens: every forward of the call; prompt_cached_tokens:
-    the prompts' own prefix-cache hits (the first round's)."""
+    the prompts' own prefix-cache hits (the first round's); prompt_own_tokens: the
+    prompts' own tokens (the first round's, images expanded)."""
 
     rows: list[list[list[float]]]
     prompt_tokens: int
     cached_tokens: int
     prompt_cached_tokens: int
+    prompt_own_tokens: int = 0

@@ -17,6 +17,13 @@ tokenization of a completions prompt), so a choice request runs on the prompt a
 generating request would; its reusable prefix is the single-token path's (the chat
 history before the last message, or completions' shared_prefix), so the JCT scheduler
 groups requests sharing a system prompt, and the first computes it for the others.
+
+A chat with `image_url` parts on a vision-language model is scored the same way, as
+text: the prompt SGLang rendered (the template's image placeholders in it, split at the
+reusable prefix's end), its images loaded here (scoring/images.py: a bad one is a 400
+naming its message part) and sent with every score call; the answer's tokens follow as
+text (scoring/appended_tokens.py), and where they would not tokenize back exactly the
+request runs on SGLang's path after all.
 """
 
 from __future__ import annotations
@@ -36,8 +43,10 @@ from prefillonly_sgl.choices.routing import (
     route,
     sglang_path_update,
 )
+from prefillonly_sgl.scoring.appended_tokens import NotExactAsText, appended_text
 from prefillonly_sgl.scoring.call_context import current
 from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.images import load_image
 from prefillonly_sgl.scoring.labels import compile_labels, label_set
 from prefillonly_sgl.single_token.allowed_tokens import resolved_sampling
 from prefillonly_sgl.single_token.prefix import (
@@ -46,6 +55,9 @@ from prefillonly_sgl.single_token.prefix import (
     prefix_token_ids,
 )
 from prefillonly_sgl.single_token.requests import CHAT_PATH
+from prefillonly_sgl.wire.chat_images import chat_images
+
+MEDIA = (("image", "image_data"), ("video", "video_data"), ("audio", "audio_data"))
 
 
 @dataclasses.dataclass
@@ -117,13 +129,19 @@ async def _answer(serving, chat: bool, request, raw_request, front, constraint) 
         return list(tokenizer.encode(text, add_special_tokens=False))
 
     shape = constraint.shape
-    has_media = any(getattr(adapted, f, None) for f in ("image_data", "video_data", "audio_data"))
+    media = [kind for kind, field in MEDIA if getattr(adapted, field, None)]
+    facts = front.facts
+    scores_images = facts.image_placeholder is not None and facts.image_refusal is None
     limit = answer_token_limit(
         request.__dict__, chat, "max_tokens" in request.model_fields_set
     )  # fmt: skip
-    if falls_through_after_conversion(has_media, limit, shape, encode):
-        return None
     prompts = _prompt_ids(adapted, tokenizer)
+    if falls_through_after_conversion(media, scores_images, len(prompts), limit, shape, encode):
+        return None
+    # a prompt with images: text, its images loaded here (a bad one is a 400 naming it)
+    images = None
+    if "image" in media:  # fetching a URL blocks: off the event loop
+        images = await loop.run_in_executor(None, _loaded_images, adapted, request)
     prefix = _prefix_ids(chat, request, tokenizer)
     sampling = resolved_sampling(adapted.sampling_params)
     # the call's context: the request's (the guard's: tenant, record), with this body's
@@ -137,18 +155,31 @@ async def _answer(serving, chat: bool, request, raw_request, front, constraint) 
         ids = compile_labels(label_set(list(texts)), tokenizer, before, leading_space=False)
         return [tuple(i) if isinstance(i, tuple) else (i,) for i in ids]
 
+    own_tokens: list[int] = []  # with images: each prompt's tokens, images expanded
+
     async def one_prompt(prompt: list[int]) -> list[Answer]:
         shared = query_len(prefix, prompt)
         memo: dict = {}
+        text = adapted.text if images is not None else ""  # with images: the prompt's text,
+        head = tokenizer.decode(prompt[:shared]) if text else ""  # its query the prefix's
+        head = head if text.startswith(head) else ""  # (else no query: nothing reusable)
 
         async def score(written: list[int], labels) -> list[list[float]]:
             key = (tuple(written), tuple(labels))
-            if key not in memo:  # n answers sampled from the same scores
-                result = await front.label_token_logprobs(
-                    ctx, prompt[:shared], [prompt[shared:] + written], [list(x) for x in labels]
-                )
-                tally.add(result, first=not memo)  # the prompt's own hits: its first call
-                memo[key] = result.rows[0]
+            if key in memo:  # n answers sampled from the same scores
+                return memo[key]
+            labels = [list(x) for x in labels]
+            if images is None:
+                query, item, image_data = prompt[:shared], prompt[shared:] + written, None
+            else:
+                # as SGLang tokenizes the text (special tokens included, as _prompt_ids)
+                after = appended_text(text, prompt, written, tokenizer.encode, tokenizer.decode)
+                query, item, image_data = head, text[len(head) :] + after, [images]
+            result = await front.label_token_logprobs(ctx, query, [item], labels, image_data)
+            if not memo:  # the prompt's own: its first call
+                own_tokens.append(result.prompt_own_tokens - len(written))
+            tally.add(result, first=not memo)
+            memo[key] = result.rows[0]
             return memo[key]
 
         tail = tokenizer.decode(prompt[-PROMPT_TAIL_TOKENS:])
@@ -168,14 +199,28 @@ async def _answer(serving, chat: bool, request, raw_request, front, constraint) 
             )
         return answers
 
-    per_prompt = await asyncio.gather(*(one_prompt(p) for p in prompts))
+    try:
+        per_prompt = await asyncio.gather(*(one_prompt(p) for p in prompts))
+    except NotExactAsText:  # the answer's tokens would not survive as text after the prompt
+        return None
     answers = [a for group in per_prompt for a in group]
 
     def decode(token: int) -> str:
         return tokenizer.decode([token])
 
-    prompt_tokens = sum(len(p) for p in prompts)
+    prompt_tokens = sum(own_tokens) if images is not None else sum(len(p) for p in prompts)
     return response_for(chat, request.__dict__, answers, decode, prompt_tokens, tally)
+
+
+def _loaded_images(adapted, request) -> list[bytes]:
+    """The prompt's images (SGLang's, in its placeholders' order) as checked bytes, each
+    error naming the message part it came from."""
+    given = [getattr(d, "url", d) for d in adapted.image_data]
+    messages = [m.model_dump() if hasattr(m, "model_dump") else m for m in request.messages]
+    _, parts = chat_images(messages)
+    names = [p.where for p in parts] if len(parts) == len(given) else []
+    names += [f"image {k}" for k in range(len(names), len(given))]
+    return [load_image(url, name) for url, name in zip(given, names, strict=True)]
 
 
 def _prompt_ids(adapted, tokenizer) -> list[list[int]]:

@@ -138,12 +138,7 @@ class ScoringFront:
             )
         query, items, labels = self.check(query, items, label_token_ids, item_first)
         if options.image_data is not None:
-            if self.facts.image_placeholder is None:
-                raise InvalidRequestError(
-                    "images need a vision-language model: this model reads text only"
-                )
-            if self.facts.image_refusal is not None:
-                raise InvalidRequestError(self.facts.image_refusal)
+            self._check_reads_images()
         if not items:  # SGLang's answer to no items: no rows
             return ScoreResult(scores=[], prompt_tokens=0)
         trie = build_trie(labels)
@@ -190,14 +185,26 @@ class ScoringFront:
             token_logprobs=token_logprobs,
         )
 
+    def _check_reads_images(self) -> None:
+        if self.facts.image_placeholder is None:
+            raise InvalidRequestError(
+                "images need a vision-language model: this model reads text only"
+            )
+        if self.facts.image_refusal is not None:
+            raise InvalidRequestError(self.facts.image_refusal)
+
     async def label_token_logprobs(
-        self, ctx: CallContext, query, items, label_token_ids
+        self, ctx: CallContext, query, items, label_token_ids, image_data=None
     ) -> LabelTokenLogprobs:
         """Each label's per-token log-probabilities after each query + item (the chain
         rule's factors; labels of several tokens through the prefix cache, as ``score``
         reads them), under the call's context: what a choice request's answer is picked
-        from."""
+        from. image_data: per item its images (encoded bytes; query and items then text
+        holding their placeholders; labels of several tokens continue as text:
+        label_sequences.py, NotExactAsText where that would not be exact)."""
         query, items, labels = self.check(query, items, label_token_ids)
+        if image_data is not None:
+            self._check_reads_images()
         trie = build_trie(labels)
         first: list[RequestRecord] = []  # round 1's own record: the prompts' cache hits
 
@@ -211,7 +218,7 @@ class ScoringFront:
 
             by_item, _ = await read_nodes(
                 self.tokenizer_manager, query, items, trie, request=ctx.http_request,
-                first_round=first_round,
+                first_round=first_round, image_data=image_data,
             )  # fmt: skip
         record = call.record
         rows = [label_token_logprobs(trie, by_node) for by_node in by_item]
@@ -220,6 +227,7 @@ class ScoringFront:
             prompt_tokens=record.usage.prompt_tokens,
             cached_tokens=record.usage.cached_tokens,
             prompt_cached_tokens=first[0].usage.cached_tokens,
+            prompt_own_tokens=first[0].usage.prompt_tokens,
         )
 
     def _text_as_ids(self, query, items, item_first, score_extraction_token, options) -> bool:

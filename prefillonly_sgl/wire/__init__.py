@@ -10,6 +10,8 @@ import these models, so a body is declared once.
     openai.py        OpenAI's /v1/decisions
     systemone.py     System One's /v1/systemone
     vllm.py          vLLM's conventions where they meet another peer's on one path
+    rerank_content.py  a rerank query or document with images (SGLang's, vLLM's, Jina's shapes)
+    chat_images.py   the image parts of an OpenAI chat: where each is, its URL
 
 May import scoring/ and decisions/call.py (the call a decisions body becomes); the fronts
 (apis/, dsl/, sglang_runtime/, engine.py) import it.
