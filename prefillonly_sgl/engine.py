@@ -185,6 +185,14 @@ class Engine:
         return self._front.facts.class_labels
 
     @property
+    def image_placeholder(self) -> str | None:
+        """How the served model marks an image in a prompt's text (its processor's
+        placeholder, Qwen2.5-VL's "<|vision_start|><|image_pad|><|vision_end|>"); None for a
+        model that reads text only (docs/images.md)."""
+        placeholder = self._front.facts.image_placeholder
+        return None if placeholder is None else placeholder.text
+
+    @property
     def prefill_only_kv_active(self) -> bool:
         """Whether the scheduler drops scoring prompts' KV after the reusable prefix (it
         then reports a score-prompt limit of its own: the context, not the KV pool)."""

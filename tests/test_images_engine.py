@@ -164,3 +164,23 @@ def test_a_dsl_classifier_with_an_image_argument(vl):
     # inputs about another image are another request (their prefixes' images differ)
     other = photo_is(_png(52), "a red shoe", engine=engine)
     assert other.probs != results[0].probs
+
+
+def test_verify_holds_the_image_path_to_transformers(vl):
+    """`prefillonly verify` on a vision-language model asks its images probe too (the
+    items about an image, cold and then from the prefix cache) against transformers
+    through the model's own processor; here on this module's engine, which has every
+    feature on as verify's first variant."""
+    from prefillonly_sgl.verification.verify import verify
+
+    engine = vl[0]
+    report = verify(
+        engine.config.model_path,
+        variants=["all features"],
+        engines={"all features": engine},
+        progress=lambda line: None,
+    )
+    images = report.results[0].checks["images"]
+    assert images.applies and images.ok and images.max_diff is not None, images
+    assert report.feature_summary()["images"]["status"] == "pass"
+    assert report.ok, report.table()

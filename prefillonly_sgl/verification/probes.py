@@ -1,6 +1,7 @@
 """What `prefillonly verify` asks an engine and what it compares the answers with: the
 probes for one model (prompts sized to cross its sliding window and the small hybrid
-chunk, single- and several-token labels, the echo ids, a continuation, a decision), the
+chunk, single- and several-token labels, the echo ids, a continuation, a decision; on a
+vision-language model, the items about an image, cold and from the cache), the
 transformers reference's answers to them (computed once, verification/reference.py), and
 run_probes, which asks one running engine each probe and returns a Check per probe (the
 largest difference from the reference, pass / fail at the tolerance, or the error)."""
@@ -8,10 +9,12 @@ largest difference from the reference, pass / fail at the tolerance, or the erro
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cache
 
 SMALL_CHUNK = 16  # hybrid prefilling's smallest chunk: the long probe runs in several
-PROBES = ("cold", "cached", "long", "labels", "echo", "continuation", "decisions")
+PROBES = ("cold", "cached", "long", "labels", "echo", "continuation", "decisions", "images")
 HEAD_PROBES = ("cold", "long", "cached")  # what a classification head answers
 _QUERY = (
     "User profile: likes science fiction, history books and long walks.\n"
@@ -42,6 +45,23 @@ class Probes:
     echo_ids: list[int]
     continuation: str
     long_tokens: int
+    image: bytes | None = None  # a vision-language model's probe image (probe_image)
+
+
+def probe_image(size: int = 56) -> bytes:
+    """A seeded size x size PNG of noise (every pixel matters to the vision tower): the
+    image the items of the images probe are about."""
+    import io
+    import random
+
+    from PIL import Image
+
+    rng = random.Random(86)
+    image = Image.new("RGB", (size, size))
+    image.putdata([tuple(rng.randrange(256) for _ in range(3)) for _ in range(size * size)])
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
 
 
 def sliding_window_of(config: dict) -> int | None:
@@ -94,6 +114,10 @@ class Expected:
     # The continuation computed in two forwards split at the query's end, as an engine
     # with prefill-only KV computes a recurrent family's cold prompt (None: not needed).
     continuation_split: list[list[float]] | None = None
+    # A vision-language model: the labels' probabilities after the image (its model's
+    # placeholder -> one row per item), from verification/image_reference.py; computed
+    # when the first engine tells its placeholder (None: a model that reads text only).
+    images: Callable[[str], list[list[float]]] | None = None
 
     def for_engine_that_splits(self) -> Expected:
         """The answers an engine that splits at the prefix is held to: the same, with the
@@ -131,6 +155,24 @@ def reference_answers(
         ),
         continuation_split=split,
     )
+
+
+def image_answers(image_reference, probes: Probes) -> Callable[[str], list[list[float]]]:
+    """The images probe's reference answers, given the engine's image placeholder (the
+    engine puts the image before the query, where the placeholder goes): each item's
+    labels' probabilities from a transformers forward through the model's own processor.
+    Computed once per placeholder."""
+
+    @cache
+    def answers(placeholder: str) -> list[list[float]]:
+        return [
+            image_reference.label_probabilities(
+                placeholder + probes.query + item, [probes.image], probes.labels, softmax=False
+            )
+            for item in probes.items
+        ]
+
+    return answers
 
 
 def max_abs_diff(a, b) -> float:
@@ -233,7 +275,29 @@ def run_probes(
     check("echo", echo)
     check("continuation", continuation)
     check("decisions", decisions)
+    if probes.image is None or expected.images is None:
+        checks["images"] = Check(ok=True, applies=False)
+    else:
+        check("images", lambda: _images(engine, probes, expected))
     return {name: checks[name] for name in PROBES}, decision_probs
+
+
+def _images(engine, probes: Probes, expected: Expected) -> float:
+    """The items about the probe image, cold then again (the image and the query from the
+    prefix cache), against the reference: the largest difference of the two."""
+    placeholder = engine.image_placeholder
+    if placeholder is None:
+        raise AssertionError("the engine reads no images, though the model's family does")
+    want = expected.images(placeholder)
+    diffs = []
+    for attempt in ("cold", "cached"):
+        got = engine.score(
+            probes.query, probes.items, probes.labels, apply_softmax=False, images=[probes.image]
+        )
+        if attempt == "cached" and got.cached_tokens <= 0:
+            raise AssertionError("the repeated call about the image took nothing from the cache")
+        diffs.append(max_abs_diff(got.scores, want))
+    return max(diffs)
 
 
 def first_line(e: BaseException) -> str:

@@ -12,6 +12,7 @@ from prefillonly_sgl.verification.probes import PROBES, Check
 from prefillonly_sgl.verification.variants import STOCK, VariantResult
 
 NOT_FOR_HEADS = "n/a: a classification head answers its classes, not tokens"
+TEXT_ONLY = "n/a: the model reads text only (or its family is not known to read images)"
 
 
 @dataclass
@@ -56,6 +57,14 @@ class Report:
                 if self.head
                 else _summarise(self.judged, None, self.tolerance, probe)
             )
+        reads_images = any(
+            c.applies for r in self.judged for n, c in r.checks.items() if n == "images"
+        )
+        rows["images"] = (
+            _summarise(self.judged, None, self.tolerance, "images")
+            if reads_images
+            else {"status": TEXT_ONLY, "max_diff": None}
+        )
         stock = [r for r in self.results if r.variant.name == STOCK]
         rows[STOCK] = _summarise(stock, None, self.tolerance)
         return rows

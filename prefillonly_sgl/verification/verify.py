@@ -14,6 +14,10 @@ feature off in turn; stock SGLang) it starts one Engine and scores the same prob
                 cache), asked twice so the second is served from the cache
     continuation  Engine.continuation_logprobs (query likelihood)
     decisions   Engine.decide: runs, and its probabilities against the first variant's
+    images      a vision-language model (a family with image tokens): the items about an
+                image (Engine.score(images=)), cold and again from the prefix cache,
+                against transformers through the model's own processor
+                (verification/image_reference.py)
 
 and compares each with a float32 transformers forward (verification/reference.py),
 computed once. The report is the largest difference per probe and variant, and per feature (over the
@@ -47,8 +51,10 @@ from prefillonly_sgl.verification.probes import (
     Check,
     Expected,
     Probes,
+    image_answers,
     make_probes,
     max_abs_diff,
+    probe_image,
     reference_answers,
     run_probes,
     sliding_window_of,
@@ -146,6 +152,11 @@ def verify(
     expected = reference_answers(
         reference, probes, bool(family and family.splits_at_prefix()), head
     )
+    if family is not None and "image_tokens" in family.layers and not head and lora is None:
+        from prefillonly_sgl.verification.image_reference import ImageReference
+
+        probes.image = probe_image()
+        expected.images = image_answers(ImageReference(model, dtype=dtype), probes)
     progress(
         f"[verify] transformers reference: {time.perf_counter() - started:.1f}s "
         f"(long prompt {probes.long_tokens} tokens)"
