@@ -245,7 +245,7 @@ BAD_OPENAI = [
     (_choices("true", True), "questions[0].choices[1].value"),
     (_choices(1, "b"), "questions[0].choices[0].value"),
     (_one(type="predicate", instructions="a", colour=1), "questions[0].colour"),
-    ({"input": [{"role": "user", "content": [IMAGE]}]}, "input[0].content[0]: an image needs"),
+    (_one(type="predicate", instructions=[IMAGE]), "questions[0].instructions[0]: an image"),
     (
         {"input": [{"type": "function_call_output", "call_id": "c", "output": "4"}]},
         "input[0].call_id",

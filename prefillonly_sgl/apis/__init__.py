@@ -14,7 +14,8 @@ sglang_runtime/http_server/, which gets these specs from its caller, cli.py).
 - rerank.py: POST /v1/rerank (Cohere v1 / Jina, or SGLang's native answer for the
   gateway), /v2/rerank (Cohere v2) and /rerank (TEI), one scorer; truncation.py: how
   documents are cut; rerankers.py: the built-in rankers (the yes/no judge, query
-  likelihood) and which one a model gets.
+  likelihood) and which one a model gets; rerank_images.py: a call's images on a
+  vision-language model.
 
 Their request and response models are the wire contracts in prefillonly_sgl/wire/, which
 the DSL's clients (dsl/backends/remote.py, dsl/gateway_client.py) import too.

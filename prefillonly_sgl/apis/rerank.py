@@ -26,6 +26,11 @@ generative rerankers, query likelihood for any other model), or `serve --app FIL
 likelihood ranker exp(its score), the query's per-token probability (the same order);
 TEI's ``raw_scores`` gives the ranker's own score (the mean log-probability). Documents
 are cut as apis/truncation.py says. Bad input gets a 400 naming the problem.
+
+On a vision-language model a query or document may carry images (wire/rerank_content.py:
+SGLang's content parts, vLLM's {"content": ...}, Jina's {"text", "image"}; ours,
+`image_data` for the query and TEI's `item_image_data`): the query's go in the reusable
+prefix, shared by every document, a document's in its item (apis/rerank_images.py).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import math
 import uuid
 from dataclasses import dataclass
 
+from prefillonly_sgl.apis.rerank_images import load_rerank_images
 from prefillonly_sgl.apis.truncation import JOIN_SLACK, fit_documents
 from prefillonly_sgl.dsl.backends.server import server_backend
 from prefillonly_sgl.dsl.job import RankJob
@@ -53,6 +59,7 @@ from prefillonly_sgl.wire.cohere import (
     RerankV2Response,
 )
 from prefillonly_sgl.wire.prefillonly import Usage, api_usage
+from prefillonly_sgl.wire.rerank_content import content_text, image_list, split_content
 from prefillonly_sgl.wire.sglang import RerankAnswer, RerankMeta, SGLangRerankResult
 from prefillonly_sgl.wire.tei import TeiRank, TeiRerankRequest, TeiRerankResponse
 from prefillonly_sgl.wire.vllm import echoes_documents, relevance_logit, truncation_limit
@@ -107,7 +114,15 @@ class Reranker:
         field: str = "documents",
         how_to_cut: str = "max_tokens_per_doc",
         truncate_prompt_tokens: int | None = None,
+        query_images: list = (),
+        document_images: list[list] | None = None,
     ) -> Reranked:
+        """query_images: the query's images as (where, URL) pairs; document_images: per
+        document its own (apis/rerank_images.py places them)."""
+        own = document_images if document_images is not None else [[] for _ in documents]
+        images = await load_rerank_images(context, self, list(query_images), own)
+        if images is not None:
+            query = images.query_text(query)
         shared = {"query": query}
         if instruction is not None:
             if not self.takes_instruction:
@@ -137,7 +152,11 @@ class Reranker:
             field,
             how_to_cut,
         )
-        job = RankJob(self.function, shared, tuple(documents))
+        if images is None:
+            job = RankJob(self.function, shared, tuple(documents))
+        else:
+            documents = images.document_texts(documents, field)
+            job = RankJob(self.function, shared, tuple(documents), images.query, images.item_images)
         rows = await server_backend(context).run(job)
         ranking = self.function.ranking(documents, rows)
         return Reranked(items=ranking.items, usage=call_usage(context))
@@ -193,16 +212,19 @@ def _cohere_v1_handler(reranker: Reranker, sglang_answer: bool = False):
     async def rerank(request: RerankRequest, context) -> RerankAnswer:
         if request.top_n is not None and request.top_k is not None:
             raise InvalidRequestError("give top_n or top_k (the same thing), not both")
-        documents = [d if isinstance(d, str) else d.text for d in request.documents]
+        query, query_images = _query(request)
+        documents, document_images = _documents(request.documents, "documents")
         top_n = _top_n(request.top_n if request.top_n is not None else request.top_k,
                        len(documents))  # fmt: skip
         answer = await reranker.rerank(
             context,
-            request.query,
+            query,
             documents,
             request.instruction or request.instruct,
             request.max_tokens_per_doc,
             truncate_prompt_tokens=request.truncate_prompt_tokens,
+            query_images=query_images,
+            document_images=document_images,
         )
         best = answer.items[:top_n]
         given = request.documents
@@ -249,7 +271,36 @@ def rerank_v1_endpoint(reranker: Reranker, sglang_answer: bool = False) -> Endpo
 
 
 def _text(document) -> str:
-    return document if isinstance(document, str) else document.text
+    """A document's text, as an answer echoes it (its images never)."""
+    return content_text(document)
+
+
+def _query(request) -> tuple[str, list]:
+    """A Cohere-shaped request's query text and its images: ``image_data``'s, then the
+    query's own parts'."""
+    text, own = split_content(request.query, "query")
+    return text, image_list(request.image_data, "image_data") + own
+
+
+def _documents(documents, field: str) -> tuple[list[str], list[list] | None]:
+    """The documents' texts and, when any has images, per document its own."""
+    split = [split_content(d, f"{field}[{i}]") for i, d in enumerate(documents)]
+    images = [own for _, own in split]
+    return [text for text, _ in split], images if any(images) else None
+
+
+def _tei_images(request) -> tuple[list, list[list] | None]:
+    """TEI's extension fields: the query's images and per text its own."""
+    query = image_list(request.image_data, "image_data")
+    per_text = request.item_image_data
+    if per_text is None:
+        return query, None
+    if len(per_text) != len(request.texts):
+        raise InvalidRequestError(
+            f"item_image_data has {len(per_text)} entries for {len(request.texts)} texts: "
+            "give one list per text ([] for a text without images)"
+        )
+    return query, [image_list(own, f"item_image_data[{i}]") for i, own in enumerate(per_text)]
 
 
 def _results(answer: Reranked, best, given, echo: bool, use_activation) -> list[RerankResult]:
@@ -271,10 +322,13 @@ def rerank_v2_endpoint(reranker: Reranker) -> EndpointSpec:
         if request.relevant_spans and request.relevant_spans.get("mode") == "enabled":
             raise InvalidRequestError("relevant_spans is not supported: leave it out")
         top_n = _top_n(request.top_n, len(request.documents))
+        query, query_images = _query(request)
+        documents, document_images = _documents(request.documents, "documents")
         answer = await reranker.rerank(
-            context, request.query, list(request.documents),
+            context, query, documents,
             max_tokens_per_doc=request.max_tokens_per_doc,
             truncate_prompt_tokens=request.truncate_prompt_tokens,
+            query_images=query_images, document_images=document_images,
         )  # fmt: skip
         echo = echoes_documents(request.return_documents, request.model_fields_set)
         return RerankV2Response(
@@ -296,6 +350,7 @@ def tei_rerank_endpoint(reranker: Reranker) -> EndpointSpec:
     vllm_rerank = _cohere_v1_handler(reranker)
 
     async def tei_rerank(request: TeiRerankRequest, context) -> TeiRerankResponse:
+        query_images, text_images = _tei_images(request)
         answer = await reranker.rerank(
             context,
             request.query,
@@ -304,6 +359,8 @@ def tei_rerank_endpoint(reranker: Reranker) -> EndpointSpec:
             keep_end=request.truncation_direction.lower() == "left",
             field="texts",
             how_to_cut="truncate: true",
+            query_images=query_images,
+            document_images=text_images,
         )
         return TeiRerankResponse(
             [

@@ -17,6 +17,10 @@ Kind = Literal["predicate", "choice", "score"]
 Wording = Literal["names", "letters"]  # options answered by name (ours) or A-Z (SGLang v1)
 Debias = Literal["none", "reverse", "cyclic"]
 DEBIAS_MODES: tuple[str, ...] = ("none", "reverse", "cyclic")
+# Where an image of the state goes in its messages' text (private-use characters: never
+# in real text); the door serving the call puts the model's placeholder there
+# (decisions/state_images.py), or refuses it on a model that reads text only.
+IMAGE_MARK = "\ue001image\ue001"
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,9 @@ class DecisionCall:
     temperature: float = 1.0  # on the options' log-probabilities (SGLang's field)
     min_label_mass: float = 0.0  # below it a question is answered with a refusal
     chat_template_kwargs: dict = field(default_factory=dict)
+    # The state's images, in the order of their IMAGE_MARKs: (where in the body, a URL,
+    # data URL or {"url": ...}), loaded by the door that reads them.
+    images: tuple[tuple[str, object], ...] = ()
 
     def __post_init__(self) -> None:
         # The answer is read at the first token the model writes: a thinking template

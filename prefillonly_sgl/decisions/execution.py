@@ -20,18 +20,25 @@ from prefillonly_sgl.decisions.plan import DecisionPlan
 from prefillonly_sgl.scoring.usage import RequestUsage
 
 # score(query ids, items' ids, labels' ids) -> per item the labels' whole-vocabulary
-# probabilities (Engine.score with apply_softmax=False)
-ScoreFn = Callable[[list[int], list[list[int]], list[list[int]]], Awaitable[list[list[float]]]]
+# probabilities (Engine.score with apply_softmax=False); a group with images is text, and
+# its images come as the keyword image_data (per item, the state's images)
+ScoreFn = Callable[..., Awaitable[list[list[float]]]]
 
 
 async def raw_probabilities(plan: DecisionPlan, score: ScoreFn) -> dict[int, list[float]]:
     """Each planned prompt's option probabilities, keyed by its index in plan.prompts."""
-    rows = await asyncio.gather(*(score(g.query, g.items, g.labels) for g in plan.groups))
+    rows = await asyncio.gather(
+        *(score(g.query, g.items, g.labels, **_images(g)) for g in plan.groups)
+    )
     raw: dict[int, list[float]] = {}
     for group, group_rows in zip(plan.groups, rows, strict=True):
         for index, row in zip(group.prompts, group_rows, strict=True):
             raw[index] = list(row)
     return raw
+
+
+def _images(group) -> dict:
+    return {} if group.image_data is None else {"image_data": group.image_data}
 
 
 def usage_of(plan: DecisionPlan, usage: RequestUsage) -> DecisionUsage:

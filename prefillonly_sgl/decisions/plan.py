@@ -16,6 +16,13 @@ Every question becomes an item behind one computed state:
   call are one request); extra prompts, when asked for, go out the same way: the other
   option orders (debiasing) behind the same state, and the content-free states
   (calibration) behind their own.
+
+A state with images (a vision-language model; state_images.py put the model's image
+placeholder in its text) is sent as text, the state's rendered prefix its query and each
+question's rest its item, with the images beside every item: the model's processor
+expands each placeholder, so token ids of the text would not be the prompt. Its lengths
+here count the placeholders' text, not the images' tokens (SGLang refuses a prompt past
+the context itself).
 """
 
 from __future__ import annotations
@@ -46,10 +53,11 @@ class PlannedPrompt:
 class ScoreGroup:
     """One score request: prompts sharing a state and labels."""
 
-    query: list[int]
-    items: list[list[int]]
+    query: list[int] | str  # text with images
+    items: list[list[int]] | list[str]
     labels: list[list[int]]
     prompts: list[int]  # indices into DecisionPlan.prompts, one per item
+    image_data: list[list[bytes]] | None = None  # per item the state's images, or None
 
 
 @dataclass(frozen=True)
@@ -123,12 +131,20 @@ class _Labels:
         )
 
 
-def plan_decision(call: DecisionCall, tokenizer, max_prompt_tokens: int) -> DecisionPlan:
+def plan_decision(
+    call: DecisionCall, tokenizer, max_prompt_tokens: int, images: list[bytes] | None = None
+) -> DecisionPlan:
     """The score requests that answer ``call``. InvalidRequestError names the field of
     anything that cannot be asked (a state past the context, labels that collide).
+    images: the state's images, loaded (state_images.py), when it has some.
 
     One pass: which prompts the call asks (states, option orders), their texts rendered
     at once (prompts.render_prompts), then tokenized, labelled and grouped here."""
+    if call.images and images is None:
+        raise InvalidRequestError(
+            f"{call.images[0][0]}: this door does not read a decision's images (a server's "
+            "/v1/decisions and /v1/systemone read them on a vision-language model)"
+        )
     states = [call.messages]
     if call.calibrate:
         states += [content_free_state(call.messages, text) for text in CONTENT_FREE]
@@ -149,6 +165,7 @@ def plan_decision(call: DecisionCall, tokenizer, max_prompt_tokens: int) -> Deci
     ]
 
     prompts: list[PlannedPrompt] = []
+    texts: list[str] = []  # per planned prompt, its whole text
     queries: dict[int, list[int]] = {}
     for s, template in enumerate(rendering.templates):
         mine = [i for i, slot in enumerate(slots) if slot.state == s]
@@ -164,6 +181,7 @@ def plan_decision(call: DecisionCall, tokenizer, max_prompt_tokens: int) -> Deci
         for i, ids in zip(mine, encoded):
             slot = slots[i]
             prompts.append(PlannedPrompt(slot.question, slot.order, s, tuple(ids), labels[i]))
+            texts.append(rendering.texts[i])
 
     refusals: dict[int, str] = {}
     for p in prompts:
@@ -180,10 +198,19 @@ def plan_decision(call: DecisionCall, tokenizer, max_prompt_tokens: int) -> Deci
             continue
         group = by_key.get((p.state, p.labels))
         if group is None:
+            as_text = bool(images) and p.state == 0  # content-free states hold no image
             group = by_key[(p.state, p.labels)] = ScoreGroup(
-                query=queries[p.state], items=[], labels=[list(x) for x in p.labels], prompts=[]
+                query=rendering.templates[0].prefix if as_text else queries[p.state],
+                items=[],
+                labels=[list(x) for x in p.labels],
+                prompts=[],
+                image_data=[] if as_text else None,
             )
-        group.items.append(list(p.ids[len(group.query) :]))
+        if group.image_data is not None:
+            group.items.append(texts[i][len(group.query) :])
+            group.image_data.append(list(images))
+        else:
+            group.items.append(list(p.ids[len(group.query) :]))
         group.prompts.append(i)
     return DecisionPlan(
         call=call,

@@ -4,6 +4,7 @@ the backend)."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import math
@@ -122,13 +123,21 @@ class ScoringFunction:
         return ids
 
     def compile_arguments(
-        self, tokenizer, arguments: list[dict], max_items: int | None, head: bool = False
+        self,
+        tokenizer,
+        arguments: list[dict],
+        max_items: int | None,
+        head: bool = False,
+        images: tuple | None = None,
     ) -> CompiledCall:
         """The score requests for validated ``arguments`` (one dict per prompt): prompts
         sharing a prefix share a request, at most ``max_items`` items each (None: no
         limit); see request.group_requests. head: for a model with a classification head,
-        requests without labels (its classes answer: head_route.py)."""
+        requests without labels (its classes answer: head_route.py). images: (the call's
+        images for every prefix, per prompt its own or None), after each prompt's own."""
         prompts = [self.prompt(tokenizer, **a) for a in arguments]
+        if images is not None:
+            prompts = with_call_images(prompts, *images)
         if self.scores_continuation:
             return group_continuations(prompts, self.lora_path)
         if any(p.continuation for p in prompts):
@@ -149,6 +158,18 @@ class ScoringFunction:
             self.temperature,
             self.lora_path,
         )
+
+
+def with_call_images(prompts: list[Prompt], shared: tuple, own: tuple | None) -> list[Prompt]:
+    """The prompts with a call's images added: ``shared`` to every prefix's, and each
+    prompt's ``own`` to its item's."""
+    own = own if own is not None else ((),) * len(prompts)
+    return [
+        dataclasses.replace(
+            p, images=p.images + tuple(shared), item_images=p.item_images + tuple(mine)
+        )
+        for p, mine in zip(prompts, own, strict=True)
+    ]
 
 
 def _checked_temperature(temperature, normalize: bool, name: str) -> float:

@@ -43,18 +43,33 @@ class RankJob:
     function: Any  # a Ranker
     shared: dict
     items: tuple
+    # Images the call adds to every prompt's own (the rerank APIs': a query's or a
+    # document's images come beside the text, not from the ranker's arguments): the
+    # query's, shared by every item, and per item its own (None: none).
+    images: tuple = ()
+    item_images: tuple | None = None
 
     def __len__(self) -> int:
         return len(self.items)
 
     def compile(self, tokenizer) -> CompiledCall:
-        arguments = [{**self.shared, self.function.item_param: x} for x in self.items]
-        return self.function.compile_arguments(tokenizer, arguments, None)
+        return self.function.compile_arguments(
+            tokenizer, self._arguments(), None, images=self._images()
+        )
 
     def compile_for_head(self, tokenizer) -> CompiledCall:
         """The requests for a model with a classification head (no labels)."""
-        arguments = [{**self.shared, self.function.item_param: x} for x in self.items]
-        return self.function.compile_arguments(tokenizer, arguments, None, head=True)
+        return self.function.compile_arguments(
+            tokenizer, self._arguments(), None, head=True, images=self._images()
+        )
+
+    def _arguments(self) -> list[dict]:
+        return [{**self.shared, self.function.item_param: x} for x in self.items]
+
+    def _images(self) -> tuple | None:
+        if not self.images and not any(self.item_images or ()):
+            return None
+        return self.images, self.item_images
 
 
 Job = ClassifyJob | RankJob

@@ -134,10 +134,15 @@ class Ranker(ScoringFunction):
         return self.job(*args, items=items, **kwargs).compile(tokenizer)
 
     def compile_arguments(
-        self, tokenizer, arguments: list[dict], max_items, head: bool = False
+        self, tokenizer, arguments: list[dict], max_items, head: bool = False, images=None
     ) -> CompiledCall:
         if self.setwise is None:
-            return super().compile_arguments(tokenizer, arguments, max_items, head)
+            return super().compile_arguments(tokenizer, arguments, max_items, head, images)
+        if images is not None:  # one prompt holds every item: no place for their images
+            raise InvalidRequestError(
+                f"{self.fn.__qualname__}: a setwise ranker reads text only; rank images "
+                "pointwise (no setwise=)"
+            )
         if head:  # SGLang pools a head at each anchor with its radix cache off only
             raise InvalidRequestError(
                 f"{self.fn.__qualname__}: a setwise ranker reads label tokens at each anchor; "

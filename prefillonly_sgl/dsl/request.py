@@ -195,6 +195,11 @@ def group_continuations(prompts: list[Prompt], lora_path: str | None = None) -> 
                 f"input {i}: the prompt has no continuation (a likelihood ranker scores "
                 "Prompt(..., continuation=...))"
             )
+        if prompt.images or prompt.item_images:  # a ContinuationRequest carries no image
+            raise InvalidRequestError(
+                f"input {i}: a likelihood ranker scores text only (its continuation's "
+                "log-probabilities carry no images); rank images with a ranker of labels"
+            )
         groups.setdefault(prompt.prefix, []).append(i)
     requests, where = [], [None] * len(prompts)
     for prefix, members in groups.items():

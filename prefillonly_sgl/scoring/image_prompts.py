@@ -81,9 +81,9 @@ def place_images(
             "a call with images takes its query and items as text (the model's processor "
             "expands each image's placeholder in it)"
         )
-    query = _with_placeholders(query, len(images), placeholder, "the query")
+    query = with_placeholders(query, len(images), placeholder, "the query")
     items = [
-        _with_placeholders(item, len(own), placeholder, f"items[{i}]")
+        with_placeholders(item, len(own), placeholder, f"items[{i}]")
         for i, (item, own) in enumerate(zip(items, per_item, strict=True))
     ]
     return query, items, [list(images) + own for own in per_item]
@@ -128,7 +128,9 @@ def loaded_images(images, item_images, allow_paths: bool):
     return query, per_item
 
 
-def _with_placeholders(text: str, n: int, placeholder: ImagePlaceholder, where: str) -> str:
+def with_placeholders(text: str, n: int, placeholder: ImagePlaceholder, where: str) -> str:
+    """``text`` holding one placeholder per image: as it is when it holds ``n``, with
+    ``n`` put first when it holds none; InvalidRequestError naming ``where`` otherwise."""
     found = text.count(placeholder.text)
     if found == n:
         return text

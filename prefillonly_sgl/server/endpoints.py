@@ -75,6 +75,12 @@ class ServerContext(Protocol):
     @property
     def class_head(self) -> Any: ...  # scoring/class_head.ClassHead of a head model, or None
 
+    @property
+    def image_placeholder(self) -> Any: ...  # scoring/image_prompts.ImagePlaceholder; None: text
+
+    @property
+    def image_refusal(self) -> str | None: ...  # why this engine refuses images, or None
+
     async def score(
         self,
         query: Any,

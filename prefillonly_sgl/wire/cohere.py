@@ -3,9 +3,13 @@ sends; also Jina's and SGLang's body) and v2 (`POST /v2/rerank`, what
 `cohere.ClientV2().rerank` sends). Served by apis/rerank.py with one scorer; posted by the
 DSL's gateway client (dsl/gateway_client.py) through SGLang's gateway. vLLM serves its own
 rerank shape on /v2/rerank too: the v2 answer carries vLLM's fields as well (`model`,
-`usage`, each result's `document`; docs/server.md, "Peer conventions on one path")."""
+`usage`, each result's `document`; docs/server.md, "Peer conventions on one path").
+On a vision-language model a query or document may carry images in SGLang's, vLLM's or
+Jina's multimodal rerank shape (wire/rerank_content.py), and `image_data` the query's."""
 
 from __future__ import annotations
+
+from typing import Annotated
 
 from pydantic import (
     BaseModel,
@@ -17,9 +21,21 @@ from pydantic import (
 
 from prefillonly_sgl.wire.fields import cache_salt_field
 from prefillonly_sgl.wire.prefillonly import Usage
+from prefillonly_sgl.wire.rerank_content import ContentPart, DocumentObject
+
+# A query or a document: text, or on a vision-language model text with images in the
+# multimodal rerank shapes (wire/rerank_content.py).
+Query = Annotated[str, Field(min_length=1)] | list[ContentPart] | DocumentObject
+Document = str | list[ContentPart] | DocumentObject
+IMAGE_DATA_DESCRIPTION = (
+    "ours, on a vision-language model: the query's images (a URL or data URL, or a list), "
+    "shared by every document (docs/images.md)"
+)
 
 
 class RerankDocument(BaseModel):
+    """A document as an answer echoes it (its text; never its images)."""
+
     text: str
 
 
@@ -29,10 +45,11 @@ class RerankRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
-    query: str = Field(..., min_length=1, description="what the documents are ranked for")
-    documents: list[str | RerankDocument] = Field(
-        ..., min_length=1, description="texts (or {'text': ...}) to rank"
+    query: Query = Field(..., description="what the documents are ranked for")
+    documents: list[Document] = Field(
+        ..., min_length=1, description="texts (or {'text': ...}; with images: docs/images.md)"
     )
+    image_data: str | list[str] | None = Field(None, description=IMAGE_DATA_DESCRIPTION)
     top_n: int | None = Field(None, description="return the best n (default: all)")
     return_documents: bool | None = Field(
         None,
@@ -138,8 +155,11 @@ class RerankV2Request(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
-    query: str = Field(..., min_length=1, description="what the documents are ranked for")
-    documents: list[str] = Field(..., min_length=1, description="texts to rank")
+    query: Query = Field(..., description="what the documents are ranked for")
+    documents: list[Document] = Field(
+        ..., min_length=1, description="texts to rank (with images: docs/images.md)"
+    )
+    image_data: str | list[str] | None = Field(None, description=IMAGE_DATA_DESCRIPTION)
     top_n: int | None = Field(None, description="return the best n (default: all)")
     max_tokens_per_doc: int = Field(
         COHERE_V2_MAX_TOKENS_PER_DOC, description="cut each document to its first N tokens"

@@ -30,6 +30,7 @@ from pydantic import (
 
 from prefillonly_sgl.decisions.call import (
     DEBIAS_MODES,
+    IMAGE_MARK,
     DecisionCall,
     DecisionOutcome,
     Message,
@@ -275,9 +276,10 @@ class Decision(BaseModel):
 
 
 # -- conversion --------------------------------------------------------------------------
-def _text_of(content, where: str, images: str = "an image") -> str:
+def _text_of(content, where: str, images: list | None = None) -> str:
     """A content's text: strings as they are, JSON parts as compact JSON, one part per
-    line; an image is refused (the server's models read text)."""
+    line; an image part is the line IMAGE_MARK with (where, its URL) added to ``images``
+    (refused where ``images`` is None: a question's text, or a caller that reads none)."""
     if isinstance(content, str):
         return content
     lines = []
@@ -288,16 +290,22 @@ def _text_of(content, where: str, images: str = "an image") -> str:
             lines.append(part.refusal)
         elif isinstance(part, InputJson):
             lines.append(json.dumps(part.data, ensure_ascii=False, separators=(",", ":")))
+        elif images is not None:
+            images.append((f"{where}[{k}]", part.image_url))
+            lines.append(IMAGE_MARK)
         else:
             raise InvalidRequestError(
-                f"{where}[{k}]: {images} needs a vision model; this server's model reads text only"
+                f"{where}[{k}]: an image is read only in a request's input messages (the "
+                "state), on a vision-language model"
             )
     return "\n".join(lines)
 
 
-def messages_of(input_: str | list) -> tuple[Message, ...]:
+def messages_of(input_: str | list, images: list | None = None) -> tuple[Message, ...]:
     """The state's chat messages (developer messages are system messages; tool calls and
-    their outputs are written as text in the assistant's and user's turns)."""
+    their outputs are written as text in the assistant's and user's turns). images: where
+    a user message's or a tool output's image parts are collected (their place in the
+    text is IMAGE_MARK); None refuses them."""
     if isinstance(input_, str):
         return (Message("user", input_),)
     messages: list[Message] = []
@@ -305,7 +313,7 @@ def messages_of(input_: str | list) -> tuple[Message, ...]:
     for i, item in enumerate(input_):
         where = f"input[{i}]"
         if isinstance(item, UserMessage):
-            messages.append(Message("user", _text_of(item.content, f"{where}.content")))
+            messages.append(Message("user", _text_of(item.content, f"{where}.content", images)))
         elif isinstance(item, InstructionMessage):
             messages.append(Message("system", _text_of(item.content, f"{where}.content")))
         elif isinstance(item, AssistantMessage):
@@ -321,7 +329,7 @@ def messages_of(input_: str | list) -> tuple[Message, ...]:
                 raise InvalidRequestError(
                     f"{where}.call_id: {item.call_id!r} matches no earlier call in input"
                 )
-            output = _text_of(item.output, f"{where}.output")
+            output = _text_of(item.output, f"{where}.output", images)
             messages.append(Message("user", f"[{item.type} {item.call_id}] {output}"))
     return tuple(messages)
 
@@ -358,8 +366,13 @@ def _question(q: Predicate | Choice | Score, i: int) -> Question:
 
 
 def to_call(request: DecisionsRequest) -> DecisionCall:
+    """The call; its input's images (input_image parts) ride on it, read by the server on
+    a vision-language model (sglang_runtime/decision_images.py) and refused elsewhere."""
+    images: list = []
+    messages = messages_of(request.input, images)
     return DecisionCall(
-        messages=messages_of(request.input),
+        messages=messages,
+        images=tuple(images),
         questions=tuple(_question(q, i) for i, q in enumerate(request.questions)),
         wording="names",
         debias=request.debias,

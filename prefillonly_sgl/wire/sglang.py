@@ -15,7 +15,9 @@ limits of one token per label: more than 26 options get SGLang's two-letter labe
 
 Which shape a /v1/decisions body is: SGLang's when a question carries `id` or `question`
 (SGLang's names), or the body `temperature`, `images`, `prompt_format_version` or
-`return_prompt_token_ids`; OpenAI's otherwise (is_sglang_body).
+`return_prompt_token_ids`; OpenAI's otherwise (is_sglang_body). Its `images` (URLs, data
+URLs or {"url": ...}) go before the input's text, as SGLang's handler writes its user
+message, and are read on a vision-language model (docs/images.md).
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ from pydantic import (
     model_validator,
 )
 
-from prefillonly_sgl.decisions.call import DecisionCall, DecisionOutcome, Message, Option, Question
+from prefillonly_sgl.decisions.call import (
+    IMAGE_MARK,
+    DecisionCall,
+    DecisionOutcome,
+    Message,
+    Option,
+    Question,
+)
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.wire.cohere import RerankResponse
 from prefillonly_sgl.wire.fields import cache_salt_field
@@ -167,10 +176,6 @@ def is_sglang_body(body: object) -> bool:
 
 
 def to_call(request: SGLangDecisionRequest) -> DecisionCall:
-    if request.images:
-        raise InvalidRequestError(
-            "images: images need a vision model; this server's model reads text only"
-        )
     questions = []
     for i, q in enumerate(request.questions):
         where = f"questions[{i}]"
@@ -189,8 +194,11 @@ def to_call(request: SGLangDecisionRequest) -> DecisionCall:
                 Option("no", "no", render_text(q.no) or None),
             )
             questions.append(Question("predicate", text, options, name=q.id, where=where))
+    images = tuple((f"images[{k}]", image) for k, image in enumerate(request.images))
     return DecisionCall(
-        messages=(Message("user", render_text(request.input)),),
+        # the images before the input's text, as SGLang's handler writes its user message
+        messages=(Message("user", IMAGE_MARK * len(images) + render_text(request.input)),),
+        images=images,
         questions=tuple(questions),
         wording="letters",
         debias=request.debias,

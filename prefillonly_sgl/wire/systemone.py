@@ -15,8 +15,13 @@ probability times the label mass), `usage.output_tokens` one per question (vLLM 
 1-token request per question), and vLLM's limits (64 questions, 26 options). A question that
 cannot be answered (its prompt past the context, or under `min_label_mass`) is answered
 `{type: "refusal", reason}`, which System One's client skips (it ignores answer types it
-does not know) while keeping the others. Box questions and image assets need a vision
-model: refused with a 400 naming the question.
+does not know) while keeping the others. On a vision-language model the state's images
+are read: `images` (SGLang's extension: URLs, data URLs or {"url": ...}), before the
+state's text, as SGLang's handler writes them; elsewhere they are refused. System One's
+own `assets` (images sent as multipart parts or base64, placed where the state names
+them) are refused with a 400 saying so: their parts and references are not read yet. Box
+questions (locating things in an image) are refused with a 400 naming the question: their
+answer is coordinates the model writes, not a choice among labels.
 """
 
 from __future__ import annotations
@@ -25,7 +30,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from prefillonly_sgl.decisions.call import DecisionCall, DecisionOutcome, Message, Option, Question
+from prefillonly_sgl.decisions.call import (
+    IMAGE_MARK,
+    DecisionCall,
+    DecisionOutcome,
+    Message,
+    Option,
+    Question,
+)
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.wire.fields import cache_salt_field
 from prefillonly_sgl.wire.sglang import check_option_names, render_text
@@ -118,18 +130,14 @@ class SystemOneResponse(BaseModel):
 def to_call(request: SystemOneRequest, conventions: str = "systemone") -> DecisionCall:
     if conventions == "vllm":
         _check_vllm_limits(request)
-    if request.assets or request.images:
-        field = "assets" if request.assets else "images"
-        raise InvalidRequestError(
-            f"{field}: images need a vision model; this server's model reads text only"
-        )
     questions = []
     for qid, q in request.questions.items():
         where = f"questions.{qid}"
         text = render_text(q.instructions)
         if isinstance(q, Box):
             raise InvalidRequestError(
-                f"{where}: box questions locate things in an image and need a vision model"
+                f"{where}: box questions locate things in an image: their answer is "
+                "coordinates the model writes, which a prefill-only scorer does not decode"
             )
         if isinstance(q, Noul):
             c = q.criteria or NoulCriteria()
@@ -146,8 +154,10 @@ def to_call(request: SystemOneRequest, conventions: str = "systemone") -> Decisi
         else:
             options = tuple(Option(k, render_text(level)) for k, level in enumerate(q.criteria))
             questions.append(Question("score", text, options, name=qid, where=where))
+    images = state_images(request)
     return DecisionCall(
-        messages=(Message("user", render_text(request.state)),),
+        messages=(Message("user", IMAGE_MARK * len(images) + render_text(request.state)),),
+        images=images,
         questions=tuple(questions),
         wording="names",
         debias=request.debias,
@@ -155,6 +165,20 @@ def to_call(request: SystemOneRequest, conventions: str = "systemone") -> Decisi
         min_label_mass=request.min_label_mass,
         chat_template_kwargs=request.chat_template_kwargs,
     )
+
+
+ASSETS_REFUSAL = (
+    "assets: System One's image assets (multipart parts or base64, placed where the state "
+    "names them) are not read yet; give the state's images in `images` (SGLang's "
+    "extension: URLs or data URLs, read before the state's text on a vision-language model)"
+)
+
+
+def state_images(request: SystemOneRequest) -> tuple[tuple[str, Any], ...]:
+    """The state's images as (where, image), from `images`; `assets` refused."""
+    if request.assets:
+        raise InvalidRequestError(ASSETS_REFUSAL)
+    return tuple((f"images[{k}]", image) for k, image in enumerate(request.images))
 
 
 def _check_vllm_limits(request: SystemOneRequest) -> None:

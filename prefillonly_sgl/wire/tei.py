@@ -1,7 +1,9 @@
 """Hugging Face TEI's rerank shape (`POST /rerank`, what LlamaIndex's and LangChain's TEI
 rerankers send; plain pydantic). Served by apis/rerank.py with the same scorer as
 /v1/rerank. A /rerank body with `documents` instead of TEI's `texts` is vLLM's
-(docs/server.md, "Peer conventions on one path")."""
+(docs/server.md, "Peer conventions on one path"). TEI publishes no image field: on a
+vision-language model ours, `image_data` (the query's images) and `item_image_data` (per
+text, its own), as /v1/score names them (docs/images.md)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,12 @@ class TeiRerankRequest(BaseModel):
         "Right", description="Right: keep a text's start; Left: keep its end"
     )
     cache_salt: str | None = cache_salt_field()  # ours (TEI has no such field)
+    image_data: str | list[str] | None = Field(
+        None, description="ours: the query's images (URLs or data URLs), shared by every text"
+    )
+    item_image_data: list[list[str]] | None = Field(
+        None, description="ours: per text, its own images (URLs or data URLs)"
+    )
 
 
 class TeiRank(BaseModel):

@@ -14,6 +14,7 @@ from prefillonly_sgl.server.options import ServeOptions
 from prefillonly_sgl.server.request_checks import custom_logit_processors
 from prefillonly_sgl.server.route_checks import CheckContext, check_request, route_checks
 from prefillonly_sgl.sglang_runtime import sglang_state
+from prefillonly_sgl.sglang_runtime.decision_images import decide_with_images
 from prefillonly_sgl.sglang_runtime.http_server.processor_check import ProcessorLoadCheck
 from prefillonly_sgl.sglang_runtime.moderation_calls import moderate
 from prefillonly_sgl.sglang_runtime.score_front import ScoringFront
@@ -173,6 +174,17 @@ class ServerContext:
         """The served model's classification head (scoring/class_head.ClassHead), or None."""
         return self._runtime.front.head
 
+    @property
+    def image_placeholder(self):
+        """How the served model marks an image in text (scoring/image_prompts.py), or None:
+        it reads text only."""
+        return self._runtime.front.facts.image_placeholder
+
+    @property
+    def image_refusal(self) -> str | None:
+        """Why this engine refuses images although its model reads them, or None."""
+        return self._runtime.front.facts.image_refusal
+
     async def score(
         self,
         query,
@@ -216,7 +228,10 @@ class ServerContext:
 
     async def decide(self, call, lora_path=None):
         """A decisions.call.DecisionCall answered on the server's engine (Engine.decide's
-        path: the state computed once, each question an item)."""
+        path: the state computed once, each question an item); a state with images on a
+        vision-language model (decision_images.py; refused on a text-only one)."""
+        if call.images:
+            return await decide_with_images(self._runtime.front, self.call(lora_path), call)
         return await self._runtime.front.decide(self.call(lora_path), call)
 
     async def moderate(self, call, lora_path=None):
