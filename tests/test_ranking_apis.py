@@ -117,6 +117,18 @@ def test_classify_equals_transformers(server, reference):
     assert answer["function"] == "review_sentiment" and answer["labels"] == labels
 
 
+def test_classify_a_chat_with_an_image_on_a_text_model_is_a_400(server):
+    """/v1/classify's image_url parts need a vision-language model (served in
+    tests/test_images_server.py): refused before the image is fetched, naming its part."""
+    parts = [{"type": "text", "text": "Review: ok"},
+             {"type": "image_url", "image_url": {"url": "http://127.0.0.1:9/a.png"}}]  # fmt: skip
+    body = {"messages": [{"role": "user", "content": parts}]}
+    answer = requests.post(f"{server.url}/v1/classify", json=body, timeout=120)
+    assert answer.status_code == 400, answer.text
+    assert "messages[0].content[1]: images need a vision-language model" in answer.text
+    assert requests.post(f"{server.url}/v1/classify", json={"input": "ok"}).status_code == 200
+
+
 def test_a_request_carrying_rid_gets_sglangs_native_answer(server):
     """What SGLang's gateway sends (its RerankRequest always has "rid") and parses: a list
     of {score, document, index, meta_info}, best first, with the label probabilities."""

@@ -16,6 +16,7 @@ sglang_runtime/http_server/, which gets these specs from its caller, cli.py).
   documents are cut; rerankers.py: the built-in rankers (the yes/no judge, query
   likelihood) and which one a model gets; rerank_images.py: a call's images on a
   vision-language model.
+- classify.py: POST /v1/classify itself; classify_images.py: a chat's images there.
 
 Their request and response models are the wire contracts in prefillonly_sgl/wire/, which
 the DSL's clients (dsl/backends/remote.py, dsl/gateway_client.py) import too.

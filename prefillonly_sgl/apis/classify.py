@@ -4,7 +4,10 @@ parameter (`serve --app FILE --classify NAME`):
     input     a text, a list of texts, token ids or lists of token ids (decoded to the
               text the classifier's prompt takes), or
     messages  a chat, rendered with the model's chat template into that text
-              (add_generation_prompt, continue_final_message, chat_template_kwargs)
+              (add_generation_prompt, continue_final_message, chat_template_kwargs);
+              on a vision-language model its `image_url` parts are images of the
+              classifier's prompt, where the template put their placeholders
+              (classify_images.py)
     -> {id, object: "list", created, model, data [{index, label, probs (label order),
         num_classes}], usage, function, labels}
 
@@ -18,18 +21,27 @@ naming the field (its body is parsed here: `raw_body`).
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 import uuid
 
+from prefillonly_sgl.apis.classify_images import (
+    ChatImagesJob,
+    chat_with_images,
+    check_placeholders,
+    split_images,
+)
 from prefillonly_sgl.apis.rerank import call_usage, model_name
 from prefillonly_sgl.apis.truncation import JOIN_SLACK
 from prefillonly_sgl.dsl.backends.server import server_backend
 from prefillonly_sgl.dsl.job import ClassifyJob
 from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.images import load_image
 from prefillonly_sgl.scoring.validation import check_text_or_ids
 from prefillonly_sgl.server.endpoints import EndpointSpec
 from prefillonly_sgl.server.error_bodies import parse_body
+from prefillonly_sgl.wire.chat_images import chat_images
 from prefillonly_sgl.wire.sglang import (
     ClassifyData,
     ClassifyRequest,
@@ -41,10 +53,13 @@ from prefillonly_sgl.wire.vllm import truncated, truncation_limit
 ERROR_SHAPE = "vllm"  # vLLM's clients and tests read `error.message`
 
 
-def request_inputs(request: ClassifyRequest, tokenizer, vocab_size: int) -> tuple[list, str]:
-    """The request's inputs as texts, and the field they came from (for messages)."""
+def request_inputs(
+    request: ClassifyRequest, tokenizer, vocab_size: int, messages: list | None = None
+) -> tuple[list, str]:
+    """The request's inputs as texts, and the field they came from (for messages:
+    ``messages``, the chat as the template reads it, else the request's)."""
     if request.messages is not None:
-        return [render_chat(request, tokenizer)], "messages"
+        return [render_chat(request, tokenizer, messages)], "messages"
     value = request.input
     if isinstance(value, str):
         if not value:
@@ -67,12 +82,12 @@ def decode_ids(ids: list[int], name: str, tokenizer, vocab_size: int) -> str:
     return tokenizer.decode(ids)
 
 
-def render_chat(request: ClassifyRequest, tokenizer) -> str:
+def render_chat(request: ClassifyRequest, tokenizer, messages: list | None = None) -> str:
     if not request.messages:
         raise InvalidRequestError("messages is empty: give at least one message")
     try:
         return tokenizer.apply_chat_template(
-            request.messages,
+            request.messages if messages is None else messages,
             tokenize=False,
             add_generation_prompt=request.add_generation_prompt,
             continue_final_message=request.continue_final_message,
@@ -119,7 +134,9 @@ def classify_endpoint(function) -> EndpointSpec:
     async def classify(body: object, context) -> ClassifyResponse:
         request = parse_body(ClassifyRequest, body)
         tokenizer = context.tokenizer
-        texts, field = request_inputs(request, tokenizer, context.limits.vocab_size)
+        placeholder = context.image_placeholder
+        messages, images = chat_with_images(request.messages, placeholder, context.image_refusal)
+        texts, field = request_inputs(request, tokenizer, context.limits.vocab_size, messages)
         texts = fit_inputs(texts, field, room(context), request, tokenizer)
         inputs = []
         for i, text in enumerate(texts):
@@ -127,7 +144,14 @@ def classify_endpoint(function) -> EndpointSpec:
                 inputs.append(function.inputs.validate((), {param: text}))
             except InvalidRequestError as e:
                 raise InvalidRequestError(f"{field}[{i}]: {e}") from None
-        rows = await server_backend(context).run(ClassifyJob(function, tuple(inputs)))
+        job = ClassifyJob(function, tuple(inputs))
+        if images:  # one input: the chat's text, its images where their placeholders went
+            check_placeholders(texts[0], len(images), placeholder)
+            prompt = function.prompt(tokenizer, **inputs[0])
+            loaded = await _loaded(images)
+            where = split_images(prompt, loaded, placeholder)  # (prefix's, item's)
+            job = ChatImagesJob(function, job.inputs, None, *where)
+        rows = await server_backend(context).run(job)
         answers = [
             (r.label_text, [scores(r.probs[label], request.use_activation) for label in labels])
             for r in function.results(rows)
@@ -145,6 +169,16 @@ def classify_endpoint(function) -> EndpointSpec:
         raw_body=True,
         error_shape=ERROR_SHAPE,
     )
+
+
+async def _loaded(images) -> list[bytes]:
+    """The chat's images as checked bytes (a URL is fetched: off the event loop), each
+    error naming its message part."""
+
+    def load() -> list[bytes]:
+        return [load_image(image.url, image.where) for image in images]
+
+    return await asyncio.get_running_loop().run_in_executor(None, load)
 
 
 def _count_inputs(body: dict) -> int:
@@ -176,6 +210,11 @@ async def classify_with_head(request: ClassifyRequest, context, head) -> Classif
     use_activation false, or for a reward model's one score: the logits), and the most
     probable class."""
     tokenizer = context.tokenizer
+    _, images = chat_images(request.messages or [])
+    if images:
+        raise InvalidRequestError(
+            f"{images[0].where}: a model's classification head classifies text only"
+        )
     texts, field = request_inputs(request, tokenizer, context.limits.vocab_size)
     texts = fit_inputs(texts, field, context.limits.scoring_prompt_tokens, request, tokenizer)
     activate = request.use_activation is not False and not head.is_reward_model
