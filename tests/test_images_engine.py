@@ -8,6 +8,7 @@ expanded positions are the reusable prefix)."""
 from __future__ import annotations
 
 import io
+import math
 
 import pytest
 from conftest import start_logging_forwards
@@ -102,6 +103,26 @@ def test_the_querys_image_is_read_from_the_cache_by_later_items(vl):
     assert again.cached_tokens >= len(ITEMS[1:]) * (query_len - 1)
     other = engine.score(QUERY, ITEMS[1:], labels, images=[_png(8)])  # another image
     assert other.cached_tokens < again.cached_tokens
+
+
+def test_labels_of_several_tokens_about_an_image_by_the_chain_rule(vl):
+    """Labels of several tokens: each continuation is read behind the prompt's text and
+    its image again (the image and the prompt from the prefix cache), the label's tokens
+    as text that tokenizes back to them; against transformers' chain rule on the
+    processed prompt then the label's tokens."""
+    engine, reference, _ = vl
+    tok = reference.processor.tokenizer
+    labels = [tok.encode(w, add_special_tokens=False) for w in (" Yes", " No", " not sure")]
+    assert max(len(label) for label in labels) > 1
+    image = _png(61)
+    result = engine.score(QUERY, ITEMS[:2], labels, apply_softmax=True, images=[image])
+    for item, row in zip(ITEMS[:2], result.scores, strict=True):
+        logprobs = reference.sequence_logprobs(PLACEHOLDER + QUERY + item, [image], labels)
+        total = sum(math.exp(x) for x in logprobs)
+        want = [math.exp(x) / total for x in logprobs]
+        assert row == pytest.approx(want, abs=TOLERANCE)
+    with pytest.raises(InvalidRequestError, match="item_first"):
+        engine.score(QUERY, ITEMS[:1], labels, item_first=True, images=[image])
 
 
 def test_each_item_its_own_image_and_placeholders_where_written(vl):

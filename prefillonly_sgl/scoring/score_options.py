@@ -72,11 +72,6 @@ class ScoreOptions:
                 raise InvalidRequestError(
                     f"image_data has {len(self.image_data)} entries for {n_items} items"
                 )
-            if not one_token_labels:
-                raise InvalidRequestError(
-                    "a call with images reads labels of one token each (labels of several "
-                    "tokens with images: not yet; docs/images.md)"
-                )
             if self.embed_override_token_id is not None:
                 raise InvalidRequestError("images and embedding overrides cannot be combined")
         if not one_token_labels and self.embed_override_token_id is not None:

@@ -175,11 +175,13 @@ async def score_label_sequences(
     item_first: bool,
     request=None,
     temperature: float = 1.0,
+    image_data: list[list[bytes]] | None = None,
 ) -> tuple[list[list[float]], int, list[list[float]]]:
     """(scores per item in label order, prompt tokens of every request sent, each
-    label's sequence log-probability per item: the token_logprobs of several tokens)."""
+    label's sequence log-probability per item: the token_logprobs of several tokens).
+    image_data: per item its images (read_nodes)."""
     by_item, prompt_tokens = await read_nodes(
-        tokenizer_manager, query, items, trie, item_first, request
+        tokenizer_manager, query, items, trie, item_first, request, image_data=image_data
     )
     lengths = [len(label) for label in trie.labels]
     scores, sequences = [], []

@@ -139,6 +139,12 @@ class ScoringFront:
         query, items, labels = self.check(query, items, label_token_ids, item_first)
         if options.image_data is not None:
             self._check_reads_images()
+            # each prompt's images are the query's then the item's, in the text's order
+            if item_first or score_extraction_token is not None:
+                raise InvalidRequestError(
+                    "images cannot be combined with "
+                    + ("item_first" if item_first else "score_extraction_token")
+                )
         if not items:  # SGLang's answer to no items: no rows
             return ScoreResult(scores=[], prompt_tokens=0)
         trie = build_trie(labels)
@@ -176,6 +182,7 @@ class ScoringFront:
                     item_first,
                     request,
                     options.temperature,
+                    options.image_data,
                 )
                 token_logprobs = sequences if options.return_token_logprobs else None
         return ScoreResult(

@@ -58,3 +58,33 @@ class ImageReference:
         if softmax:
             return torch.softmax(logits[list(label_ids)], -1).tolist()
         return torch.softmax(logits, -1)[list(label_ids)].tolist()
+
+    def sequence_logprobs(
+        self, prompt: str, images: Sequence[bytes], sequences: Sequence[Sequence[int]]
+    ) -> list[float]:
+        """Each label's log-probability after the prompt, its tokens by the chain rule:
+        one forward of the prompt's processed ids then the label's tokens (all but the
+        last) per label, its tokens' log-probabilities summed."""
+        import torch
+
+        inputs = self.inputs(prompt, images)
+        n = inputs["input_ids"].shape[1]
+        # the per-token inputs (ids, attention mask, the processor's token types) grow by
+        # the label's tokens: text tokens, attended
+        per_token = [k for k, v in inputs.items() if v.dim() == 2 and v.shape == (1, n)]
+        out = []
+        with torch.no_grad():
+            for label in sequences:
+                more = torch.tensor([list(label[:-1])], dtype=inputs["input_ids"].dtype)
+                grown = {
+                    "input_ids": more,
+                    "attention_mask": torch.ones_like(more),
+                }
+                fed = dict(inputs)
+                for key in per_token:
+                    tail = grown.get(key, torch.zeros_like(more))
+                    fed[key] = torch.cat([inputs[key], tail.to(inputs[key].dtype)], 1)
+                logits = self.model(**fed).logits[0].double()
+                logprobs = torch.log_softmax(logits[n - 1 : n - 1 + len(label)], -1)
+                out.append(float(sum(logprobs[j, t] for j, t in enumerate(label))))
+        return out
