@@ -86,7 +86,7 @@ def test_n_items_about_one_image_are_one_forward_of_packed_items(vl):
     assert len(forwards[0]["new"]) == len(items) and forwards[0]["packed"] == len(items) - 1
     # SGLang's tokenizer side processed the image once; the other prompts took it from its
     # preprocess cache, or joined its processing in flight (on by default for
-    # vision-language families: models/families.py)
+    # vision-language families with our features: config/runtime_config.py)
     reused = processed.hits + processed.singleflight_joins - reused
     assert (processed.misses - misses, reused) == (1, len(items) - 1)
 

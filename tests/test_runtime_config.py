@@ -5,6 +5,7 @@ configuration, errors name what the user typed, and the workers' part survives i
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -190,3 +191,18 @@ def test_every_prefillonly_variable_is_named_in_environment_py():
     assert mentioned - not_variables <= set(environment.VARIABLES)
     with pytest.raises(KeyError, match="not one of prefillonly's"):
         environment.read("PREFILLONLY_NOPE")
+
+
+def test_a_vision_language_model_has_sglangs_image_preprocess_cache_with_our_features(model):
+    """A score call's prompts carry the query's image each; SGLang's preprocess cache (off
+    by default for Qwen2.5-VL) processes it once. Stock SGLang stays as shipped."""
+    config = json.loads((Path(model) / "config.json").read_text())
+    config["architectures"] = ["Qwen2_5_VLForConditionalGeneration"]
+    (Path(model) / "config.json").write_text(json.dumps(config))
+    ours, _ = _engine(model)
+    assert ours.sglang_defaults()["mm_preprocess_cache_size_mb"] > 0
+    stock, _ = _engine(model, **STOCK_SGLANG)
+    assert "mm_preprocess_cache_size_mb" not in stock.sglang_defaults()
+    # the user's own value wins over the default, as for every SGLang default
+    _, flags = _serve(model, "--mm-preprocess-cache-size-mb", "0")
+    assert server_flags(ours, flags).values["mm_preprocess_cache_size_mb"] == 0

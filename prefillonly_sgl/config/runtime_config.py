@@ -49,6 +49,10 @@ from prefillonly_sgl.models import families, verified_architectures
 BUDGET_MEM_FRACTION_STATIC = 0.95
 # SGLang's scheduler under the JCT policy: the plan decides the order, FCFS underneath.
 JCT_UNDERLYING_POLICY = "fcfs"
+# SGLang's preprocessed-image cache on a vision-language model with our features: what
+# SGLang itself gives the models it turns it on for (Kimi-K3); a 448x448 image's pixels
+# are ~4.8 MB in float32, so ~50 distinct images stay processed.
+IMAGE_PREPROCESS_CACHE_MB = 256
 
 
 @dataclass(frozen=True)
@@ -215,8 +219,17 @@ class RuntimeConfig:
         """ServerArgs fields used unless the user gave them: the device's, plus what the
         memory budget needs."""
         defaults = sglang_defaults(self.device)
-        if self.model_family is not None:
-            defaults.update(families.FAMILIES[self.model_family].sglang_defaults(self.device))
+        family = families.FAMILIES.get(self.model_family) if self.model_family else None
+        if family is not None:
+            defaults.update(family.sglang_defaults(self.device))
+        if family is not None and family.reads_images and self.features:
+            # SGLang's tokenizer side processes each prompt's images anew (resizing,
+            # patches) unless its content-addressed preprocess cache is on (off by default
+            # for Qwen2.5-VL): a score call's N prompts carry the query's image N times, so
+            # it would process that image N times per call (~0.9 ms each on a CPU) and the
+            # scheduler hash its pixels N times (the cache's items carry their hash). Not
+            # for stock SGLang (no features), which stays as shipped.
+            defaults["mm_preprocess_cache_size_mb"] = IMAGE_PREPROCESS_CACHE_MB
         if self.memory is not None and self.device == "cuda":
             defaults["mem_fraction_static"] = BUDGET_MEM_FRACTION_STATIC
         hybrid = self.settings("hybrid_prefill")

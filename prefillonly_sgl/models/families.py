@@ -35,10 +35,6 @@ LAYER_MODE = "hybrid_prefill:layer"  # hybrid prefilling's whole-layer mode (the
 CPU_STATE_POOL = 256  # recurrent states a linear-attention model keeps on CPU (see below)
 # A recurrent state kept where a request's cached prefix ends (the linear_attention kind)
 _STATE_AT_PREFIX = {"mamba_radix_cache_strategy": "no_buffer", "disable_overlap_schedule": True}
-# SGLang's preprocessed-image cache on a vision-language model (the image_tokens kind): what
-# SGLang itself gives the models it turns it on for (Kimi-K3); a 448x448 image's pixels
-# are ~4.8 MB in float32, so ~50 distinct images stay processed.
-IMAGE_PREPROCESS_CACHE_MB = 256
 
 
 @dataclass(frozen=True)
@@ -187,15 +183,6 @@ LAYER_KINDS: dict[str, LayerKind] = {
                 "an item's own image is computed with the item; the query's image once, "
                 "in the reusable prefix, the items packed behind it (docs/images.md)",
             ),
-            # SGLang's tokenizer side processes each prompt's images anew (resizing,
-            # patches) unless its content-addressed preprocess cache is on (off by default
-            # for Qwen2.5-VL): a call's N prompts carry the query's image N times, so with
-            # it off the same image is processed N times per call (~0.9 ms each on a CPU)
-            # and its pixels hashed N times by the scheduler (the cache's items carry it).
-            sglang_defaults={
-                device: {"mm_preprocess_cache_size_mb": IMAGE_PREPROCESS_CACHE_MB}
-                for device in ("cpu", "cuda")
-            },
         ),
         LayerKind(
             "moe",
@@ -245,6 +232,11 @@ class Family:
         """Whether prefill-only KV ends a cold prompt's first forward at its reusable
         prefix for this family (a recurrent state kept there)."""
         return any(LAYER_KINDS[kind].splits_at_prefix for kind in self.layers)
+
+    @property
+    def reads_images(self) -> bool:
+        """Whether its models read images (a vision tower over image tokens)."""
+        return "image_tokens" in self.layers
 
     def sglang_defaults(self, device: str) -> dict[str, object]:
         """The SGLang fields its kinds of layer need on `device` (the user's values win)."""
