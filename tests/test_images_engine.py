@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 
 import pytest
 from conftest import start_logging_forwards
@@ -19,6 +20,7 @@ from prefillonly_sgl import Engine
 from prefillonly_sgl.hooking.events import read_events
 from prefillonly_sgl.models.tiny_family_checkpoints import build_family
 from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.sglang_runtime.shared_image_features import SHARES_IMAGES
 from prefillonly_sgl.verification.image_reference import ImageReference
 
 pytestmark = pytest.mark.slow  # a vision-language engine
@@ -91,6 +93,25 @@ def test_n_items_about_one_image_are_one_forward_of_packed_items(vl):
     assert (processed.misses - misses, reused) == (1, len(items) - 1)
 
 
+def test_a_calls_prompts_name_one_shared_segment_of_their_image(vl):
+    """SGLang copies a prompt's processed image into a segment of its own; the prompts of
+    a call (and of the next call) about one image name one segment, written once
+    (sglang_runtime/shared_image_features.py), which stays while the engine runs."""
+    engine, reference, labels = vl
+    registry = getattr(engine.tokenizer_manager, SHARES_IMAGES)
+    before = len(registry)
+    image = _png(71)
+    first = engine.score(QUERY, ITEMS, labels, images=[image])
+    assert len(registry) == before + 1
+    again = engine.score(QUERY, ITEMS[::-1], labels, images=[image])
+    assert len(registry) == before + 1  # the same image: the same segment
+    for item, row, row_again in zip(ITEMS, first.scores, again.scores[::-1], strict=True):
+        want = reference.label_probabilities(PLACEHOLDER + QUERY + item, [image], labels, True)
+        assert row == pytest.approx(want, abs=TOLERANCE)
+        assert row_again == pytest.approx(want, abs=TOLERANCE)
+    assert all(os.path.exists(f"/dev/shm/{p.shm_name}") for p in registry.handles())
+
+
 def test_the_querys_image_is_read_from_the_cache_by_later_items(vl):
     """The query's expanded image is its reusable prefix: new items about the same image
     read it (and the query's text) from the prefix cache."""
@@ -153,8 +174,6 @@ def test_bad_image_calls_are_refused_by_name(vl, tmp_path):
         engine.score(PLACEHOLDER * 2 + QUERY, ITEMS, labels, images=[_png(1)])
     with pytest.raises(InvalidRequestError, match="item_images has 1 entries for 3 items"):
         engine.score(QUERY, ITEMS, labels, item_images=[[_png(1)]])
-    with pytest.raises(InvalidRequestError, match="labels of one token each"):
-        engine.score(QUERY, ITEMS, [[labels[0], labels[1]], [labels[1]]], images=[_png(1)])
     # the engine serves on: a good call after the refusals
     path = tmp_path / "ok.png"
     path.write_bytes(_png(2))

@@ -361,4 +361,39 @@ DOOR_TARGETS: dict[str, str] = {
         "(http_server/tenant_requests.py) with decide_request_auth: SGLang's decision, one "
         "tenant's key standing for --api-key"
     ),
+    # -- images (scoring/image_prompts.py, sglang_runtime/shared_image_features.py) --
+    "sglang.srt.server_args.ServerArgs.mm_preprocess_cache_size_mb": (
+        "a default under our features on a family with image tokens "
+        "(RuntimeConfig.sglang_defaults): a call's prompts carry the query's image each, "
+        "which its content-addressed cache processes once (Qwen-VL's fast path)"
+    ),
+    "sglang.srt.managers.tokenizer_manager.TokenizerManager._send_one_request": (
+        "AROUND (shared_image_features.HOOKS): before SGLang wraps a prompt's features in a "
+        "segment of its own, an image shared under its content hash is named by one "
+        "segment for every prompt that carries it"
+    ),
+    "sglang.srt.managers.mm_utils.ShmPointerMMData": (
+        "base class of SharedImageFeature: its __init__ writes the segment, its pickled "
+        "state is the segment's name, shape, dtype and hash"
+    ),
+    "sglang.srt.managers.mm_utils.ShmPointerMMData.materialize": (
+        "relied on: the scheduler maps the segment copy-on-write, then calls close_and_unlink"
+    ),
+    "sglang.srt.managers.mm_utils.ShmPointerMMData.close_and_unlink": (
+        "overridden by SharedImageFeature: a reader closes, the tokenizer process unlinks"
+    ),
+    "sglang.srt.managers.mm_utils.wrap_shm_features": (
+        "relied on: wraps only torch tensors, so a feature already named by a "
+        "SharedImageFeature passes through"
+    ),
+    "sglang.srt.managers.mm_utils._get_is_default_transport": (
+        "called: SGLang's default transport pickles features (nothing to share then)"
+    ),
+    "sglang.srt.runtime_context.get_serving": (
+        "called: skip_tokenizer_init (no features pass through this process)"
+    ),
+    "sglang.srt.multimodal.processors.base_processor.MultimodalSpecialTokens": (
+        "its image_token and image_token_id (the placeholder and the pad token it expands "
+        "to) read once from the tokenizer manager's mm_processor.mm_tokens (model_facts.py)"
+    ),
 }

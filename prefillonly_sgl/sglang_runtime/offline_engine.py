@@ -171,6 +171,10 @@ def shutdown_sglang_engine(engine, owned: list[psutil.Process], watch=None) -> N
         engine.shutdown()
     finally:
         _SHUTTING_DOWN.reset(token)
+        # the images its prompts shared (shared_image_features.py): its scheduler is gone
+        from prefillonly_sgl.sglang_runtime.shared_image_features import release_shared_images
+
+        release_shared_images(engine.tokenizer_manager)
     # SGLang also registered engine.shutdown with atexit, which would run the stock
     # (kill every child) version at interpreter exit.
     atexit.unregister(engine.shutdown)

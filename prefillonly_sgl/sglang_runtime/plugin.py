@@ -56,6 +56,11 @@ def runtime_enabled(config: RuntimeConfig):
     try:
         # SGLang builds the model's configuration in this process too.
         apply_hooks_now("model_configs", model_configs.HOOKS)
+        # A call's prompts about one image name one shared segment (inert on a tokenizer
+        # manager the ScoringFront did not mark: stock engines of this process).
+        from prefillonly_sgl.sglang_runtime import shared_image_features
+
+        apply_hooks_now("shared_image_features", shared_image_features.HOOKS)
         if config.needs_tokenizer_hooks:
             # Tokenizer-side hooks run in this (the main) process, where SGLang's plugin
             # loader may already have run (see tokenizer_process.install_in_this_process).

@@ -64,6 +64,7 @@ from prefillonly_sgl.sglang_runtime.continuation_logprobs import continuation_lo
 from prefillonly_sgl.sglang_runtime.label_sequences import read_nodes, score_label_sequences
 from prefillonly_sgl.sglang_runtime.model_facts import model_facts
 from prefillonly_sgl.sglang_runtime.request_recording import record_generate_requests
+from prefillonly_sgl.sglang_runtime.shared_image_features import share_images
 
 
 class ScoringFront:
@@ -86,6 +87,12 @@ class ScoringFront:
         # an image of the query is reusable in its expanded positions (prefill_kv)
         placeholder = self.facts.image_placeholder
         mark_image_pad(tokenizer_manager, None if placeholder is None else placeholder.pad_token_id)
+        # a call's prompts name their image's one shared segment (where prefill-only KV
+        # runs: a stock engine keeps SGLang's copy per prompt)
+        share_images(
+            tokenizer_manager,
+            placeholder is not None and limits.max_scoring_prompt_tokens is not None,
+        )
 
     @property
     def tokenizer(self):

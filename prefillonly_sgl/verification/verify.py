@@ -152,7 +152,7 @@ def verify(
     expected = reference_answers(
         reference, probes, bool(family and family.splits_at_prefix()), head
     )
-    if family is not None and "image_tokens" in family.layers and not head and lora is None:
+    if family is not None and family.reads_images and not head and lora is None:
         from prefillonly_sgl.verification.image_reference import ImageReference
 
         probes.image = probe_image()
