@@ -224,3 +224,26 @@ def test_verify_holds_the_image_path_to_transformers(vl):
     assert images.applies and images.ok and images.max_diff is not None, images
     assert report.feature_summary()["images"]["status"] == "pass"
     assert report.ok, report.table()
+
+
+@prefillonly.ranker(labels=[" Yes", " No"], score=" Yes")
+def photos_match(photo: bytes, item: str) -> prefillonly.Prompt:
+    return prefillonly.Prompt(prefix=QUERY, item=f"{item} Answer:", images=[photo])
+
+
+def test_a_dsl_ranker_ranks_items_about_an_image(vl):
+    """A pointwise @ranker whose prefix carries the image: the items ranked by P(" Yes")
+    normalised over the labels, each as transformers scores it."""
+    engine, reference, labels = vl
+    image = _png(81)
+    items = ["Is it a red shoe?", "Is it a blue bag?", "Is it a green hat?"]
+    ranking = photos_match(image, items=items, engine=engine)
+    want = {
+        item: reference.label_probabilities(
+            PLACEHOLDER + QUERY + f"{item} Answer:", [image], labels, True
+        )[0]
+        for item in items
+    }
+    assert [r.item for r in ranking.items] == sorted(items, key=want.get, reverse=True)
+    for r in ranking.by_input:
+        assert r.score == pytest.approx(want[r.item], abs=TOLERANCE)
