@@ -29,7 +29,7 @@ from prefillonly_sgl.memory.budget import MemoryPlan
 from prefillonly_sgl.scoring.call_context import CallContext, current
 from prefillonly_sgl.scoring.continuations import ContinuationResult
 from prefillonly_sgl.scoring.errors import EngineClosedError, EngineDiedError
-from prefillonly_sgl.scoring.image_prompts import with_images
+from prefillonly_sgl.scoring.image_prompts import with_images_off_the_loop
 from prefillonly_sgl.scoring.score_options import ScoreOptions
 from prefillonly_sgl.scoring.score_result import ScoreResult
 from prefillonly_sgl.scoring.validation import ModelLimits, TextOrIds
@@ -299,7 +299,7 @@ class Engine:
         image_data = None
         if images is not None or item_images is not None:
             placeholder = self._front.facts.image_placeholder
-            query, items, image_data = with_images(
+            query, items, image_data = await with_images_off_the_loop(
                 query, items, images, item_images, placeholder, allow_paths=True
             )
         return await self._watch.until_died(

@@ -107,6 +107,16 @@ def with_images(query, items, images, item_images, placeholder, allow_paths: boo
     return place_images(query, items, shared, own, placeholder)
 
 
+async def with_images_off_the_loop(query, items, images, item_images, placeholder, allow_paths):
+    """with_images in a worker thread: fetching a URL (up to 10 s each) or decoding a large
+    image must not stall the event loop every other request of the server waits on."""
+    import asyncio
+
+    return await asyncio.to_thread(
+        with_images, query, items, images, item_images, placeholder, allow_paths
+    )
+
+
 def loaded_images(images, item_images, allow_paths: bool):
     """The call's images (an image or a list for the query; per item a list) as checked
     bytes (scoring/images.py), each error naming its image."""

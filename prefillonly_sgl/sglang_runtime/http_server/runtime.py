@@ -3,7 +3,7 @@ runtime: shutting down, the route checks, aborts; the scoring front once SGLang 
 ServerContext (what an EndpointSpec handler gets: the same front as the Engine's)."""
 
 from prefillonly_sgl.scoring.call_context import CallContext, current
-from prefillonly_sgl.scoring.image_prompts import with_images
+from prefillonly_sgl.scoring.image_prompts import with_images_off_the_loop
 from prefillonly_sgl.scoring.score_options import ScoreOptions
 from prefillonly_sgl.scoring.score_result import ScoreResult
 from prefillonly_sgl.scoring.usage import RequestRecord
@@ -205,7 +205,7 @@ class ServerContext:
         front = self._runtime.front
         image_data = None
         if images is not None or item_images is not None:
-            query, items, image_data = with_images(
+            query, items, image_data = await with_images_off_the_loop(
                 query, items, images, item_images, front.facts.image_placeholder, False
             )
         return await front.score(

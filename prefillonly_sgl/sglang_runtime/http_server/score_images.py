@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from prefillonly_sgl.scoring.call_context import CallContext
 from prefillonly_sgl.scoring.errors import InvalidRequestError
-from prefillonly_sgl.scoring.image_prompts import with_images
+from prefillonly_sgl.scoring.image_prompts import with_images_off_the_loop
 from prefillonly_sgl.scoring.score_options import ScoreOptions
 
 IMAGE_FIELDS = ("image_data", "item_image_data")
@@ -40,7 +40,7 @@ async def score_with_images(front, ctx: CallContext, body: dict, served_model: s
     ]
     if unsupported:
         raise InvalidRequestError(f"image_data cannot be combined with {', '.join(unsupported)}")
-    query, items, image_data = with_images(
+    query, items, image_data = await with_images_off_the_loop(
         request.query,
         request.items,
         body.get("image_data"),
