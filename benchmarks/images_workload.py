@@ -3,7 +3,7 @@ published layout at a benchmark's size, the product photos (seeded noise PNGs), 
 instruction and the candidate categories both systems are given, and the agreement of
 the systems' scores.
 
-The checkpoint: prefillonly_sgl/models/tiny_family_checkpoints.py's `_qwen2_5_vl` (the
+The checkpoint: prefillonly_sgl/models/tiny_vl_checkpoints.py's `build_qwen2_5_vl` (the
 published layout: Qwen2_5_VLForConditionalGeneration, M-RoPE, windowed and full vision
 blocks, patch 14 merged 2x2, the ChatML tokenizer with the vision markers, the published
 chat template, the image and video processors) with its sizes as parameters (VL_SHAPES).
@@ -27,7 +27,7 @@ PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
 # [16, 24, 24], untied; vision 32 blocks 1280 wide (16 heads), window 112 px, full
 # attention in blocks [7, 15, 23, 31]. "small": the same layout, scaled down.
 VL_SHAPES = {
-    "tiny": None,  # tiny_family_checkpoints' qwen2_5_vl
+    "tiny": None,  # tiny_vl_checkpoints' qwen2_5_vl
     "small": dict(
         text=dict(
             hidden_size=512,
@@ -107,13 +107,13 @@ def build_vl(shape: str, folder: Path, seed: int = 0) -> Path:
 
 
 def _build_sized(sizes: dict, folder: Path, seed: int) -> Path:
-    """tiny_family_checkpoints' qwen2_5_vl with `sizes` in place of its tiny ones, and
+    """tiny_vl_checkpoints' qwen2_5_vl with `sizes` in place of its tiny ones, and
     weights of std 1/sqrt(fan-in) (the tiny checkpoints' 0.2 would push every probability
     to 0 or 1 at this width)."""
     import torch
     from transformers import Qwen2_5_VLForConditionalGeneration
 
-    from prefillonly_sgl.models.tiny_family_checkpoints import (
+    from prefillonly_sgl.models.tiny_vl_checkpoints import (
         qwen2_5_vl_parts,
         save_qwen2_5_vl_processor,
     )

@@ -1,5 +1,5 @@
 """Images in scoring on a Qwen3-VL (issue 86): a tiny dense Qwen3-VL in the published shape
-(models/tiny_family_checkpoints.py: patch 16, interleaved M-RoPE, deepstack mergers into
+(models/tiny_vl_checkpoints.py: patch 16, interleaved M-RoPE, deepstack mergers into
 the first decoder layers, tied embeddings; a 32x32 image is resized to 256x256, 64 image
 tokens), one engine for the module. Every probability against a plain transformers
 forward of the same prompt and images through the model's own processor
@@ -34,7 +34,7 @@ ITEMS = [
     "Is it a blue bag? Answer:",
     "Is it something to wear? Answer:",
 ]
-# Qwen3-VL-*-Instruct's chat_template.json (tiny_family_checkpoints.QWEN3_VL_CHAT_TEMPLATE_FILE)
+# Qwen3-VL-*-Instruct's chat_template.json (tiny_vl_checkpoints.QWEN3_VL_CHAT_TEMPLATE_FILE)
 PUBLISHED_TEMPLATE_SHA256 = "3636d0f0bd6bef02654cdffdc447b79cb2cef8ab02cc75267345946291a489e4"
 
 

@@ -33,12 +33,12 @@ def build_tiny_starcoder2(out: Path) -> Path:
     from transformers import Starcoder2Config, Starcoder2ForCausalLM
 
     from prefillonly_sgl.models.tiny import build_tokenizer, common_sizes
-    from prefillonly_sgl.models.tiny_family_checkpoints import _save
+    from prefillonly_sgl.models.tiny_checkpoint_saving import save_checkpoint
 
     tokenizer = build_tokenizer()
     config = Starcoder2Config(**common_sizes(tokenizer))
     torch.manual_seed(0)
-    return _save(Starcoder2ForCausalLM(config), tokenizer, out, seed=0)
+    return save_checkpoint(Starcoder2ForCausalLM(config), tokenizer, out, seed=0)
 
 
 @pytest.fixture(scope="module")

@@ -30,12 +30,11 @@ import json
 import math
 from pathlib import Path
 
+from prefillonly_sgl.models.tiny_checkpoint_saving import save_checkpoint, widen
 from prefillonly_sgl.models.tiny_family_checkpoints import (
     _qwen3_5_text,
     _qwen3_5_vl_config,
-    _save,
     _save_vl_processors,
-    _widen,
 )
 
 KINDS = ("decider", "decider_noncausal", "clef", "kev")
@@ -112,7 +111,7 @@ def _decider(out_dir, seed: int, attention_mode: str) -> Path:
         token_ids.append(ids[-1])
     torch.manual_seed(seed)
     # The bare backbone (no LM head): its weights save as language_model.* / visual.*.
-    out = _save(Qwen3_5Model(_qwen3_5_vl_config(tok, sizes)), tok, out_dir, seed)
+    out = save_checkpoint(Qwen3_5Model(_qwen3_5_vl_config(tok, sizes)), tok, out_dir, seed)
     # Served as Qwen3_5ForConditionalGeneration, a multimodal class: processors needed.
     _save_vl_processors(out)
     _write_index(out)
@@ -139,14 +138,14 @@ def _clef(out_dir, seed: int) -> Path:
     tok, sizes = _tokenizer_and_sizes()
     torch.manual_seed(seed)
     model = Qwen3_5ForConditionalGeneration(_qwen3_5_vl_config(tok, sizes))
-    out = _save(model, tok, out_dir, seed)
+    out = save_checkpoint(model, tok, out_dir, seed)
     _save_vl_processors(out)
     _write_index(out)
     head_config = {"hidden_size": sizes["hidden_size"], **JOINT_HEAD_SIZES}
     (out / "joint_head_config.json").write_text(json.dumps(head_config, indent=2) + "\n")
     torch.manual_seed(seed + 2)
     head = JointSchemaHead(**head_config)
-    _widen(head, seed + 2)
+    widen(head, seed + 2)
     with torch.no_grad():
         # Zero by default: the prior would weigh nothing and the sigmoid gate sit at
         # 0.5 on an unscaled cosine; non-zero values make every term of the logit count.
@@ -167,7 +166,7 @@ def _kev(out_dir, seed: int) -> Path:
     # The bare text backbone: weights under its own names (embed_tokens.*, layers.*,
     # norm.*), which SGLang's Kev loader (models/qwen3_5_text.py) hands to the body as
     # they are; a "model."-prefixed name would not load.
-    out = _save(Qwen3_5TextModel(Qwen3_5TextConfig(**sizes)), tok, out_dir, seed)
+    out = save_checkpoint(Qwen3_5TextModel(Qwen3_5TextConfig(**sizes)), tok, out_dir, seed)
     write_pointer_head(out, sizes["hidden_size"], head_dim=16, seed=seed)
     return out
 

@@ -19,51 +19,16 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from prefillonly_sgl.models.tiny import build_tiny_model, build_tokenizer, common_sizes
+from prefillonly_sgl.models.tiny import build_tiny_model, build_tokenizer
+from prefillonly_sgl.models.tiny_checkpoint_saving import common_fields, save_checkpoint, widen
+from prefillonly_sgl.models.tiny_vl_checkpoints import (
+    QWEN_VISION_TOKENS,
+    build_qwen2_5_vl,
+    build_qwen3_vl,
+)
 
 # Small enough that prompts of ~40 tokens cross the window (tests must exercise it).
 SLIDING_WINDOW = 16
-
-# Qwen3.5's vision markers; the published tokenizer has them as special tokens, and the
-# ConditionalGeneration config points at them, so the tiny tokenizer gets them too
-# (outside the text, they are never in a text-only prompt).
-_QWEN3_5_VISION_TOKENS = [
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-]
-
-
-def _common(tokenizer) -> dict:
-    """Sizes every family shares: tiny.py's (64 wide, 4 query heads of 16, 2 KV heads)."""
-    return common_sizes(tokenizer)
-
-
-def _widen(model, seed: int) -> None:
-    """Random init is tiny (std 0.02): widen matrices (and gpt-oss's sinks) to std 0.2."""
-    import torch
-
-    torch.manual_seed(seed + 1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, 0.2)
-            elif name.endswith(".sinks"):
-                # Sinks start at zero; non-zero ones make a backend that ignores them fail.
-                p.normal_(0.0, 1.0)
-
-
-def _save(model, tokenizer, out_dir: str | Path, seed: int) -> Path:
-    import torch
-
-    out = Path(out_dir)
-    model = model.to(torch.float32)
-    _widen(model, seed)
-    model.config.dtype = "float32"
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
 
 
 def _qwen3(out_dir, seed):
@@ -72,9 +37,9 @@ def _qwen3(out_dir, seed):
 
     tok = build_tokenizer()
     # Published Qwen3 sets head_dim explicitly (128 for hidden 1024..5120); here 16.
-    config = Qwen3Config(**_common(tok), head_dim=16)
+    config = Qwen3Config(**common_fields(tok), head_dim=16)
     torch.manual_seed(seed)
-    return _save(Qwen3ForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(Qwen3ForCausalLM(config), tok, out_dir, seed)
 
 
 def _qwen3_moe(out_dir, seed):
@@ -84,7 +49,7 @@ def _qwen3_moe(out_dir, seed):
     tok = build_tokenizer()
     # Qwen3-30B-A3B: every layer sparse, 128 experts top-8, normalised top-k; here 4 top-2.
     config = Qwen3MoeConfig(
-        **_common(tok),
+        **common_fields(tok),
         head_dim=16,
         num_experts=4,
         num_experts_per_tok=2,
@@ -94,7 +59,7 @@ def _qwen3_moe(out_dir, seed):
         norm_topk_prob=True,
     )
     torch.manual_seed(seed)
-    return _save(Qwen3MoeForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(Qwen3MoeForCausalLM(config), tok, out_dir, seed)
 
 
 def _mistral(out_dir, seed):
@@ -103,9 +68,9 @@ def _mistral(out_dir, seed):
 
     tok = build_tokenizer()
     # Mistral 7B v0.3 / Nemo publish sliding_window null (full attention).
-    config = MistralConfig(**_common(tok), head_dim=16, sliding_window=None)
+    config = MistralConfig(**common_fields(tok), head_dim=16, sliding_window=None)
     torch.manual_seed(seed)
-    return _save(MistralForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(MistralForCausalLM(config), tok, out_dir, seed)
 
 
 def _phi3(out_dir, seed):
@@ -114,9 +79,9 @@ def _phi3(out_dir, seed):
 
     tok = build_tokenizer()
     # Phi-3.5 / Phi-4-mini: fused qkv and gate_up, GQA, full attention.
-    config = Phi3Config(**_common(tok), sliding_window=None)
+    config = Phi3Config(**common_fields(tok), sliding_window=None)
     torch.manual_seed(seed)
-    return _save(Phi3ForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(Phi3ForCausalLM(config), tok, out_dir, seed)
 
 
 def _granite(out_dir, seed):
@@ -124,7 +89,7 @@ def _granite(out_dir, seed):
     from transformers import GraniteConfig, GraniteForCausalLM
 
     tok = build_tokenizer()
-    common = _common(tok)
+    common = common_fields(tok)
     # Granite 3.x: tied embeddings and its four multipliers (values of granite-3.1-2b,
     # attention_multiplier = 1/head_dim here as there).
     common["tie_word_embeddings"] = True
@@ -136,7 +101,7 @@ def _granite(out_dir, seed):
         logits_scaling=8.0,
     )
     torch.manual_seed(seed)
-    return _save(GraniteForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(GraniteForCausalLM(config), tok, out_dir, seed)
 
 
 def _olmo2(out_dir, seed):
@@ -145,9 +110,9 @@ def _olmo2(out_dir, seed):
 
     tok = build_tokenizer()
     # OLMo 2: norms after attention / MLP and q/k norms over all heads.
-    config = Olmo2Config(**_common(tok))
+    config = Olmo2Config(**common_fields(tok))
     torch.manual_seed(seed)
-    return _save(Olmo2ForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(Olmo2ForCausalLM(config), tok, out_dir, seed)
 
 
 def _olmo3(out_dir, seed):
@@ -155,7 +120,7 @@ def _olmo3(out_dir, seed):
     from transformers import Olmo3Config, Olmo3ForCausalLM
 
     tok = build_tokenizer()
-    common = _common(tok)
+    common = common_fields(tok)
     # OLMo 3 (Olmo-3-7B's shape, scaled down): OLMo 2's layer, 3 sliding : 1 full.
     common.update(num_hidden_layers=4)
     config = Olmo3Config(
@@ -164,7 +129,7 @@ def _olmo3(out_dir, seed):
         layer_types=["sliding_attention"] * 3 + ["full_attention"],
     )
     torch.manual_seed(seed)
-    return _save(Olmo3ForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(Olmo3ForCausalLM(config), tok, out_dir, seed)
 
 
 def _exaone4(out_dir, seed):
@@ -172,14 +137,14 @@ def _exaone4(out_dir, seed):
     from transformers import Exaone4Config, Exaone4ForCausalLM
 
     tok = build_tokenizer()
-    common = _common(tok)
+    common = common_fields(tok)
     # EXAONE 4.0 (the 32B's shape, scaled down): q/k norms, norms after attention / MLP,
     # 3 sliding : 1 full, rotary on the sliding layers only; the pattern as transformers'
     # config class writes it (an integer; the published config.json has "LLLG").
     common.update(num_hidden_layers=4)
     config = Exaone4Config(**common, sliding_window=SLIDING_WINDOW, sliding_window_pattern=4)
     torch.manual_seed(seed)
-    return _save(Exaone4ForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(Exaone4ForCausalLM(config), tok, out_dir, seed)
 
 
 def _lfm2(out_dir, seed):
@@ -187,14 +152,14 @@ def _lfm2(out_dir, seed):
     from transformers import Lfm2Config, Lfm2ForCausalLM
 
     tok = build_tokenizer()
-    common = _common(tok)
+    common = common_fields(tok)
     # LFM2 (LFM2-350M's shape, scaled down): gated short convolutions (kernel 3) with
     # attention layers among them, q / k norms, tied embeddings; its layer layout as
     # transformers' config class writes it (layer_types).
     common.update(num_hidden_layers=6, tie_word_embeddings=True)
     config = Lfm2Config(**common, full_attn_idxs=[2, 5], conv_L_cache=3)
     torch.manual_seed(seed)
-    return _save(Lfm2ForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(Lfm2ForCausalLM(config), tok, out_dir, seed)
 
 
 def _granite_hybrid(out_dir, seed):
@@ -202,7 +167,7 @@ def _granite_hybrid(out_dir, seed):
     from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
 
     tok = build_tokenizer()
-    common = _common(tok)
+    common = common_fields(tok)
     # Granite 4.0 hybrid (granite-4.0-h-tiny's shape, scaled down): Mamba2 mixers with
     # attention layers among them, no positional embedding ("nope"), routed experts beside
     # a shared MLP, Granite's multipliers; 16-token scan chunks so the probes cross chunks.
@@ -229,7 +194,7 @@ def _granite_hybrid(out_dir, seed):
         logits_scaling=2.0,
     )
     torch.manual_seed(seed)
-    return _save(GraniteMoeHybridForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(GraniteMoeHybridForCausalLM(config), tok, out_dir, seed)
 
 
 def _glm4(out_dir, seed):
@@ -238,9 +203,9 @@ def _glm4(out_dir, seed):
 
     tok = build_tokenizer()
     # GLM-4-0414: qkv bias, half rotary, sandwich norms.
-    config = Glm4Config(**_common(tok), head_dim=16, attention_bias=True)
+    config = Glm4Config(**common_fields(tok), head_dim=16, attention_bias=True)
     torch.manual_seed(seed)
-    return _save(Glm4ForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(Glm4ForCausalLM(config), tok, out_dir, seed)
 
 
 def _gemma3(out_dir, seed):
@@ -248,7 +213,7 @@ def _gemma3(out_dir, seed):
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     tok = build_tokenizer()
-    common = _common(tok)
+    common = common_fields(tok)
     # The published shape: 5 sliding : 1 full, tied embeddings (see the module docstring).
     common.update(num_hidden_layers=6, tie_word_embeddings=True)
     config = Gemma3TextConfig(
@@ -259,7 +224,7 @@ def _gemma3(out_dir, seed):
         layer_types=["sliding_attention"] * 5 + ["full_attention"],
     )
     torch.manual_seed(seed)
-    return _save(Gemma3ForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(Gemma3ForCausalLM(config), tok, out_dir, seed)
 
 
 def build_gpt_oss(out_dir, seed: int = 0, head_dim: int = 16) -> Path:
@@ -269,7 +234,7 @@ def build_gpt_oss(out_dir, seed: int = 0, head_dim: int = 16) -> Path:
     from transformers import GptOssConfig, GptOssForCausalLM
 
     tok = build_tokenizer()
-    common = _common(tok)
+    common = common_fields(tok)
     # gpt-oss: alternating sliding / full layers, attention sinks, biased attention,
     # MoE in every layer (32 experts top-4 in gpt-oss-20b; here 4 top-2), YaRN rope.
     common.update(intermediate_size=32)
@@ -283,7 +248,7 @@ def build_gpt_oss(out_dir, seed: int = 0, head_dim: int = 16) -> Path:
     )
     torch.manual_seed(seed)
     model = GptOssForCausalLM(config).to(torch.float32)
-    _widen(model, seed)
+    widen(model, seed)
     # SGLang keeps gpt-oss's sinks in bfloat16 whatever the model's dtype (models/
     # gpt_oss.py, except on trtllm_mha): sinks that bfloat16 holds exactly make a float32
     # engine and transformers attend with the same sinks (rounded ones: ~2e-5 apart).
@@ -296,7 +261,7 @@ def build_gpt_oss(out_dir, seed: int = 0, head_dim: int = 16) -> Path:
     # before 5.19 keeps it out of GptOssConfig (it clamps at 7.0 in the model code), so a
     # checkpoint written there lacked it and SGLang's worker died at start (seen on a card).
     model.config.swiglu_limit = getattr(model.config, "swiglu_limit", 7.0)
-    model.save_pretrained(out_dir)  # not _save: it would widen (and unround) them again
+    model.save_pretrained(out_dir)  # not save_checkpoint: it would widen (and unround) them again
     tok.save_pretrained(out_dir)
     return Path(out_dir)
 
@@ -304,8 +269,8 @@ def build_gpt_oss(out_dir, seed: int = 0, head_dim: int = 16) -> Path:
 def _qwen3_5_text(moe: bool) -> tuple[object, dict]:
     """Qwen3.5 text sizes: 3 linear-attention (gated delta net) : 1 full attention."""
     tok = build_tokenizer()
-    tok.add_special_tokens({"additional_special_tokens": _QWEN3_5_VISION_TOKENS})
-    common = _common(tok)
+    tok.add_special_tokens({"additional_special_tokens": QWEN_VISION_TOKENS})
+    common = common_fields(tok)
     common.update(num_hidden_layers=4)
     sizes = dict(
         **common,
@@ -338,7 +303,7 @@ def _qwen3_5(out_dir, seed):
     tok, sizes = _qwen3_5_text(moe=False)
     config = Qwen3_5TextConfig(**sizes)
     torch.manual_seed(seed)
-    return _save(Qwen3_5ForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(Qwen3_5ForCausalLM(config), tok, out_dir, seed)
 
 
 def _qwen3_5_moe(out_dir, seed):
@@ -351,7 +316,7 @@ def _qwen3_5_moe(out_dir, seed):
     del sizes["full_attention_interval"]
     config = Qwen3_5MoeTextConfig(**sizes)
     torch.manual_seed(seed)
-    return _save(Qwen3_5MoeForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(Qwen3_5MoeForCausalLM(config), tok, out_dir, seed)
 
 
 def _qwen3_next(out_dir, seed):
@@ -363,7 +328,7 @@ def _qwen3_next(out_dir, seed):
     tok, sizes = _qwen3_5_text(moe=True)
     config = Qwen3NextConfig(**sizes)
     torch.manual_seed(seed)
-    return _save(Qwen3NextForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(Qwen3NextForCausalLM(config), tok, out_dir, seed)
 
 
 def _qwen3_5_vl_config(tok, sizes: dict):
@@ -382,7 +347,7 @@ def _qwen3_5_vl_config(tok, sizes: dict):
         out_hidden_size=sizes["hidden_size"],
         num_position_embeddings=64,
     )
-    ids = {t: tok.convert_tokens_to_ids(t) for t in _QWEN3_5_VISION_TOKENS}
+    ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_VISION_TOKENS}
     return Qwen3_5Config(
         text_config=sizes,
         vision_config=vision.to_dict(),
@@ -416,275 +381,8 @@ def _qwen3_5_vl(out_dir, seed):
     tok, sizes = _qwen3_5_text(moe=False)
     config = _qwen3_5_vl_config(tok, sizes)
     torch.manual_seed(seed)
-    out = _save(Qwen3_5ForConditionalGeneration(config), tok, out_dir, seed)
+    out = save_checkpoint(Qwen3_5ForConditionalGeneration(config), tok, out_dir, seed)
     _save_vl_processors(out)
-    return out
-
-
-# Qwen2.5-VL's published chat template (Qwen2.5-VL-*-Instruct's chat_template.json): each
-# image or video part is written as its vision markers around one pad token, which the
-# processor expands to the image's token count.
-QWEN2_5_VL_CHAT_TEMPLATE = (
-    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
-    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
-    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
-    "{{ message['content'] }}<|im_end|>\n{% else %}{% for content in message['content'] %}"
-    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
-    "{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}"
-    "Picture {{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif content['type'] == 'video' or 'video' in content %}"
-    "{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}"
-    "Video {{ video_count.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>"
-    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
-    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-# Qwen2.5-VL's patches as published (14 px, 2 frames, 2x2 merged: one image token covers
-# 28x28 pixels): SGLang's Qwen2.5-VL takes pixel rows of any other width than 3*2*14*14 =
-# 1176 for precomputed embeddings and skips its vision tower (models/qwen2_5_vl.py,
-# get_image_feature), so a smaller patch would never run the tower there.
-_QWEN2_5_VL_PATCH = dict(patch_size=14, merge_size=2, temporal_patch_size=2)
-# Images of 16 to 1024 tokens (published: min_pixels 56*56 = 4 tokens, max_pixels 16384
-# tokens): a 32x32 test image is resized to 112x112 = 4x4 merged tokens, so it crosses the
-# tower's windows below, and the cap keeps a stray large image inside a tiny KV pool.
-_QWEN2_5_VL_IMAGE_SIZE = {"shortest_edge": 16 * 28 * 28, "longest_edge": 1024 * 28 * 28}
-_QWEN2_5_VL_VIDEO_SIZE = {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28}
-
-
-_QWEN2_5_VL_TINY_VISION = dict(
-    depth=2,
-    hidden_size=32,
-    intermediate_size=64,
-    num_heads=2,
-    window_size=56,
-    fullatt_block_indexes=[1],
-)
-
-
-def qwen2_5_vl_parts(text_sizes: dict | None = None, vision_sizes: dict | None = None,
-                     mrope_section=(2, 3, 3)):  # fmt: skip
-    """(tokenizer, config) of a Qwen2.5-VL in the published layout: the ChatML tokenizer
-    with the vision markers and the published chat template, a Qwen2 language model with
-    M-RoPE behind a vision tower of windowed and full blocks (patch 14, 2x2 merge, as
-    SGLang's Qwen2.5-VL requires). text_sizes / vision_sizes replace the tiny sizes
-    (benchmarks/images_workload.py builds a larger one); mrope_section: the temporal,
-    height and width halves of the rotary dims (sum: head_dim / 2)."""
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLVisionConfig
-
-    tok, marker_ids = _qwen_vl_tokenizer(QWEN2_5_VL_CHAT_TEMPLATE)
-    text = {**_common(tok), **(text_sizes or {})}
-    head_dim = text["hidden_size"] // text["num_attention_heads"]
-    if 2 * sum(mrope_section) != head_dim:
-        raise ValueError(
-            f"mrope_section {mrope_section} must sum to head_dim / 2 = {head_dim // 2}"
-        )
-    text.update(
-        max_window_layers=text["num_hidden_layers"],  # (no sliding window: unused)
-        rope_parameters={
-            "rope_type": "default",
-            "rope_theta": 1000000.0,
-            "mrope_section": list(mrope_section),
-        },
-    )
-    vision = Qwen2_5_VLVisionConfig(
-        **(vision_sizes or _QWEN2_5_VL_TINY_VISION),
-        patch_size=_QWEN2_5_VL_PATCH["patch_size"],
-        spatial_merge_size=_QWEN2_5_VL_PATCH["merge_size"],
-        temporal_patch_size=_QWEN2_5_VL_PATCH["temporal_patch_size"],
-        out_hidden_size=text["hidden_size"],
-        tokens_per_second=2,
-    )
-    config = Qwen2_5_VLConfig(
-        text_config=text, vision_config=vision.to_dict(), **marker_ids, tie_word_embeddings=False
-    )
-    return tok, config
-
-
-def save_qwen2_5_vl_processor(tok, out: Path) -> None:
-    """The processor AutoProcessor loads (image and video processors, chat template)."""
-    from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
-
-    processor = Qwen2_5_VLProcessor(
-        image_processor=Qwen2VLImageProcessor(**_QWEN2_5_VL_PATCH, size=_QWEN2_5_VL_IMAGE_SIZE),
-        tokenizer=tok,
-        video_processor=Qwen2VLVideoProcessor(**_QWEN2_5_VL_PATCH, size=_QWEN2_5_VL_VIDEO_SIZE),
-        chat_template=QWEN2_5_VL_CHAT_TEMPLATE,
-    )
-    _save_processor(processor, out)
-
-
-def _qwen_vl_tokenizer(chat_template: str) -> tuple[object, dict]:
-    """(tokenizer, the config's marker ids) of a Qwen vision-language model: the tiny
-    ChatML tokenizer with the vision markers as special tokens, as published, and the
-    model's chat template."""
-    tok = build_tokenizer()
-    tok.add_special_tokens({"additional_special_tokens": _QWEN3_5_VISION_TOKENS})
-    tok.chat_template = chat_template
-    ids = {t: tok.convert_tokens_to_ids(t) for t in _QWEN3_5_VISION_TOKENS}
-    return tok, dict(
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-    )
-
-
-def _save_processor(processor, out: Path) -> None:
-    processor.save_pretrained(out)
-    # The published folders also carry them as separate files (preprocessor_config.json,
-    # video_preprocessor_config.json), which loaders older than processor_config.json read.
-    processor.image_processor.save_pretrained(out)
-    processor.video_processor.save_pretrained(out)
-
-
-def _qwen2_5_vl(out_dir, seed):
-    """Qwen2.5-VL as published (qwen2_5_vl_parts), tiny.
-
-    The tower is scaled down with its structure kept: 2 blocks (published 32), the last
-    full attention and the other windowed (published [7, 15, 23, 31] full), 32 wide, a
-    window of 56 px = 2x2 merged tokens (published 112 px = 4x4), so a 32x32 image (16
-    tokens, 4x4) spans 4 windows and the window reordering is exercised. Published:
-    head_dim 128 with mrope_section [16, 24, 24]; head_dim 16 here, so [2, 3, 3].
-    """
-    import torch
-    from transformers import Qwen2_5_VLForConditionalGeneration
-
-    tok, config = qwen2_5_vl_parts()
-    torch.manual_seed(seed)
-    out = _save(Qwen2_5_VLForConditionalGeneration(config), tok, out_dir, seed)
-    save_qwen2_5_vl_processor(tok, out)
-    return out
-
-
-# Qwen3-VL-*-Instruct's published chat template (chat_template.json), byte for byte: no
-# default system prompt, tools, and each image part written as its vision markers around
-# one pad token. Found without the hub: the 5,292-byte template (sha256 3636d0f0...489e4)
-# of Qwen3-VL-8B-Instruct's GGUF as a public test pins it (the 2B and 4B publish the same).
-QWEN3_VL_CHAT_TEMPLATE_FILE = "qwen3_vl_chat_template.jinja"
-
-# Qwen3-VL's patches as published (16 px, 2 frames, 2x2 merged: one image token covers
-# 32x32 pixels). SGLang's Qwen3-VL runs every pixel row through its tower, whatever the
-# patch (models/qwen3_vl.py, _get_visual_feature: no width taken for precomputed
-# embeddings, unlike its Qwen2.5-VL's 1176), so the published patch runs on a CPU.
-_QWEN3_VL_PATCH = dict(patch_size=16, merge_size=2, temporal_patch_size=2)
-_QWEN3_VL_NORM = dict(image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
-# Images of 64 tokens at least, as published (65,536 px: a 32x32 test image is resized to
-# 256x256 = 8x8 merged tokens, its 16x16 patches across the position table below), capped
-# at 1,024 tokens (published 16,384) to keep a stray large image inside a tiny KV pool;
-# videos as published.
-_QWEN3_VL_IMAGE_SIZE = {"shortest_edge": 64 * 32 * 32, "longest_edge": 1024 * 32 * 32}
-_QWEN3_VL_VIDEO_SIZE = {"shortest_edge": 4096, "longest_edge": 25165824}
-_QWEN3_VL_VIDEO_SAMPLING = dict(fps=2, min_frames=4, max_frames=768)
-
-_QWEN3_VL_TINY_VISION = dict(
-    depth=4,
-    hidden_size=32,
-    intermediate_size=64,
-    num_heads=2,
-    deepstack_visual_indexes=[0, 1, 2],
-)
-
-
-def qwen3_vl_chat_template() -> str:
-    """The published template, from the package's data (QWEN3_VL_CHAT_TEMPLATE_FILE)."""
-    from importlib import resources
-
-    return (
-        resources.files("prefillonly_sgl.models")
-        .joinpath(QWEN3_VL_CHAT_TEMPLATE_FILE)
-        .read_text(encoding="utf-8")
-    )
-
-
-def qwen3_vl_parts(text_sizes: dict | None = None, vision_sizes: dict | None = None,
-                   mrope_section=(6, 5, 5)):  # fmt: skip
-    """(tokenizer, config) of a dense Qwen3-VL in the published layout (Qwen3-VL-2B/4B-
-    Instruct): the ChatML tokenizer with the vision markers and the published chat
-    template; a Qwen3 language model (q / k norms, an explicit head_dim) with interleaved
-    M-RoPE (mrope_section: the temporal, height and width shares of the rotary pairs,
-    summing to head_dim / 2; interleaved, height and width take every third pair) and tied
-    embeddings; a vision tower with a learned, interpolated position table, 2x2 patch
-    merging and deepstack mergers feeding the first decoder layers. text_sizes /
-    vision_sizes replace the tiny sizes."""
-    from transformers import Qwen3VLConfig, Qwen3VLVisionConfig
-
-    tok, marker_ids = _qwen_vl_tokenizer(qwen3_vl_chat_template())
-    # Published: 2B 2048 wide, 16 heads of 128 (head_dim = hidden / heads); 4B 2560 wide,
-    # 32 heads of 128 (head_dim != hidden / heads). Here 64 wide, 4 heads of 32: the 4B's.
-    text = {**_common(tok), "num_hidden_layers": 4, "head_dim": 32, "tie_word_embeddings": True}
-    text.update(text_sizes or {})
-    if 2 * sum(mrope_section) != text["head_dim"]:
-        raise ValueError(
-            f"mrope_section {mrope_section} must sum to head_dim / 2 = {text['head_dim'] // 2}"
-        )
-    text.update(
-        rms_norm_eps=1e-6,
-        rope_parameters={
-            "rope_type": "default",
-            "rope_theta": 5000000.0,
-            "mrope_section": list(mrope_section),
-            "mrope_interleaved": True,
-        },
-    )
-    vision_sizes = vision_sizes or _QWEN3_VL_TINY_VISION
-    if len(vision_sizes["deepstack_visual_indexes"]) > text["num_hidden_layers"]:
-        raise ValueError("each deepstack merger feeds one decoder layer: too few layers")
-    vision = Qwen3VLVisionConfig(
-        **vision_sizes,
-        hidden_act="gelu_pytorch_tanh",
-        in_channels=3,
-        patch_size=_QWEN3_VL_PATCH["patch_size"],
-        spatial_merge_size=_QWEN3_VL_PATCH["merge_size"],
-        temporal_patch_size=_QWEN3_VL_PATCH["temporal_patch_size"],
-        out_hidden_size=text["hidden_size"],
-        num_position_embeddings=2304,  # published: a 48x48 table, interpolated per image
-    )
-    config = Qwen3VLConfig(
-        text_config=text,
-        vision_config=vision.to_dict(),
-        **marker_ids,
-        tie_word_embeddings=text["tie_word_embeddings"],
-    )
-    return tok, config
-
-
-def save_qwen3_vl_processor(tok, out: Path) -> None:
-    """The processor AutoProcessor loads (image and video processors, chat template)."""
-    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
-
-    processor = Qwen3VLProcessor(
-        image_processor=Qwen2VLImageProcessor(
-            **_QWEN3_VL_PATCH, **_QWEN3_VL_NORM, size=_QWEN3_VL_IMAGE_SIZE
-        ),
-        tokenizer=tok,
-        video_processor=Qwen3VLVideoProcessor(
-            **_QWEN3_VL_PATCH,
-            **_QWEN3_VL_NORM,
-            **_QWEN3_VL_VIDEO_SAMPLING,
-            size=_QWEN3_VL_VIDEO_SIZE,
-        ),
-        chat_template=tok.chat_template,
-    )
-    _save_processor(processor, out)
-
-
-def _qwen3_vl(out_dir, seed):
-    """Qwen3-VL as published (qwen3_vl_parts), tiny.
-
-    The tower is scaled down with its structure kept: 4 blocks (published 24), deepstack
-    mergers after blocks 0, 1 and 2 (published [5, 11, 17]: three, none after the last)
-    added to the outputs of decoder layers 0, 1 and 2, 32 wide, the published 48x48
-    position table. Published: head_dim 128 with interleaved mrope_section [24, 20, 20];
-    head_dim 32 here, so [6, 5, 5] (the temporal share gets the last pair, as there).
-    """
-    import torch
-    from transformers import Qwen3VLForConditionalGeneration
-
-    tok, config = qwen3_vl_parts()
-    torch.manual_seed(seed)
-    out = _save(Qwen3VLForConditionalGeneration(config), tok, out_dir, seed)
-    save_qwen3_vl_processor(tok, out)
     return out
 
 
@@ -708,8 +406,8 @@ FAMILY_BUILDERS: dict[str, Callable[[str | Path, int], Path]] = {
     "qwen3_5_moe": _qwen3_5_moe,
     "qwen3_next": _qwen3_next,
     "qwen3_5_vl": _qwen3_5_vl,
-    "qwen2_5_vl": _qwen2_5_vl,
-    "qwen3_vl": _qwen3_vl,
+    "qwen2_5_vl": build_qwen2_5_vl,
+    "qwen3_vl": build_qwen3_vl,
 }
 
 

@@ -38,7 +38,7 @@ from prefillonly_sgl.models.guard_tokenizer_merges import (
     bytes_to_unicode,
     load_merges,
 )
-from prefillonly_sgl.models.tiny_family_checkpoints import _common, _save
+from prefillonly_sgl.models.tiny_checkpoint_saving import common_fields, save_checkpoint
 
 GUARDS = ("llama_guard", "qwen3guard", "granite_guardian")
 LLAMA_GUARD_VARIANTS = {"1b": "llama_guard_3_1b.jinja", "8b": "llama_guard_3_8b.jinja"}
@@ -213,7 +213,7 @@ def build_llama_guard(out_dir: str | Path, seed: int = 0, variant: str = "1b") -
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = llama_guard_tokenizer(variant)
-    common = _common(tok)
+    common = common_fields(tok)
     common.update(
         tie_word_embeddings=variant == "1b",
         max_position_embeddings=131072,
@@ -228,7 +228,7 @@ def build_llama_guard(out_dir: str | Path, seed: int = 0, variant: str = "1b") -
     }
     config = LlamaConfig(**common, rope_theta=500000.0, rope_scaling=rope)
     torch.manual_seed(seed)
-    return _save(LlamaForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(LlamaForCausalLM(config), tok, out_dir, seed)
 
 
 def build_qwen3guard(out_dir: str | Path, seed: int = 0) -> Path:
@@ -238,11 +238,11 @@ def build_qwen3guard(out_dir: str | Path, seed: int = 0) -> Path:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     tok = qwen3guard_tokenizer()
-    common = _common(tok)
+    common = common_fields(tok)
     common.update(tie_word_embeddings=True, max_position_embeddings=32768)
     config = Qwen3Config(**common, head_dim=16, rope_theta=1000000.0)
     torch.manual_seed(seed)
-    return _save(Qwen3ForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(Qwen3ForCausalLM(config), tok, out_dir, seed)
 
 
 def build_granite_guardian(out_dir: str | Path, seed: int = 0, template: str = "3.1") -> Path:
@@ -252,7 +252,7 @@ def build_granite_guardian(out_dir: str | Path, seed: int = 0, template: str = "
     from transformers import GraniteConfig, GraniteForCausalLM
 
     tok = granite_guardian_tokenizer(template)
-    common = _common(tok)
+    common = common_fields(tok)
     common.update(tie_word_embeddings=True, max_position_embeddings=131072)
     config = GraniteConfig(
         **common,
@@ -263,7 +263,7 @@ def build_granite_guardian(out_dir: str | Path, seed: int = 0, template: str = "
         logits_scaling=8.0,
     )
     torch.manual_seed(seed)
-    return _save(GraniteForCausalLM(config), tok, out_dir, seed)
+    return save_checkpoint(GraniteForCausalLM(config), tok, out_dir, seed)
 
 
 GUARD_BUILDERS: dict[str, Callable[..., Path]] = {
