@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from prefillonly_sgl.scoring.image_feature_sharing import SharedSegments
+from prefillonly_sgl.scoring.image_feature_sharing import SharedSegments, stale_segments
 
 MB = 1 << 20
 
@@ -47,3 +47,33 @@ def test_release_all_hands_back_every_segment():
     registry.admit("b", "B", MB, now=0)
     assert registry.release_all() == ["A", "B"]
     assert (len(registry), registry.held_bytes) == (0, 0)
+
+
+def test_segments_of_dead_creators_are_stale():
+    alive = {100}.__contains__
+    names = [
+        "sgl_shm_mm_100_ab12cd34",  # its creator runs
+        "sgl_shm_mm_200_ab12cd34",  # dead: stale
+        "sgl_shm_other_200_ab12cd34",  # not a feature segment
+        "sem.loky-200-x",
+        "sgl_shm_mm_x_ab12cd34",  # no pid
+    ]
+    assert stale_segments(names, alive) == ["sgl_shm_mm_200_ab12cd34"]
+
+
+def test_the_sweep_unlinks_what_a_killed_server_left(tmp_path):
+    """A real folder: the segment of a process that has exited goes, a live one's and
+    other files stay (sglang_runtime/shared_image_features.sweep_stale_segments)."""
+    import os
+    import subprocess
+    import sys
+
+    from prefillonly_sgl.sglang_runtime.shared_image_features import sweep_stale_segments
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    dead, live = int(done.stdout), os.getpid()
+    for name in (f"sgl_shm_mm_{dead}_0badf00d", f"sgl_shm_mm_{live}_0badf00d", "other"):
+        (tmp_path / name).write_bytes(b"x")
+    assert sweep_stale_segments(tmp_path) == [f"sgl_shm_mm_{dead}_0badf00d"]
+    assert {p.name for p in tmp_path.iterdir()} == {f"sgl_shm_mm_{live}_0badf00d", "other"}

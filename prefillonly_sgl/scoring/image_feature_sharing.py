@@ -23,11 +23,32 @@ copies it per prompt, as it ships): never a prompt whose segment is gone.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 SHARED_IMAGES_BUDGET_BYTES = 128 << 20  # /dev/shm held for processed images, all told
 SHARED_IMAGES_MIN_IDLE_S = 600.0  # a segment named this recently is never unlinked
+
+
+# SGLang names a feature's segment sgl_shm_mm_<creator pid>_<random>
+# (utils/stale_shm_cleanup.make_shm_name); ours are written by its own constructor.
+FEATURE_SEGMENT_PREFIX = "sgl_shm_mm_"
+
+
+def stale_segments(names: Iterable[str], alive: Callable[[int], bool]) -> list[str]:
+    """The feature segments among ``names`` whose creating process is gone. SGLang stops
+    its processes with SIGKILL, so a server's shared images (and SGLang's own segments
+    still in flight) outlive it in /dev/shm; SGLang sweeps them in its own CI only."""
+    stale = []
+    for name in names:
+        if not name.startswith(FEATURE_SEGMENT_PREFIX):
+            continue
+        parts = name.split("_")
+        pid = parts[-2] if len(parts) >= 5 else ""
+        if pid.isdigit() and int(pid) > 0 and not alive(int(pid)):
+            stale.append(name)
+    return stale
 
 
 @dataclass

@@ -15,18 +15,22 @@ On a TokenizerManager marked by share_images (ScoringFront: where prefill-only K
 stock engines in the same process keep SGLang's per-prompt copies), with SGLang's
 shared-memory transport on (its default transport pickles features instead: then nothing
 is done here). A segment is unlinked by this process: when the registry lets it go, when
-its Engine shuts down (release_shared_images) and at exit.
+its Engine shuts down (release_shared_images) and at exit; a server stopped with SIGKILL
+(as SGLang stops its processes) leaves them, and the next engine of the machine sweeps
+the segments whose creator is dead (sweep_stale_segments).
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 import time
+from pathlib import Path
 
 import torch
 from sglang.srt.managers.mm_utils import ShmPointerMMData
 
-from prefillonly_sgl.scoring.image_feature_sharing import SharedSegments
+from prefillonly_sgl.scoring.image_feature_sharing import SharedSegments, stale_segments
 
 SHARES_IMAGES = "_prefillonly_shares_images"  # a TokenizerManager's registry, or absent
 
@@ -56,8 +60,10 @@ class SharedImageFeature(ShmPointerMMData):
 
 def share_images(tokenizer_manager, on: bool) -> None:
     """Whether this TokenizerManager's prompts share their images' segments (the
-    ScoringFront decides, once)."""
+    ScoringFront decides, once). The first in a process sweeps the segments that killed
+    processes left in /dev/shm."""
     if on and not hasattr(tokenizer_manager, SHARES_IMAGES):
+        _sweep_once()
         setattr(tokenizer_manager, SHARES_IMAGES, SharedSegments())
     elif not on and hasattr(tokenizer_manager, SHARES_IMAGES):
         release_shared_images(tokenizer_manager)
@@ -73,6 +79,35 @@ def release_shared_images(tokenizer_manager) -> None:
 
 
 _registries: list[SharedSegments] = []  # every registry of this process, for its exit
+_swept = False
+SHM_DIR = Path("/dev/shm")  # where Linux keeps POSIX shared memory
+
+
+def _sweep_once() -> None:
+    global _swept
+    if _swept or not SHM_DIR.is_dir():
+        return
+    _swept = True
+    sweep_stale_segments(SHM_DIR)
+
+
+def sweep_stale_segments(folder: Path) -> list[str]:
+    """Unlinks the feature segments in ``folder`` whose creator is dead
+    (image_feature_sharing.stale_segments); returns their names."""
+    stale = stale_segments((p.name for p in folder.iterdir()), _alive)
+    for name in stale:
+        (folder / name).unlink(missing_ok=True)
+    return stale
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 @atexit.register
