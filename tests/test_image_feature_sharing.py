@@ -51,19 +51,21 @@ def test_release_all_hands_back_every_segment():
 
 def test_segments_of_dead_creators_are_stale():
     alive = {100}.__contains__
-    names = [
-        "sgl_shm_mm_100_ab12cd34",  # its creator runs
-        "sgl_shm_mm_200_ab12cd34",  # dead: stale
-        "sgl_shm_other_200_ab12cd34",  # not a feature segment
-        "sem.loky-200-x",
-        "sgl_shm_mm_x_ab12cd34",  # no pid
+    segments = [
+        ("sgl_shm_mm_100_ab12cd34", 7200),  # its creator runs
+        ("sgl_shm_mm_200_ab12cd34", 7200),  # dead: stale
+        ("sgl_shm_mm_300_ab12cd34", 60),  # looks dead, but recent: maybe another
+        # pid namespace's live segment (a /dev/shm shared across containers)
+        ("sgl_shm_other_200_ab12cd34", 7200),  # not a feature segment
+        ("sem.loky-200-x", 7200),
+        ("sgl_shm_mm_x_ab12cd34", 7200),  # no pid
     ]
-    assert stale_segments(names, alive) == ["sgl_shm_mm_200_ab12cd34"]
+    assert stale_segments(segments, alive, min_age_s=3600) == ["sgl_shm_mm_200_ab12cd34"]
 
 
 def test_the_sweep_unlinks_what_a_killed_server_left(tmp_path):
-    """A real folder: the segment of a process that has exited goes, a live one's and
-    other files stay (sglang_runtime/shared_image_features.sweep_stale_segments)."""
+    """A real folder: an old segment of a process that has exited goes; a live one's, a
+    recent one and other files stay (shared_image_features.sweep_stale_segments)."""
     import os
     import subprocess
     import sys
@@ -75,5 +77,8 @@ def test_the_sweep_unlinks_what_a_killed_server_left(tmp_path):
     dead, live = int(done.stdout), os.getpid()
     for name in (f"sgl_shm_mm_{dead}_0badf00d", f"sgl_shm_mm_{live}_0badf00d", "other"):
         (tmp_path / name).write_bytes(b"x")
+        os.utime(tmp_path / name, (0, 0))  # written long ago
+    (tmp_path / f"sgl_shm_mm_{dead}_00c0ffee").write_bytes(b"x")  # just now: stays
     assert sweep_stale_segments(tmp_path) == [f"sgl_shm_mm_{dead}_0badf00d"]
-    assert {p.name for p in tmp_path.iterdir()} == {f"sgl_shm_mm_{live}_0badf00d", "other"}
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {f"sgl_shm_mm_{live}_0badf00d", "other", f"sgl_shm_mm_{dead}_00c0ffee"}

@@ -110,6 +110,14 @@ def test_a_calls_prompts_name_one_shared_segment_of_their_image(vl):
         assert row == pytest.approx(want, abs=TOLERANCE)
         assert row_again == pytest.approx(want, abs=TOLERANCE)
     assert all(os.path.exists(f"/dev/shm/{p.shm_name}") for p in registry.handles())
+    # a segment unlinked from outside (another container's sweep) is written anew
+    gone = registry.handles()[-1]
+    gone.unlink()
+    third = engine.score(QUERY, ITEMS, labels, images=[image])
+    for row, row_first in zip(third.scores, first.scores, strict=True):
+        assert row == pytest.approx(row_first, abs=TOLERANCE)
+    assert registry.handles()[-1].shm_name != gone.shm_name
+    assert os.path.exists(f"/dev/shm/{registry.handles()[-1].shm_name}")
 
 
 def test_the_querys_image_is_read_from_the_cache_by_later_items(vl):

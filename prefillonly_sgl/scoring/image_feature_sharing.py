@@ -36,13 +36,25 @@ SHARED_IMAGES_MIN_IDLE_S = 600.0  # a segment named this recently is never unlin
 FEATURE_SEGMENT_PREFIX = "sgl_shm_mm_"
 
 
-def stale_segments(names: Iterable[str], alive: Callable[[int], bool]) -> list[str]:
-    """The feature segments among ``names`` whose creating process is gone. SGLang stops
-    its processes with SIGKILL, so a server's shared images (and SGLang's own segments
-    still in flight) outlive it in /dev/shm; SGLang sweeps them in its own CI only."""
+STALE_AFTER_S = 3600.0  # a dead creator's segment this old is swept
+
+
+def stale_segments(
+    segments: Iterable[tuple[str, float]],
+    alive: Callable[[int], bool],
+    min_age_s: float = STALE_AFTER_S,
+) -> list[str]:
+    """The feature segments among ``segments`` ((name, age in seconds)) whose creating
+    process is gone and which are older than ``min_age_s``. SGLang stops its processes
+    with SIGKILL, so a server's shared images (and SGLang's own segments in flight)
+    outlive it in /dev/shm; SGLang sweeps them in its own CI only. The age guards a
+    machine whose /dev/shm is shared by containers with pid namespaces of their own
+    (docker --ipc=host): another server's live segment looks dead from here, and an hour
+    old it was named long ago (that server writes a new one if it is named again:
+    sglang_runtime/shared_image_features.py checks a segment is there before naming it)."""
     stale = []
-    for name in names:
-        if not name.startswith(FEATURE_SEGMENT_PREFIX):
+    for name, age in segments:
+        if not name.startswith(FEATURE_SEGMENT_PREFIX) or age < min_age_s:
             continue
         parts = name.split("_")
         pid = parts[-2] if len(parts) >= 5 else ""

@@ -94,10 +94,18 @@ def _sweep_once() -> None:
 def sweep_stale_segments(folder: Path) -> list[str]:
     """Unlinks the feature segments in ``folder`` whose creator is dead
     (image_feature_sharing.stale_segments); returns their names."""
-    stale = stale_segments((p.name for p in folder.iterdir()), _alive)
+    now = time.time()
+    stale = stale_segments(((p.name, now - _mtime(p)) for p in folder.iterdir()), _alive)
     for name in stale:
         (folder / name).unlink(missing_ok=True)
     return stale
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:  # gone meanwhile
+        return time.time()
 
 
 def _alive(pid: int) -> bool:
@@ -142,6 +150,9 @@ def _share(registry: SharedSegments, item, now: float) -> None:
         return
     key = (item.hash, tuple(feature.shape), feature.dtype)
     pointer = registry.named(key, now)
+    if pointer is not None and not (SHM_DIR / pointer.shm_name).exists():
+        registry.release(key)  # unlinked from outside (another namespace's sweep)
+        pointer = None
     if pointer is None:
         nbytes = feature.numel() * feature.element_size()
         if registry.room_for(nbytes, now) is None:
