@@ -132,6 +132,8 @@ def _shares(tokenizer_manager) -> SharedSegments | None:
     registry = getattr(tokenizer_manager, SHARES_IMAGES, None)
     if registry is None or _get_is_default_transport() or get_serving().skip_tokenizer_init:
         return None  # not ours, or SGLang sends features pickled (nothing to share)
+    if not SHM_DIR.is_dir():
+        return None  # segments are checked and swept where Linux keeps them
     if registry not in _registries:
         _registries.append(registry)
     return registry
