@@ -66,7 +66,13 @@ def test_the_replicas_key_is_the_gateways():
     assert gateway_auth(["--model-path", "m"]) == (GatewayKeys(), None)
     assert gateway_auth(["--api-key", "key-one-1"]) == (GatewayKeys("key-one-1"), None)
     keys, _ = gateway_auth(["--api-key=key-two-2", "--admin-api-key", "admin-key-3"])
-    assert keys.smg_options() == ["--api-key", "key-two-2"]
+    assert keys.smg_options() == ["--api-key=key-two-2"]
+    # smg's own parser takes a key that begins with "-" (secrets.token_urlsafe's do)
+    from smg.launch_router import parse_router_args
+
+    dashed = GatewayKeys("-dashed-key-0123", (("alice", "-alice-key-1"),))
+    args = parse_router_args(["--worker-urls", "http://w:1", *dashed.smg_options()])
+    assert args.api_key == "-dashed-key-0123"
     assert serve_flag_value(["--admin-api-key", "A"], "--api-key") is None
     assert "key-two-2" not in repr(keys)  # a logged or raised GatewayKeys shows no key
     with pytest.raises(ValueError, match="--admin-api-key must be at least 8"):
@@ -81,8 +87,8 @@ def test_tenant_keyed_replicas_give_the_gateway_every_tenant_and_a_key_of_its_ow
     keys, replica_pairs = gateway_auth(["--tenant-keys", "f"], pairs)
     assert keys.tenant_keys == tuple(pairs) and len(keys.api_key) >= 32
     assert replica_pairs == [*pairs, (GATEWAY_TENANT, keys.api_key)]
-    assert keys.smg_options()[2:] == [
-        "--tenant-api-key", "alice:alice-key-1", "--tenant-api-key", "bob:bob-key-22"
+    assert keys.smg_options()[1:] == [
+        "--tenant-api-key=alice:alice-key-1", "--tenant-api-key=bob:bob-key-22"
     ]  # fmt: skip
     with pytest.raises(ValueError, match="replaces --api-key"):
         gateway_auth(["--tenant-keys", "f", "--api-key", "key-one-1"], pairs)

@@ -134,9 +134,11 @@ class GatewayKeys:
     tenant_keys: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def smg_options(self) -> list[str]:
-        options = ["--api-key", self.api_key] if self.api_key else []
+        # "--flag=value": a value beginning with "-" (a token_urlsafe key does, 1 in 64)
+        # would otherwise read as a flag to smg's argparse ("expected one argument")
+        options = [f"--api-key={self.api_key}"] if self.api_key else []
         for tenant, key in self.tenant_keys:
-            options += ["--tenant-api-key", f"{tenant}:{key}"]
+            options.append(f"--tenant-api-key={tenant}:{key}")
         return options
 
     def to_json(self) -> str:
