@@ -7,13 +7,12 @@ expanded positions are the reusable prefix)."""
 
 from __future__ import annotations
 
-import io
+import contextlib
 import math
 import os
 
 import pytest
 from conftest import start_logging_forwards
-from PIL import Image
 
 import prefillonly_sgl as prefillonly
 from prefillonly_sgl import Engine
@@ -22,6 +21,7 @@ from prefillonly_sgl.models.tiny_family_checkpoints import build_family
 from prefillonly_sgl.scoring.errors import InvalidRequestError
 from prefillonly_sgl.sglang_runtime.shared_image_features import SHARES_IMAGES
 from prefillonly_sgl.verification.image_reference import ImageReference
+from prefillonly_sgl.verification.probes import probe_image
 
 pytestmark = pytest.mark.slow  # a vision-language engine
 
@@ -37,28 +37,29 @@ ITEMS = [
 
 def _png(seed: int) -> bytes:
     """A 32x32 image of seeded noise (every pixel matters to the vision tower)."""
-    import random
-
-    rng = random.Random(seed)
-    image = Image.new("RGB", (32, 32))
-    image.putdata([tuple(rng.randrange(256) for _ in range(3)) for _ in range(32 * 32)])
-    out = io.BytesIO()
-    image.save(out, format="PNG")
-    return out.getvalue()
+    return probe_image(32, seed)
 
 
-@pytest.fixture(scope="module")
-def vl(tmp_path_factory):
-    path = build_family("qwen2_5_vl", tmp_path_factory.mktemp("qwen2_5_vl"))
+@contextlib.contextmanager
+def running_vl(family: str, tmp_path_factory):
+    """(engine, reference, " Yes" / " No" ids, path) of the tiny checkpoint of a
+    vision-language ``family``: one Engine logging its forwards (engine.forward_log)."""
+    path = build_family(family, tmp_path_factory.mktemp(family))
     reference = ImageReference(path)
     tok = reference.processor.tokenizer
     labels = [tok.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
-    log = tmp_path_factory.mktemp("vl-forwards") / "forwards.log"
+    log = tmp_path_factory.mktemp(f"{family}-forwards") / "forwards.log"
     engine = start_logging_forwards(
         log, lambda: Engine(path, device="cpu", dtype="float32", max_total_tokens=4096)
     )
     with engine:
         engine.forward_log = log
+        yield engine, reference, labels, path
+
+
+@pytest.fixture(scope="module")
+def vl(tmp_path_factory):
+    with running_vl("qwen2_5_vl", tmp_path_factory) as (engine, reference, labels, _):
         yield engine, reference, labels
 
 

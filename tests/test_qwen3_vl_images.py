@@ -12,17 +12,12 @@ sees both; measured 2026-11-28.)"""
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 
 import pytest
-from conftest import start_logging_forwards
-from PIL import Image
+from test_images_engine import _png, running_vl
 
-from prefillonly_sgl import Engine
 from prefillonly_sgl.hooking.events import read_events
-from prefillonly_sgl.models.tiny_family_checkpoints import build_family
-from prefillonly_sgl.verification.image_reference import ImageReference
 
 pytestmark = pytest.mark.slow  # a vision-language engine
 
@@ -38,31 +33,10 @@ ITEMS = [
 PUBLISHED_TEMPLATE_SHA256 = "3636d0f0bd6bef02654cdffdc447b79cb2cef8ab02cc75267345946291a489e4"
 
 
-def _png(seed: int) -> bytes:
-    """A 32x32 image of seeded noise (every pixel matters to the vision tower)."""
-    import random
-
-    rng = random.Random(seed)
-    image = Image.new("RGB", (32, 32))
-    image.putdata([tuple(rng.randrange(256) for _ in range(3)) for _ in range(32 * 32)])
-    out = io.BytesIO()
-    image.save(out, format="PNG")
-    return out.getvalue()
-
-
 @pytest.fixture(scope="module")
 def vl(tmp_path_factory):
-    path = build_family("qwen3_vl", tmp_path_factory.mktemp("qwen3_vl"))
-    reference = ImageReference(path)
-    tok = reference.processor.tokenizer
-    labels = [tok.encode(w, add_special_tokens=False)[0] for w in (" Yes", " No")]
-    log = tmp_path_factory.mktemp("qwen3-vl-forwards") / "forwards.log"
-    engine = start_logging_forwards(
-        log, lambda: Engine(path, device="cpu", dtype="float32", max_total_tokens=4096)
-    )
-    with engine:
-        engine.forward_log = log
-        yield engine, reference, labels, path
+    with running_vl("qwen3_vl", tmp_path_factory) as running:
+        yield running
 
 
 def test_the_tiny_checkpoint_is_in_the_published_shape(vl):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from prefillonly_sgl.dsl.job import ClassifyJob
 from prefillonly_sgl.dsl.request import CompiledCall
 from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.image_prompts import check_reads_images
 from prefillonly_sgl.scoring.images import check_count
 from prefillonly_sgl.wire.chat_images import ChatImage, chat_images
 
@@ -26,13 +27,8 @@ def chat_with_images(messages, placeholder, refusal: str | None) -> tuple[list, 
     """(the messages as the template reads them, their images); a model that reads text
     only, or whose images this engine refuses, is refused before any image is fetched."""
     rendered, images = chat_images(messages or [])
-    if images and placeholder is None:
-        raise InvalidRequestError(
-            f"{images[0].where}: images need a vision-language model: this model reads text "
-            "only (docs/images.md lists the families that read images)"
-        )
-    if images and refusal is not None:
-        raise InvalidRequestError(f"{images[0].where}: {refusal}")
+    if images:
+        check_reads_images(placeholder, refusal, images[0].where)
     check_count(len(images))
     return rendered, images
 

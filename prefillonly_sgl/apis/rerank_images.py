@@ -20,7 +20,11 @@ import asyncio
 from dataclasses import dataclass
 
 from prefillonly_sgl.scoring.errors import InvalidRequestError
-from prefillonly_sgl.scoring.image_prompts import ImagePlaceholder, with_placeholders
+from prefillonly_sgl.scoring.image_prompts import (
+    ImagePlaceholder,
+    check_reads_images,
+    with_placeholders,
+)
 from prefillonly_sgl.scoring.images import check_count, load_image
 
 LIKELIHOOD_REFUSAL = (
@@ -28,11 +32,6 @@ LIKELIHOOD_REFUSAL = (
     "continuation's log-probabilities carry no images): serve with --rerank-method judge "
     "(the yes/no judge reads images) or --rerank NAME, a ranker of labels"
 )
-TEXT_ONLY_REFUSAL = (
-    "{where}: images need a vision-language model; this server's model reads text only "
-    "(docs/images.md lists the families that read images)"
-)
-
 Refs = list[tuple[str, object]]  # (where in the body, URL or data URL)
 
 
@@ -67,10 +66,7 @@ async def load_rerank_images(
     if not given:
         return None
     placeholder = context.image_placeholder
-    if placeholder is None:
-        raise InvalidRequestError(TEXT_ONLY_REFUSAL.format(where=given[0][0]))
-    if context.image_refusal is not None:
-        raise InvalidRequestError(context.image_refusal)
+    check_reads_images(placeholder, context.image_refusal, given[0][0])
     if reranker.method == "likelihood":
         raise InvalidRequestError(LIKELIHOOD_REFUSAL.format(name=reranker.name))
     check_count(len(given))

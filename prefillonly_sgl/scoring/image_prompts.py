@@ -18,6 +18,7 @@ the image's tokens. An image with no placeholder would be dropped silently by SG
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -68,7 +69,7 @@ def place_images(
 ) -> tuple[str, list[str], list[list[bytes]]]:
     """(the query, the items, each prompt's images) with a placeholder for every image;
     InvalidRequestError naming the problem."""
-    _check_reads_images(placeholder)
+    check_reads_images(placeholder)
     if item_images is not None and len(item_images) != len(items):
         raise InvalidRequestError(
             f"item_images has {len(item_images)} entries for {len(items)} items: give one "
@@ -89,19 +90,27 @@ def place_images(
     return query, items, [list(images) + own for own in per_item]
 
 
-def _check_reads_images(placeholder: ImagePlaceholder | None) -> None:
+def check_reads_images(
+    placeholder: ImagePlaceholder | None, refusal: str | None = None, where: str = ""
+) -> None:
+    """InvalidRequestError where a call's images cannot be read: the model reads text only
+    (no placeholder), or this engine refuses its images (``refusal``: image_refusal's
+    reason); ``where`` names the call's first image. Every door asks it before fetching."""
+    named = f"{where}: " if where else ""
     if placeholder is None:
         raise InvalidRequestError(
-            "images need a vision-language model: this model reads text only "
+            f"{named}images need a vision-language model: this model reads text only "
             "(docs/images.md lists the families that read images)"
         )
+    if refusal is not None:
+        raise InvalidRequestError(f"{named}{refusal}")
 
 
 def with_images(query, items, images, item_images, placeholder, allow_paths: bool):
     """(query, items, each prompt's image bytes) of a call given images in any form: the
     model checked to read images (before anything is fetched), every image loaded
     (scoring/images.py; paths only with ``allow_paths``), then placed (place_images)."""
-    _check_reads_images(placeholder)
+    check_reads_images(placeholder)
     items = [items] if isinstance(items, str) else list(items or [])
     shared, own = loaded_images(images, item_images, allow_paths)
     return place_images(query, items, shared, own, placeholder)
@@ -110,8 +119,6 @@ def with_images(query, items, images, item_images, placeholder, allow_paths: boo
 async def with_images_off_the_loop(query, items, images, item_images, placeholder, allow_paths):
     """with_images in a worker thread: fetching a URL (up to 10 s each) or decoding a large
     image must not stall the event loop every other request of the server waits on."""
-    import asyncio
-
     return await asyncio.to_thread(
         with_images, query, items, images, item_images, placeholder, allow_paths
     )

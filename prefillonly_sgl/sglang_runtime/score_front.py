@@ -48,6 +48,7 @@ from prefillonly_sgl.scoring.continuations import (
     tokenizer_encode,
 )
 from prefillonly_sgl.scoring.errors import InvalidRequestError
+from prefillonly_sgl.scoring.image_prompts import check_reads_images
 from prefillonly_sgl.scoring.label_trie import build_trie, label_token_logprobs
 from prefillonly_sgl.scoring.score_options import ScoreOptions
 from prefillonly_sgl.scoring.score_result import LabelTokenLogprobs, ScoreResult
@@ -200,12 +201,7 @@ class ScoringFront:
         )
 
     def _check_reads_images(self) -> None:
-        if self.facts.image_placeholder is None:
-            raise InvalidRequestError(
-                "images need a vision-language model: this model reads text only"
-            )
-        if self.facts.image_refusal is not None:
-            raise InvalidRequestError(self.facts.image_refusal)
+        check_reads_images(self.facts.image_placeholder, self.facts.image_refusal)
 
     async def label_token_logprobs(
         self, ctx: CallContext, query, items, label_token_ids, image_data=None
