@@ -43,7 +43,6 @@ import asyncio
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -53,6 +52,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from harness.side_by_side import (  # noqa: E402
+    machine_line,
+    rotating_rounds,
+    start_engine,
+    with_run_defaults,
+)
 from harness.stats import spread  # noqa: E402
 from images_workload import (  # noqa: E402
     VL_SHAPES,
@@ -80,14 +85,6 @@ OURS, REPEAT, TEXT, STOCK, RERANK = (
     "stock score_request",
     "stock rerank",
 )
-
-
-def start(system: str, model: str, pool: int, stock_policy: str):
-    from prefillonly_sgl import STOCK_SGLANG, Engine
-
-    settings = dict(STOCK_SGLANG, schedule_policy=stock_policy) if system == "stock" else {}
-    print(f"[images] starting {system} on {model}", flush=True)
-    return Engine(model, device="cpu", dtype="float32", max_total_tokens=pool, **settings)
 
 
 def ours(engine, query: str, prompts: list[str], labels, image: bytes | None) -> dict:
@@ -175,35 +172,11 @@ def stock_rerank(
     }
 
 
-def rounds(units: dict, n: int, warmup: int) -> dict[str, list[dict]]:
-    """Each unit (name: a function of the round's tag, returning {system: row}) `warmup`
-    times to warm (untimed: the CPU's compiled kernels settle only after a second shape),
-    then n rounds in a rotating order; rows per system."""
-    for name, unit in units.items():
-        for w in range(warmup):
-            unit(f"warm{w}")
-        print(f"[images]   {name} warmed", flush=True)
-    rows: dict[str, list[dict]] = {}
-    names = list(units)
-    for r in range(n):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            for system, row in units[name](str(r)).items():
-                rows.setdefault(system, []).append(row)
-                computed = row["computed_tokens"]
-                computed = "n/r" if computed is None else computed
-                print(
-                    f"[images]   round {r} {system}: {row['s']:.3f} s, computed "
-                    f"{computed} of {row['prompt_tokens']} tokens",
-                    flush=True,
-                )
-    return rows
-
-
 def run(args, model: str) -> dict:
     n = args.items
     with ExitStack() as stack:
         engines = {
-            s: stack.enter_context(start(s, model, args.pool, args.stock_policy))
+            s: stack.enter_context(start_engine("images", s, model, args.pool, args.stock_policy))
             for s in ("ours", "stock")
         }
         tok = engines["stock"].tokenizer
@@ -246,7 +219,7 @@ def run(args, model: str) -> dict:
             STOCK: stock_unit,
             RERANK: rerank_unit,
         }
-        rows = rounds(units, args.rounds, args.warmup)
+        rows = rotating_rounds("images", units, args.rounds, args.warmup)
         # the rerank path on round 0's photo and prompts, untimed: its P(Yes) against ours'
         check = stock_rerank(engines["stock"], instruction("0"), first, labels, image("0"), False)
     image_tokens = expanded_tokens(model, image("0"))
@@ -362,20 +335,15 @@ def parse_args(argv=None):
         action="store_true",
         help="smoke run (~2 min): the sizes in brackets above, unless given",
     )
-    args = p.parse_args(argv)
-    for key, value in (QUICK if args.quick else FULL).items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    return args
+    return with_run_defaults(p.parse_args(argv), QUICK, FULL)
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     model = str(build_vl(args.shape, args.work / f"qwen2_5_vl-{args.shape}"))
-    load = os.getloadavg()[0]
     results = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, load {load:.1f}",
+        "machine": machine_line(),
         "settings": {k: str(v) for k, v in vars(args).items()},
     }
     results["settings"]["rounds"] = args.rounds

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -42,6 +41,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from harness.side_by_side import (  # noqa: E402
+    machine_line,
+    rotating_rounds,
+    start_engine,
+    with_run_defaults,
+)
 from harness.stats import spread  # noqa: E402
 from moderation_workload import (  # noqa: E402
     GUARD_SHAPES,
@@ -58,14 +63,6 @@ TARGETS = {"policies": 5.0, "conversations": 3.0}  # stock / ours, the issue's
 ONE_POLICY_TARGET = 1.5  # ours' 10 policies / ours' 1 policy
 FULL = dict(rounds=5, conversation_tokens=1000, conversations=100, guard_shape="small")
 QUICK = dict(rounds=1, conversation_tokens=300, conversations=10, guard_shape="tiny")
-
-
-def start(system: str, model: str, pool: int, stock_policy: str):
-    from prefillonly_sgl import STOCK_SGLANG, Engine
-
-    settings = dict(STOCK_SGLANG, schedule_policy=stock_policy) if system == "stock" else {}
-    print(f"[moderation] starting {system} on {model}", flush=True)
-    return Engine(model, device="cpu", dtype="float32", max_total_tokens=pool, **settings)
 
 
 def ours(engine, inputs, policies=None) -> dict:
@@ -101,31 +98,19 @@ def stock(engine, prompts: list[list[int]], new_tokens: int, top: int) -> dict:
     }
 
 
-def rounds(turns: dict, n: int) -> dict[str, list[dict]]:
-    """Each turn (name: a function of the round's tag) once to warm (untimed), then n
-    rounds in a rotating order; rows per turn."""
-    for name, turn in turns.items():
-        turn("warm")
-        print(f"[moderation]   {name} warmed", flush=True)
-    rows = {name: [] for name in turns}
-    names = list(turns)
-    for r in range(n):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            row = turns[name](str(r))
-            rows[name].append(row)
-            print(
-                f"[moderation]   round {r} {name}: {row['s']:.2f} s, computed "
-                f"{row['computed_tokens']} of {row['prompt_tokens']} tokens",
-                flush=True,
-            )
-    return rows
+def _as_units(turns: dict) -> dict:
+    """Each turn (a function of the round's tag returning its row) as a unit of
+    harness.side_by_side.rotating_rounds: its row under its own name."""
+    return {name: (lambda t, turn=turn, name=name: {name: turn(t)}) for name, turn in turns.items()}
 
 
 def part_policies(args, model: str) -> dict:
     policies = POLICIES[: args.policies]
     with ExitStack() as stack:
         engines = {
-            s: stack.enter_context(start(s, model, args.pool, args.stock_policy))
+            s: stack.enter_context(
+                start_engine("moderation", s, model, args.pool, args.stock_policy)
+            )
             for s in ("ours", "stock")
         }
         tok = engines["stock"].tokenizer
@@ -142,7 +127,7 @@ def part_policies(args, model: str) -> dict:
             "ours 1 policy": lambda t: ours(engines["ours"], [chat(t + "-one")], policies[:1]),
             f"stock {len(policies)} policies": stock_turn,
         }
-        rows = rounds(turns, args.rounds)
+        rows = rotating_rounds("moderation", _as_units(turns), args.rounds, warmup=1)
     from prefillonly_sgl.moderation.guard_prompts import conversation_text
 
     chat_tokens = len(tok.encode(conversation_text(chat("0"))))
@@ -161,7 +146,9 @@ def part_conversations(args) -> dict:
     folder = build_llama_guard(args.guard_shape, args.work / f"llama-guard-{args.guard_shape}")
     with ExitStack() as stack:
         engines = {
-            s: stack.enter_context(start(s, str(folder), args.pool, args.stock_policy))
+            s: stack.enter_context(
+                start_engine("moderation", s, str(folder), args.pool, args.stock_policy)
+            )
             for s in ("ours", "stock")
         }
         tok = engines["stock"].tokenizer
@@ -174,7 +161,7 @@ def part_conversations(args) -> dict:
             return stock(engines["stock"], prompts, args.verdict_new_tokens, args.top_logprobs)
 
         turns = {"ours": lambda t: ours(engines["ours"], chats(t)), "stock": stock_turn}
-        rows = rounds(turns, args.rounds)
+        rows = rotating_rounds("moderation", _as_units(turns), args.rounds, warmup=1)
         prompts, _ = planned_prompts(tok, chats("0"))
     mean = statistics.fmean(map(len, prompts))
     return {
@@ -277,11 +264,7 @@ def parse_args(argv=None):
         action="store_true",
         help="smoke run (~2-3 min): the sizes in brackets above, unless given",
     )
-    args = p.parse_args(argv)
-    for key, value in (QUICK if args.quick else FULL).items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    return args
+    return with_run_defaults(p.parse_args(argv), QUICK, FULL)
 
 
 def main(argv=None) -> None:
@@ -290,9 +273,8 @@ def main(argv=None) -> None:
 
     args.work.mkdir(parents=True, exist_ok=True)
     model = str(args.policy_model or default_model_path())
-    load = os.getloadavg()[0]
     results = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, load {load:.1f}",
+        "machine": machine_line(),
         "settings": {k: str(v) for k, v in vars(args).items()},
         "parts": {},
     }
