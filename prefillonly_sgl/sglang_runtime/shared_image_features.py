@@ -64,9 +64,12 @@ def share_images(tokenizer_manager, on: bool) -> None:
     processes left in /dev/shm."""
     if on and not hasattr(tokenizer_manager, SHARES_IMAGES):
         _sweep_once()
-        setattr(tokenizer_manager, SHARES_IMAGES, SharedSegments())
+        registry = SharedSegments()
+        _registries.append(registry)  # unlinked at exit
+        setattr(tokenizer_manager, SHARES_IMAGES, registry)
     elif not on and hasattr(tokenizer_manager, SHARES_IMAGES):
         release_shared_images(tokenizer_manager)
+        _registries.remove(getattr(tokenizer_manager, SHARES_IMAGES))
         delattr(tokenizer_manager, SHARES_IMAGES)
 
 
@@ -134,8 +137,6 @@ def _shares(tokenizer_manager) -> SharedSegments | None:
         return None  # not ours, or SGLang sends features pickled (nothing to share)
     if not SHM_DIR.is_dir():
         return None  # segments are checked and swept where Linux keeps them
-    if registry not in _registries:
-        _registries.append(registry)
     return registry
 
 
